@@ -1,0 +1,101 @@
+"""Feature specifications: what a stored feature is, written into the store.
+
+A :class:`FeatureSpec` is plain metadata (numbers and names).  The store keeps
+it in its group attributes so that a reader, a notebook or a checkpoint can
+tell exactly how the values were computed; ``store`` itself never computes
+audio features.  The pipeline turns a spec into numbers, the inference side
+compares a checkpoint's spec with a store's.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["FeatureSpec", "default_specs", "spec_differences"]
+
+_KINDS = ("mel", "cqt")
+
+
+@dataclass(frozen=True)
+class FeatureSpec:
+    """How one feature (a 2-D time/frequency array per clip) is computed.
+
+    Units: ``sample_rate`` in Hz, ``n_fft`` and ``hop_length`` in samples,
+    ``fmin``/``fmax`` in Hz, ``db_ref`` and ``amin`` in the feature's linear
+    unit (power for mel, magnitude for CQT).  Values are stored in decibels
+    against the fixed ``db_ref`` (no per-clip maximum, no ``top_db``
+    clipping), so a file streamed in blocks gives the whole-file values.
+    """
+
+    kind: str
+    sample_rate: int = 22050
+    hop_length: int = 512
+    n_bins: int = 128
+    n_fft: int | None = 2048
+    fmin: float = 0.0
+    fmax: float | None = 8000.0
+    bins_per_octave: int | None = None
+    power: float = 2.0
+    db_ref: float = 1.0
+    amin: float = 1e-10
+    dtype: str = "float16"
+
+    def __post_init__(self) -> None:
+        if self.kind not in _KINDS:
+            raise ValueError(f"unknown feature kind {self.kind!r}; expected one of {_KINDS}")
+        if self.sample_rate <= 0 or self.hop_length <= 0 or self.n_bins <= 0:
+            raise ValueError("sample_rate, hop_length and n_bins must be positive")
+        if self.dtype not in ("float16", "float32"):
+            raise ValueError(f"dtype must be float16 or float32, not {self.dtype!r}")
+
+    @property
+    def frame_seconds(self) -> float:
+        """Seconds of audio per frame (the hop)."""
+        return self.hop_length / self.sample_rate
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict (what the store and checkpoints hold)."""
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "FeatureSpec":
+        """Inverse of :meth:`to_dict`; unknown keys are an error, not ignored."""
+        names = {f.name for f in dataclasses.fields(cls)}
+        extra = set(d) - names
+        if extra:
+            raise ValueError(f"unknown feature spec keys: {sorted(extra)}")
+        return cls(**d)
+
+    @classmethod
+    def mel(cls, **overrides: Any) -> "FeatureSpec":
+        """Log-mel defaults: 22 050 Hz, n_fft 2048, hop 512, 128 mels, 0-8000 Hz, power dB."""
+        return cls(kind="mel", **overrides)
+
+    @classmethod
+    def cqt(cls, **overrides: Any) -> "FeatureSpec":
+        """CQT defaults: 22 050 Hz, hop 512, 84 bins (7 octaves from C1), magnitude dB."""
+        base: dict[str, Any] = dict(
+            kind="cqt", n_bins=84, n_fft=None, fmin=32.70319566257483, fmax=None,
+            bins_per_octave=12, power=1.0, amin=1e-5,
+        )
+        base.update(overrides)
+        return cls(**base)
+
+
+def default_specs(names: tuple[str, ...] | list[str] = ("mel", "cqt")) -> dict[str, FeatureSpec]:
+    """The default spec for each named feature (``mel``, ``cqt``)."""
+    makers = {"mel": FeatureSpec.mel, "cqt": FeatureSpec.cqt}
+    out: dict[str, FeatureSpec] = {}
+    for n in names:
+        if n not in makers:
+            raise ValueError(f"unknown feature {n!r}; choose from {sorted(makers)}")
+        out[n] = makers[n]()
+    return out
+
+
+def spec_differences(a: FeatureSpec, b: FeatureSpec) -> list[str]:
+    """Human-readable ``field: a != b`` lines for every field that differs."""
+    da, db = a.to_dict(), b.to_dict()
+    return [f"{k}: {da[k]!r} != {db[k]!r}" for k in da if da[k] != db[k]]
