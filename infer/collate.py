@@ -1,0 +1,107 @@
+"""Batch collation: ragged ``(n_bins, n_frames)`` arrays -> one padded tensor plus mask.
+
+Padding is zeros in time, to the batch's own longest clip (optionally rounded
+up to a multiple, e.g. the model's time stride, so the planner's padded length
+is exactly what runs).  Values are copied unchanged: input normalisation is
+the model's job (a fixed affine dB map in :class:`infer.models.ModelConfig`,
+applied and re-masked inside the model), so a clip's normalised values never
+depend on its batch-mates or on padding.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import Tensor
+
+__all__ = ["Batch", "CollateError", "collate"]
+
+
+class CollateError(ValueError):
+    """The arrays cannot form one batch (empty, wrong rank, mixed n_bins, too long for pad_to)."""
+
+
+@dataclass
+class Batch:
+    """One padded batch.
+
+    ``x``: ``(B, 1, n_bins, T)`` values, zero beyond each clip's length;
+    ``lengths``: ``(B,)`` int64 real frames; ``mask``: ``(B, T)`` bool, True
+    on real frames; ``ids``: optional clip ids (e.g. store rows) in batch order.
+    """
+
+    x: Tensor
+    lengths: Tensor
+    mask: Tensor
+    ids: np.ndarray | None = None
+
+    def __len__(self) -> int:
+        return int(self.x.shape[0])
+
+    @property
+    def n_frames(self) -> int:
+        """Padded length T (frames)."""
+        return int(self.x.shape[-1])
+
+    def to(self, device: torch.device | str, *, non_blocking: bool = False) -> Batch:
+        """The same batch on ``device`` (ids stay on the host)."""
+        return Batch(
+            x=self.x.to(device, non_blocking=non_blocking),
+            lengths=self.lengths.to(device, non_blocking=non_blocking),
+            mask=self.mask.to(device, non_blocking=non_blocking),
+            ids=self.ids,
+        )
+
+
+def collate(
+    arrays: Sequence[np.ndarray],
+    *,
+    pad_to: int | None = None,
+    multiple_of: int = 1,
+    dtype: torch.dtype = torch.float32,
+    pin: bool = False,
+    ids: Sequence[int] | np.ndarray | None = None,
+) -> Batch:
+    """Stack ``(n_bins, n_frames)`` arrays into a zero-padded :class:`Batch`.
+
+    ``T`` is the longest clip's frames, or ``pad_to`` if given (it must be at
+    least the longest), then rounded up to a multiple of ``multiple_of``.
+    ``pin=True`` pins the host memory for asynchronous copies when CUDA is
+    available (a no-op otherwise).  Inputs are not modified (float16 store
+    views are converted while copying).
+    """
+    if len(arrays) == 0:
+        raise CollateError("cannot collate an empty list of clips")
+    if multiple_of < 1:
+        raise CollateError(f"multiple_of must be >= 1, got {multiple_of}")
+    for a in arrays:
+        if a.ndim != 2:
+            raise CollateError(f"each clip must be a 2-D (n_bins, n_frames) array, got shape {a.shape}")
+    n_bins = int(arrays[0].shape[0])
+    if any(int(a.shape[0]) != n_bins for a in arrays):
+        raise CollateError(f"clips have different n_bins: {sorted({int(a.shape[0]) for a in arrays})}")
+    lengths = np.array([a.shape[1] for a in arrays], dtype=np.int64)
+    longest = int(lengths.max())
+    if pad_to is not None:
+        if pad_to < longest:
+            raise CollateError(f"pad_to={pad_to} frames is shorter than the longest clip ({longest} frames)")
+        longest = pad_to
+    n_frames = -(-longest // multiple_of) * multiple_of
+    np_dtype = torch.empty((), dtype=dtype).numpy().dtype if dtype != torch.bfloat16 else np.float32
+    host = np.zeros((len(arrays), 1, n_bins, n_frames), dtype=np_dtype)
+    for i, a in enumerate(arrays):
+        host[i, 0, :, : a.shape[1]] = a
+    x = torch.from_numpy(host)
+    if x.dtype != dtype:
+        x = x.to(dtype)
+    lengths_t = torch.from_numpy(lengths)
+    mask = torch.arange(n_frames)[None, :] < lengths_t[:, None]
+    if pin and torch.cuda.is_available():
+        x, lengths_t, mask = x.pin_memory(), lengths_t.pin_memory(), mask.pin_memory()
+    id_array = None if ids is None else np.asarray(ids, dtype=np.int64)
+    if id_array is not None and id_array.shape != (len(arrays),):
+        raise CollateError(f"ids must have one entry per clip ({len(arrays)}), got shape {id_array.shape}")
+    return Batch(x=x, lengths=lengths_t, mask=mask, ids=id_array)

@@ -1,0 +1,430 @@
+"""Masked CNN classifiers for variable-length spectrogram clips.
+
+A batch is ``x: (B, 1, n_bins, T)`` zero-padded in time to its longest clip,
+plus ``lengths: (B,)`` (real frames per clip).  The models here are written so
+that **a clip's logits in a padded batch equal its logits run alone** (eval
+mode, up to float rounding).  How that is guaranteed:
+
+* Input normalisation is a fixed affine map ``(x - input_mean) / input_std``
+  taken from the config (dB in, roughly unit scale out).  It is per value, so
+  it does not depend on padding or on where a long clip is cut into windows;
+  a trainer may fit ``input_mean``/``input_std`` on a store's real frames and
+  save them in the config.  After it the input is re-masked (zeros beyond each
+  length) and zero-padded in time up to a multiple of the model's total time
+  stride, so every time-strided op below sees an even length.
+* Every op that mixes time steps (a conv with time kernel > 1, a time-strided
+  conv, time pooling) reads only zeros beyond a clip's length: the activations
+  are re-masked after every conv block (conv -> BN -> ReLU -> zero the frames
+  ``>= length``).  For a conv of kernel ``k`` (odd), padding ``k // 2`` and
+  stride ``s``, output frame ``j < ceil(L / s)`` reads input frames up to
+  ``j * s + k // 2 <= L - 1 + k // 2``; those ``>= L`` are zeros in the batch
+  (masked) and zeros alone (the conv's own padding), so the values agree and
+  the new length is ``ceil(L / s)``.  A 2x2 max pool (stride 2) after ReLU
+  and masking sees values ``>= 0`` and zeros, so its output frame
+  ``j < ceil(L / 2)`` is the same in both cases, and frames ``>= ceil(L/2)``
+  pool only zeros, so they stay zero (no re-mask needed).  Lengths therefore
+  follow ``L -> ceil(L / stride)`` and never reach 0: any clip of >= 1 frame
+  is supported (:data:`MIN_FRAMES`).
+* BatchNorm in eval mode is a per-channel affine map.  In training,
+  :class:`MaskedBatchNorm2d` computes the batch mean/variance over real frames
+  only, so padding changes neither the normalisation nor the running stats.
+* Pooling is a masked global average (MaskedGAP): mean over frequency, sum
+  over real frames, divided by the real frame count at the final resolution.
+  :meth:`MaskedClassifier.pooled_sum` exposes the (sums, counts) pair so a
+  clip cut into windows combines as ``classify(sum(sums), sum(counts))``.
+
+Masks multiply by a ``(B, 1, 1, T)`` tensor, which works for contiguous and
+channels-last activations alike and under bf16 autocast (pooled sums are
+accumulated in float32).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+__all__ = [
+    "ARCHS",
+    "MIN_FRAMES",
+    "MaskedBatchNorm2d",
+    "MaskedClassifier",
+    "ModelConfig",
+    "ModelConfigError",
+    "SpectrogramCNN",
+    "SpectrogramResNet",
+    "build_model",
+    "count_parameters",
+    "time_mask",
+]
+
+ARCHS = ("cnn", "resnet")
+MIN_FRAMES = 1
+"""Shortest clip (frames) the models accept: lengths shrink as ceil(L/stride)."""
+
+
+class ModelConfigError(ValueError):
+    """A model configuration is invalid (bad value or unknown field)."""
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """Architecture hyper-parameters; saved in checkpoints via :meth:`to_dict`.
+
+    ``arch``: ``"cnn"`` (``depth`` conv blocks, each conv3x3-BN-ReLU then a
+    2x2 max pool over frequency and time) or ``"resnet"`` (a conv stem with a
+    2x2 max pool, then ``depth`` stages of ``blocks_per_stage`` residual
+    blocks; stages after the first halve frequency and time with a stride-2
+    conv).  Channels of block/stage ``i`` are ``min(width * 2**i, max_width)``.
+    ``time_kernel`` (odd) is the convs' kernel size along time (3 by default;
+    1 gives a model with a one-frame receptive field in time, used to test
+    windowing).  ``time_pool=False`` keeps full time resolution (no striding
+    in time).  ``input_mean``/``input_std`` (dB) define the fixed input
+    normalisation ``(x - input_mean) / input_std``.
+    """
+
+    arch: str = "cnn"
+    n_bins: int = 128
+    n_classes: int = 10
+    width: int = 32
+    depth: int = 4
+    blocks_per_stage: int = 2
+    max_width: int = 512
+    dropout: float = 0.1
+    time_kernel: int = 3
+    time_pool: bool = True
+    input_mean: float = -40.0
+    input_std: float = 40.0
+    bn_momentum: float = 0.1
+    bn_eps: float = 1e-5
+
+    def __post_init__(self) -> None:
+        if self.arch not in ARCHS:
+            raise ModelConfigError(f"unknown arch {self.arch!r}; expected one of {ARCHS}")
+        for name in ("n_bins", "n_classes", "width", "depth", "blocks_per_stage", "max_width"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ModelConfigError(f"{name} must be a positive integer, got {value!r}")
+        if not isinstance(self.time_kernel, int) or self.time_kernel < 1 or self.time_kernel % 2 == 0:
+            raise ModelConfigError(f"time_kernel must be a positive odd integer, got {self.time_kernel!r}")
+        if not 0.0 <= self.dropout < 1.0:
+            raise ModelConfigError(f"dropout must be in [0, 1), got {self.dropout!r}")
+        if not self.input_std > 0:
+            raise ModelConfigError(f"input_std must be positive, got {self.input_std!r}")
+        if not 0.0 < self.bn_momentum <= 1.0 or not self.bn_eps > 0:
+            raise ModelConfigError("bn_momentum must be in (0, 1] and bn_eps positive")
+
+    @property
+    def channels(self) -> list[int]:
+        """Output channels of each block (cnn) or stage (resnet)."""
+        return [min(self.width * 2**i, self.max_width) for i in range(self.depth)]
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict (what checkpoints hold)."""
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ModelConfig:
+        """Inverse of :meth:`to_dict`; rejects unknown fields with one clear error."""
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ModelConfigError(f"unknown model config field(s): {', '.join(unknown)}")
+        return cls(**data)
+
+
+def time_mask(lengths: Tensor, n_frames: int, dtype: torch.dtype) -> Tensor:
+    """``(B, 1, 1, n_frames)`` mask: 1 for frames ``< lengths[b]``, else 0."""
+    steps = torch.arange(n_frames, device=lengths.device)
+    return (steps[None, :] < lengths[:, None]).to(dtype)[:, None, None, :]
+
+
+def _remask(x: Tensor, lengths: Tensor) -> Tensor:
+    """Zero every frame at or beyond each clip's length (in place when no grad is tracked)."""
+    mask = time_mask(lengths, x.shape[-1], x.dtype)
+    if torch.is_grad_enabled() and x.requires_grad:
+        return x * mask
+    return x.mul_(mask)
+
+
+def _strided_lengths(lengths: Tensor, stride: int) -> Tensor:
+    """Lengths after a time stride: ``ceil(L / stride)`` (see the module docstring)."""
+    if stride == 1:
+        return lengths
+    return torch.div(lengths + (stride - 1), stride, rounding_mode="floor")
+
+
+class MaskedBatchNorm2d(nn.BatchNorm2d):
+    """BatchNorm2d whose training statistics cover real frames only.
+
+    ``forward(x, lengths)``: in training, the per-channel mean and (biased)
+    variance are taken over the batch, all frequency rows and the frames
+    ``t < lengths[b]``; the running stats are updated with them (unbiased
+    variance, like :class:`torch.nn.BatchNorm2d`).  Padded positions come out
+    with arbitrary values; callers re-mask.  In eval mode (or with
+    ``lengths=None``) it is the ordinary BatchNorm2d.  Statistics are computed
+    in float32 even under autocast.
+    """
+
+    def forward(self, x: Tensor, lengths: Tensor | None = None) -> Tensor:  # type: ignore[override]
+        if not self.training or lengths is None:
+            return super().forward(x)
+        xf = x.float()
+        mask = time_mask(lengths, x.shape[-1], torch.float32)
+        count = mask.sum() * x.shape[2]
+        mean = (xf * mask).sum(dim=(0, 2, 3)) / count
+        centred = xf - mean[None, :, None, None]
+        var = (centred.square() * mask).sum(dim=(0, 2, 3)) / count
+        if self.track_running_stats and self.running_mean is not None and self.running_var is not None:
+            with torch.no_grad():
+                self.num_batches_tracked.add_(1)  # type: ignore[union-attr,operator]
+                momentum = self.momentum if self.momentum is not None else 1.0 / float(self.num_batches_tracked)
+                unbiased = var * (count / torch.clamp(count - 1, min=1.0))
+                self.running_mean.lerp_(mean.to(self.running_mean.dtype), momentum)
+                self.running_var.lerp_(unbiased.to(self.running_var.dtype), momentum)
+        scale = torch.rsqrt(var + self.eps)
+        if self.affine:
+            scale = scale * self.weight
+        y = centred * scale[None, :, None, None]
+        if self.affine:
+            y = y + self.bias[None, :, None, None]
+        return y.to(x.dtype)
+
+
+class MaskedClassifier(nn.Module):
+    """Base for the masked models: input handling, MaskedGAP pooling and the head.
+
+    Subclasses build ``self.blocks`` (each ``block(x, lengths) -> (x, lengths)``)
+    and set ``self._time_stride`` (total time stride) and
+    ``self._receptive_field`` (frames of input one output frame depends on).
+    """
+
+    def __init__(self, config: ModelConfig, out_channels: int) -> None:
+        super().__init__()
+        self.config = config
+        self.blocks = nn.ModuleList()
+        self.dropout = nn.Dropout(config.dropout)
+        self.head = nn.Linear(out_channels, config.n_classes)
+        self._time_stride = 1
+        self._receptive_field = 1
+
+    @property
+    def time_stride(self) -> int:
+        """Total stride in time (input frames per output frame); batches align to it."""
+        return self._time_stride
+
+    @property
+    def receptive_field(self) -> int:
+        """Input frames (in time) that one output frame depends on."""
+        return self._receptive_field
+
+    @property
+    def min_frames(self) -> int:
+        """Shortest clip supported (frames)."""
+        return MIN_FRAMES
+
+    def _prepare(self, x: Tensor, lengths: Tensor | Any) -> tuple[Tensor, Tensor]:
+        """Validate, normalise, mask and pad ``x`` to a multiple of the time stride."""
+        if x.ndim != 4 or x.shape[1] != 1 or x.shape[2] != self.config.n_bins:
+            raise ValueError(
+                f"expected input (B, 1, {self.config.n_bins}, T), got {tuple(x.shape)}"
+            )
+        lengths = torch.as_tensor(lengths, device=x.device).long()
+        if lengths.shape != (x.shape[0],):
+            raise ValueError(f"lengths must have shape ({x.shape[0]},), got {tuple(lengths.shape)}")
+        if lengths.numel() and (int(lengths.min()) < MIN_FRAMES or int(lengths.max()) > x.shape[-1]):
+            raise ValueError(f"lengths must lie in [{MIN_FRAMES}, {x.shape[-1]}] frames")
+        h = (x - self.config.input_mean) * (1.0 / self.config.input_std)
+        h = _remask(h, lengths)
+        extra = -x.shape[-1] % self.time_stride
+        if extra:
+            h = F.pad(h, (0, extra))
+        return h, lengths
+
+    def features(self, x: Tensor, lengths: Tensor | Any) -> tuple[Tensor, Tensor]:
+        """Backbone: ``(B, C, F', T')`` masked activations and their lengths ``(B,)``."""
+        h, lengths = self._prepare(x, lengths)
+        for block in self.blocks:
+            h, lengths = block(h, lengths)
+        return h, lengths
+
+    def pooled_sum(
+        self,
+        x: Tensor,
+        lengths: Tensor | Any,
+        pool_start: Tensor | None = None,
+        pool_stop: Tensor | None = None,
+    ) -> tuple[Tensor, Tensor]:
+        """MaskedGAP numerator and denominator: ``(sums (B, C) float32, counts (B,) float32)``.
+
+        ``sums`` is the sum over real output frames of the frequency-mean
+        activations, ``counts`` the number of those frames.  With
+        ``pool_start``/``pool_stop`` (input frames, ``(B,)``; the start a
+        multiple of :attr:`time_stride`) only output frames covering
+        ``[pool_start, pool_stop)`` are pooled, which lets overlapping windows
+        of a long clip each contribute only the part they own.
+        """
+        h, out_lengths = self.features(x, lengths)
+        per_frame = h.float().mean(dim=2)  # (B, C, T')
+        steps = torch.arange(per_frame.shape[-1], device=per_frame.device)[None, :]
+        keep = steps < out_lengths[:, None]
+        if pool_start is not None:
+            start = torch.as_tensor(pool_start, device=h.device).long()
+            keep = keep & (steps >= torch.div(start, self.time_stride, rounding_mode="floor")[:, None])
+        if pool_stop is not None:
+            stop = _strided_lengths(torch.as_tensor(pool_stop, device=h.device).long(), self.time_stride)
+            keep = keep & (steps < stop[:, None])
+        weights = keep.to(per_frame.dtype)
+        sums = (per_frame * weights[:, None, :]).sum(dim=-1)
+        return sums, weights.sum(dim=-1)
+
+    def classify(self, sums: Tensor, counts: Tensor) -> Tensor:
+        """Logits ``(B, n_classes)`` from pooled sums and counts (MaskedGAP then head)."""
+        pooled = sums / counts.clamp(min=1.0)[:, None]
+        return self.head(self.dropout(pooled.to(self.head.weight.dtype)))
+
+    def forward(self, x: Tensor, lengths: Tensor | Any) -> Tensor:
+        """Logits ``(B, n_classes)`` for ``x (B, 1, n_bins, T)`` with real ``lengths (B,)``."""
+        sums, counts = self.pooled_sum(x, lengths)
+        return self.classify(sums, counts)
+
+
+class ConvBlock(nn.Module):
+    """conv(3 x time_kernel)-MaskedBN-ReLU, re-mask, then 2x2 max pool (freq and time)."""
+
+    def __init__(self, c_in: int, c_out: int, config: ModelConfig) -> None:
+        super().__init__()
+        kt = config.time_kernel
+        self.conv = nn.Conv2d(c_in, c_out, (3, kt), padding=(1, kt // 2), bias=False)
+        self.bn = MaskedBatchNorm2d(c_out, eps=config.bn_eps, momentum=config.bn_momentum)
+        self.act = nn.ReLU(inplace=True)
+        self.stride = 2 if config.time_pool else 1
+        # ceil_mode only matters in frequency (time is padded to a multiple of the stride).
+        self.pool = nn.MaxPool2d((2, self.stride), ceil_mode=True)
+
+    def forward(self, x: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor]:
+        h = self.act(self.bn(self.conv(x), lengths))
+        h = _remask(h, lengths)
+        # Pooling non-negative, zero-masked values: frames >= ceil(L/2) pool only zeros.
+        return self.pool(h), _strided_lengths(lengths, self.stride)
+
+
+class SpectrogramCNN(MaskedClassifier):
+    """Compact CNN: ``depth`` ConvBlocks, MaskedGAP, dropout, linear head.
+
+    Default (width 32, depth 4): channels 32-64-128-256, about 390k
+    parameters, time stride 16.
+    """
+
+    def __init__(self, config: ModelConfig) -> None:
+        channels = config.channels
+        super().__init__(config, channels[-1])
+        c_in = 1
+        rf, jump = 1, 1
+        for c_out in channels:
+            block = ConvBlock(c_in, c_out, config)
+            self.blocks.append(block)
+            rf += (config.time_kernel - 1) * jump
+            rf += (block.stride - 1) * jump
+            jump *= block.stride
+            c_in = c_out
+        self._time_stride = jump
+        self._receptive_field = rf
+
+
+class Stem(nn.Module):
+    """ResNet stem: conv(3 x time_kernel)-MaskedBN-ReLU, re-mask, 2x2 max pool."""
+
+    def __init__(self, c_out: int, config: ModelConfig) -> None:
+        super().__init__()
+        self.block = ConvBlock(1, c_out, config)
+        self.stride = self.block.stride
+
+    def forward(self, x: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor]:
+        return self.block(x, lengths)
+
+
+class ResidualBlock(nn.Module):
+    """Basic residual block with masked BN; re-masks after each conv stage.
+
+    ``conv(stride) -> BN -> ReLU -> mask -> conv -> BN``, plus the shortcut
+    (identity, or 1x1 conv(stride) + BN), then ReLU and mask.  A stride-2 conv
+    (kernel k, padding k // 2) on an even, zero-masked input gives output
+    lengths ``ceil(L / 2)`` with values independent of padding.
+    """
+
+    def __init__(self, c_in: int, c_out: int, stride: int, config: ModelConfig) -> None:
+        super().__init__()
+        kt = config.time_kernel
+        self.stride = stride if config.time_pool else 1
+        strides = (stride, self.stride)
+        self.conv1 = nn.Conv2d(c_in, c_out, (3, kt), stride=strides, padding=(1, kt // 2), bias=False)
+        self.bn1 = MaskedBatchNorm2d(c_out, eps=config.bn_eps, momentum=config.bn_momentum)
+        self.conv2 = nn.Conv2d(c_out, c_out, (3, kt), padding=(1, kt // 2), bias=False)
+        self.bn2 = MaskedBatchNorm2d(c_out, eps=config.bn_eps, momentum=config.bn_momentum)
+        self.act = nn.ReLU(inplace=True)
+        self.shortcut_conv: nn.Conv2d | None = None
+        self.shortcut_bn: MaskedBatchNorm2d | None = None
+        if stride != 1 or c_in != c_out:
+            self.shortcut_conv = nn.Conv2d(c_in, c_out, 1, stride=strides, bias=False)
+            self.shortcut_bn = MaskedBatchNorm2d(c_out, eps=config.bn_eps, momentum=config.bn_momentum)
+
+    def forward(self, x: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor]:
+        out_lengths = _strided_lengths(lengths, self.stride)
+        h = self.act(self.bn1(self.conv1(x), out_lengths))
+        h = _remask(h, out_lengths)
+        h = self.bn2(self.conv2(h), out_lengths)
+        if self.shortcut_conv is not None and self.shortcut_bn is not None:
+            skip = self.shortcut_bn(self.shortcut_conv(x), out_lengths)
+        else:
+            skip = x
+        h = self.act(h + skip)
+        return _remask(h, out_lengths), out_lengths
+
+
+class SpectrogramResNet(MaskedClassifier):
+    """Residual family for GPU users: stem + ``depth`` stages of ``blocks_per_stage`` blocks.
+
+    Default (width 32, depth 4, 2 blocks per stage): channels 32-64-128-256,
+    about 2.8M parameters, time stride 16.
+    """
+
+    def __init__(self, config: ModelConfig) -> None:
+        channels = config.channels
+        super().__init__(config, channels[-1])
+        kt = config.time_kernel
+        stem = Stem(channels[0], config)
+        self.blocks.append(stem)
+        rf = 1 + (kt - 1) + (stem.stride - 1)
+        jump = stem.stride
+        c_in = channels[0]
+        for i, c_out in enumerate(channels):
+            for j in range(config.blocks_per_stage):
+                stride = 2 if (i > 0 and j == 0) else 1
+                block = ResidualBlock(c_in, c_out, stride, config)
+                self.blocks.append(block)
+                rf += (kt - 1) * jump
+                jump *= block.stride
+                rf += (kt - 1) * jump
+                c_in = c_out
+        self._time_stride = jump
+        self._receptive_field = rf
+
+
+def build_model(config: ModelConfig) -> MaskedClassifier:
+    """The model a config describes (fresh weights)."""
+    if config.arch == "cnn":
+        return SpectrogramCNN(config)
+    if config.arch == "resnet":
+        return SpectrogramResNet(config)
+    raise ModelConfigError(f"unknown arch {config.arch!r}")  # unreachable: config validates
+
+
+def count_parameters(model: nn.Module) -> int:
+    """Number of trainable parameters."""
+    return sum(p.numel() for p in model.parameters() if p.requires_grad)
+

@@ -1,0 +1,85 @@
+"""One pipeline task: decode a group of files and write them as one whole shard.
+
+This runs inside a joblib worker.  Raw audio exists only inside
+:func:`pipeline.features.compute_features`, one file (or one block of a long
+file) at a time; what the task keeps are the float16 feature arrays of its
+files until the shard is written.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from store import FeatureSpec, ShardInfo, write_shard
+
+from .audio import AudioError
+from .features import compute_features
+
+__all__ = ["TaskItem", "TaskResult", "run_task"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class TaskItem:
+    """A distinct content to decode: one representative file and its hash."""
+
+    source: str
+    hash: str
+
+
+@dataclass
+class TaskResult:
+    """What a task returns to the driver (small: no feature data)."""
+
+    shard: ShardInfo | None
+    failed: dict[str, str] = field(default_factory=dict)  # hash -> reason
+    seconds: float = 0.0
+    files: int = 0
+
+
+def run_task(
+    store_url: str,
+    items: list[TaskItem],
+    specs: dict[str, dict[str, Any]],
+    block_seconds: float,
+    storage_options: dict[str, Any] | None = None,
+) -> TaskResult:
+    """Decode ``items``, compute every feature once per file, write one shard.
+
+    Per-file audio problems become ``failed`` entries with their reason and
+    never stop the task.  Errors writing the shard (a full disk, say)
+    propagate: the driver stops the run and the store stays at its last commit.
+    """
+    feature_specs = {k: FeatureSpec.from_dict(v) for k, v in specs.items()}
+    arrays: dict[str, list[np.ndarray]] = {k: [] for k in feature_specs}
+    hashes: list[str] = []
+    durations: list[float] = []
+    result = TaskResult(shard=None, files=len(items))
+    for item in items:
+        try:
+            feats = compute_features(item.source, feature_specs, block_seconds=block_seconds)
+        except AudioError as e:
+            result.failed[item.hash] = e.reason
+            continue
+        except MemoryError:
+            result.failed[item.hash] = "out of memory while decoding"
+            continue
+        except Exception as e:  # a decoder bug on one odd file must not cost the others
+            log.debug("unexpected failure on %s", item.source, exc_info=True)
+            result.failed[item.hash] = f"decode failed: {type(e).__name__}: {e}".splitlines()[0]
+            continue
+        for k, spec in feature_specs.items():
+            arrays[k].append(feats.arrays[k].astype(spec.dtype, copy=False))
+        hashes.append(item.hash)
+        durations.append(feats.duration)
+        result.seconds += feats.duration
+    if hashes:
+        result.shard = write_shard(store_url, arrays, hashes, durations, storage_options=storage_options)
+    log.debug("task of %d files done in pid %d", len(items), os.getpid())
+    return result

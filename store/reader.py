@@ -1,0 +1,208 @@
+"""Reading a store: ``open_store(path)`` gives the committed index and each clip's features.
+
+Opening reads the metadata document and the index columns only (a few MB
+for 100k clips), never feature data.  The snapshot is fixed at open: a
+writer committing meanwhile does not change what this reader sees, because
+committed shards are immutable and the index it loaded stays whole.
+
+Local stores in the raw layout are read through ``numpy.memmap`` of the
+chunk files, so a clip is a zero-copy view of the page cache; the
+compressed layout and remote stores go through zarr, to the same values.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import zarr
+
+from .errors import StoreCorrupt, StoreNotFound
+from .layout import ERROR_COLUMNS, ERRORS_GROUP, INDEX_COLUMNS, shard_path
+from .location import Location, as_location
+from .metadata import StoreMetadata
+from .spec import FeatureSpec
+from .table import read_columns
+
+__all__ = ["Store", "FeatureView", "open_store"]
+
+#: Shard arrays kept open per feature (each is an mmap or a zarr handle).
+_OPEN_SHARDS = 256
+
+
+class FeatureView:
+    """One feature of a store, indexed by row: ``view[i]`` is ``(n_bins, n_frames)``."""
+
+    def __init__(self, store: "Store", name: str) -> None:
+        self._store = store
+        self.name = name
+        self.spec: FeatureSpec = store.specs[name]
+        self._open: OrderedDict[int, Any] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._store)
+
+    def __getitem__(self, i: int) -> np.ndarray:
+        """Clip ``i`` as ``(n_bins, n_frames)`` (a transposed view of :meth:`frames`)."""
+        return self.frames(i).T
+
+    def frames(self, i: int) -> np.ndarray:
+        """Clip ``i`` as ``(n_frames, n_bins)``: a read-only zero-copy view for local raw stores."""
+        s = self._store
+        n = len(s)
+        if not -n <= i < n:
+            raise IndexError(f"clip {i} out of range for a store of {n} clips")
+        i = int(i) % n
+        shard = int(s._shard[i])
+        start = int(s._offset[i])
+        stop = start + int(s.lengths[i])
+        return self._shard_array(shard)[start:stop]
+
+    def _shard_array(self, shard: int) -> Any:
+        arr = self._open.get(shard)
+        if arr is not None:
+            self._open.move_to_end(shard)
+            return arr
+        arr = self._store._open_shard_array(shard, self.name)
+        self._open[shard] = arr
+        if len(self._open) > _OPEN_SHARDS:
+            self._open.popitem(last=False)
+        return arr
+
+    def __repr__(self) -> str:
+        return f"<FeatureView {self.name}: {len(self)} clips x {self.spec.n_bins} bins, {self.spec.dtype}>"
+
+
+class Store:
+    """A read-only snapshot of a committed store. Create it with :func:`open_store`."""
+
+    def __init__(self, loc: Location, root: zarr.Group, meta: StoreMetadata) -> None:
+        self.location = loc
+        self.metadata = meta
+        self._root = root
+        commit = meta.commit
+        idx = read_columns(root, commit.index, INDEX_COLUMNS)
+        err = read_columns(root, None if commit.index is None else f"{commit.index}/{ERRORS_GROUP}", ERROR_COLUMNS)
+        self.lengths: np.ndarray = idx["n_frames"].astype(np.int64)
+        self.durations: np.ndarray = idx["duration"].astype(np.float64)
+        self.labels: np.ndarray = idx["label"].astype(np.int32)
+        self.paths: list[str] = idx["path"].tolist()
+        self.hashes: list[str] = idx["hash"].tolist()
+        self.label_names: list[str] = list(commit.label_names)
+        self.shards: tuple[str, ...] = commit.shards
+        self.errors: list[tuple[str, str]] = list(zip(err["path"].tolist(), err["reason"].tolist()))
+        self._shard = idx["shard"].astype(np.int64)
+        self._offset = idx["offset"].astype(np.int64)
+        for name in ("lengths", "durations", "labels", "_shard", "_offset"):
+            getattr(self, name).setflags(write=False)
+        self._views: dict[str, FeatureView] = {}
+
+    # -- metadata ------------------------------------------------------------------------
+    @property
+    def specs(self) -> dict[str, FeatureSpec]:
+        return dict(self.metadata.features)
+
+    @property
+    def default_feature(self) -> str:
+        return self.metadata.default_feature
+
+    @property
+    def spec(self) -> FeatureSpec:
+        """The default feature's spec."""
+        return self.metadata.features[self.metadata.default_feature]
+
+    @property
+    def layout(self) -> str:
+        return self.metadata.layout
+
+    @property
+    def generation(self) -> int:
+        return self.metadata.commit.generation
+
+    @property
+    def total_seconds(self) -> float:
+        return float(self.durations.sum())
+
+    # -- data ----------------------------------------------------------------------------
+    def __len__(self) -> int:
+        return len(self.paths)
+
+    def __getitem__(self, i: int) -> np.ndarray:
+        """Clip ``i`` of the default feature as ``(n_bins, n_frames)``."""
+        return self.feature(self.default_feature)[i]
+
+    def feature(self, name: str) -> FeatureView:
+        """Access to another feature: ``s.feature("cqt")[i]``."""
+        if name not in self.metadata.features:
+            raise KeyError(f"store has no feature {name!r}; it has {', '.join(self.metadata.features)}")
+        view = self._views.get(name)
+        if view is None:
+            view = self._views[name] = FeatureView(self, name)
+        return view
+
+    def _open_shard_array(self, shard: int, feature: str) -> Any:
+        name = self.shards[shard]
+        spec = self.metadata.features[feature]
+        if self.location.local is not None and self.layout == "raw":
+            chunk = Path(self.location.local, shard_path(name, feature), "c", "0", "0")
+            try:
+                size = chunk.stat().st_size
+            except FileNotFoundError:
+                raise StoreCorrupt(f"shard {name} has no data file for {feature} ({chunk})") from None
+            row = spec.n_bins * np.dtype(spec.dtype).itemsize
+            if size % row:
+                raise StoreCorrupt(f"shard {name}/{feature} data file has {size} bytes, not whole frames of {row}")
+            if size == 0:
+                return np.zeros((0, spec.n_bins), dtype=spec.dtype)
+            mapped = np.memmap(chunk, dtype=np.dtype(spec.dtype).newbyteorder("<"), mode="r",
+                               shape=(size // row, spec.n_bins))
+            return mapped.view(np.ndarray)  # plain ndarray views; the mmap lives on as their base
+        try:
+            return self._root[shard_path(name, feature)]
+        except KeyError:
+            raise StoreCorrupt(f"committed shard {name} has no array {feature}") from None
+
+    # -- display -------------------------------------------------------------------------
+    def summary(self) -> str:
+        """A few readable lines: clips, hours, labels, features, layout, errors."""
+        feats = ", ".join(f"{k} ({v.n_bins} bins, {v.dtype})" for k, v in self.metadata.features.items())
+        counts = np.bincount(self.labels[self.labels >= 0], minlength=len(self.label_names)) if len(self) else []
+        labels = ", ".join(f"{n} {c}" for n, c in zip(self.label_names, counts)) or "none"
+        unlabelled = int((self.labels < 0).sum())
+        lines = [
+            f"specstore at {self.location}",
+            f"  clips:    {len(self):,} ({len(set(self.hashes)):,} distinct contents), "
+            f"{self.total_seconds / 3600:.2f} h of audio",
+            f"  frames:   {int(self.lengths.sum()):,} ({self.metadata.frame_seconds * 1000:.1f} ms each)",
+            f"  labels:   {labels}" + (f"; unlabelled {unlabelled}" if unlabelled else ""),
+            f"  features: {feats}; default {self.default_feature}",
+            f"  layout:   {self.layout}, {len(self.shards)} shards, commit {self.generation}",
+            f"  errors:   {len(self.errors)}",
+        ]
+        return "\n".join(lines)
+
+    def __repr__(self) -> str:
+        feats = " ".join(f"{k}({v.n_bins})" for k, v in self.metadata.features.items())
+        return (f"<specstore {len(self):,} clips, {self.total_seconds / 3600:.2f} h, "
+                f"{len(self.label_names)} labels, {feats}, {self.layout}, "
+                f"{len(self.errors)} errors at {self.location}>")
+
+
+def open_store(where: "str | Location", storage_options: dict[str, Any] | None = None) -> Store:
+    """Open a store read-only: ``len(s)``, ``s.lengths``, ``s.labels``, ``s[i]``, ``s.feature("cqt")[i]``.
+
+    ``where`` is a local path, a ``file://`` URL or any fsspec URL zarr
+    accepts (``memory://``, ``s3://...``).  Raises :class:`StoreNotFound`
+    or :class:`StoreCorrupt` with a one-line message.
+    """
+    loc = as_location(where, storage_options)
+    if not loc.exists():
+        raise StoreNotFound(f"no store at {loc}")
+    try:
+        root = loc.open_group("r")
+    except (zarr.errors.GroupNotFoundError, FileNotFoundError, ValueError) as e:
+        raise StoreNotFound(f"no store at {loc}: {e}") from None
+    meta = StoreMetadata.from_attrs(dict(root.attrs), str(loc))
+    return Store(loc, root, meta)
