@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+import stat
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import ExitStack
@@ -18,7 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from joblib import Parallel, delayed, parallel_config
+from joblib import Parallel, delayed, effective_n_jobs, parallel_config
+from joblib.parallel import get_active_backend
 from tqdm.auto import tqdm
 
 from store import ErrorRow, FeatureSpec, IndexRow, ShardInfo, StoreWriter, create_store, default_specs
@@ -105,9 +107,11 @@ def _hash_batch(sources: list[str]) -> list[tuple[str | None, str | None]]:
         try:
             if os.path.islink(src) and not os.path.exists(src):
                 out.append((None, "broken symlink"))
-            elif os.path.isdir(src):
-                out.append((None, "is a directory, not a file"))
-            elif os.path.getsize(src) == 0:
+                continue
+            st = os.stat(src)
+            if not stat.S_ISREG(st.st_mode):
+                out.append((None, "not a regular file"))
+            elif st.st_size == 0:
                 out.append((None, "empty file"))
             else:
                 out.append((content_hash(src), None))
@@ -222,14 +226,17 @@ def extract(
 
 
 def _backend(backend: str, scheduler: str | None, n_jobs: int, stack: ExitStack) -> Any:
-    """The joblib ``parallel_config`` for ``backend`` (starting a dask client when asked)."""
+    """The joblib ``parallel_config`` for ``backend`` (connecting to or starting dask or ray when asked)."""
     if backend == "dask":
         try:
             from dask.distributed import Client, LocalCluster
         except ImportError:
             raise ExtractError("BACKEND=dask needs dask.distributed: pip install 'specstore[dask]'") from None
         if scheduler:
-            client = stack.enter_context(Client(scheduler))
+            try:
+                client = stack.enter_context(Client(scheduler))
+            except (OSError, ValueError) as e:
+                raise ExtractError(f"cannot reach the dask scheduler at {scheduler}: {e}".splitlines()[0]) from None
         else:
             cluster = stack.enter_context(LocalCluster(n_workers=n_jobs, threads_per_worker=1, processes=True))
             client = stack.enter_context(Client(cluster))
@@ -237,11 +244,23 @@ def _backend(backend: str, scheduler: str | None, n_jobs: int, stack: ExitStack)
         return parallel_config(backend="dask", n_jobs=-1)
     if backend == "ray":
         try:
+            import ray
             from ray.util.joblib import register_ray
         except ImportError:
             raise ExtractError("BACKEND=ray needs ray: pip install ray") from None
+        # SCHEDULER (or RAY_ADDRESS) names a running cluster ("auto", "ray://head:10001");
+        # without one, a local ray of n_jobs CPUs lives for this run.
+        address = scheduler or os.environ.get("RAY_ADDRESS")
+        if not ray.is_initialized():
+            options: dict[str, Any] = {"address": address} if address else {"num_cpus": n_jobs}
+            try:
+                ray.init(**options)
+            except (ConnectionError, OSError, ValueError) as e:
+                reason = str(e).splitlines()[0] if str(e) else type(e).__name__
+                raise ExtractError(f"cannot start or reach ray ({address or 'local'}): {reason}") from None
+            stack.callback(ray.shutdown)
         register_ray()
-        return parallel_config(backend="ray", n_jobs=n_jobs)
+        return parallel_config(backend="ray", n_jobs=-1 if address else n_jobs)
     if backend not in ("loky", "threading", "multiprocessing"):
         raise ExtractError(f"unknown backend {backend!r}; choose loky, threading, multiprocessing, dask or ray")
     extra = {"inner_max_num_threads": 1} if backend == "loky" else {}
@@ -280,17 +299,36 @@ def _commit(writer: StoreWriter, shards: list[ShardInfo], rows: list[IndexRow], 
 def _run_tasks(writer: StoreWriter, tasks: list[list[TaskItem]], todo: dict[str, list[CorpusItem]],
                spec_dicts: dict[str, dict[str, Any]], block_seconds: float, commit_seconds: float,
                progress: bool, summary: ExtractSummary, storage_options: dict[str, Any] | None) -> None:
+    url = writer.location.url if writer.location.local is None else str(writer.location.local)
+    # memory:// is a dict inside this process: only threads, or one job run inline, can write to it.
+    active, active_jobs = get_active_backend()
+    if url.startswith("memory://") and not (getattr(active, "uses_threads", False)
+                                             or effective_n_jobs(active_jobs) == 1):
+        raise ExtractError(f"{url} lives in this process's memory, where worker processes cannot write; "
+                           "use jobs=1 or the threading backend, or a file or object-store path")
     if not tasks:
         return
-    url = writer.location.url if writer.location.local is None else str(writer.location.local)
-    calls = (delayed(run_task)(url, t, spec_dicts, block_seconds, storage_options) for t in tasks)
+    calls = [delayed(run_task)(url, t, spec_dicts, block_seconds, storage_options) for t in tasks]
+
+    def finished() -> Iterator[TaskResult]:
+        """Task results as they finish (in rounds where the backend can only return whole lists)."""
+        if getattr(active, "supports_return_generator", False):
+            yield from Parallel(return_as="generator_unordered")(calls)
+            return
+        # ray's and multiprocessing's joblib backends return lists only: rounds of about four tasks
+        # per worker on one pool, so results still reach a commit after every round.
+        step = 4 * max(effective_n_jobs(active_jobs), 1)
+        with Parallel() as parallel:
+            for i in range(0, len(calls), step):
+                yield from parallel(calls[i:i + step])
+
     pending: tuple[list[ShardInfo], list[IndexRow], list[ErrorRow]] = ([], [], [])
     last = time.monotonic()
     total = sum(len(t) for t in tasks)
     bar = tqdm(total=total, unit="file", desc="extracting", disable=not progress, dynamic_ncols=True)
     t0 = time.perf_counter()
     try:
-        for res in Parallel(return_as="generator_unordered")(calls):
+        for res in finished():
             _collect(res, todo, pending, summary)
             bar.update(res.files)
             elapsed = max(time.perf_counter() - t0, 1e-9)

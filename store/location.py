@@ -46,6 +46,23 @@ class Location:
             return False
         return True
 
+    def is_vacant(self) -> bool:
+        """Whether nothing is stored here yet, so a new store may be created without destroying anything.
+
+        True for a missing path or an empty directory (local), and for a URL
+        under which fsspec lists nothing (remote).  Creating a store
+        overwrites its prefix, so anything else there must be refused.
+        """
+        if self.local is not None:
+            return not self.local.exists() or (self.local.is_dir() and not any(self.local.iterdir()))
+        from fsspec.core import url_to_fs
+
+        fs, path = url_to_fs(self.url, **self.storage_options)
+        try:
+            return not fs.exists(path) or not fs.ls(path, detail=False)
+        except FileNotFoundError:
+            return True
+
     def __str__(self) -> str:
         return self.url
 

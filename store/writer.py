@@ -210,8 +210,7 @@ class StoreWriter:
     def remove_orphans(self) -> list[str]:
         """Delete shards that were written but never committed (an interrupted run's work)."""
         committed = set(self.metadata.commit.shards)
-        shards = self._root[SHARDS_GROUP]
-        assert isinstance(shards, zarr.Group)
+        shards = self._root.require_group(SHARDS_GROUP)
         orphans = [k for k in shards.group_keys() if k not in committed]
         for k in orphans:
             del shards[k]
@@ -305,8 +304,7 @@ class StoreWriter:
 
     def _prune(self, generation: int) -> None:
         """Drop index generations older than the last ``KEEP_GENERATIONS``."""
-        index = self._root[INDEX_GROUP]
-        assert isinstance(index, zarr.Group)
+        index = self._root.require_group(INDEX_GROUP)
         keep = {generation_name(g) for g in range(generation - KEEP_GENERATIONS + 1, generation + 1)}
         for name in list(index.group_keys()):
             if name not in keep:
@@ -351,9 +349,13 @@ def create_store(
             raise SpecMismatch(f"{loc} already holds a store made differently ({'; '.join(problems)}); "
                                "use another STORE path or delete it")
         return writer
-    root = zarr.open_group(loc.zarr_store(read_only=False), mode="w", zarr_format=3)
-    root.create_group(SHARDS_GROUP)
-    root.create_group(INDEX_GROUP)
+    if not loc.is_vacant():
+        raise StoreError(f"{loc} exists and is not a specstore store; choose another STORE path")
     commit = Commit(0, None, (), tuple(label_names), 0, 0)
-    root.attrs.update({ATTR_KEY: meta.with_commit(commit).to_attrs()})
+    # The root document carries the metadata from its first write: a crash
+    # right after it leaves an empty, valid store.
+    root = zarr.create_group(loc.zarr_store(read_only=False), zarr_format=3, overwrite=True,
+                             attributes={ATTR_KEY: meta.with_commit(commit).to_attrs()})
+    root.require_group(SHARDS_GROUP)
+    root.require_group(INDEX_GROUP)
     return StoreWriter.open(loc)

@@ -1,0 +1,110 @@
+"""Checkpoints: weights plus everything needed to use them, in a pickle-free format.
+
+A checkpoint is a ``torch.save`` file of plain containers: the model config,
+the label names, the feature name and its full :class:`store.FeatureSpec`,
+the ``state_dict`` tensors and a small JSON-able ``extra`` dict (training
+history, ...).  It is loaded with ``torch.load(weights_only=True)``, which
+refuses arbitrary Python objects, so opening a checkpoint runs no code.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import zipfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from store import FeatureSpec, Store, spec_differences
+
+from .models import MaskedClassifier, ModelConfig, ModelConfigError, build_model
+
+__all__ = ["Checkpoint", "CheckpointError", "load_checkpoint", "save_checkpoint", "check_store_matches"]
+
+FORMAT = "specstore-checkpoint"
+VERSION = 1
+
+
+class CheckpointError(Exception):
+    """A checkpoint is missing, unreadable, or does not fit the store; one-line message."""
+
+
+@dataclass
+class Checkpoint:
+    """A trained (or freshly initialised) model and what it was trained on."""
+
+    config: ModelConfig
+    label_names: list[str]
+    feature: str
+    spec: FeatureSpec
+    state_dict: dict[str, torch.Tensor]
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def build(self, device: torch.device | str = "cpu") -> MaskedClassifier:
+        """The model with these weights, in eval mode on ``device``."""
+        model = build_model(self.config)
+        try:
+            model.load_state_dict(self.state_dict)
+        except RuntimeError as e:
+            raise CheckpointError(f"checkpoint weights do not fit its model config: {str(e).splitlines()[0]}") from None
+        return model.to(device).eval()
+
+    @classmethod
+    def from_model(cls, model: MaskedClassifier, label_names: list[str], feature: str, spec: FeatureSpec,
+                   extra: dict[str, Any] | None = None) -> "Checkpoint":
+        state = {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
+        return cls(model.config, list(label_names), feature, spec, state, dict(extra or {}))
+
+
+def save_checkpoint(ckpt: Checkpoint, path: str | os.PathLike[str]) -> Path:
+    """Write ``ckpt`` atomically (temporary file, then rename) and return the path."""
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    payload = {
+        "format": FORMAT, "version": VERSION,
+        "model": ckpt.config.to_dict(), "label_names": list(ckpt.label_names),
+        "feature": ckpt.feature, "feature_spec": ckpt.spec.to_dict(),
+        "state_dict": ckpt.state_dict, "extra": ckpt.extra,
+    }
+    tmp = p.with_name(p.name + ".tmp")
+    torch.save(payload, tmp)
+    os.replace(tmp, p)
+    return p
+
+
+def load_checkpoint(path: str | os.PathLike[str]) -> Checkpoint:
+    """Read a checkpoint safely (``weights_only=True``); :class:`CheckpointError` on any problem."""
+    p = Path(path)
+    if not p.is_file():
+        raise CheckpointError(f"no checkpoint at {p} (train one with `make train`)")
+    try:
+        raw = torch.load(p, map_location="cpu", weights_only=True)
+    except (pickle.UnpicklingError, zipfile.BadZipFile, RuntimeError, EOFError, ValueError, OSError) as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise CheckpointError(f"{p} is not a readable checkpoint ({first[:200]})") from None
+    if not isinstance(raw, dict) or raw.get("format") != FORMAT:
+        raise CheckpointError(f"{p} is not a specstore checkpoint")
+    if raw.get("version") != VERSION:
+        raise CheckpointError(f"{p} has checkpoint version {raw.get('version')}; this specstore reads {VERSION}")
+    try:
+        return Checkpoint(
+            config=ModelConfig.from_dict(raw["model"]), label_names=list(raw["label_names"]),
+            feature=str(raw["feature"]), spec=FeatureSpec.from_dict(raw["feature_spec"]),
+            state_dict=dict(raw["state_dict"]), extra=dict(raw.get("extra") or {}),
+        )
+    except (KeyError, TypeError, ValueError, ModelConfigError) as e:
+        raise CheckpointError(f"{p} has unreadable checkpoint metadata: {e}") from None
+
+
+def check_store_matches(ckpt: Checkpoint, store: Store) -> None:
+    """Refuse a store whose feature differs from the one the checkpoint was trained on."""
+    if ckpt.feature not in store.specs:
+        raise CheckpointError(f"the checkpoint needs feature {ckpt.feature!r}; the store has "
+                              f"{', '.join(store.specs)}")
+    diff = spec_differences(ckpt.spec, store.specs[ckpt.feature])
+    if diff:
+        raise CheckpointError(f"store feature {ckpt.feature!r} differs from the checkpoint's "
+                              f"(checkpoint != store): {'; '.join(diff)}")

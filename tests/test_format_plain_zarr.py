@@ -1,0 +1,75 @@
+"""store/FORMAT.md is enough to read a store with plain zarr: a subprocess that never imports `store`."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from store import FeatureSpec, IndexRow, create_store
+
+READER = r'''
+import json, sys
+import numpy as np
+import zarr
+
+path = sys.argv[1]
+g = zarr.open_group(path, mode="r")
+meta = g.attrs["specstore"]
+assert meta["format"] == "specstore" and meta["format_version"] == 1
+commit = meta["commit"]
+idx = g[commit["index"]]
+out = []
+for i in range(idx["path"].shape[0]):
+    shard = commit["shards"][int(idx["shard"][i])]
+    off, n = int(idx["offset"][i]), int(idx["n_frames"][i])
+    lab = int(idx["label"][i])
+    rec = {"path": str(idx["path"][i]), "label": commit["label_names"][lab] if lab >= 0 else None}
+    for feat in meta["features"]:
+        rec[feat] = np.asarray(g[f"shards/{shard}/{feat}"][off:off + n], dtype=np.float32).tolist()
+    out.append(rec)
+errors = g[commit["index"] + "/errors"]
+assert "store" not in sys.modules and "pipeline" not in sys.modules
+print(json.dumps({"clips": out, "errors": [str(p) for p in errors["path"][:]]}))
+'''
+
+
+@pytest.mark.parametrize("layout", ["raw", "zstd"])
+def test_plain_zarr_reads_what_format_md_describes(tmp_path: Path, layout: str) -> None:
+    rng = np.random.default_rng(0)
+    specs = {"mel": FeatureSpec.mel(n_bins=8), "cqt": FeatureSpec.cqt(n_bins=6)}
+    w = create_store(tmp_path / "s.zarr", specs, layout=layout)
+    clips = {p: (rng.normal(-40, 9, (n, 8)), rng.normal(-30, 9, (n, 6))) for p, n in [("r/a.wav", 9), ("j/b.ogg", 5000)]}
+    w.add_clips([{"path": p, "hash": p, "duration": 1.0, "label": p[0]} for p in clips],
+                {"mel": [c[0] for c in clips.values()], "cqt": [c[1] for c in clips.values()]})
+    w.commit(rows=[IndexRow("u/copy.wav", "r/a.wav", None)])
+    from store import ErrorRow
+    w.commit(errors=[ErrorRow("bad.wav", "empty file")])
+    script = tmp_path / "read.py"
+    script.write_text(READER)
+    res = subprocess.run([sys.executable, str(script), str(tmp_path / "s.zarr")], capture_output=True, text=True,
+                         cwd=tmp_path, timeout=120)
+    assert res.returncode == 0, res.stderr
+    got = json.loads(res.stdout)
+    assert got["errors"] == ["bad.wav"]
+    by_path = {c["path"]: c for c in got["clips"]}
+    assert sorted(by_path) == ["j/b.ogg", "r/a.wav", "u/copy.wav"]
+    assert by_path["u/copy.wav"]["label"] is None and by_path["r/a.wav"]["label"] == "r"
+    for p, (mel, cqt) in clips.items():
+        np.testing.assert_array_equal(np.array(by_path[p]["mel"]), mel.astype(np.float16).astype(np.float32))
+        np.testing.assert_array_equal(np.array(by_path[p]["cqt"]), cqt.astype(np.float16).astype(np.float32))
+    np.testing.assert_array_equal(by_path["u/copy.wav"]["mel"], by_path["r/a.wav"]["mel"])
+
+
+def test_raw_chunk_file_is_plain_c_order_floats(tmp_path: Path) -> None:
+    w = create_store(tmp_path / "s.zarr", {"mel": FeatureSpec.mel(n_bins=8)})
+    a = np.random.default_rng(1).normal(-40, 9, (33, 8))
+    w.add_clips([{"path": "a.wav", "hash": "h", "duration": 1.0}], {"mel": [a]})
+    meta = json.loads((tmp_path / "s.zarr" / "zarr.json").read_text())["attributes"]["specstore"]
+    shard = meta["commit"]["shards"][0]
+    raw = np.memmap(tmp_path / "s.zarr" / "shards" / shard / "mel" / "c" / "0" / "0", dtype="<f2", mode="r").reshape(-1, 8)
+    np.testing.assert_array_equal(raw, a.astype(np.float16))
