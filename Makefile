@@ -12,8 +12,16 @@ JOBS        ?= $(shell nproc 2>/dev/null || echo 2)
 LAYOUT      ?= raw
 BACKEND     ?= loky
 SCHEDULER   ?=
+MODEL       ?= models/demo.pt
+OUT         ?= predictions.csv
+DEVICE      ?= auto
+BUDGET_MB   ?=
+TOPK        ?= 5
+MAX_BATCH   ?= 16
+PRECISION   ?= auto
+ARCH        ?= cnn
 
-.PHONY: help install features test corpus clean-store
+.PHONY: help install features test corpus infer plan init-model
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 16
@@ -35,6 +43,17 @@ features: install  ## CORPUS=dir|manifest.csv STORE=out.zarr FEATURES=mel,cqt JO
 	@if [ "$(CORPUS)" = "$(DEMO_CORPUS)" ]; then $(MAKE) --no-print-directory corpus; fi
 	$(PY) -m pipeline.cli $(CORPUS) $(STORE) --features $(FEATURES) --jobs $(JOBS) --layout $(LAYOUT) \
 		--backend $(BACKEND) $(if $(SCHEDULER),--scheduler $(SCHEDULER))
+
+infer: install  ## STORE=… MODEL=… OUT=predictions.csv DEVICE=auto|cpu|cuda BUDGET_MB=… TOPK=5
+	$(PY) -m infer.cli predict $(STORE) $(MODEL) --out $(OUT) --device $(DEVICE) --topk $(TOPK) \
+		--max-batch $(MAX_BATCH) --precision $(PRECISION) $(if $(BUDGET_MB),--budget-mb $(BUDGET_MB))
+
+plan: install  ## print the batch plan for STORE (and MODEL if it exists) without running the model
+	$(PY) -m infer.cli plan $(STORE) $(if $(wildcard $(MODEL)),--model $(MODEL)) --device $(DEVICE) \
+		--max-batch $(MAX_BATCH) $(if $(BUDGET_MB),--budget-mb $(BUDGET_MB))
+
+init-model: install  ## write an untrained checkpoint for STORE to MODEL (ARCH=cnn|resnet)
+	$(PY) -m infer.cli init $(STORE) $(MODEL) --arch $(ARCH)
 
 test: install  ## run the test suite
 	$(PY) -m pytest -q tests

@@ -1,0 +1,136 @@
+"""``make infer`` / ``make plan`` / ``make init-model``: the inference side's command line.
+
+``python -m infer.cli predict STORE MODEL --out predictions.csv`` and friends;
+every failure a user can cause (missing store or checkpoint, spec mismatch,
+no GPU) is one line on stderr and exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+from store import StoreError, open_store
+
+from .checkpoint import Checkpoint, CheckpointError, load_checkpoint, save_checkpoint
+from .collate import CollateError
+from .device import DeviceError, choose_device, memory_budget
+from .models import ModelConfig, ModelConfigError, build_model
+from .planner import PlanError
+from .predict import PredictOptions, _autocast_dtype, make_plan, predict
+
+USER_ERRORS = (StoreError, CheckpointError, DeviceError, PlanError, CollateError, ModelConfigError, ValueError,
+               FileNotFoundError)
+
+
+def _add_budget_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--device", default="auto", help="auto (CUDA if available), cpu, cuda, cuda:N (default auto)")
+    p.add_argument("--budget-mb", type=float, default=None,
+                   help="memory for one batch, MiB (CPU default 2048; CUDA: free memory minus the margin)")
+    p.add_argument("--margin-mb", type=float, default=None, help="GPU memory kept free, MiB (default 1536)")
+    p.add_argument("--max-batch", type=int, default=16, help="most clips in one batch (default 16)")
+    p.add_argument("--precision", default="auto", choices=("auto", "fp32", "bf16", "fp16"),
+                   help="auto: bf16/fp16 autocast on CUDA, fp32 on CPU (default auto)")
+
+
+def cmd_predict(args: argparse.Namespace) -> int:
+    res = predict(args.store, args.model, args.out, options=PredictOptions(
+        device=args.device, budget_mb=args.budget_mb, margin_mb=args.margin_mb, max_batch=args.max_batch,
+        topk=args.topk, precision=args.precision, threads=args.threads, progress=not args.no_progress))
+    print(res.stats.line())
+    if args.out:
+        print(f"predictions: {args.out}")
+    return 0
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    s = open_store(args.store)
+    device = choose_device(args.device)
+    if args.model:
+        ckpt = load_checkpoint(args.model)
+        model = ckpt.build(device)
+    else:
+        model = build_model(ModelConfig(n_bins=s.spec.n_bins, n_classes=max(len(s.label_names), 1))).eval()
+    budget = memory_budget(device, args.budget_mb, args.margin_mb)
+    plan, per_frame, fixed = make_plan(model, s.lengths, device, budget.bytes, args.max_batch,
+                                       _autocast_dtype(args.precision, device))
+    print(f"{len(s)} clips, budget {budget.bytes / 2**20:.0f} MiB ({budget.source}), "
+          f"cost {per_frame / 1024:.1f} KiB per padded clip-frame + {fixed / 2**20:.1f} MiB fixed")
+    print(plan.describe(top=args.top))
+    return 0
+
+
+def cmd_init(args: argparse.Namespace) -> int:
+    s = open_store(args.store)
+    if not s.label_names:
+        raise StoreError(f"{args.store} has no labels; a classifier needs label names")
+    feature = args.feature or s.default_feature
+    if feature not in s.specs:
+        raise StoreError(f"store has no feature {feature!r}; it has {', '.join(s.specs)}")
+    config = ModelConfig(arch=args.arch, n_bins=s.specs[feature].n_bins, n_classes=len(s.label_names))
+    import torch
+    torch.manual_seed(args.seed)
+    model = build_model(config)
+    save_checkpoint(Checkpoint.from_model(model, s.label_names, feature, s.specs[feature],
+                                          extra={"note": "randomly initialised, not trained"}), args.model)
+    print(f"wrote an untrained {args.arch} checkpoint for {len(s.label_names)} labels to {args.model}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m infer.cli",
+                                     description="Classify clips of a feature store with a masked CNN.")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log the plan and debug details")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("predict", help="predict every indexed path; write a CSV",
+                       description="Length-binned, memory-budgeted prediction. Writes path,pred,prob,topk,truth.")
+    p.add_argument("store", help="feature store (path or URL)")
+    p.add_argument("model", help="checkpoint (.pt) from `make train` or `init`")
+    p.add_argument("--out", default="predictions.csv", help="CSV to write (default predictions.csv)")
+    p.add_argument("--topk", type=int, default=5, help="labels listed per clip (default 5)")
+    p.add_argument("--threads", type=int, default=None, help="CPU threads (default: all cores)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    _add_budget_args(p)
+    p.set_defaults(func=cmd_predict)
+
+    p = sub.add_parser("plan", help="print the batch plan without running the model")
+    p.add_argument("store")
+    p.add_argument("--model", default=None, help="checkpoint whose memory cost to plan for (default: the default CNN)")
+    p.add_argument("--top", type=int, default=5, help="largest batches to list")
+    _add_budget_args(p)
+    p.set_defaults(func=cmd_plan)
+
+    p = sub.add_parser("init", help="write a randomly initialised checkpoint for a store (no training)")
+    p.add_argument("store")
+    p.add_argument("model", help="checkpoint path to write")
+    p.add_argument("--arch", default="cnn", choices=("cnn", "resnet"))
+    p.add_argument("--feature", default=None, help="feature to classify (default: the store's default)")
+    p.add_argument("--seed", type=int, default=0)
+    p.set_defaults(func=cmd_init)
+
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
+                        format="%(levelname)s %(name)s: %(message)s")
+    try:
+        return int(args.func(args))
+    except USER_ERRORS as e:
+        msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        print(f"{parser_prog()}: error: {msg}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"{parser_prog()}: interrupted", file=sys.stderr)
+        return 130
+
+
+def parser_prog() -> str:
+    return "specstore"
+
+
+if __name__ == "__main__":
+    sys.exit(main())

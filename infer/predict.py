@@ -1,0 +1,265 @@
+"""Prediction over a whole store: length-binned batches under a memory budget, top-k CSV out.
+
+Flow: open the store (index only) -> load the checkpoint and refuse a
+feature-spec mismatch -> measure the model's bytes per padded clip-frame ->
+plan batches of distinct contents under the budget -> a loader thread reads
+and pads batches from the store's mmap views while the model runs -> clips
+too long for any batch run in windows whose pooled sums are combined ->
+softmax -> one CSV row per indexed path.  Raw audio is never involved.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import logging
+import os
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from store import Store, open_store
+
+from .checkpoint import Checkpoint, check_store_matches, load_checkpoint
+from .collate import Batch
+from .cost import measure_cost_per_frame
+from .device import anon_rss_bytes, choose_device, memory_budget, set_cpu_threads
+from .loader import prefetch_batches, to_device
+from .models import MaskedClassifier
+from .planner import Plan, plan_batches
+from .windows import run_windowed
+
+__all__ = ["PredictOptions", "PredictStats", "Predictions", "predict", "make_plan", "write_predictions_csv"]
+
+log = logging.getLogger(__name__)
+
+PRECISIONS = ("auto", "fp32", "bf16", "fp16")
+
+
+@dataclass(frozen=True)
+class PredictOptions:
+    """How to run prediction.
+
+    ``budget_mb``: memory for one batch in MiB (CPU default 2048; on CUDA the
+    free memory minus ``margin_mb`` (default 1536), capped by ``budget_mb``).
+    ``precision``: ``auto`` (bf16 autocast on CUDA when supported, else fp16;
+    fp32 on CPU), ``fp32``, ``bf16`` or ``fp16`` (CUDA only).
+    ``channels_last``: None = on for CPU, where it is faster for these convs.
+    """
+
+    device: str = "auto"
+    budget_mb: float | None = None
+    margin_mb: float | None = None
+    max_batch: int = 16
+    topk: int = 5
+    precision: str = "auto"
+    channels_last: bool | None = None
+    threads: int | None = None
+    prefetch: int = 2
+    progress: bool = True
+
+    def __post_init__(self) -> None:
+        if self.precision not in PRECISIONS:
+            raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, not {self.precision!r}")
+        if self.max_batch < 1 or self.topk < 1:
+            raise ValueError("max_batch and topk must be at least 1")
+
+
+@dataclass
+class PredictStats:
+    """Figures of one run. Times in seconds, memory in bytes, efficiency = real / computed frames."""
+
+    clips: int = 0
+    distinct: int = 0
+    audio_seconds: float = 0.0
+    wall_seconds: float = 0.0
+    batches: int = 0
+    efficiency: float = 1.0
+    windowed: int = 0
+    oom_retries: int = 0
+    peak_bytes: int = 0
+    peak_kind: str = "anonymous RSS"
+    budget_bytes: int = 0
+    device: str = "cpu"
+
+    def line(self) -> str:
+        """The one-line summary printed after a run."""
+        wall = max(self.wall_seconds, 1e-9)
+        return (f"{self.clips} clips ({self.distinct} distinct) in {self.wall_seconds:.1f} s: "
+                f"{self.clips / wall:.1f} clips/s, {self.audio_seconds / wall:,.0f} s audio/s; "
+                f"{self.batches} batches, padding efficiency {self.efficiency:.3f}, "
+                f"{self.windowed} windowed; peak {self.peak_kind} {self.peak_bytes / 2**20:.0f} MiB "
+                f"(budget {self.budget_bytes / 2**20:.0f} MiB) on {self.device}; OOM retries {self.oom_retries}")
+
+
+@dataclass
+class Predictions:
+    """Per-row probabilities (``(n_rows, n_classes)``, rows as in the store) and the run's stats."""
+
+    paths: list[str]
+    probs: np.ndarray
+    label_names: list[str]
+    truth: list[str | None]
+    stats: PredictStats = field(default_factory=PredictStats)
+
+    def top(self, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """Indices ``(n_rows, k)`` and probabilities of the ``k`` best classes, best first."""
+        k = min(k, self.probs.shape[1])
+        idx = np.argsort(-self.probs, axis=1, kind="stable")[:, :k]
+        return idx, np.take_along_axis(self.probs, idx, axis=1)
+
+
+def _autocast_dtype(precision: str, device: torch.device) -> torch.dtype | None:
+    if precision == "fp32" or (precision == "auto" and device.type == "cpu"):
+        return None
+    if precision == "fp16":
+        if device.type != "cuda":
+            raise ValueError("fp16 autocast needs a CUDA device; use bf16 or fp32 on CPU")
+        return torch.float16
+    if precision == "auto":
+        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+    return torch.bfloat16
+
+
+def _amp(device: torch.device, dtype: torch.dtype | None) -> contextlib.AbstractContextManager[Any]:
+    return torch.autocast(device_type=device.type, dtype=dtype) if dtype is not None else contextlib.nullcontext()
+
+
+def distinct_rows(store: Store) -> tuple[np.ndarray, np.ndarray]:
+    """``(first row of each distinct content, content id of every row)``: duplicates run once."""
+    ids: dict[str, int] = {}
+    content = np.fromiter((ids.setdefault(h, len(ids)) for h in store.hashes), dtype=np.int64, count=len(store))
+    _, first = np.unique(content, return_index=True)  # content ids are 0..n-1 in first-seen order
+    return first.astype(np.int64), content
+
+
+def make_plan(model: MaskedClassifier, lengths: np.ndarray, device: torch.device, budget_bytes: int,
+              max_batch: int, autocast: torch.dtype | None) -> tuple[Plan, float, int]:
+    """Measure the model's memory cost and plan batches; returns (plan, bytes/frame, fixed bytes)."""
+    cost = measure_cost_per_frame(model, model.config.n_bins, device=device, autocast=autocast)
+    plan = plan_batches(lengths, budget_bytes=budget_bytes, cost_per_frame=cost.bytes_per_frame,
+                        max_batch=max_batch, fixed_overhead=cost.fixed_bytes, frame_align=model.time_stride)
+    return plan, cost.bytes_per_frame, cost.fixed_bytes
+
+
+class _Runner:
+    """Runs batches on the model; on a CUDA out-of-memory, splits the batch and retries."""
+
+    def __init__(self, model: MaskedClassifier, device: torch.device, autocast: torch.dtype | None,
+                 channels_last: bool) -> None:
+        self.model, self.device, self.autocast, self.channels_last = model, device, autocast, channels_last
+        self.oom_retries = 0
+
+    def logits(self, x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+        try:
+            if self.channels_last:
+                x = x.contiguous(memory_format=torch.channels_last)
+            with torch.inference_mode(), _amp(self.device, self.autocast):
+                return self.model(x, lengths).float()
+        except torch.cuda.OutOfMemoryError:
+            if x.shape[0] == 1:
+                raise
+            self.oom_retries += 1
+            torch.cuda.empty_cache()
+            half = x.shape[0] // 2
+            log.warning("CUDA out of memory on a batch of %d x %d frames; retrying as two halves",
+                        x.shape[0], x.shape[-1])
+            return torch.cat([self.logits(x[:half], lengths[:half]), self.logits(x[half:], lengths[half:])])
+
+
+def predict(
+    store: str | Store,
+    checkpoint: str | os.PathLike[str] | Checkpoint,
+    out: str | os.PathLike[str] | None = None,
+    *,
+    options: PredictOptions | None = None,
+    **overrides: Any,
+) -> Predictions:
+    """Classify every indexed path of ``store`` with ``checkpoint``; write a CSV to ``out`` if given.
+
+    Options come from ``options`` and/or keyword overrides
+    (``predict(s, m, device="cpu", budget_mb=512)``).  Raises
+    ``StoreError``/``CheckpointError`` (spec mismatch included) and
+    ``DeviceError`` with one-line messages.
+    """
+    opts = options or PredictOptions()
+    if overrides:
+        opts = PredictOptions(**{**opts.__dict__, **overrides})
+    t0 = time.perf_counter()
+    s = store if isinstance(store, Store) else open_store(store)
+    ckpt = checkpoint if isinstance(checkpoint, Checkpoint) else load_checkpoint(checkpoint)
+    check_store_matches(ckpt, s)
+    device = choose_device(opts.device)
+    if device.type == "cpu":
+        set_cpu_threads(opts.threads)
+    autocast = _autocast_dtype(opts.precision, device)
+    channels_last = opts.channels_last if opts.channels_last is not None else device.type == "cpu"
+    model = ckpt.build(device)
+    if channels_last:
+        model = model.to(memory_format=torch.channels_last)
+    budget = memory_budget(device, opts.budget_mb, opts.margin_mb)
+
+    rows, content = distinct_rows(s)
+    lengths = s.lengths[rows]
+    n_classes = ckpt.config.n_classes
+    stats = PredictStats(clips=len(s), distinct=len(rows), audio_seconds=float(s.durations.sum()),
+                         budget_bytes=budget.bytes, device=str(device))
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+        stats.peak_kind = "GPU allocated"
+    distinct_logits = np.zeros((len(rows), n_classes), dtype=np.float32)
+    if len(rows):
+        plan, _, _ = make_plan(model, lengths, device, budget.bytes, opts.max_batch, autocast)
+        log.info("%s", plan.describe(top=3))
+        stats.batches, stats.efficiency, stats.windowed = plan.n_batches, plan.efficiency, len(plan.too_long)
+        runner = _Runner(model, device, autocast, channels_last)
+        view = s.feature(ckpt.feature)
+        peak = anon_rss_bytes()
+        with tqdm(total=len(rows), unit="clip", desc="predicting", disable=not opts.progress) as bar:
+            batches: Iterator[Batch] = prefetch_batches(view, plan.batches, rows=rows, multiple_of=model.time_stride,
+                                                        pin=device.type == "cuda", prefetch=opts.prefetch)
+            for batch in batches:
+                b = to_device(batch, device)
+                distinct_logits[batch.ids] = runner.logits(b.x, b.lengths).cpu().numpy()
+                bar.update(len(batch))
+                peak = max(peak, anon_rss_bytes())
+            for cid in plan.too_long:
+                arr = np.asarray(view[int(rows[cid])], dtype=np.float32)
+                with torch.inference_mode():
+                    distinct_logits[cid] = run_windowed(model, arr, plan.max_window, device=device,
+                                                        autocast=autocast).float().cpu().numpy()
+                bar.update(1)
+                peak = max(peak, anon_rss_bytes())
+        stats.oom_retries = runner.oom_retries
+        stats.peak_bytes = int(torch.cuda.max_memory_allocated(device)) if device.type == "cuda" else peak
+    probs = torch.softmax(torch.from_numpy(distinct_logits), dim=1).numpy()[content] if len(s) else \
+        np.zeros((0, n_classes), dtype=np.float32)
+    truth = [s.label_names[l] if l >= 0 else None for l in s.labels.tolist()]
+    stats.wall_seconds = time.perf_counter() - t0
+    result = Predictions(list(s.paths), probs, list(ckpt.label_names), truth, stats)
+    if out is not None:
+        write_predictions_csv(result, out, topk=opts.topk)
+    return result
+
+
+def write_predictions_csv(pred: Predictions, out: str | os.PathLike[str], *, topk: int = 5) -> Path:
+    """Write ``path,pred,prob,topk,truth`` (``topk`` = ``label:prob`` pairs joined by ``;``, best first)."""
+    p = Path(out)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    idx, pr = pred.top(topk)
+    tmp = p.with_name(p.name + ".tmp")
+    with open(tmp, "w", newline="", encoding="utf-8") as f:
+        w = csv.writer(f)
+        w.writerow(["path", "pred", "prob", "topk", "truth"])
+        for i, path in enumerate(pred.paths):
+            names = [pred.label_names[j] for j in idx[i]]
+            pairs = ";".join(f"{n}:{q:.4f}" for n, q in zip(names, pr[i]))
+            w.writerow([path, names[0], f"{pr[i, 0]:.4f}", pairs, pred.truth[i] or ""])
+    os.replace(tmp, p)
+    return p

@@ -1,0 +1,188 @@
+"""`make infer`: checkpoints, spec checks, prediction over a store, the CSV, windowing, the CLI."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from infer.checkpoint import Checkpoint, CheckpointError, check_store_matches, load_checkpoint, save_checkpoint
+from infer.cli import main as infer_main
+from infer.collate import collate
+from infer.models import ModelConfig, build_model
+from infer.predict import PredictOptions, distinct_rows, predict
+from store import FeatureSpec, IndexRow, create_store, open_store
+
+SPEC = FeatureSpec.mel(n_bins=16)
+LABELS = ["ambient", "jazz", "rock"]
+
+
+def make_store(path: Path, lengths: list[int], seed: int = 0, spec: FeatureSpec = SPEC) -> Path:
+    rng = np.random.default_rng(seed)
+    w = create_store(path, {"mel": spec}, label_names=LABELS)
+    arrays = [rng.normal(-40, 12, (n, spec.n_bins)).astype(np.float32) for n in lengths]
+    rows = [{"path": f"{LABELS[k % 3]}/c{k:03d}.wav", "hash": f"h{k}", "duration": n * spec.frame_seconds,
+             "label": LABELS[k % 3]} for k, n in enumerate(lengths)]
+    w.add_clips(rows, {"mel": arrays})
+    return path
+
+
+def make_checkpoint(path: Path, spec: FeatureSpec = SPEC, seed: int = 0, **cfg) -> Path:
+    torch.manual_seed(seed)
+    config = ModelConfig(n_bins=spec.n_bins, n_classes=len(LABELS), width=4, depth=2, **cfg)
+    model = build_model(config)
+    for m in model.modules():  # non-trivial BatchNorm statistics
+        if isinstance(m, torch.nn.BatchNorm2d):
+            m.running_mean.uniform_(-0.5, 0.5)
+            m.running_var.uniform_(0.5, 2.0)
+    save_checkpoint(Checkpoint.from_model(model, LABELS, "mel", spec, extra={"epoch": 3}), path)
+    return path
+
+
+def alone_probs(ckpt_path: Path, store_path: Path) -> np.ndarray:
+    """Reference: every clip run alone, unpadded, in float32."""
+    ck = load_checkpoint(ckpt_path)
+    model = ck.build("cpu")
+    s = open_store(store_path)
+    out = []
+    with torch.no_grad():
+        for i in range(len(s)):
+            b = collate([np.asarray(s[i], dtype=np.float32)])
+            out.append(torch.softmax(model(b.x, b.lengths), dim=1)[0].numpy())
+    return np.stack(out)
+
+
+def test_checkpoint_round_trip(tmp_path: Path) -> None:
+    p = make_checkpoint(tmp_path / "m.pt")
+    ck = load_checkpoint(p)
+    assert ck.label_names == LABELS and ck.feature == "mel" and ck.spec == SPEC and ck.extra == {"epoch": 3}
+    model = ck.build()
+    again = Checkpoint.from_model(model, LABELS, "mel", SPEC)
+    save_checkpoint(again, tmp_path / "m2.pt")
+    ck2 = load_checkpoint(tmp_path / "m2.pt")
+    assert ck2.config == ck.config
+    for k, v in ck.state_dict.items():
+        assert torch.equal(v, ck2.state_dict[k])
+    x = torch.randn(2, 1, 16, 50) * 10 - 40
+    with torch.no_grad():
+        assert torch.equal(model(x, torch.tensor([50, 31])), ck2.build()(x, torch.tensor([50, 31])))
+
+
+def test_checkpoint_is_pickle_free(tmp_path: Path) -> None:
+    import pickletools
+    import zipfile
+    p = make_checkpoint(tmp_path / "m.pt")
+    with zipfile.ZipFile(p) as z:
+        data = z.read([n for n in z.namelist() if n.endswith("data.pkl")][0])
+    # only torch's own tensor rebuild functions and plain containers: no classes of this project
+    globals_ = {arg.split(" ")[0] for op, arg, _ in pickletools.genops(data) if op.name == "GLOBAL"}
+    assert globals_ and all(m.startswith(("torch", "collections")) for m in globals_), globals_
+    evil = tmp_path / "evil.pt"
+    torch.save({"format": "specstore-checkpoint", "x": Path("/")}, evil)  # an arbitrary object
+    with pytest.raises(CheckpointError, match="not a readable checkpoint"):
+        load_checkpoint(evil)
+
+
+@pytest.mark.parametrize("content", [b"", b"garbage" * 10, None])
+def test_missing_or_corrupt_checkpoint_is_one_line(tmp_path: Path, content: bytes | None, capsys) -> None:
+    store = make_store(tmp_path / "s.zarr", [20, 30])
+    p = tmp_path / "m.pt"
+    if content is not None:
+        p.write_bytes(content)
+    assert infer_main(["predict", str(store), str(p), "--out", str(tmp_path / "p.csv"), "--no-progress"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and ("no checkpoint" in err or "not a readable checkpoint" in err)
+
+
+def test_spec_mismatch_names_the_difference(tmp_path: Path, capsys) -> None:
+    store = make_store(tmp_path / "s.zarr", [20, 30])
+    other = FeatureSpec.mel(n_bins=16, hop_length=256)
+    ck = make_checkpoint(tmp_path / "m.pt", spec=other)
+    with pytest.raises(CheckpointError, match="hop_length: 256 != 512"):
+        check_store_matches(load_checkpoint(ck), open_store(store))
+    assert infer_main(["predict", str(store), str(ck), "--no-progress", "--out", str(tmp_path / "p.csv")]) == 2
+    err = capsys.readouterr().err
+    assert "hop_length: 256 != 512" in err and len(err.strip().splitlines()) == 1
+    assert infer_main(["predict", str(tmp_path / "none.zarr"), str(ck), "--no-progress"]) == 2
+    assert "no store at" in capsys.readouterr().err
+
+
+def test_predictions_equal_alone_and_csv_contents(tmp_path: Path) -> None:
+    rng = np.random.default_rng(5)
+    lengths = rng.integers(1, 400, size=37).tolist()
+    store = make_store(tmp_path / "s.zarr", lengths)
+    ck = make_checkpoint(tmp_path / "m.pt")
+    res = predict(store, ck, tmp_path / "p.csv", device="cpu", budget_mb=2, max_batch=16, topk=2, progress=False)
+    ref = alone_probs(ck, store)
+    np.testing.assert_allclose(res.probs, ref, atol=1e-4)
+    assert res.stats.batches >= 3 and 0.5 < res.stats.efficiency <= 1 and res.stats.oom_retries == 0
+    s = open_store(store)
+    with open(tmp_path / "p.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert [r["path"] for r in rows] == s.paths
+    for r, p, lab in zip(rows, ref, s.labels):
+        order = np.argsort(-p)
+        assert r["pred"] == LABELS[order[0]]
+        assert float(r["prob"]) == pytest.approx(p[order[0]], abs=1e-4)
+        pairs = [x.split(":") for x in r["topk"].split(";")]
+        assert [n for n, _ in pairs] == [LABELS[j] for j in order[:2]]
+        assert [float(q) for _, q in pairs] == pytest.approx(p[order[:2]], abs=1e-4)
+        assert r["truth"] == LABELS[lab]
+
+
+def test_over_long_clip_runs_in_windows_not_dropped(tmp_path: Path) -> None:
+    store = make_store(tmp_path / "s.zarr", [30, 40, 6000])
+    # one-frame receptive field in time: windowed == whole, exactly
+    ck = make_checkpoint(tmp_path / "m.pt", time_kernel=1)
+
+    def budget_for(frames: int, path: Path) -> float:  # a budget that fits `frames` frames of one clip
+        from infer.cost import measure_cost_per_frame
+        cost = measure_cost_per_frame(load_checkpoint(path).build(), SPEC.n_bins)
+        return (cost.fixed_bytes + cost.bytes_per_frame * frames) / 2**20
+
+    res = predict(store, ck, device="cpu", budget_mb=budget_for(1000, ck), progress=False)
+    assert res.stats.windowed == 1
+    np.testing.assert_allclose(res.probs, alone_probs(ck, store), atol=1e-4)
+    # the default model is close too (its receptive field is covered by the windows' context)
+    ck3 = make_checkpoint(tmp_path / "m3.pt")
+    res3 = predict(store, ck3, device="cpu", budget_mb=budget_for(1000, ck3), progress=False)
+    assert res3.stats.windowed == 1
+    np.testing.assert_allclose(res3.probs, alone_probs(ck3, store), atol=1e-4)
+
+
+def test_duplicates_predicted_once_and_unlabelled_truth_empty(tmp_path: Path) -> None:
+    store = make_store(tmp_path / "s.zarr", [50, 60, 70])
+    w = create_store(store, {"mel": SPEC})
+    w.commit(rows=[IndexRow("zz/copy.wav", "h1", None)])
+    s = open_store(store)
+    rows, content = distinct_rows(s)
+    assert len(rows) == 3 and content[s.paths.index("zz/copy.wav")] == content[s.hashes.index("h1")]
+    res = predict(store, make_checkpoint(tmp_path / "m.pt"), tmp_path / "p.csv", device="cpu", progress=False)
+    i, j = s.paths.index("zz/copy.wav"), s.hashes.index("h1")
+    np.testing.assert_array_equal(res.probs[i], res.probs[j])
+    assert res.truth[i] is None and res.stats.distinct == 3 and res.stats.clips == 4
+    with open(tmp_path / "p.csv", newline="") as f:
+        assert [r["truth"] for r in csv.DictReader(f) if r["path"] == "zz/copy.wav"] == [""]
+
+
+def test_cli_init_plan_predict(tmp_path: Path, capsys) -> None:
+    store = make_store(tmp_path / "s.zarr", list(range(20, 400, 15)))
+    assert infer_main(["init", str(store), str(tmp_path / "m.pt")]) == 0
+    assert infer_main(["plan", str(store), "--model", str(tmp_path / "m.pt"), "--budget-mb", "8", "--device", "cpu"]) == 0
+    out = capsys.readouterr().out
+    assert "efficiency" in out and "budget 8 MiB" in out
+    assert infer_main(["predict", str(store), str(tmp_path / "m.pt"), "--out", str(tmp_path / "p.csv"),
+                       "--device", "cpu", "--budget-mb", "16", "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    assert "clips/s" in out and "padding efficiency" in out and "OOM retries 0" in out
+    assert sum(1 for _ in open(tmp_path / "p.csv")) == len(open_store(store)) + 1
+
+
+def test_options_validation() -> None:
+    with pytest.raises(ValueError, match="precision"):
+        PredictOptions(precision="int8")
+    with pytest.raises(ValueError):
+        PredictOptions(topk=0)
