@@ -16,7 +16,6 @@ Every way a file can fail to yield audio raises :class:`AudioError` whose
 
 from __future__ import annotations
 
-import math
 import os
 import stat
 from collections.abc import Iterator
@@ -26,7 +25,7 @@ import numpy as np
 import soundfile as sf
 import soxr
 
-__all__ = ["AudioError", "AudioInfo", "probe", "stream_mono", "DEFAULT_BLOCK_SAMPLES"]
+__all__ = ["AudioError", "AudioInfo", "StreamResampler", "probe", "stream_mono", "DEFAULT_BLOCK_SAMPLES"]
 
 #: Source sample frames decoded per soundfile read (1.5 s at 44.1 kHz; 512 KiB
 #: of float32 stereo).  Large enough that per-call overhead is negligible,
@@ -154,6 +153,64 @@ def _downmix(block: np.ndarray) -> np.ndarray:
     return block.mean(axis=1, dtype=np.float32)
 
 
+_EMPTY = np.zeros(0, dtype=np.float32)
+_EMPTY.setflags(write=False)
+
+
+class StreamResampler:
+    """Streaming soxr resampler whose total output is ``librosa.resample``'s.
+
+    ``librosa.resample(y, orig_sr, target_sr, res_type="soxr_hq", scale=scale)``
+    runs ``soxr.resample`` on the whole signal, fixes the length to
+    ``ceil(len(y) * target_sr / orig_sr)`` (zero padding) and, when ``scale``,
+    divides by ``sqrt(target_sr / orig_sr)``.  Streaming soxr is
+    sample-identical to the one-shot call whatever the chunking, so feeding
+    :meth:`push` chunk by chunk and ending with :meth:`finish` yields the same
+    samples with constant memory.  The last output chunk is held back until
+    the next one arrives so the final length can be fixed without recalling
+    samples already handed out.
+    """
+
+    def __init__(self, orig_sr: float, target_sr: float, *, scale: bool = False) -> None:
+        self._rs = soxr.ResampleStream(orig_sr, target_sr, 1, dtype="float32", quality=_SOXR_QUALITY)
+        self._ratio = float(target_sr) / orig_sr
+        self._scale = np.sqrt(self._ratio) if scale else None  # a float64, as librosa divides by
+        self._held: np.ndarray | None = None
+        self.n_in = 0  # samples pushed
+        self.n_out = 0  # samples returned
+
+    def _release(self, y: np.ndarray) -> np.ndarray:
+        if self._scale is not None and y.shape[0]:
+            y /= self._scale
+        self.n_out += y.shape[0]
+        return y
+
+    def push(self, x: np.ndarray) -> np.ndarray:
+        """Feed 1-D float32 samples; returns the output now ready (may be empty)."""
+        self.n_in += x.shape[0]
+        y = self._rs.resample_chunk(np.ascontiguousarray(x, dtype=np.float32))
+        if y.shape[0] == 0:
+            return _EMPTY
+        ready, self._held = self._held, y
+        return _EMPTY if ready is None else self._release(ready)
+
+    def finish(self) -> np.ndarray:
+        """Flush: the remaining output, padded or cut so the total is ``ceil(n_in * ratio)``."""
+        parts = [] if self._held is None else [self._held]
+        self._held = None
+        parts.append(self._rs.resample_chunk(np.zeros(0, dtype=np.float32), last=True))
+        tail = np.concatenate(parts)
+        expected = int(np.ceil(self.n_in * self._ratio))  # as librosa.resample computes it
+        want = expected - self.n_out
+        if want < 0:  # soxr rounds its length, never exceeding the ceiling; guard anyway
+            raise RuntimeError(f"resampler produced {self.n_out} samples, more than {expected}")
+        if tail.shape[0] >= want:
+            tail = tail[:want]
+        else:
+            tail = np.concatenate([tail, np.zeros(want - tail.shape[0], dtype=np.float32)])
+        return self._release(tail)
+
+
 def stream_mono(
     path: str | os.PathLike[str],
     target_sr: int,
@@ -164,9 +221,9 @@ def stream_mono(
 
     Reads ``block_samples`` source frames per step (memory does not grow with
     file length), averages channels, resamples with a streaming soxr
-    resampler at librosa's default quality, and yields 1-D float32 arrays
-    (lengths vary; some may be empty-free but short).  Their concatenation
-    has exactly ``ceil(n_source * target_sr / source_sr)`` samples and equals
+    resampler at librosa's default quality, and yields non-empty 1-D float32
+    arrays of varying length.  Their concatenation has exactly
+    ``ceil(n_source * target_sr / source_sr)`` samples and equals
     ``librosa.load(path, sr=target_sr, mono=True)[0]``.
 
     A truncated WAV or MP3 decodes its intact part without error (soundfile's
@@ -184,14 +241,8 @@ def stream_mono(
         native_sr = int(f.samplerate)
         if native_sr <= 0:
             raise AudioError(f"not an audio file: sample rate {native_sr}", p)
-        resampler = None
-        if native_sr != target_sr:
-            resampler = soxr.ResampleStream(
-                native_sr, int(target_sr), 1, dtype="float32", quality=_SOXR_QUALITY
-            )
+        resampler = None if native_sr == target_sr else StreamResampler(native_sr, int(target_sr))
         n_in = 0  # source frames decoded
-        n_out = 0  # output samples yielded
-        held: np.ndarray | None = None  # last output block, kept back to fix the length
         while True:
             try:
                 block = f.read(block_samples, dtype="float32", always_2d=True)
@@ -203,27 +254,12 @@ def stream_mono(
             if not np.isfinite(np.add.reduce(mono)):
                 raise AudioError(f"non-finite samples (NaN or inf) in frames {n_in}..{n_in + len(mono)}", p)
             n_in += block.shape[0]
-            out = mono if resampler is None else resampler.resample_chunk(np.ascontiguousarray(mono))
-            if out.shape[0] == 0:
-                continue
-            if held is not None:
-                n_out += held.shape[0]
-                yield held
-            held = out
+            out = mono if resampler is None else resampler.push(mono)
+            if out.shape[0]:
+                yield out
         if n_in == 0:
             raise AudioError("zero-length audio", p)
-        parts = [] if held is None else [held]
         if resampler is not None:
-            parts.append(resampler.resample_chunk(np.zeros(0, dtype=np.float32), last=True))
-        tail = np.concatenate(parts) if len(parts) != 1 else parts[0]
-        # librosa.resample: fix_length(soxr output, ceil(n * ratio)); ratio as a float, like librosa.
-        expected = n_in if resampler is None else int(math.ceil(n_in * (float(target_sr) / native_sr)))
-        want_tail = expected - n_out
-        if want_tail < 0:  # cannot happen with soxr (it rounds, never exceeds ceil); guard anyway
-            raise AudioError(f"resampler produced {n_out} > {expected} samples", p)
-        if tail.shape[0] > want_tail:
-            tail = tail[:want_tail]
-        elif tail.shape[0] < want_tail:
-            tail = np.concatenate([tail, np.zeros(want_tail - tail.shape[0], dtype=np.float32)])
-        if tail.shape[0]:
-            yield tail
+            tail = resampler.finish()
+            if tail.shape[0]:
+                yield tail
