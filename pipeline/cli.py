@@ -36,7 +36,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--layout", choices=("raw", "zstd"), default="raw",
                    help="raw: uncompressed, memory-mapped reads (default); zstd: compressed, for archives/object stores")
     p.add_argument("--backend", default="loky", help="joblib backend: loky (default), dask, ray, threading")
-    p.add_argument("--scheduler", default=None, help="dask scheduler address (tcp://host:8786) with --backend dask")
+    p.add_argument("--scheduler", default=None, help="cluster to use: a dask scheduler (tcp://host:8786) with --backend dask, "
+                        "or a ray address (auto, ray://host:10001) with --backend ray; default: a local one")
     p.add_argument("--block-seconds", type=float, default=60.0,
                    help="decode long files in blocks of this many seconds (memory per worker; default 60)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")

@@ -13,6 +13,7 @@ import math
 import os
 import stat
 import time
+from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field
@@ -189,7 +190,7 @@ def extract(
     with ExitStack() as stack:
         stack.enter_context(_backend(backend, scheduler, n_jobs, stack))
         # 1. Hash every file (cheap, parallel): dedup and resume both key on content.
-        hashes, hash_errors = _hash_all(items, n_jobs, progress)
+        hashes, hash_errors = _hash_all(items, progress)
         # 2. Decide what needs decoding.
         committed = writer.committed_rows()
         known = writer.committed_hashes()
@@ -267,17 +268,19 @@ def _backend(backend: str, scheduler: str | None, n_jobs: int, stack: ExitStack)
     return parallel_config(backend=backend, n_jobs=n_jobs, **extra)
 
 
-def _hash_all(items: list[CorpusItem], n_jobs: int, progress: bool) -> tuple[dict[str, str], dict[str, str]]:
+def _hash_all(items: list[CorpusItem], progress: bool) -> tuple[dict[str, str], dict[str, str]]:
+    """Hash every file on local threads (hashlib releases the GIL on large buffers).
+
+    Hashing is I/O-bound and happens where the driver runs, whatever the
+    extraction backend, so it needs no worker processes.
+    """
     batches = [items[i:i + HASH_BATCH] for i in range(0, len(items), HASH_BATCH)]
     hashes: dict[str, str] = {}
     errors: dict[str, str] = {}
-    runner = Parallel(return_as="generator") if n_jobs > 1 and len(batches) > 1 else None
-    results: Iterator[list[tuple[str | None, str | None]]]
-    if runner is None:
-        results = (_hash_batch([str(it.source) for it in b]) for b in batches)
-    else:
-        results = runner(delayed(_hash_batch)([str(it.source) for it in b]) for b in batches)
-    with tqdm(total=len(items), unit="file", desc="hashing", disable=not progress, leave=False) as bar:
+    threads = min(8, os.cpu_count() or 1)
+    with ThreadPoolExecutor(max_workers=threads) as pool, \
+            tqdm(total=len(items), unit="file", desc="hashing", disable=not progress, leave=False) as bar:
+        results = pool.map(_hash_batch, ([str(it.source) for it in b] for b in batches))
         for batch, res in zip(batches, results):
             for it, (h, reason) in zip(batch, res):
                 if h is not None:

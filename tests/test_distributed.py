@@ -1,0 +1,106 @@
+"""Extraction on a dask cluster (and on ray when installed) gives exactly the store a loky run gives.
+
+Workers write whole shards straight into the store; the driver commits.  The
+clusters here are local, but the workers are separate processes that reach
+the store only by its path, as remote workers on a shared filesystem would.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pipeline.extract import ExtractError, extract
+from store import open_store, validate
+from test_remote import SMALL, assert_same_content, make_corpus, store_content
+
+N_FILES = 8
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    c = tmp_path_factory.mktemp("distributed") / "c"
+    make_corpus(c, n=N_FILES)
+    return c
+
+
+@pytest.fixture(scope="module")
+def loky_content(corpus: Path) -> dict[str, tuple]:
+    """The store a plain loky run on two workers produces."""
+    ref = corpus.parent / "loky.zarr"
+    summary = extract(corpus, str(ref), specs=SMALL, jobs=2, progress=False)
+    assert not summary.errors, summary.errors
+    assert summary.decoded == N_FILES
+    return store_content(ref)
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[Any]:
+    """Two single-threaded worker processes, like two machines with one core each."""
+    distributed = pytest.importorskip("dask.distributed", reason="dask[distributed] is not installed "
+                                                                 "(pip install 'specstore[dask]')")
+    with distributed.LocalCluster(n_workers=2, processes=True, threads_per_worker=1,
+                                  dashboard_address=None) as c:
+        yield c
+
+
+def test_dask_cluster_extraction_equals_loky(corpus: Path, loky_content: dict, cluster: Any, tmp_path: Path) -> None:
+    target = tmp_path / "dask.zarr"
+    summary = extract(corpus, str(target), specs=SMALL, backend="dask", scheduler=cluster.scheduler_address,
+                      progress=False, commit_seconds=0.0)
+    assert not summary.errors, summary.errors
+    assert summary.decoded == N_FILES and summary.indexed == N_FILES
+    # paths, hashes, labels, lengths, durations and every feature byte
+    assert_same_content(store_content(target), loky_content)
+    assert validate(str(target), deep=True) == []
+    # the tasks ran on the cluster's workers, and results were committed as they came back, not all at the end
+    assert any("run_task" in prefix for prefix in cluster.scheduler.task_prefixes)
+    assert open_store(target).generation > 1
+    rerun = extract(corpus, str(target), specs=SMALL, backend="dask", scheduler=cluster.scheduler_address,
+                    progress=False)
+    assert rerun.decoded == 0 and rerun.unchanged == N_FILES
+
+
+def test_dask_cluster_into_a_zstd_file_url(corpus: Path, loky_content: dict, cluster: Any, tmp_path: Path) -> None:
+    url = f"file://{tmp_path / 'dask-zstd.zarr'}"
+    extract(corpus, url, specs=SMALL, layout="zstd", backend="dask", scheduler=cluster.scheduler_address,
+            progress=False)
+    assert open_store(url).layout == "zstd"
+    assert_same_content(store_content(url), loky_content)
+
+
+def test_dask_without_a_scheduler_runs_a_local_cluster_for_the_run(corpus: Path, loky_content: dict,
+                                                                   tmp_path: Path) -> None:
+    pytest.importorskip("dask.distributed", reason="dask[distributed] is not installed")
+    target = tmp_path / "local-dask.zarr"
+    extract(corpus, str(target), specs=SMALL, backend="dask", jobs=2, progress=False)
+    assert_same_content(store_content(target), loky_content)
+
+
+def test_dask_workers_cannot_write_a_memory_url(corpus: Path, cluster: Any) -> None:
+    with pytest.raises(ExtractError, match="worker processes cannot write"):
+        extract(corpus, "memory://specstore-dask-refused/s.zarr", specs=SMALL, layout="zstd", backend="dask",
+                scheduler=cluster.scheduler_address, progress=False)
+
+
+def test_unreachable_dask_scheduler_is_a_one_line_error(corpus: Path, tmp_path: Path) -> None:
+    dask = pytest.importorskip("dask", reason="dask is not installed")
+    pytest.importorskip("dask.distributed", reason="dask[distributed] is not installed")
+    with dask.config.set({"distributed.comm.timeouts.connect": "1s"}):
+        with pytest.raises(ExtractError, match="cannot reach the dask scheduler at tcp://127.0.0.1:9") as err:
+            extract(corpus, str(tmp_path / "s.zarr"), specs=SMALL, backend="dask", scheduler="tcp://127.0.0.1:9",
+                    progress=False)
+    assert "\n" not in str(err.value)
+
+
+def test_ray_extraction_equals_loky(corpus: Path, loky_content: dict, tmp_path: Path) -> None:
+    pytest.importorskip("ray.util.joblib", reason="ray is not installed (optional: pip install ray)")
+    target = tmp_path / "ray.zarr"
+    summary = extract(corpus, str(target), specs=SMALL, backend="ray", jobs=2, progress=False, commit_seconds=0.0)
+    assert not summary.errors, summary.errors
+    assert summary.decoded == N_FILES
+    assert_same_content(store_content(target), loky_content)
+    assert validate(str(target)) == []
