@@ -19,6 +19,12 @@ from torch import Tensor
 
 __all__ = ["Batch", "CollateError", "collate"]
 
+_NUMPY_DTYPES: dict[torch.dtype, type[np.floating]] = {
+    torch.float16: np.float16,
+    torch.float32: np.float32,
+    torch.float64: np.float64,
+}
+
 
 class CollateError(ValueError):
     """The arrays cannot form one batch (empty, wrong rank, mixed n_bins, too long for pad_to)."""
@@ -90,8 +96,7 @@ def collate(
             raise CollateError(f"pad_to={pad_to} frames is shorter than the longest clip ({longest} frames)")
         longest = pad_to
     n_frames = -(-longest // multiple_of) * multiple_of
-    np_dtype = torch.empty((), dtype=dtype).numpy().dtype if dtype != torch.bfloat16 else np.float32
-    host = np.zeros((len(arrays), 1, n_bins, n_frames), dtype=np_dtype)
+    host = np.zeros((len(arrays), 1, n_bins, n_frames), dtype=_NUMPY_DTYPES.get(dtype, np.float32))
     for i, a in enumerate(arrays):
         host[i, 0, :, : a.shape[1]] = a
     x = torch.from_numpy(host)

@@ -1,0 +1,174 @@
+"""Long clips in windows: cover a clip with windows that fit the budget, combine pooled sums.
+
+A clip longer than the planner's ``max_window`` (frames) runs as several
+windows.  Each window yields MaskedGAP's numerator and denominator over the
+part of the clip it *owns*; the clip's logits are
+``classify(sum of sums, sum of counts)``, i.e. the masked average over all
+frames, as if the clip had run whole.
+
+Windows start at multiples of ``hop`` and may overlap by ``max_window - hop``
+frames (2 x ``context``).  Ownership splits each overlap in the middle, so
+the owned spans partition ``[0, length)`` exactly (no frame dropped or counted
+twice), and every owned frame has at least ``context`` frames of real
+neighbours on each side inside its window (except at the clip's own ends,
+where the full clip has none either).  All boundaries are multiples of the
+model's time stride, so a window's pooling grid matches the full clip's.
+Consequences, for a model in eval mode:
+
+* with ``context >= model.receptive_field``, windowed logits equal full-clip
+  logits up to float rounding (the default context);
+* with ``context = 0`` (disjoint windows) they differ only through the few
+  output frames whose receptive field crosses a seam;
+* a model with a one-frame receptive field in time is exact for any windows.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from infer.collate import collate
+from infer.models import MaskedClassifier
+
+__all__ = ["WindowError", "default_context", "owned_spans", "run_windowed", "windowed_pooled_sum", "windows_for"]
+
+
+class WindowError(ValueError):
+    """Bad window parameters (window shorter than the alignment, hop out of range)."""
+
+
+def windows_for(length: int, max_window: int, *, hop: int | None = None, align: int = 1) -> list[tuple[int, int]]:
+    """``(start, stop)`` frame ranges covering ``[0, length)`` with no gap.
+
+    ``max_window`` is rounded down to a multiple of ``align`` (the model's
+    time stride), ``hop`` (default: the window, i.e. disjoint windows) too;
+    windows start at ``k * hop`` and the last one is cut at ``length``.
+    Raises :class:`WindowError` if the rounded window or hop is below
+    ``align`` or the hop exceeds the window (that would leave gaps).
+    """
+    if length < 1:
+        raise WindowError(f"clip length must be >= 1 frame, got {length}")
+    if align < 1:
+        raise WindowError(f"align must be >= 1, got {align}")
+    window = max_window // align * align
+    if window < align:
+        raise WindowError(f"max_window={max_window} frames is shorter than the alignment ({align} frames)")
+    step = window if hop is None else hop // align * align
+    if step < align or step > window:
+        raise WindowError(f"hop must be between {align} and {window} frames (a multiple of {align}), got {hop}")
+    spans: list[tuple[int, int]] = []
+    start = 0
+    while True:
+        stop = min(start + window, length)
+        spans.append((start, stop))
+        if stop == length:
+            return spans
+        start += step
+
+
+def owned_spans(windows: list[tuple[int, int]], *, align: int = 1) -> list[tuple[int, int]]:
+    """The part of each window that counts: overlaps split in the middle (on ``align``).
+
+    For windows from :func:`windows_for`, the result partitions
+    ``[0, windows[-1][1])``.
+    """
+    owned: list[tuple[int, int]] = []
+    lo = windows[0][0]
+    for (_, stop), (next_start, _) in zip(windows, windows[1:], strict=False):
+        overlap = stop - next_start
+        boundary = next_start + overlap // (2 * align) * align
+        owned.append((lo, boundary))
+        lo = boundary
+    owned.append((lo, windows[-1][1]))
+    return owned
+
+
+def default_context(model: MaskedClassifier, max_window: int) -> int:
+    """Context frames per side: the receptive field rounded up to the stride, capped at a quarter window."""
+    stride = model.time_stride
+    wanted = -(-model.receptive_field // stride) * stride
+    cap = (max_window // stride * stride) // 4 // stride * stride
+    return min(wanted, cap)
+
+
+def windowed_pooled_sum(
+    model: MaskedClassifier,
+    array: np.ndarray,
+    max_window: int,
+    *,
+    context: int | None = None,
+    device: torch.device | str | None = None,
+    dtype: torch.dtype = torch.float32,
+    autocast: torch.dtype | None = None,
+) -> tuple[Tensor, Tensor, int]:
+    """Pooled ``(sums (C,), count ())`` of a ``(n_bins, n_frames)`` clip run in windows, and the window count.
+
+    ``max_window``: longest window in frames (e.g. ``Plan.max_window``);
+    ``context``: frames of overlap on each side of an owned span (default
+    :func:`default_context`; 0 for disjoint windows).  Each window is one
+    batch of one clip.  Runs without gradients; the caller picks train/eval
+    mode (eval for prediction).
+    """
+    if array.ndim != 2:
+        raise WindowError(f"expected a (n_bins, n_frames) array, got shape {array.shape}")
+    stride = model.time_stride
+    window = max_window // stride * stride
+    if context is None:
+        context = default_context(model, max_window)
+    context = -(-context // stride) * stride
+    if context < 0 or window - 2 * context < stride:
+        raise WindowError(f"context={context} frames leaves no owned span in a {window}-frame window")
+    spans = windows_for(int(array.shape[1]), window, hop=window - 2 * context, align=stride)
+    owned = owned_spans(spans, align=stride)
+    if device is None:
+        device = next(model.parameters()).device
+    total_sums: Tensor | None = None
+    total_count = torch.zeros((), dtype=torch.float64)
+    with torch.no_grad():
+        for (start, stop), (lo, hi) in zip(spans, owned, strict=True):
+            batch = collate([array[:, start:stop]], dtype=dtype).to(device)
+            amp: contextlib.AbstractContextManager[Any] = (
+                torch.autocast(device_type=torch.device(device).type, dtype=autocast)
+                if autocast is not None
+                else contextlib.nullcontext()
+            )
+            with amp:
+                sums, counts = model.pooled_sum(
+                    batch.x,
+                    batch.lengths,
+                    pool_start=torch.tensor([lo - start], device=device),
+                    pool_stop=torch.tensor([hi - start], device=device),
+                )
+            sums64 = sums[0].double().cpu()
+            total_sums = sums64 if total_sums is None else total_sums + sums64
+            total_count += counts[0].double().cpu()
+    assert total_sums is not None  # windows_for returns at least one window
+    return total_sums, total_count, len(spans)
+
+
+def run_windowed(
+    model: MaskedClassifier,
+    array: np.ndarray,
+    max_window: int,
+    *,
+    context: int | None = None,
+    device: torch.device | str | None = None,
+    dtype: torch.dtype = torch.float32,
+    autocast: torch.dtype | None = None,
+) -> Tensor:
+    """Logits ``(n_classes,)`` of one long clip run in windows of at most ``max_window`` frames.
+
+    Combines pooled sums across windows (sum of sums / sum of counts) and
+    applies the model's head; see :func:`windowed_pooled_sum` for the options.
+    """
+    sums, count, _ = windowed_pooled_sum(
+        model, array, max_window, context=context, device=device, dtype=dtype, autocast=autocast
+    )
+    head_device = next(model.parameters()).device
+    with torch.no_grad():
+        logits = model.classify(sums.float()[None].to(head_device), count.float()[None].to(head_device))
+    return logits[0]

@@ -1,0 +1,362 @@
+"""Tests for infer.models, infer.collate and infer.cost: masking makes padding invisible."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from infer.collate import Batch, CollateError, collate
+from infer.cost import CostModel, activation_peak_bytes, measure_cost_per_frame
+from infer.models import (
+    MaskedBatchNorm2d,
+    MaskedClassifier,
+    ModelConfig,
+    ModelConfigError,
+    build_model,
+    count_parameters,
+)
+from infer.planner import plan_batches
+
+ATOL = 1e-4
+
+
+def tiny(arch: str, **overrides: object) -> ModelConfig:
+    """A small config that keeps tests fast but has every kind of layer."""
+    base: dict[str, object] = dict(arch=arch, n_bins=20, n_classes=6, width=8, depth=3, blocks_per_stage=1, dropout=0.3)
+    base.update(overrides)
+    return ModelConfig(**base)  # type: ignore[arg-type]
+
+
+def randomise_batchnorm(model: nn.Module, seed: int = 0) -> None:
+    """Non-trivial running statistics and affine parameters, so BN is not an identity."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for m in model.modules():
+            if isinstance(m, MaskedBatchNorm2d):
+                c = m.num_features
+                m.running_mean.copy_(torch.rand(c, generator=g) - 0.5)
+                m.running_var.copy_(torch.rand(c, generator=g) * 1.5 + 0.5)
+                m.weight.copy_(torch.rand(c, generator=g) + 0.5)
+                m.bias.copy_(torch.rand(c, generator=g) - 0.5)
+
+
+def make_clips(n_bins: int, lengths: list[int], seed: int = 0) -> list[np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return [(rng.normal(size=(n_bins, n)) * 15.0 - 45.0).astype(np.float16) for n in lengths]
+
+
+def eval_model(config: ModelConfig, seed: int = 0) -> MaskedClassifier:
+    torch.manual_seed(seed)
+    model = build_model(config)
+    randomise_batchnorm(model, seed)
+    return model.eval()
+
+
+def logits_alone(model: MaskedClassifier, clip: np.ndarray) -> torch.Tensor:
+    batch = collate([clip])
+    assert batch.n_frames == clip.shape[1]  # no padding at all
+    with torch.no_grad():
+        return model(batch.x, batch.lengths)[0]
+
+
+# --- batched == alone -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("arch", ["cnn", "resnet"])
+def test_batched_logits_equal_alone(arch: str) -> None:
+    model = eval_model(tiny(arch))
+    stride = model.time_stride
+    assert stride == 8
+    # Very short clips, lengths that are and are not multiples of the stride, and a long one.
+    lengths = [1, 2, 3, 4, 5, 7, 8, 9, 31, 64, 97, 150]
+    clips = make_clips(20, lengths, seed=1)
+    for multiple_of in (1, stride):
+        batch = collate(clips, multiple_of=multiple_of)
+        with torch.no_grad():
+            batched = model(batch.x, batch.lengths)
+        for i, clip in enumerate(clips):
+            torch.testing.assert_close(batched[i], logits_alone(model, clip), atol=ATOL, rtol=0)
+
+
+@pytest.mark.parametrize("arch", ["cnn", "resnet"])
+def test_batched_equals_alone_with_random_lengths_and_default_width(arch: str) -> None:
+    rng = np.random.default_rng(5)
+    config = ModelConfig(arch=arch, n_bins=32, n_classes=4, depth=4, blocks_per_stage=1)
+    model = eval_model(config, seed=2)
+    lengths = rng.integers(1, 120, size=6).tolist()
+    clips = make_clips(32, lengths, seed=3)
+    batch = collate(clips, pad_to=140)  # extra padding beyond the longest clip changes nothing either
+    with torch.no_grad():
+        batched = model(batch.x, batch.lengths)
+    for i, clip in enumerate(clips):
+        torch.testing.assert_close(batched[i], logits_alone(model, clip), atol=ATOL, rtol=0)
+
+
+def test_padding_content_is_ignored_in_eval() -> None:
+    model = eval_model(tiny("cnn"))
+    batch = collate(make_clips(20, [5, 40, 23]))
+    dirty = batch.x.clone()
+    dirty[~batch.mask[:, None, None, :].expand_as(dirty)] = 1e4  # garbage where there is no clip
+    with torch.no_grad():
+        torch.testing.assert_close(model(dirty, batch.lengths), model(batch.x, batch.lengths), atol=ATOL, rtol=0)
+
+
+def test_pooled_sum_and_classify_reproduce_forward() -> None:
+    model = eval_model(tiny("resnet"))
+    batch = collate(make_clips(20, [13, 50]))
+    with torch.no_grad():
+        sums, counts = model.pooled_sum(batch.x, batch.lengths)
+        assert counts.tolist() == [2.0, 7.0]  # ceil(L / 8) frames at the final resolution
+        torch.testing.assert_close(model.classify(sums, counts), model(batch.x, batch.lengths))
+
+
+# --- training: masked batch norm ----------------------------------------------------------------
+
+
+def test_masked_batchnorm_statistics_cover_real_frames_only() -> None:
+    torch.manual_seed(0)
+    x = torch.randn(3, 4, 5, 12) * 3 + 1
+    lengths = torch.tensor([12, 7, 2])
+    masked = MaskedBatchNorm2d(4).train()
+    reference = nn.BatchNorm2d(4).train()
+    with torch.no_grad():
+        masked.weight.uniform_(0.5, 1.5)
+        masked.bias.uniform_(-1, 1)
+        reference.load_state_dict(masked.state_dict())
+    out = masked(x, lengths)
+    # Reference: plain BN on the real frames laid side by side (one "clip" of all real frames).
+    real = torch.cat([x[i, :, :, : int(n)] for i, n in enumerate(lengths)], dim=-1)[None]
+    expected = reference(real)
+    got = torch.cat([out[i, :, :, : int(n)] for i, n in enumerate(lengths)], dim=-1)[None]
+    torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(masked.running_mean, reference.running_mean)
+    torch.testing.assert_close(masked.running_var, reference.running_var)
+    assert int(masked.num_batches_tracked) == 1
+
+
+@pytest.mark.parametrize("arch", ["cnn", "resnet"])
+def test_training_step_ignores_padding_content_and_amount(arch: str) -> None:
+    """Outputs, parameter gradients and BN running stats do not see what or how much padding there is."""
+    config = tiny(arch, dropout=0.0)
+    clips = make_clips(20, [3, 17, 40], seed=4)
+    results = []
+    for pad_to, garbage in ((40, 0.0), (61, 0.0), (61, 50.0)):
+        torch.manual_seed(0)
+        model = build_model(config).train()
+        batch = collate(clips, pad_to=pad_to)
+        x = batch.x.clone()
+        x[~batch.mask[:, None, None, :].expand_as(x)] = garbage
+        x.requires_grad_(True)
+        out = model(x, batch.lengths)
+        out.square().sum().backward()
+        grads = {n: p.grad.clone() for n, p in model.named_parameters()}
+        stats = {n: b.clone() for n, b in model.named_buffers()}
+        pad = ~batch.mask[:, None, None, :].expand_as(x)
+        assert x.grad is not None and not x.grad[pad].any(), "padding gets no gradient"
+        real = [x.grad[i, :, :, :n].clone() for i, n in enumerate(batch.lengths.tolist())]
+        results.append((out.detach(), grads, stats, real))
+    base = results[0]
+    for other in results[1:]:
+        torch.testing.assert_close(other[0], base[0], atol=1e-5, rtol=1e-5)
+        for name in base[1]:
+            torch.testing.assert_close(other[1][name], base[1][name], atol=1e-4, rtol=1e-4, msg=name)
+        for name in base[2]:
+            torch.testing.assert_close(other[2][name], base[2][name], atol=1e-5, rtol=1e-5, msg=name)
+        for got, expected in zip(other[3], base[3], strict=True):
+            torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-4)
+
+
+def test_training_changes_only_through_real_frames_when_a_clip_is_alone() -> None:
+    """Train-mode BN over one clip alone equals the same clip padded in a batch of one."""
+    config = tiny("cnn", dropout=0.0)
+    clip = make_clips(20, [21])[0]
+    outs = []
+    for pad_to in (21, 48):
+        torch.manual_seed(0)
+        model = build_model(config).train()
+        batch = collate([clip], pad_to=pad_to)
+        outs.append(model(batch.x, batch.lengths).detach())
+    torch.testing.assert_close(outs[0], outs[1], atol=1e-5, rtol=1e-5)
+
+
+# --- memory formats and precision --------------------------------------------------------------
+
+
+@pytest.mark.parametrize("arch", ["cnn", "resnet"])
+def test_channels_last_gives_the_same_logits(arch: str) -> None:
+    model = eval_model(tiny(arch))
+    batch = collate(make_clips(20, [3, 29, 50]))
+    with torch.no_grad():
+        reference = model(batch.x, batch.lengths)
+        model = model.to(memory_format=torch.channels_last)
+        out = model(batch.x.to(memory_format=torch.channels_last), batch.lengths)
+    torch.testing.assert_close(out, reference, atol=ATOL, rtol=0)
+
+
+def test_bf16_autocast_runs_and_stays_close() -> None:
+    model = eval_model(tiny("cnn"))
+    batch = collate(make_clips(20, [9, 60]))
+    with torch.no_grad():
+        reference = model(batch.x, batch.lengths)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            out = model(batch.x, batch.lengths)
+    assert out.dtype == torch.float32 or out.dtype == torch.bfloat16
+    assert torch.isfinite(out).all()
+    assert (out.float() - reference).abs().max() < 0.05 * reference.abs().max() + 0.05
+
+
+# --- configs ------------------------------------------------------------------------------------
+
+
+def test_config_round_trip_and_errors() -> None:
+    config = ModelConfig(arch="resnet", n_bins=84, width=16, depth=3, time_kernel=5)
+    assert ModelConfig.from_dict(config.to_dict()) == config
+    with pytest.raises(ModelConfigError, match="unknown model config field"):
+        ModelConfig.from_dict({**config.to_dict(), "colour": "red"})
+    with pytest.raises(ModelConfigError, match="arch"):
+        ModelConfig(arch="vgg")
+    with pytest.raises(ModelConfigError, match="time_kernel"):
+        ModelConfig(time_kernel=2)
+    with pytest.raises(ModelConfigError, match="width"):
+        ModelConfig(width=0)
+
+
+def test_default_sizes() -> None:
+    cnn = build_model(ModelConfig())
+    assert 100_000 <= count_parameters(cnn) <= 500_000
+    assert cnn.time_stride == 16
+    resnet = build_model(ModelConfig(arch="resnet"))
+    assert count_parameters(resnet) > count_parameters(cnn)
+    assert resnet.time_stride == 16
+    flat = build_model(ModelConfig(time_kernel=1, time_pool=False))
+    assert flat.time_stride == 1 and flat.receptive_field == 1
+
+
+def test_bad_input_shapes_raise() -> None:
+    model = eval_model(tiny("cnn"))
+    with pytest.raises(ValueError, match="expected input"):
+        model(torch.zeros(2, 1, 21, 10), torch.tensor([10, 10]))
+    with pytest.raises(ValueError, match="lengths must lie"):
+        model(torch.zeros(2, 1, 20, 10), torch.tensor([0, 10]))
+    with pytest.raises(ValueError, match="lengths must lie"):
+        model(torch.zeros(2, 1, 20, 10), torch.tensor([11, 10]))
+
+
+# --- collation ----------------------------------------------------------------------------------
+
+
+def test_collate_pads_with_zeros_and_builds_the_mask() -> None:
+    clips = make_clips(6, [4, 9, 1])
+    batch = collate(clips, ids=[10, 11, 12])
+    assert isinstance(batch, Batch) and len(batch) == 3
+    assert batch.x.shape == (3, 1, 6, 9) and batch.x.dtype == torch.float32
+    assert batch.lengths.tolist() == [4, 9, 1] and batch.lengths.dtype == torch.int64
+    assert batch.mask.dtype == torch.bool and batch.mask.sum(dim=1).tolist() == [4, 9, 1]
+    for i, clip in enumerate(clips):
+        n = clip.shape[1]
+        np.testing.assert_array_equal(batch.x[i, 0, :, :n].numpy(), clip.astype(np.float32))
+        assert not batch.x[i, 0, :, n:].any()
+    assert batch.ids is not None and batch.ids.tolist() == [10, 11, 12]
+    assert collate(clips, multiple_of=4).n_frames == 12
+    assert collate(clips, pad_to=10, multiple_of=4).n_frames == 12
+    assert collate(clips, dtype=torch.bfloat16).x.dtype == torch.bfloat16
+
+
+def test_collate_rejects_bad_batches() -> None:
+    with pytest.raises(CollateError, match="empty"):
+        collate([])
+    with pytest.raises(CollateError, match="n_bins"):
+        collate([np.zeros((4, 3)), np.zeros((5, 3))])
+    with pytest.raises(CollateError, match="pad_to"):
+        collate([np.zeros((4, 8))], pad_to=5)
+    with pytest.raises(CollateError, match="2-D"):
+        collate([np.zeros((1, 4, 3))])
+
+
+# --- memory cost --------------------------------------------------------------------------------
+
+
+def test_cost_fit_is_linear_positive_and_grows_with_the_model() -> None:
+    small = build_model(tiny("cnn", width=4)).eval()
+    big = build_model(tiny("cnn", width=16)).eval()
+    c_small = measure_cost_per_frame(small, 20)
+    c_big = measure_cost_per_frame(big, 20)
+    assert c_small.bytes_per_frame > 0 and c_small.fixed_bytes > 0
+    assert c_big.bytes_per_frame > 2 * c_small.bytes_per_frame
+    assert c_big.fixed_bytes > c_small.fixed_bytes
+    # The line predicts a probe it was not fitted on (batch 3, 200 frames: multiple of the stride).
+    x = torch.zeros(3, 1, 20, 200)
+    measured = activation_peak_bytes(big, x, torch.full((3,), 200))
+    params = sum(t.numel() * t.element_size() for t in [*big.parameters(), *big.buffers()])
+    assert measured + params <= c_big.bytes_for(3, 200)
+    assert measured + params == pytest.approx(c_big.bytes_for(3, 200), rel=1e-3)
+    # Fields survive a round trip.
+    assert CostModel.from_dict(c_big.to_dict()) == c_big
+    # Training needs more per frame than inference, bf16 autocast less.
+    assert measure_cost_per_frame(big.train(), 20, training=True).bytes_per_frame > c_big.bytes_per_frame
+    big.eval()
+    assert measure_cost_per_frame(big, 20, autocast=torch.bfloat16).bytes_per_frame < c_big.bytes_per_frame
+
+
+def test_planned_batches_stay_under_budget_when_run() -> None:
+    model = eval_model(tiny("resnet"))
+    cost = measure_cost_per_frame(model, 20)
+    rng = np.random.default_rng(0)
+    lengths = rng.integers(1, 400, size=40)
+    budget = int(cost.bytes_for(5, 300))
+    plan = plan_batches(
+        lengths,
+        budget_bytes=budget,
+        cost_per_frame=cost.bytes_per_frame,
+        fixed_overhead=cost.fixed_bytes,
+        frame_align=model.time_stride,
+    )
+    clips = make_clips(20, lengths.tolist(), seed=1)
+    params = sum(t.numel() * t.element_size() for t in [*model.parameters(), *model.buffers()])
+    peaks = []
+    for ids in plan.batches:
+        batch = collate([clips[i] for i in ids], multiple_of=model.time_stride)
+        peaks.append(activation_peak_bytes(model, batch.x, batch.lengths) + params)
+    assert max(peaks) <= budget
+    assert max(peaks) > 0.8 * budget  # and the budget is actually used
+    assert len(plan.too_long) == int(np.sum(-(-lengths // 8) * 8 * cost.bytes_per_frame + cost.fixed_bytes > budget))
+
+
+def test_a_few_training_steps_learn_and_keep_batched_equal_alone() -> None:
+    """Gradients flow through the masked layers; trained BN statistics keep the padding invariance."""
+    torch.manual_seed(0)
+    rng = np.random.default_rng(0)
+    config = tiny("cnn", n_classes=2, dropout=0.0)
+    model = build_model(config)
+    optimiser = torch.optim.Adam(model.parameters(), lr=3e-3)
+
+    def sample(n: int) -> tuple[list[np.ndarray], torch.Tensor]:
+        labels = rng.integers(0, 2, size=n)
+        clips = []
+        for label in labels:
+            clip = rng.normal(size=(20, int(rng.integers(3, 60)))) * 5 - 50
+            clip[(0 if label == 0 else 10) : (10 if label == 0 else 20)] += 25  # loud low or high band
+            clips.append(clip.astype(np.float16))
+        return clips, torch.from_numpy(labels)
+
+    losses = []
+    model.train()
+    for _ in range(25):
+        clips, labels = sample(8)
+        batch = collate(clips)
+        loss = nn.functional.cross_entropy(model(batch.x, batch.lengths), labels)
+        optimiser.zero_grad()
+        loss.backward()
+        optimiser.step()
+        losses.append(loss.item())
+    assert np.mean(losses[-5:]) < 0.5 * np.mean(losses[:5])
+    model.eval()
+    clips, labels = sample(10)
+    batch = collate(clips)
+    with torch.no_grad():
+        batched = model(batch.x, batch.lengths)
+    assert (batched.argmax(dim=1) == labels).float().mean() >= 0.8
+    for i, clip in enumerate(clips):
+        torch.testing.assert_close(batched[i], logits_alone(model, clip), atol=ATOL, rtol=0)
