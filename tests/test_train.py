@@ -1,0 +1,237 @@
+"""`make train`: loss goes down, the best checkpoint reloads, resume continues, the split is by content."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from infer.checkpoint import load_checkpoint
+from infer.cli import main as infer_main
+from infer.cost import measure_cost_per_frame
+from infer.models import ModelConfig, build_model
+from infer.predict import predict
+from infer.split import RULE, SplitRule, split_score
+from infer.train import (
+    DEFAULT_CPU_TRAIN_BUDGET_MB, MIN_EFFICIENCY, TrainConfig, TrainError, lr_at, resume_path_for, spec_augment,
+    train, training_plan, training_rows,
+)
+from store import FeatureSpec, IndexRow, create_store, open_store
+
+SPEC = FeatureSpec.mel(n_bins=16)
+LABELS = ["ambient", "jazz", "rock"]
+#: A tiny, fast configuration: width 4, depth 2, whole clips, 16 bins.
+TINY = dict(width=4, depth=2, lr=3e-2, max_batch=8, crop_seconds=None, val_fraction=0.25, dropout=0.0,
+            time_masks=1, freq_masks=1, freq_mask_bins=2, time_mask_frames=8, device="cpu")
+
+
+def make_separable_store(path: Path, n: int = 48, *, seed: int = 0, labelled: bool = True,
+                         duplicates: int = 0) -> Path:
+    """Clips whose class is band energy: class k lifts bins ``[0, 6k)`` by 15 dB over N(-50 dB, 6 dB) noise.
+
+    Lengths 20-160 frames.  ``duplicates`` more rows index the content of
+    existing clips under other paths (same hash, same label).
+    """
+    rng = np.random.default_rng(seed)
+    w = create_store(path, {"mel": SPEC}, label_names=LABELS if labelled else [])
+    arrays, rows = [], []
+    for k in range(n):
+        lab = k % len(LABELS)
+        length = int(rng.integers(20, 160))
+        a = rng.normal(-50.0, 6.0, (length, SPEC.n_bins)).astype(np.float32)
+        a[:, :6 * lab] += 15.0
+        arrays.append(a)
+        rows.append({"path": f"{LABELS[lab]}/c{k:03d}.wav", "hash": f"content-{seed}-{k}",
+                     "duration": length * SPEC.frame_seconds, "label": LABELS[lab] if labelled else None})
+    w.add_clips(rows, {"mel": arrays})
+    if duplicates:
+        w.commit(rows=[IndexRow(f"copies/d{j:03d}.wav", rows[j]["hash"], rows[j]["label"])
+                       for j in range(duplicates)])
+    return path
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return make_separable_store(tmp_path_factory.mktemp("train") / "s.zarr", duplicates=6)
+
+
+class Interrupt(Exception):
+    """Stands in for Ctrl-C after an epoch."""
+
+
+def test_loss_decreases_and_best_checkpoint_reloads_to_same_predictions(store: Path, tmp_path: Path) -> None:
+    model_path = tmp_path / "m.pt"
+    res = train(store, model_path, TrainConfig(epochs=6, **TINY), progress=False)
+    losses = [h["loss"] for h in res.history]
+    assert len(losses) == 6 and res.epochs_run == 6 and res.resumed_from == 0
+    assert losses[-1] < 0.7 * losses[0], losses
+    assert res.best_val_accuracy is not None and res.best_val_accuracy >= 0.8
+    assert all(h["efficiency"] >= MIN_EFFICIENCY for h in res.history)
+
+    ck = load_checkpoint(model_path)
+    assert ck.label_names == LABELS and ck.feature == "mel" and ck.spec == SPEC
+    assert ck.extra["split"] == {"rule": RULE, "val_fraction": 0.25, "seed": 0}
+    assert TrainConfig.from_dict(ck.extra["train_config"]) == res.config
+    assert ck.extra["best_epoch"] == res.best_epoch and len(ck.extra["history"]) == 6
+    # normalisation fitted on the training frames (noise around -50 dB with a +15 dB band)
+    assert -50.0 < ck.config.input_mean < -44.0 and 6.0 < ck.config.input_std < 10.0
+
+    # The saved weights are the best epoch's: its recorded validation loss and accuracy come back.
+    s = open_store(store)
+    _, val_rows = training_rows(s, SplitRule(0.25, 0))
+    probs = predict(s, ck, device="cpu", progress=False).probs[val_rows]
+    truth = torch.from_numpy(s.labels[val_rows].astype(np.int64))
+    best = res.history[res.best_epoch - 1]
+    val_loss = float(F.nll_loss(torch.log(torch.from_numpy(probs)), truth))
+    assert val_loss == pytest.approx(best["val_loss"], rel=1e-4, abs=1e-5)
+    assert float((probs.argmax(1) == truth.numpy()).mean()) == pytest.approx(best["val_accuracy"])
+    # and a second load gives identical predictions
+    again = predict(s, load_checkpoint(model_path), device="cpu", progress=False).probs[val_rows]
+    np.testing.assert_array_equal(probs, again)
+
+
+def test_resume_continues_where_it_stopped(store: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    config = TrainConfig(epochs=4, **TINY)
+    seen: list[dict[str, Any]] = []
+
+    def stop_after_two(entry: dict[str, Any]) -> None:
+        seen.append(entry)
+        if entry["epoch"] == 2:
+            raise Interrupt
+
+    model_path = tmp_path / "m.pt"
+    with pytest.raises(Interrupt):
+        train(store, model_path, config, progress=False, on_epoch_end=stop_after_two)
+    resume = resume_path_for(model_path)
+    assert resume == tmp_path / "m.resume.pt" and resume.is_file() and model_path.is_file()
+    state = torch.load(resume, weights_only=True)  # plain containers only
+    assert state["epoch"] == 2 and len(state["history"]) == 2 and not state["complete"]
+
+    res = train(store, model_path, config, progress=False)
+    assert res.resumed_from == 2 and res.epochs_run == 2
+    assert [h["epoch"] for h in res.history] == [1, 2, 3, 4]
+    assert res.history[:2] == seen
+
+    # The resumed run follows the uninterrupted run's path (every epoch is seeded from (seed, epoch)).
+    straight = train(store, tmp_path / "straight.pt", config, progress=False)
+    for a, b in zip(res.history, straight.history, strict=True):
+        assert a["loss"] == pytest.approx(b["loss"], rel=1e-4)
+        assert a["val_accuracy"] == pytest.approx(b["val_accuracy"])
+
+    # Rerunning a finished run does nothing; a changed configuration starts afresh with a warning.
+    done = train(store, model_path, config, progress=False)
+    assert done.epochs_run == 0 and done.resumed_from == 4 and len(done.history) == 4
+    with caplog.at_level(logging.WARNING, logger="infer.train"):
+        fresh = train(store, model_path, TrainConfig(**{**config.to_dict(), "epochs": 1}), progress=False)
+    assert fresh.resumed_from == 0 and fresh.epochs_run == 1
+    assert "different configuration" in caplog.text
+    # runtime-only fields (device, precision, budget) do not invalidate a resume file
+    rerun = train(store, model_path, TrainConfig(**{**config.to_dict(), "epochs": 1, "budget_mb": 512.0}),
+                  progress=False)
+    assert rerun.resumed_from == 1 and rerun.epochs_run == 0
+
+
+def test_split_is_by_content_and_deterministic(store: Path) -> None:
+    hashes = [f"h{i}" for i in range(2000)]
+    rule = SplitRule(0.25, seed=3)
+    val = rule.is_val(hashes)
+    assert 0.21 < val.mean() < 0.29
+    # order and company do not matter: each hash decides alone
+    perm = np.random.default_rng(0).permutation(len(hashes))
+    np.testing.assert_array_equal(rule.is_val([hashes[i] for i in perm]), val[perm])
+    np.testing.assert_array_equal(rule.is_val(hashes[:100]), val[:100])
+    assert val[7] == (split_score("h7", 3) < 0.25)
+    assert not np.array_equal(SplitRule(0.25, seed=4).is_val(hashes), val)  # the seed matters
+    assert set(rule.select(hashes, "val")) | set(rule.select(hashes, "train")) == set(range(len(hashes)))
+
+    s = open_store(store)  # 48 clips + 6 duplicate paths
+    for seed in range(5):
+        train_rows, val_rows = training_rows(s, SplitRule(0.3, seed))
+        train_hashes = {s.hashes[r] for r in train_rows}
+        val_hashes = {s.hashes[r] for r in val_rows}
+        assert not train_hashes & val_hashes  # duplicates never straddle the split
+        assert len(train_rows) == len(train_hashes)  # a duplicated content is trained on once
+        assert len(train_hashes) + len(val_hashes) == 48
+        assert len(val_rows) == sum(1 for h in s.hashes if h in val_hashes)  # every validation path counts
+
+
+def test_store_without_labels_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    store = make_separable_store(tmp_path / "u.zarr", n=6, labelled=False)
+    with pytest.raises(TrainError, match="no labelled clips"):
+        train(store, tmp_path / "m.pt", TrainConfig(epochs=1, **TINY), progress=False)
+    assert infer_main(["train", str(store), str(tmp_path / "m.pt"), "--epochs", "1", "--no-progress"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "no labelled clips" in err
+    assert not (tmp_path / "m.pt").exists()
+
+
+def test_training_plans_are_efficient_on_the_store_lengths(store: Path) -> None:
+    s = open_store(store)
+    model = build_model(ModelConfig(n_bins=16, n_classes=3, width=4, depth=2)).train()
+    cost = measure_cost_per_frame(model, 16, training=True)
+    budget = int(DEFAULT_CPU_TRAIN_BUDGET_MB * 2**20)
+    train_rows, _ = training_rows(s, SplitRule(0.25, 0))
+    whole = s.lengths[train_rows]
+    cropped = np.minimum(whole, 64)
+    for lengths in (whole, cropped):
+        ids: set[int] = set()
+        for epoch in range(4):
+            plan = training_plan(lengths, budget_bytes=budget, cost=cost, max_batch=8, seed=0, epoch=epoch,
+                                 frame_align=model.time_stride)
+            assert plan.efficiency >= MIN_EFFICIENCY, plan.describe()
+            assert np.mean([len(b) for b in plan.batches]) >= 3  # not bought with batches of one
+            batched = np.concatenate(plan.batches)
+            assert sorted(batched.tolist()) == list(range(len(lengths)))  # every clip once per epoch
+            ids.add(hash(tuple(plan.batches[0].tolist())))
+        assert len(ids) > 1  # batches change between epochs
+
+
+def test_lr_schedule_and_spec_augment() -> None:
+    cfg = TrainConfig(epochs=10, lr=1e-2, warmup_fraction=0.2, final_lr_ratio=0.01)
+    lrs = [lr_at(p, cfg) for p in np.linspace(0, 10, 101)]
+    peak = int(np.argmax(lrs))
+    assert lrs[0] == pytest.approx(4e-4) and lrs[peak] == pytest.approx(1e-2) and 15 <= peak <= 25
+    assert all(a <= b for a, b in zip(lrs[:peak], lrs[1:peak + 1]))
+    assert all(a >= b for a, b in zip(lrs[peak:], lrs[peak + 1:]))
+    assert lrs[-1] == pytest.approx(1e-4)
+
+    rng = np.random.default_rng(0)
+    x = torch.full((3, 1, 16, 40), -30.0)
+    lengths = torch.tensor([40, 25, 10])
+    for b, n in enumerate(lengths.tolist()):
+        x[b, :, :, n:] = 0.0
+    spec_augment(x, lengths, rng, time_masks=2, time_mask_frames=8, freq_masks=2, freq_mask_bins=4, fill=-45.0)
+    for b, n in enumerate(lengths.tolist()):
+        assert torch.all(x[b, :, :, n:] == 0.0)  # padding untouched
+        real = x[b, :, :, :n]
+        assert torch.all((real == -30.0) | (real == -45.0))
+    assert int((x == -45.0).sum()) > 0
+    with pytest.raises(TrainError, match="epochs"):
+        TrainConfig(epochs=0)
+    with pytest.raises(TrainError, match="unknown training config"):
+        TrainConfig.from_dict({"epochs": 3, "colour": "red"})
+
+
+def test_cli_train_then_eval_on_the_held_out_split(store: Path, tmp_path: Path,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    model = tmp_path / "cli.pt"
+    args = ["train", str(store), str(model), "--epochs", "2", "--width", "4", "--depth", "2", "--lr", "0.03",
+            "--max-batch", "8", "--crop-seconds", "0", "--val-fraction", "0.25", "--device", "cpu",
+            "--no-progress"]
+    assert infer_main(args) == 0
+    out = capsys.readouterr().out
+    assert "trained epochs 1-2 of 2" in out and str(model) in out
+    assert load_checkpoint(model).extra["train_config"]["crop_seconds"] is None
+    assert infer_main(args) == 0  # rerun: nothing left to do
+    assert "already trained: 2 of 2 epochs done" in capsys.readouterr().out
+    reports = tmp_path / "rep"
+    assert infer_main(["eval", str(store), str(model), "--out-dir", str(reports), "--split", "val",
+                       "--device", "cpu", "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    assert "accuracy" in out and "split 'val'" in out
+    assert {p.name for p in reports.iterdir()} >= {"report.json", "report.txt", "confusion.png"}
