@@ -9,8 +9,8 @@ checkpoint recorded), and writes ``report.json``, ``report.txt`` and
 Predictions come from the same pieces as ``make infer`` (:mod:`infer.predict`):
 the memory cost is measured, distinct contents are planned into length-sorted
 batches under the budget, clips too long for any batch run in windows, and a
-CUDA out-of-memory splits the batch.  :func:`logits_for_rows` is that loop for
-a subset of rows; training's validation uses it too.
+CUDA out-of-memory splits the batch (:func:`infer.predict.logits_for_rows`, the
+one prediction loop, which training's validation uses too).
 
 Labels are matched **by name**: a store may order its labels differently from
 the checkpoint or lack some.  Rows whose label the model does not know count
@@ -32,22 +32,16 @@ from typing import Any
 
 import numpy as np
 import torch
-from tqdm.auto import tqdm
 
-from store import FeatureView, Store, open_store
+from store import Store, open_store
 
 from .checkpoint import Checkpoint, check_store_matches, load_checkpoint
-from .cost import CostModel, measure_cost_per_frame
 from .device import choose_device, memory_budget, set_cpu_threads
-from .loader import prefetch_batches, to_device
-from .models import MaskedClassifier
 from .plots import PlotError, plot_confusion
-from .planner import plan_batches
-from .predict import PredictOptions, _autocast_dtype, _Runner
+from .predict import PredictOptions, RowLogits, _autocast_dtype, logits_for_rows
 from .split import SPLITS, SplitError, SplitRule
-from .windows import run_windowed
 
-__all__ = ["EvaluateError", "Report", "RowLogits", "evaluate", "logits_for_rows", "metrics_from_confusion",
+__all__ = ["EvaluateError", "Report", "evaluate", "metrics_from_confusion",
            "write_report"]
 
 log = logging.getLogger(__name__)
@@ -118,86 +112,6 @@ def metrics_from_confusion(cm: np.ndarray, label_names: Sequence[str]) -> dict[s
 
 
 # -- predictions for a subset of rows -------------------------------------------------------
-
-@dataclass
-class RowLogits:
-    """Logits ``(len(rows), n_classes)`` float32, in the order of the requested rows, and run figures."""
-
-    logits: np.ndarray
-    distinct: int = 0
-    batches: int = 0
-    efficiency: float = 1.0
-    windowed: int = 0
-    oom_retries: int = 0
-
-
-def logits_for_rows(
-    model: MaskedClassifier,
-    view: FeatureView,
-    rows: np.ndarray,
-    *,
-    device: torch.device,
-    budget_bytes: int,
-    max_batch: int = 16,
-    autocast: torch.dtype | None = None,
-    channels_last: bool = False,
-    hashes: Sequence[str] | None = None,
-    cost: CostModel | None = None,
-    progress: bool = False,
-    desc: str = "evaluating",
-) -> RowLogits:
-    """Run ``model`` (in eval mode; its mode is restored after) on store ``rows`` of ``view``.
-
-    Whole clips, as :func:`infer.predict.predict` runs them: with ``hashes``
-    (the store's, indexed by row) each distinct content runs once; lengths
-    are planned by :func:`infer.planner.plan_batches` under ``budget_bytes``
-    with the model's measured inference ``cost`` (measured here if None);
-    clips too long for a batch of one run in windows.  The model must already
-    be on ``device`` (and in channels-last format if ``channels_last``).
-    """
-    rows = np.asarray(rows, dtype=np.int64)
-    n_classes = model.config.n_classes
-    if hashes is not None:
-        first: dict[str, int] = {}
-        content = np.fromiter((first.setdefault(hashes[int(r)], len(first)) for r in rows), dtype=np.int64,
-                              count=len(rows))
-        unique_pos = np.unique(content, return_index=True)[1]
-        distinct = rows[unique_pos]
-    else:
-        content = np.arange(len(rows), dtype=np.int64)
-        distinct = rows
-    out = RowLogits(np.zeros((len(rows), n_classes), dtype=np.float32), distinct=len(distinct))
-    if not len(rows):
-        return out
-    was_training = model.training
-    model.eval()
-    try:
-        if cost is None:
-            cost = measure_cost_per_frame(model, model.config.n_bins, device=device, autocast=autocast)
-        lengths = np.array([len(view.frames(int(r))) for r in distinct], dtype=np.int64)
-        plan = plan_batches(lengths, budget_bytes=budget_bytes, cost_per_frame=cost.bytes_per_frame,
-                            max_batch=max_batch, fixed_overhead=cost.fixed_bytes, frame_align=model.time_stride)
-        out.batches, out.efficiency, out.windowed = plan.n_batches, plan.efficiency, len(plan.too_long)
-        runner = _Runner(model, device, autocast, channels_last)
-        logits = np.zeros((len(distinct), n_classes), dtype=np.float32)
-        with tqdm(total=len(distinct), unit="clip", desc=desc, disable=not progress, leave=False) as bar:
-            for batch in prefetch_batches(view, plan.batches, rows=distinct, multiple_of=model.time_stride,
-                                          pin=device.type == "cuda"):
-                b = to_device(batch, device)
-                logits[batch.ids] = runner.logits(b.x, b.lengths).cpu().numpy()
-                bar.update(len(batch))
-            for cid in plan.too_long:
-                arr = np.asarray(view[int(distinct[cid])], dtype=np.float32)
-                with torch.inference_mode():
-                    logits[cid] = run_windowed(model, arr, plan.max_window, device=device,
-                                               autocast=autocast).float().cpu().numpy()
-                bar.update(1)
-        out.oom_retries = runner.oom_retries
-    finally:
-        model.train(was_training)
-    out.logits = logits[content]
-    return out
-
 
 # -- evaluation of a checkpoint on a store ---------------------------------------------------
 

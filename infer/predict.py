@@ -15,7 +15,7 @@ import csv
 import logging
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,18 +24,18 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from store import Store, open_store
+from store import FeatureView, Store, open_store
 
 from .checkpoint import Checkpoint, check_store_matches, load_checkpoint
-from .collate import Batch
-from .cost import measure_cost_per_frame
+from .cost import CostModel, measure_cost_per_frame
 from .device import anon_rss_bytes, choose_device, memory_budget, set_cpu_threads
 from .loader import prefetch_batches, to_device
 from .models import MaskedClassifier
 from .planner import Plan, plan_batches
 from .windows import run_windowed
 
-__all__ = ["PredictOptions", "PredictStats", "Predictions", "predict", "make_plan", "write_predictions_csv"]
+__all__ = ["PredictOptions", "PredictStats", "Predictions", "RowLogits", "logits_for_rows", "make_plan", "predict",
+           "write_predictions_csv"]
 
 log = logging.getLogger(__name__)
 
@@ -133,10 +133,15 @@ def _amp(device: torch.device, dtype: torch.dtype | None) -> contextlib.Abstract
 
 def distinct_rows(store: Store) -> tuple[np.ndarray, np.ndarray]:
     """``(first row of each distinct content, content id of every row)``: duplicates run once."""
+    return _distinct(np.arange(len(store), dtype=np.int64), store.hashes)
+
+
+def _distinct(rows: np.ndarray, hashes: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+    """For store ``rows``: the first row of each distinct content hash, and each row's content id."""
     ids: dict[str, int] = {}
-    content = np.fromiter((ids.setdefault(h, len(ids)) for h in store.hashes), dtype=np.int64, count=len(store))
+    content = np.fromiter((ids.setdefault(hashes[int(r)], len(ids)) for r in rows), dtype=np.int64, count=len(rows))
     _, first = np.unique(content, return_index=True)  # content ids are 0..n-1 in first-seen order
-    return first.astype(np.int64), content
+    return rows[first], content
 
 
 def make_plan(model: MaskedClassifier, lengths: np.ndarray, device: torch.device, budget_bytes: int,
@@ -173,6 +178,85 @@ class _Runner:
             return torch.cat([self.logits(x[:half], lengths[:half]), self.logits(x[half:], lengths[half:])])
 
 
+@dataclass
+class RowLogits:
+    """Logits ``(len(rows), n_classes)`` float32, in the order of the requested rows, and run figures."""
+
+    logits: np.ndarray
+    distinct: int = 0
+    batches: int = 0
+    efficiency: float = 1.0
+    windowed: int = 0
+    oom_retries: int = 0
+    peak_rss: int = 0
+
+
+def logits_for_rows(
+    model: MaskedClassifier,
+    view: FeatureView,
+    rows: np.ndarray,
+    *,
+    device: torch.device,
+    budget_bytes: int,
+    max_batch: int = 16,
+    autocast: torch.dtype | None = None,
+    channels_last: bool = False,
+    hashes: Sequence[str] | None = None,
+    cost: CostModel | None = None,
+    progress: bool = False,
+    desc: str = "evaluating",
+) -> RowLogits:
+    """Run ``model`` (in eval mode; its mode is restored after) on store ``rows`` of ``view``.
+
+    Whole clips, as :func:`infer.predict.predict` runs them: with ``hashes``
+    (the store's, indexed by row) each distinct content runs once; lengths
+    are planned by :func:`infer.planner.plan_batches` under ``budget_bytes``
+    with the model's measured inference ``cost`` (measured here if None);
+    clips too long for a batch of one run in windows.  The model must already
+    be on ``device`` (and in channels-last format if ``channels_last``).
+    """
+    rows = np.asarray(rows, dtype=np.int64)
+    n_classes = model.config.n_classes
+    if hashes is not None:
+        distinct, content = _distinct(rows, hashes)
+    else:
+        distinct, content = rows, np.arange(len(rows), dtype=np.int64)
+    out = RowLogits(np.zeros((len(rows), n_classes), dtype=np.float32), distinct=len(distinct))
+    if not len(rows):
+        return out
+    was_training = model.training
+    model.eval()
+    try:
+        if cost is None:
+            cost = measure_cost_per_frame(model, model.config.n_bins, device=device, autocast=autocast)
+        lengths = np.array([len(view.frames(int(r))) for r in distinct], dtype=np.int64)
+        plan = plan_batches(lengths, budget_bytes=budget_bytes, cost_per_frame=cost.bytes_per_frame,
+                            max_batch=max_batch, fixed_overhead=cost.fixed_bytes, frame_align=model.time_stride)
+        out.batches, out.efficiency, out.windowed = plan.n_batches, plan.efficiency, len(plan.too_long)
+        runner = _Runner(model, device, autocast, channels_last)
+        logits = np.zeros((len(distinct), n_classes), dtype=np.float32)
+        peak = anon_rss_bytes()
+        with tqdm(total=len(distinct), unit="clip", desc=desc, disable=not progress, leave=False) as bar:
+            for batch in prefetch_batches(view, plan.batches, rows=distinct, multiple_of=model.time_stride,
+                                          pin=device.type == "cuda"):
+                b = to_device(batch, device)
+                logits[batch.ids] = runner.logits(b.x, b.lengths).cpu().numpy()
+                bar.update(len(batch))
+                peak = max(peak, anon_rss_bytes())
+            for cid in plan.too_long:
+                arr = np.asarray(view[int(distinct[cid])], dtype=np.float32)
+                with torch.inference_mode():
+                    logits[cid] = run_windowed(model, arr, plan.max_window, device=device,
+                                               autocast=autocast).float().cpu().numpy()
+                bar.update(1)
+                peak = max(peak, anon_rss_bytes())
+        out.oom_retries, out.peak_rss = runner.oom_retries, peak
+    finally:
+        model.train(was_training)
+    out.logits = logits[content]
+    return out
+
+
 def predict(
     store: str | Store,
     checkpoint: str | os.PathLike[str] | Checkpoint,
@@ -205,41 +289,18 @@ def predict(
         model = model.to(memory_format=torch.channels_last)
     budget = memory_budget(device, opts.budget_mb, opts.margin_mb)
 
-    rows, content = distinct_rows(s)
-    lengths = s.lengths[rows]
-    n_classes = ckpt.config.n_classes
-    stats = PredictStats(clips=len(s), distinct=len(rows), audio_seconds=float(s.durations.sum()),
-                         budget_bytes=budget.bytes, device=str(device))
+    stats = PredictStats(clips=len(s), audio_seconds=float(s.durations.sum()), budget_bytes=budget.bytes,
+                         device=str(device))
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
         stats.peak_kind = "GPU allocated"
-    distinct_logits = np.zeros((len(rows), n_classes), dtype=np.float32)
-    if len(rows):
-        plan, _, _ = make_plan(model, lengths, device, budget.bytes, opts.max_batch, autocast)
-        log.info("%s", plan.describe(top=3))
-        stats.batches, stats.efficiency, stats.windowed = plan.n_batches, plan.efficiency, len(plan.too_long)
-        runner = _Runner(model, device, autocast, channels_last)
-        view = s.feature(ckpt.feature)
-        peak = anon_rss_bytes()
-        with tqdm(total=len(rows), unit="clip", desc="predicting", disable=not opts.progress) as bar:
-            batches: Iterator[Batch] = prefetch_batches(view, plan.batches, rows=rows, multiple_of=model.time_stride,
-                                                        pin=device.type == "cuda", prefetch=opts.prefetch)
-            for batch in batches:
-                b = to_device(batch, device)
-                distinct_logits[batch.ids] = runner.logits(b.x, b.lengths).cpu().numpy()
-                bar.update(len(batch))
-                peak = max(peak, anon_rss_bytes())
-            for cid in plan.too_long:
-                arr = np.asarray(view[int(rows[cid])], dtype=np.float32)
-                with torch.inference_mode():
-                    distinct_logits[cid] = run_windowed(model, arr, plan.max_window, device=device,
-                                                        autocast=autocast).float().cpu().numpy()
-                bar.update(1)
-                peak = max(peak, anon_rss_bytes())
-        stats.oom_retries = runner.oom_retries
-        stats.peak_bytes = int(torch.cuda.max_memory_allocated(device)) if device.type == "cuda" else peak
-    probs = torch.softmax(torch.from_numpy(distinct_logits), dim=1).numpy()[content] if len(s) else \
-        np.zeros((0, n_classes), dtype=np.float32)
+    res = logits_for_rows(model, s.feature(ckpt.feature), np.arange(len(s)), device=device, budget_bytes=budget.bytes,
+                          max_batch=opts.max_batch, autocast=autocast, channels_last=channels_last,
+                          hashes=s.hashes, progress=opts.progress, desc="predicting")
+    stats.distinct, stats.batches, stats.efficiency = res.distinct, res.batches, res.efficiency
+    stats.windowed, stats.oom_retries = res.windowed, res.oom_retries
+    stats.peak_bytes = int(torch.cuda.max_memory_allocated(device)) if device.type == "cuda" else res.peak_rss
+    probs = torch.softmax(torch.from_numpy(res.logits), dim=1).numpy()
     truth = [s.label_names[l] if l >= 0 else None for l in s.labels.tolist()]
     stats.wall_seconds = time.perf_counter() - t0
     result = Predictions(list(s.paths), probs, list(ckpt.label_names), truth, stats)

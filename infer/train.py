@@ -8,7 +8,7 @@ over the (cropped) lengths under the memory budget -> random crops read
 straight from the store's mmap views, SpecAugment-style masks inside real
 frames -> AdamW with linear warm-up then cosine decay, autocast on CUDA ->
 validation on whole held-out clips with the prediction path
-(:func:`infer.evaluate.logits_for_rows`: length-sorted batches, windows for
+(:func:`infer.predict.logits_for_rows`: length-sorted batches, windows for
 clips too long for a batch) -> the best checkpoint (validation accuracy, then
 validation loss; training loss when nothing is held out) at ``model_path``.
 
@@ -51,7 +51,7 @@ from .checkpoint import Checkpoint, load_checkpoint, save_checkpoint
 from .collate import collate
 from .cost import CostModel, measure_cost_per_frame
 from .device import choose_device, memory_budget, set_cpu_threads
-from .evaluate import logits_for_rows
+from .predict import logits_for_rows
 from .models import ARCHS, MaskedClassifier, ModelConfig, build_model, count_parameters
 from .planner import DEFAULT_BATCH_OVERHEAD_FRAMES, Plan, shuffled_training_plan
 from .predict import PRECISIONS, _autocast_dtype

@@ -75,10 +75,13 @@ def run_task(
             result.failed[item.hash] = f"decode failed: {type(e).__name__}: {e}".splitlines()[0]
             continue
         for k, spec in feature_specs.items():
-            arrays[k].append(feats.arrays[k].astype(spec.dtype, copy=False))
+            # pop: each float32 array is freed as soon as its stored-dtype copy exists, so a
+            # long file's float32 features are not alive while the shard is written
+            arrays[k].append(feats.arrays.pop(k).astype(spec.dtype, copy=False))
         hashes.append(item.hash)
         durations.append(feats.duration)
         result.seconds += feats.duration
+        del feats
     if hashes:
         result.shard = write_shard(store_url, arrays, hashes, durations, storage_options=storage_options)
     log.debug("task of %d files done in pid %d", len(items), os.getpid())
