@@ -25,6 +25,8 @@ import numpy as np
 import soundfile as sf
 import soxr
 
+from .integrity import truncation_reason
+
 __all__ = ["AudioError", "AudioInfo", "StreamResampler", "probe", "stream_mono", "DEFAULT_BLOCK_SAMPLES"]
 
 #: Source sample frames decoded per soundfile read (1.5 s at 44.1 kHz; 512 KiB
@@ -226,10 +228,13 @@ def stream_mono(
     ``ceil(n_source * target_sr / source_sr)`` samples and equals
     ``librosa.load(path, sr=target_sr, mono=True)[0]``.
 
-    A truncated WAV or MP3 decodes its intact part without error (soundfile's
-    behaviour); the good part is used.  Raises :class:`AudioError` for files
-    that cannot be opened, decode errors (with the frame where they hit),
-    non-finite samples, and files with no samples at all.
+    Decoders read a truncated file up to where it breaks off without an
+    error; a file whose container declares more audio than it holds (see
+    :mod:`pipeline.integrity`; FLAC checked against its declared sample count
+    at the end) raises :class:`AudioError` with a "truncated: ..." reason, so
+    a half-copied file never enters the store as a shorter clip.  Also raises
+    for files that cannot be opened, decode errors (with the frame where they
+    hit), non-finite samples, and files with no samples at all.
     """
     if target_sr <= 0 or int(target_sr) != target_sr:
         raise ValueError(f"target_sr must be a positive integer (Hz), not {target_sr!r}")
@@ -238,6 +243,13 @@ def stream_mono(
     p = os.fspath(path)
     f = _open(p)
     with f:
+        try:
+            truncated = truncation_reason(p)
+        except OSError as exc:
+            raise AudioError(f"unreadable: {exc.strerror or exc}", p) from None
+        if truncated:
+            raise AudioError(truncated, p)
+        declared = int(f.frames) if f.format == "FLAC" else 0
         native_sr = int(f.samplerate)
         if native_sr <= 0:
             raise AudioError(f"not an audio file: sample rate {native_sr}", p)
@@ -259,6 +271,8 @@ def stream_mono(
                 yield out
         if n_in == 0:
             raise AudioError("zero-length audio", p)
+        if 0 < n_in < declared:
+            raise AudioError(f"truncated: the FLAC header declares {declared} samples, {n_in} decoded", p)
         if resampler is not None:
             tail = resampler.finish()
             if tail.shape[0]:
