@@ -36,9 +36,8 @@ import torch
 from store import Store, open_store
 
 from .checkpoint import Checkpoint, check_store_matches, load_checkpoint
-from .device import choose_device, memory_budget, set_cpu_threads
 from .plots import PlotError, plot_confusion
-from .predict import PredictOptions, RowLogits, _autocast_dtype, logits_for_rows
+from .predict import PredictOptions, RunSetup, logits_for_rows
 from .split import SPLITS, SplitError, SplitRule
 
 __all__ = ["EvaluateError", "Report", "evaluate", "metrics_from_confusion",
@@ -241,17 +240,9 @@ def evaluate(
     truth = np.array([index[s.label_names[l]] for l in labels.tolist()], dtype=np.int64)
     n_classes = len(ckpt.label_names)
 
-    device = choose_device(opts.device)
-    if device.type == "cpu":
-        set_cpu_threads(opts.threads)
-    autocast = _autocast_dtype(opts.precision, device)
-    channels_last = opts.channels_last if opts.channels_last is not None else device.type == "cpu"
-    net = ckpt.build(device)
-    if channels_last:
-        net = net.to(memory_format=torch.channels_last)
-    budget = memory_budget(device, opts.budget_mb, opts.margin_mb)
-    res = logits_for_rows(net, s.feature(ckpt.feature), rows, device=device, budget_bytes=budget.bytes,
-                          max_batch=opts.max_batch, autocast=autocast, channels_last=channels_last,
+    run = RunSetup.for_checkpoint(ckpt, opts)
+    res = logits_for_rows(run.model, s.feature(ckpt.feature), rows, device=run.device, budget_bytes=run.budget.bytes,
+                          max_batch=opts.max_batch, autocast=run.autocast, channels_last=run.channels_last,
                           hashes=s.hashes, progress=opts.progress)
     probs = torch.softmax(torch.from_numpy(res.logits), dim=1).numpy()
     pred = probs.argmax(axis=1)

@@ -1,7 +1,9 @@
-"""Figures for reports: the confusion matrix as a PNG (matplotlib, Agg backend, no pyplot state).
+"""Figures for reports: the confusion matrix, as a PNG or inline (matplotlib, no pyplot state).
 
-matplotlib is imported inside the function (it is the ``plot`` extra), so the
+matplotlib is imported inside the functions (it is the ``plot`` extra), so the
 rest of ``infer`` works without it; :class:`PlotError` says how to install it.
+:func:`confusion_figure` draws into a new figure (or a given ``ax``), which a
+notebook displays inline; :func:`plot_confusion` writes that figure to a PNG.
 """
 
 from __future__ import annotations
@@ -9,36 +11,50 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-__all__ = ["PlotError", "plot_confusion"]
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
+
+__all__ = ["PlotError", "confusion_figure", "plot_confusion"]
 
 
 class PlotError(RuntimeError):
     """A figure cannot be drawn (matplotlib missing)."""
 
 
-def plot_confusion(
-    cm: np.ndarray,
-    label_names: Sequence[str],
-    path: str | os.PathLike[str],
-    *,
-    title: str = "Confusion matrix",
-    annotate_max: int = 30,
-) -> Path:
-    """Draw ``cm`` (rows: truth, columns: prediction, counts) to a PNG at ``path``; return the path.
-
-    Cells are coloured by the row-normalised share (recall per true class),
-    so classes of different sizes read alike; each cell is labelled with its
-    count when there are at most ``annotate_max`` classes.  The figure grows
-    with the number of classes.  Written atomically (temporary file, rename).
-    """
+def _new_figure(figsize: tuple[float, float]) -> Figure:
+    """A figure with an Agg canvas and no pyplot state (nothing global to close or leak)."""
     try:
         from matplotlib.backends.backend_agg import FigureCanvasAgg
         from matplotlib.figure import Figure
     except ImportError:
         raise PlotError("drawing the confusion matrix needs matplotlib: pip install 'specstore[plot]'") from None
+    fig = Figure(figsize=figsize, dpi=100, layout="constrained")
+    FigureCanvasAgg(fig)
+    return fig
+
+
+def confusion_figure(
+    cm: np.ndarray,
+    label_names: Sequence[str],
+    *,
+    title: str = "Confusion matrix",
+    annotate_max: int = 30,
+    ax: Axes | None = None,
+) -> Figure:
+    """Draw ``cm`` (rows: truth, columns: prediction, counts) and return the figure drawn on.
+
+    Cells are coloured by the row-normalised share (recall per true class),
+    so classes of different sizes read alike; each cell is labelled with its
+    count when there are at most ``annotate_max`` classes.  Without ``ax`` a
+    new figure is made whose size grows with the number of classes (inches:
+    about 0.45 per class, 4 to 40); with ``ax`` the matrix and its colour bar
+    go into that axes' figure.
+    """
     counts = np.asarray(cm, dtype=np.int64)
     n = len(label_names)
     if counts.shape != (n, n):
@@ -46,10 +62,12 @@ def plot_confusion(
     support = counts.sum(axis=1, keepdims=True)
     share = np.divide(counts, support, out=np.zeros(counts.shape, dtype=np.float64), where=support > 0)
 
-    side = min(max(4.0, 0.45 * n + 2.5), 40.0)
-    fig = Figure(figsize=(side + 1.0, side), dpi=100, layout="constrained")
-    FigureCanvasAgg(fig)
-    ax = fig.add_subplot()
+    if ax is None:
+        side = min(max(4.0, 0.45 * n + 2.5), 40.0)
+        fig = _new_figure((side + 1.0, side))
+        ax = fig.add_subplot()
+    else:
+        fig = ax.figure  # type: ignore[assignment]
     image = ax.imshow(share, cmap="Blues", vmin=0.0, vmax=1.0, interpolation="nearest")
     fig.colorbar(image, ax=ax, fraction=0.046, pad=0.04, label="share of the true class")
     ticks = np.arange(n)
@@ -67,6 +85,22 @@ def plot_confusion(
                 if counts[i, j]:
                     ax.text(j, i, str(counts[i, j]), ha="center", va="center", fontsize=font,
                             color="white" if share[i, j] > 0.5 else "black")
+    return fig
+
+
+def plot_confusion(
+    cm: np.ndarray,
+    label_names: Sequence[str],
+    path: str | os.PathLike[str],
+    *,
+    title: str = "Confusion matrix",
+    annotate_max: int = 30,
+) -> Path:
+    """Draw ``cm`` as :func:`confusion_figure` does to a PNG at ``path``; return the path.
+
+    Written atomically (temporary file, rename).
+    """
+    fig = confusion_figure(cm, label_names, title=title, annotate_max=annotate_max)
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
     tmp = p.with_name(p.name + ".tmp")

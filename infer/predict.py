@@ -28,7 +28,7 @@ from store import FeatureView, Store, open_store
 
 from .checkpoint import Checkpoint, check_store_matches, load_checkpoint
 from .cost import CostModel, measure_cost_per_frame
-from .device import anon_rss_bytes, choose_device, memory_budget, set_cpu_threads
+from .device import Budget, anon_rss_bytes, choose_device, memory_budget, set_cpu_threads
 from .loader import prefetch_batches, to_device
 from .models import MaskedClassifier
 from .planner import Plan, plan_batches
@@ -257,6 +257,30 @@ def logits_for_rows(
     return out
 
 
+@dataclass
+class RunSetup:
+    """A checkpoint's model ready to run under ``PredictOptions``: device, precision, layout, budget."""
+
+    model: MaskedClassifier
+    device: torch.device
+    autocast: torch.dtype | None
+    channels_last: bool
+    budget: Budget
+
+    @classmethod
+    def for_checkpoint(cls, ckpt: Checkpoint, opts: PredictOptions) -> "RunSetup":
+        """Choose the device (and CPU threads), autocast dtype and memory layout; build the model."""
+        device = choose_device(opts.device)
+        if device.type == "cpu":
+            set_cpu_threads(opts.threads)
+        autocast = _autocast_dtype(opts.precision, device)
+        channels_last = opts.channels_last if opts.channels_last is not None else device.type == "cpu"
+        model = ckpt.build(device)
+        if channels_last:
+            model = model.to(memory_format=torch.channels_last)
+        return cls(model, device, autocast, channels_last, memory_budget(device, opts.budget_mb, opts.margin_mb))
+
+
 def predict(
     store: str | Store,
     checkpoint: str | os.PathLike[str] | Checkpoint,
@@ -279,15 +303,8 @@ def predict(
     s = store if isinstance(store, Store) else open_store(store)
     ckpt = checkpoint if isinstance(checkpoint, Checkpoint) else load_checkpoint(checkpoint)
     check_store_matches(ckpt, s)
-    device = choose_device(opts.device)
-    if device.type == "cpu":
-        set_cpu_threads(opts.threads)
-    autocast = _autocast_dtype(opts.precision, device)
-    channels_last = opts.channels_last if opts.channels_last is not None else device.type == "cpu"
-    model = ckpt.build(device)
-    if channels_last:
-        model = model.to(memory_format=torch.channels_last)
-    budget = memory_budget(device, opts.budget_mb, opts.margin_mb)
+    run = RunSetup.for_checkpoint(ckpt, opts)
+    model, device, autocast, channels_last, budget = run.model, run.device, run.autocast, run.channels_last, run.budget
 
     stats = PredictStats(clips=len(s), audio_seconds=float(s.durations.sum()), budget_bytes=budget.bytes,
                          device=str(device))

@@ -1,0 +1,194 @@
+"""Pictures of a store for notebooks: a clip's spectrograms, the length histogram, the label counts.
+
+The spectrograms are drawn with ``librosa.display.specshow`` and the axes it
+derives from the stored :class:`store.FeatureSpec` (sample rate, hop, mel
+range, CQT start note), so time is in seconds and frequency in Hz or note
+names, exactly as the values were computed.  Every function draws into a
+given matplotlib ``ax`` or, without one, into a new figure made without
+pyplot (nothing global to close), and returns the figure: the last
+expression of a notebook cell shows it inline.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from store import FeatureSpec, Store
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
+
+__all__ = [
+    "PlotError",
+    "label_counts",
+    "plot_durations",
+    "plot_label_counts",
+    "show_clip",
+    "show_feature",
+    "specshow_kwargs",
+]
+
+UNLABELLED = "(unlabelled)"
+"""The name :func:`label_counts` gives clips without a label."""
+
+
+class PlotError(RuntimeError):
+    """A figure cannot be drawn: matplotlib missing, or the axes given do not fit the request."""
+
+
+def specshow_kwargs(spec: FeatureSpec) -> dict[str, Any]:
+    """The ``librosa.display.specshow`` arguments that label ``spec``'s axes correctly.
+
+    Time: ``sr`` (Hz) and ``hop_length`` (samples) give seconds per frame.
+    Frequency: mel bins between ``fmin`` and ``fmax`` (Hz; None = sr / 2, as
+    the mel filters were built); CQT bins as note names from ``fmin`` (Hz)
+    with ``bins_per_octave``.
+    """
+    kw: dict[str, Any] = {"sr": spec.sample_rate, "hop_length": spec.hop_length, "x_axis": "time"}
+    if spec.kind == "mel":
+        kw.update(y_axis="mel", fmin=spec.fmin, fmax=spec.fmax if spec.fmax is not None else spec.sample_rate / 2)
+    elif spec.kind == "cqt":
+        kw.update(y_axis="cqt_note", fmin=spec.fmin, bins_per_octave=spec.bins_per_octave or 12)
+    else:  # FeatureSpec refuses other kinds; kept for a future kind's clear error
+        raise ValueError(f"no display for feature kind {spec.kind!r}")
+    return kw
+
+
+def label_counts(store: Store) -> dict[str, int]:
+    """Clips per label name, in the store's label order; unlabelled clips under ``"(unlabelled)"`` if any."""
+    labels = np.asarray(store.labels)
+    counts = np.bincount(labels[labels >= 0], minlength=len(store.label_names))
+    out = {name: int(c) for name, c in zip(store.label_names, counts)}
+    unlabelled = int((labels < 0).sum())
+    if unlabelled:
+        out[UNLABELLED] = unlabelled
+    return out
+
+
+def _figure(figsize: tuple[float, float]) -> Figure:
+    try:
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        from matplotlib.figure import Figure
+    except ImportError:
+        raise PlotError("plotting needs matplotlib: pip install matplotlib") from None
+    fig = Figure(figsize=figsize, dpi=100, layout="constrained")
+    FigureCanvasAgg(fig)
+    return fig
+
+
+def _integer_ticks() -> Any:
+    from matplotlib.ticker import MaxNLocator
+
+    return MaxNLocator(integer=True)
+
+
+def _clip_title(store: Store, i: int) -> str:
+    label = int(store.labels[i])
+    name = store.label_names[label] if label >= 0 else "unlabelled"
+    return f"{store.paths[i]} ({name}, {store.durations[i]:.1f} s)"
+
+
+def show_feature(store: Store, i: int, feature: str | None = None, *, ax: Axes | None = None,
+                 colorbar: bool = True, cmap: str = "magma", title: str | None = None) -> Figure:
+    """Draw clip ``i``'s ``feature`` (default: the store's default feature) in dB; return the figure.
+
+    Values are the stored decibels against the spec's fixed reference (no
+    per-clip maximum), so colours compare across clips of one store.
+    """
+    import librosa.display
+
+    name = feature or store.default_feature
+    view = store.feature(name)  # KeyError with the store's features if missing
+    data = np.asarray(view[i], dtype=np.float32)  # (n_bins, n_frames); float16 upcast for matplotlib
+    if ax is None:
+        ax = _figure((10.0, 3.6)).add_subplot()
+    mesh = librosa.display.specshow(data, ax=ax, cmap=cmap, **specshow_kwargs(view.spec))
+    if colorbar:
+        ax.figure.colorbar(mesh, ax=ax, format="%+.0f dB")
+    ax.set_title(title if title is not None else f"{name}: {_clip_title(store, i)}", fontsize=10)
+    return ax.figure  # type: ignore[return-value]
+
+
+def show_clip(store: Store, i: int, features: Sequence[str] | None = None, *,
+              ax: Axes | Sequence[Axes] | None = None, cmap: str = "magma") -> Figure:
+    """Clip ``i``'s spectrograms, one panel per feature (default: every feature of the store).
+
+    ``ax``: one axes per feature (a list or an array, as ``plt.subplots``
+    gives; a single axes for a single feature), or None for a new figure with the panels stacked and time axes shared.
+    """
+    names = list(features) if features is not None else list(store.specs)
+    if not names:
+        raise ValueError("no features to show")
+    for name in names:
+        store.feature(name)  # fail before drawing anything
+    n = len(store)
+    if not -n <= i < n:
+        raise IndexError(f"clip {i} out of range for a store of {n} clips")
+    if ax is None:
+        fig = _figure((10.0, 3.2 * len(names) + 0.4))
+        axes = list(fig.subplots(len(names), 1, sharex=True, squeeze=False)[:, 0])
+        fig.suptitle(_clip_title(store, i), fontsize=11)
+        titles = [f"{name} ({store.specs[name].n_bins} bins)" for name in names]
+    else:
+        axes = list(np.ravel(np.asarray(ax, dtype=object))) if isinstance(ax, (Sequence, np.ndarray)) else [ax]
+        if len(axes) != len(names):
+            raise PlotError(f"{len(names)} feature(s) need as many axes, got {len(axes)}")
+        titles = [None] * len(names)  # type: ignore[list-item]
+    for name, a, t in zip(names, axes, titles):
+        show_feature(store, i, name, ax=a, cmap=cmap, title=t)
+    for a in axes[:-1]:
+        a.set_xlabel("")
+    return axes[0].figure  # type: ignore[return-value]
+
+
+def plot_durations(store: Store, *, bins: int = 30, ax: Axes | None = None, log: bool | None = None) -> Figure:
+    """Histogram of the clips' durations in seconds, with the median and the total marked.
+
+    ``log``: logarithmic duration axis (default: when the longest clip is
+    over 20 times the shortest, as in real corpora).
+    """
+    d = np.asarray(store.durations, dtype=np.float64)
+    if ax is None:
+        ax = _figure((8.0, 3.4)).add_subplot()
+    if not len(d):
+        ax.set_title("no clips")
+        return ax.figure  # type: ignore[return-value]
+    lo, hi = float(d.min()), float(d.max())
+    use_log = log if log is not None else (lo > 0 and hi / lo > 20)
+    edges = np.geomspace(lo, hi, bins + 1) if use_log and hi > lo else bins
+    ax.hist(d, bins=edges, color="tab:blue", alpha=0.8)
+    if use_log:
+        ax.set_xscale("log")
+    med = float(np.median(d))
+    ax.axvline(med, color="black", linestyle="--", linewidth=1, label=f"median {med:.1f} s")
+    ax.set_xlabel("duration (s)")
+    ax.set_ylabel("clips")
+    ax.yaxis.set_major_locator(_integer_ticks())
+    ax.set_title(f"{len(d):,} clips, {d.sum() / 3600:.2f} h; {lo:.1f} s to {hi:.1f} s", fontsize=10)
+    ax.legend(loc="upper right")
+    return ax.figure  # type: ignore[return-value]
+
+
+def plot_label_counts(store: Store, *, ax: Axes | None = None) -> Figure:
+    """Bar chart of clips per label (unlabelled clips as a grey bar), with the counts written on."""
+    counts = label_counts(store)
+    if ax is None:
+        ax = _figure((max(5.0, 0.5 * len(counts) + 2.0), 3.4)).add_subplot()
+    if not counts:
+        ax.set_title("no labels")
+        return ax.figure  # type: ignore[return-value]
+    names = list(counts)
+    values = [counts[n] for n in names]
+    colors = ["lightgrey" if n == UNLABELLED else "tab:blue" for n in names]
+    bars = ax.bar(range(len(names)), values, color=colors)
+    ax.bar_label(bars, fontsize=8)
+    ax.set_xticks(range(len(names)), labels=names, rotation=45 if len(names) > 6 else 0, ha="right"
+                  if len(names) > 6 else "center")
+    ax.set_ylabel("clips")
+    ax.yaxis.set_major_locator(_integer_ticks())
+    ax.set_title(f"clips per label ({len(store.label_names)} labels)", fontsize=10)
+    return ax.figure  # type: ignore[return-value]
