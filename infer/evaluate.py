@@ -33,11 +33,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from store import Store, open_store
+from store import Store
 
-from .checkpoint import Checkpoint, check_store_matches, load_checkpoint
+from .checkpoint import Checkpoint
 from .plots import PlotError, plot_confusion
-from .predict import PredictOptions, RunSetup, logits_for_rows
+from .predict import PredictOptions, RunSetup, logits_for_rows, open_inputs
 from .split import SPLITS, SplitError, SplitRule
 
 __all__ = ["EvaluateError", "Report", "evaluate", "metrics_from_confusion",
@@ -216,13 +216,8 @@ def evaluate(
     there.  Raises :class:`EvaluateError` when the selection holds no labelled
     clip, ``StoreError``/``CheckpointError`` for bad inputs.
     """
-    opts = options or PredictOptions()
-    if overrides:
-        opts = PredictOptions(**{**opts.__dict__, **overrides})
     t0 = time.perf_counter()
-    s = store if isinstance(store, Store) else open_store(store)
-    ckpt = model if isinstance(model, Checkpoint) else load_checkpoint(model)
-    check_store_matches(ckpt, s)
+    opts, s, ckpt = open_inputs(store, model, options, overrides)
     rule = _checkpoint_split(ckpt, split)
 
     rows = np.arange(len(s), dtype=np.int64) if rule is None else rule.select(s.hashes, split)

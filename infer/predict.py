@@ -257,6 +257,18 @@ def logits_for_rows(
     return out
 
 
+def open_inputs(store: str | Store, checkpoint: str | os.PathLike[str] | Checkpoint,
+                options: PredictOptions | None, overrides: dict[str, Any]) -> tuple[PredictOptions, Store, Checkpoint]:
+    """Options (``options`` updated by keyword ``overrides``), the store and the checkpoint, spec-checked."""
+    opts = options or PredictOptions()
+    if overrides:
+        opts = PredictOptions(**{**opts.__dict__, **overrides})
+    s = store if isinstance(store, Store) else open_store(store)
+    ckpt = checkpoint if isinstance(checkpoint, Checkpoint) else load_checkpoint(checkpoint)
+    check_store_matches(ckpt, s)
+    return opts, s, ckpt
+
+
 @dataclass
 class RunSetup:
     """A checkpoint's model ready to run under ``PredictOptions``: device, precision, layout, budget."""
@@ -296,13 +308,8 @@ def predict(
     ``StoreError``/``CheckpointError`` (spec mismatch included) and
     ``DeviceError`` with one-line messages.
     """
-    opts = options or PredictOptions()
-    if overrides:
-        opts = PredictOptions(**{**opts.__dict__, **overrides})
     t0 = time.perf_counter()
-    s = store if isinstance(store, Store) else open_store(store)
-    ckpt = checkpoint if isinstance(checkpoint, Checkpoint) else load_checkpoint(checkpoint)
-    check_store_matches(ckpt, s)
+    opts, s, ckpt = open_inputs(store, checkpoint, options, overrides)
     run = RunSetup.for_checkpoint(ckpt, opts)
     model, device, autocast, channels_last, budget = run.model, run.device, run.autocast, run.channels_last, run.budget
 
