@@ -78,7 +78,7 @@ class FeatureResult:
     """Features of one file.
 
     ``arrays[name]`` is ``(n_frames, n_bins)`` float32 dB for each requested
-    spec (the caller casts to the spec's storage dtype); ``n_frames`` is
+    spec (or the dtype ``compute_features(out_dtypes=...)`` asked for); ``n_frames`` is
     shared by all features; ``duration`` is the seconds of decoded audio at
     ``sample_rate`` Hz.
     """
@@ -170,15 +170,15 @@ def _ready_frames(sig: _Signal, hop: int, n_fft: int) -> int:
 
 
 class _Output:
-    """A growable ``(frames, bins)`` float32 array, preallocated from the header's length."""
+    """A growable ``(frames, bins)`` array (float32, or the storage dtype), preallocated from the header's length."""
 
-    def __init__(self, n_bins: int, frames_hint: int) -> None:
-        self.a = np.empty((max(frames_hint, 1), n_bins), dtype=np.float32)
+    def __init__(self, n_bins: int, frames_hint: int, dtype: np.dtype | str = np.float32) -> None:
+        self.a = np.empty((max(frames_hint, 1), n_bins), dtype=dtype)
 
     def rows(self, f0: int, f1: int) -> np.ndarray:
         if f1 > self.a.shape[0]:
             cap = max(f1, self.a.shape[0] + self.a.shape[0] // 4 + 64)
-            b = np.empty((cap, self.a.shape[1]), dtype=np.float32)
+            b = np.empty((cap, self.a.shape[1]), dtype=self.a.dtype)
             b[: self.a.shape[0]] = self.a
             self.a = b
         return self.a[f0:f1]
@@ -332,10 +332,10 @@ def _mel_plan(spec: FeatureSpec) -> _MelPlan:
 class _MelStream:
     """Streams one mel feature: frames are computed as soon as their samples arrive."""
 
-    def __init__(self, plan: _MelPlan, frames_hint: int) -> None:
+    def __init__(self, plan: _MelPlan, frames_hint: int, dtype: np.dtype | str = np.float32) -> None:
         self.plan = plan
         self.sig = _Signal()
-        self.out = _Output(plan.n_bins, frames_hint)
+        self.out = _Output(plan.n_bins, frames_hint, dtype)
         self.done = 0  # frames computed
 
     def feed(self, x: np.ndarray) -> None:
@@ -350,7 +350,13 @@ class _MelStream:
         p = self.plan
         if f1 > self.done:
             frames = _frames(self.sig, self.done, f1, p.hop, p.n_fft, n)
-            p.compute(frames, self.out.rows(self.done, f1))
+            rows = self.out.rows(self.done, f1)
+            if rows.dtype == np.float32:
+                p.compute(frames, rows)
+            else:  # computed in float32 (one block's frames), cast as stored
+                block = np.empty(rows.shape, dtype=np.float32)
+                p.compute(frames, block)
+                rows[...] = block
             self.done = f1
         self.sig.drop_before(self.done * p.hop - p.n_fft // 2)
 
@@ -481,9 +487,9 @@ class _CqtStream:
     level as soon as their samples arrive.
     """
 
-    def __init__(self, plan: _CqtPlan, frames_hint: int) -> None:
+    def __init__(self, plan: _CqtPlan, frames_hint: int, dtype: np.dtype | str = np.float32) -> None:
         self.plan = plan
-        self.out = _Output(plan.n_bins, frames_hint)
+        self.out = _Output(plan.n_bins, frames_hint, dtype)  # float32 octave results cast on assignment
         self.early = StreamResampler(plan.early_factor, 1, scale=True) if plan.early_factor > 1 else None
         self.levels = [_Signal() for _ in range(plan.n_levels)]
         self.down = [StreamResampler(2, 1, scale=True) for _ in range(plan.n_levels - 1)]
@@ -561,6 +567,7 @@ def compute_features(
     specs: Mapping[str, FeatureSpec],
     *,
     block_seconds: float = 60.0,
+    out_dtypes: Mapping[str, str] | None = None,
 ) -> FeatureResult:
     """Decode ``path`` once and compute every feature in ``specs`` as a stream.
 
@@ -569,6 +576,12 @@ def compute_features(
     working arrays, independent of the file's length (the outputs excepted).
     The values are the whole-file librosa computation described in the
     module docstring.
+
+    ``out_dtypes`` (feature name -> numpy dtype name, e.g. the specs' storage
+    dtypes) makes those arrays come back in that dtype: values are computed
+    in float32 and cast block by block as they are written, the same values
+    as ``astype`` on the float32 result, without ever holding the whole
+    float32 array (for a 60-minute file, 79 MB of log-mel).
 
     Raises ValueError for inconsistent or unsupported specs (different
     sample_rate or hop_length, odd n_fft, CQT above Nyquist) and
@@ -584,8 +597,9 @@ def compute_features(
     info = probe(path)
     est = math.ceil(info.n_samples * sr / info.sample_rate) if info.sample_rate else 0
     hint = 1 + est // hop + 1
+    dtypes = {name: np.dtype((out_dtypes or {}).get(name, "float32")) for name in plans}
     streams: dict[str, _Stream] = {
-        name: _MelStream(p, hint) if isinstance(p, _MelPlan) else _CqtStream(p, hint)
+        name: _MelStream(p, hint, dtypes[name]) if isinstance(p, _MelPlan) else _CqtStream(p, hint, dtypes[name])
         for name, p in plans.items()
     }
 

@@ -63,7 +63,8 @@ def run_task(
     result = TaskResult(shard=None, files=len(items))
     for item in items:
         try:
-            feats = compute_features(item.source, feature_specs, block_seconds=block_seconds)
+            feats = compute_features(item.source, feature_specs, block_seconds=block_seconds,
+                                     out_dtypes={k: s.dtype for k, s in feature_specs.items()})
         except AudioError as e:
             result.failed[item.hash] = e.reason
             continue
@@ -75,8 +76,8 @@ def run_task(
             result.failed[item.hash] = f"decode failed: {type(e).__name__}: {e}".splitlines()[0]
             continue
         for k, spec in feature_specs.items():
-            # pop: each float32 array is freed as soon as its stored-dtype copy exists, so a
-            # long file's float32 features are not alive while the shard is written
+            # Already in the storage dtype (out_dtypes), so a long file never holds its features in
+            # float32 as well; pop drops the result's reference before the shard is written.
             arrays[k].append(feats.arrays.pop(k).astype(spec.dtype, copy=False))
         hashes.append(item.hash)
         durations.append(feats.duration)

@@ -1,0 +1,98 @@
+"""Memory probes, each run in a fresh interpreter by the benchmarks (never imported by them).
+
+    python tests/benchmarks/bench_probe.py extract-mem AUDIO_FILE WORKDIR
+        Runs the pipeline's worker function (:func:`pipeline.tasks.run_task`,
+        log-mel only) on one file into a new store; prints VmHWM before and after.
+    python tests/benchmarks/bench_probe.py predict-mem STORE CHECKPOINT CSV
+        Runs :func:`infer.predict.predict` on a store (CPU); prints the peak
+        anonymous RSS (RssAnon) sampled every 2 ms by a thread, and predict's own.
+
+The last stdout line is a JSON object.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+import time
+from pathlib import Path
+
+
+def _status_kib(field: str) -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    return 0
+
+
+def extract_mem(audio: str, workdir: str) -> dict[str, object]:
+    from pipeline.tasks import TaskItem, run_task
+    from store import FeatureSpec, create_store
+
+    spec = FeatureSpec.mel()
+    store = str(Path(workdir) / "mem.zarr")
+    create_store(store, {"mel": spec})
+    before = _status_kib("VmHWM")
+    t0 = time.perf_counter()
+    res = run_task(store, [TaskItem(audio, "probe")], {"mel": spec.to_dict()}, 60.0)
+    wall = time.perf_counter() - t0
+    if res.failed:
+        raise SystemExit(f"extraction failed: {res.failed}")
+    return {"hwm_before_kib": before, "hwm_kib": _status_kib("VmHWM"), "audio_seconds": res.seconds,
+            "wall_seconds": wall}
+
+
+class _AnonSampler(threading.Thread):
+    """Samples RssAnon every ``period`` seconds until stopped; keeps the maximum."""
+
+    def __init__(self, period: float = 0.002) -> None:
+        super().__init__(daemon=True)
+        self.period = period
+        self.peak = 0
+        self.samples = 0
+        self._stop_event = threading.Event()
+
+    def run(self) -> None:
+        while not self._stop_event.is_set():
+            self.peak = max(self.peak, _status_kib("RssAnon"))
+            self.samples += 1
+            time.sleep(self.period)
+
+    def stop(self) -> None:
+        self._stop_event.set()
+        self.join()
+        self.peak = max(self.peak, _status_kib("RssAnon"))
+
+
+def predict_mem(store: str, checkpoint: str, csv_out: str) -> dict[str, object]:
+    from infer.predict import predict
+
+    base = _status_kib("RssAnon")
+    sampler = _AnonSampler()
+    sampler.start()
+    t0 = time.perf_counter()
+    pred = predict(store, checkpoint, csv_out, device="cpu", progress=False)
+    wall = time.perf_counter() - t0
+    sampler.stop()
+    return {"rss_anon_base_kib": base, "rss_anon_peak_kib": sampler.peak, "samples": sampler.samples,
+            "predict_peak_kib": pred.stats.peak_bytes // 1024, "clips": pred.stats.clips,
+            "batches": pred.stats.batches, "wall_seconds": wall,
+            "vm_hwm_kib": _status_kib("VmHWM")}
+
+
+def main(argv: list[str]) -> int:
+    mode, *args = argv
+    if mode == "extract-mem":
+        out = extract_mem(*args)
+    elif mode == "predict-mem":
+        out = predict_mem(*args)
+    else:
+        raise SystemExit(f"unknown probe {mode!r}")
+    print(json.dumps(out))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

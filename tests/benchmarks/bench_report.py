@@ -1,0 +1,118 @@
+"""Writing the results: ``benchmarks.json`` (machine-readable) and ``benchmarks.md`` (the doc)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from bench_common import GroupResult
+
+
+def _fmt(v: float | None) -> str:
+    if v is None:
+        return "n/a"
+    if v == 0 or abs(v) >= 100:
+        return f"{v:,.0f}" if abs(v) >= 100 else f"{v:g}"
+    return f"{v:.3g}" if abs(v) < 10 else f"{v:.1f}"
+
+
+def _met(m: bool | None) -> str:
+    return {True: "yes", False: "**NO**", None: "-"}[m]
+
+
+def to_json(groups: list[GroupResult], meta: dict[str, Any]) -> dict[str, Any]:
+    figures = {f.key: {**f.to_dict(), "group": g.name} for g in groups for f in g.figures}
+    with_target = [f for f in figures.values() if f["met"] is not None]
+    return {
+        **meta,
+        "summary": {"figures": len(figures), "with_target": len(with_target),
+                    "met": sum(1 for f in with_target if f["met"]),
+                    "missed": [k for k, f in figures.items() if f["met"] is False],
+                    "not_measured": [k for k, f in figures.items() if f["value"] is None]},
+        "figures": figures,
+    }
+
+
+def _details_line(d: dict[str, Any]) -> str:
+    keep = []
+    for k, v in d.items():
+        if isinstance(v, dict):
+            v = ", ".join(f"{a} {b}" for a, b in v.items())
+        elif isinstance(v, list):
+            if len(v) > 8:
+                continue
+            v = ", ".join(str(x) for x in v)
+        keep.append(f"{k}: {v}")
+    return "; ".join(keep)
+
+
+def to_markdown(doc: dict[str, Any], groups: list[GroupResult]) -> str:
+    m = doc["machine"]
+    v = m["versions"]
+    s = doc["summary"]
+    lines = [
+        "# Benchmarks",
+        "",
+        "Performance of specstore side by side with what users would otherwise run. Every figure is a ratio "
+        "measured in one run, with the compared variants interleaved inside each repeat (their order rotating "
+        "from repeat to repeat), so a burst of load from elsewhere hits all of them; values are medians over "
+        "repeats. This file and `benchmarks.json` are written by the benchmark itself: do not edit them by hand.",
+        "",
+        f"Reproduce: `{doc['command']}` (about {doc['wall_seconds'] / 60:.0f} min here; `make bench QUICK=1` is a "
+        f"smoke run of tiny sizes that checks the machinery, not the figures).",
+        "",
+        "## Machine",
+        "",
+        f"- CPU: {m['cpu_model']}, {m['cores']} cores available"
+        f"{' (avx512_bf16)' if m.get('avx512_bf16') else ''}; RAM {m['ram_gib']} GiB; {m['os']}; "
+        f"GPU: {m['gpu'] or 'none'}",
+        f"- Python {v['python']}, torch {v['torch']}, numpy {v['numpy']}, zarr {v['zarr']}, librosa {v['librosa']}, "
+        f"soundfile {v['soundfile']}, soxr {v['soxr']}, scipy {v['scipy']}, joblib {v['joblib']}",
+        f"- Run {doc['started']} ({'QUICK smoke run' if doc['quick'] else 'full run'}), "
+        f"{doc['wall_seconds']:.0f} s. Load average (1/5/15 min) before: "
+        f"{' / '.join(f'{x:.2f}' for x in doc['load_before'])}; after: "
+        f"{' / '.join(f'{x:.2f}' for x in doc['load_after'])}. Each figure's details give `foreign_cores` where "
+        "relevant: the average number of cores busy with other processes during the timed runs.",
+        "",
+        "## Results",
+        "",
+        f"{s['met']} of {s['with_target']} targets met"
+        + (f"; missed: {', '.join('`' + k + '`' for k in s['missed'])}" if s["missed"] else "")
+        + (f"; not measured: {', '.join('`' + k + '`' for k in s['not_measured'])}" if s["not_measured"] else "")
+        + ".",
+        "",
+        "| figure | value | target | met |",
+        "|---|---|---|---|",
+    ]
+    for g in groups:
+        for f in g.figures:
+            target = f"{f.op} {_fmt(f.target)}" if f.target is not None else "(info)"
+            if f.value is None:
+                target = "-"
+            value = f"{_fmt(f.value)} {f.unit}" if f.value is not None else "not measured"
+            lines.append(f"| {f.title} (`{f.key}`) | {value} | {target} | {_met(f.met)} |")
+    lines += ["", "## How each group was measured", ""]
+    for g in groups:
+        lines += [f"### {g.name[:1].upper() + g.name[1:]} ({g.seconds:.0f} s)", "", g.method, ""]
+        for f in g.figures:
+            lines.append(f"- `{f.key}`: {f.description}." + (f" {f.note}" if f.note and f.note != f.description else ""))
+            if f.details:
+                lines.append(f"  Details: {_details_line(f.details)}.")
+        if g.profile:
+            lines += ["", "Where the time goes (the run missed a target):", "", "```", g.profile, "```"]
+        lines.append("")
+    notes = doc.get("notes") or []
+    if notes:
+        lines += ["## Notes", ""] + [f"- {n}" for n in notes] + [""]
+    return "\n".join(lines)
+
+
+def write(out_dir: Path, groups: list[GroupResult], meta: dict[str, Any]) -> tuple[Path, Path]:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    doc = to_json(groups, meta)
+    jp = out_dir / "benchmarks.json"
+    mp = out_dir / "benchmarks.md"
+    jp.write_text(json.dumps(doc, indent=2) + "\n")
+    mp.write_text(to_markdown(doc, groups))
+    return jp, mp
