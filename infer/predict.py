@@ -229,7 +229,7 @@ def logits_for_rows(
     try:
         if cost is None:
             cost = measure_cost_per_frame(model, model.config.n_bins, device=device, autocast=autocast)
-        lengths = np.array([len(view.frames(int(r))) for r in distinct], dtype=np.int64)
+        lengths = view.lengths[distinct]  # the length index: no feature data is read to plan
         plan = plan_batches(lengths, budget_bytes=budget_bytes, cost_per_frame=cost.bytes_per_frame,
                             max_batch=max_batch, fixed_overhead=cost.fixed_bytes, frame_align=model.time_stride)
         out.batches, out.efficiency, out.windowed = plan.n_batches, plan.efficiency, len(plan.too_long)

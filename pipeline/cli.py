@@ -40,6 +40,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "or a ray address (auto, ray://host:10001) with --backend ray; default: a local one")
     p.add_argument("--block-seconds", type=float, default=60.0,
                    help="decode long files in blocks of this many seconds (memory per worker; default 60)")
+    p.add_argument("--commit-seconds", type=float, default=2.0,
+                   help="commit finished shards at most this often (default 2; 0 = after every task): "
+                        "an interruption loses at most this much work")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     return p
@@ -56,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
             raise ValueError("--jobs must be at least 1")
         summary = extract(corpus, args.store, features=features, jobs=args.jobs, backend=args.backend,
                           scheduler=args.scheduler, layout=args.layout, block_seconds=args.block_seconds,
-                          progress=not args.no_progress)
+                          commit_seconds=args.commit_seconds, progress=not args.no_progress)
     except (CorpusError, StoreError, ExtractError, ValueError) as e:
         print(f"specstore-features: error: {e}", file=sys.stderr)
         return 2

@@ -9,7 +9,10 @@ files until the shard is written.
 from __future__ import annotations
 
 import logging
+import multiprocessing
 import os
+import sys
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -43,6 +46,26 @@ class TaskResult:
     files: int = 0
 
 
+class _SilenceDecoderStderr:
+    """Send the C decoders' own stderr chatter (libmpg123's "part2_3_length ... too large") to /dev/null.
+
+    Only in worker processes, where it would interleave with the driver's
+    progress bar; every problem that matters reaches the driver as an
+    :class:`AudioError` reason instead.  Reusable; restores fd 2 on exit.
+    """
+
+    def __enter__(self) -> None:
+        sys.stderr.flush()
+        self._saved = os.dup(2)
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, 2)
+        os.close(devnull)
+
+    def __exit__(self, *exc: object) -> None:
+        os.dup2(self._saved, 2)
+        os.close(self._saved)
+
+
 def run_task(
     store_url: str,
     items: list[TaskItem],
@@ -61,10 +84,12 @@ def run_task(
     hashes: list[str] = []
     durations: list[float] = []
     result = TaskResult(shard=None, files=len(items))
+    quiet = _SilenceDecoderStderr() if multiprocessing.parent_process() is not None else nullcontext()
     for item in items:
         try:
-            feats = compute_features(item.source, feature_specs, block_seconds=block_seconds,
-                                     out_dtypes={k: s.dtype for k, s in feature_specs.items()})
+            with quiet:
+                feats = compute_features(item.source, feature_specs, block_seconds=block_seconds,
+                                         out_dtypes={k: s.dtype for k, s in feature_specs.items()})
         except AudioError as e:
             result.failed[item.hash] = e.reason
             continue

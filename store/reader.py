@@ -44,6 +44,11 @@ class FeatureView:
     def __len__(self) -> int:
         return len(self._store)
 
+    @property
+    def lengths(self) -> np.ndarray:
+        """Frames of every clip (the store's length index; reading it touches no feature data)."""
+        return self._store.lengths
+
     def __getitem__(self, i: int) -> np.ndarray:
         """Clip ``i`` as ``(n_bins, n_frames)`` (a transposed view of :meth:`frames`)."""
         return self.frames(i).T

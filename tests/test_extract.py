@@ -255,7 +255,7 @@ def test_workers_run_single_threaded_blas() -> None:
 # -- crash safety ---------------------------------------------------------------------------------------
 def _cli(corpus: Path, store: Path, jobs: int = 2) -> list[str]:
     return [sys.executable, "-m", "pipeline.cli", str(corpus), str(store), "--jobs", str(jobs), "--no-progress",
-            "--features", "mel"]
+            "--features", "mel", "--commit-seconds", "0"]
 
 
 def test_kill_9_at_several_points_then_resume_equals_uninterrupted(tmp_path: Path) -> None:
