@@ -248,6 +248,12 @@ class _Budget:
             frames += self.frame_align
         return max(frames, 0)
 
+    def plan(self, lengths: np.ndarray, batches: list[np.ndarray], too_long: np.ndarray, *, name: str) -> Plan:
+        """A :class:`Plan` of ``batches`` made under this budget."""
+        return Plan(lengths=lengths, batches=batches, too_long=too_long, max_window=self.max_window,
+                    frame_align=self.frame_align, budget_bytes=self.budget_bytes,
+                    cost_per_frame=self.cost_per_frame, fixed_overhead=self.fixed_overhead, name=name)
+
     def align(self, lengths: np.ndarray) -> np.ndarray:
         return -(-lengths // self.frame_align) * self.frame_align
 
@@ -362,17 +368,7 @@ def plan_batches(
     _check_overhead(batch_overhead_frames)
     order = fit_ids[np.argsort(-lengths[fit_ids], kind="stable")]
     batches = _dp_partition(order, padded, budget, batch_overhead_frames)
-    return Plan(
-        lengths=lengths,
-        batches=batches,
-        too_long=too_long,
-        max_window=budget.max_window,
-        frame_align=budget.frame_align,
-        budget_bytes=budget.budget_bytes,
-        cost_per_frame=budget.cost_per_frame,
-        fixed_overhead=budget.fixed_overhead,
-        name="sorted plan",
-    )
+    return budget.plan(lengths, batches, too_long, name="sorted plan")
 
 
 def shuffled_training_plan(
@@ -416,17 +412,7 @@ def shuffled_training_plan(
     order = fit_ids[perm][np.argsort(-keys[perm], kind="stable")]
     batches = _dp_partition(order, padded, budget, batch_overhead_frames)
     batches = [batches[i] for i in rng.permutation(len(batches))]
-    return Plan(
-        lengths=lengths,
-        batches=batches,
-        too_long=too_long,
-        max_window=budget.max_window,
-        frame_align=budget.frame_align,
-        budget_bytes=budget.budget_bytes,
-        cost_per_frame=budget.cost_per_frame,
-        fixed_overhead=budget.fixed_overhead,
-        name=f"training plan (seed {seed}, epoch {epoch})",
-    )
+    return budget.plan(lengths, batches, too_long, name=f"training plan (seed {seed}, epoch {epoch})")
 
 
 def fixed_batches(lengths: np.ndarray, batch_size: int = 4) -> Plan:
@@ -483,14 +469,4 @@ def bucketed_batches(
         members = fit_ids[bucket_of == bucket]
         batches.extend(_greedy_partition(rng.permutation(members), padded, budget))
     batches = [batches[i] for i in rng.permutation(len(batches))]
-    return Plan(
-        lengths=lengths,
-        batches=batches,
-        too_long=too_long,
-        max_window=budget.max_window,
-        frame_align=budget.frame_align,
-        budget_bytes=budget.budget_bytes,
-        cost_per_frame=budget.cost_per_frame,
-        fixed_overhead=budget.fixed_overhead,
-        name=f"bucketed batches ({num_buckets} equal-duration buckets)",
-    )
+    return budget.plan(lengths, batches, too_long, name=f"bucketed batches ({num_buckets} equal-duration buckets)")
