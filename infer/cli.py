@@ -24,6 +24,9 @@ from .evaluate import evaluate
 from .predict import PredictOptions, _autocast_dtype, make_plan, predict
 from .train import TrainConfig, train
 
+#: Prefix of the one-line error messages.
+PROG = "specstore"
+
 USER_ERRORS = (StoreError, CheckpointError, DeviceError, PlanError, CollateError, ModelConfigError, ValueError,
                FileNotFoundError)
 
@@ -57,10 +60,10 @@ def cmd_plan(args: argparse.Namespace) -> int:
     else:
         model = build_model(ModelConfig(n_bins=s.spec.n_bins, n_classes=max(len(s.label_names), 1))).eval()
     budget = memory_budget(device, args.budget_mb, args.margin_mb)
-    plan, per_frame, fixed = make_plan(model, s.lengths, device, budget.bytes, args.max_batch,
-                                       _autocast_dtype(args.precision, device))
+    plan, cost = make_plan(model, s.lengths, device, budget.bytes, args.max_batch,
+                           _autocast_dtype(args.precision, device))
     print(f"{len(s)} clips, budget {budget.bytes / 2**20:.0f} MiB ({budget.source}), "
-          f"cost {per_frame / 1024:.1f} KiB per padded clip-frame + {fixed / 2**20:.1f} MiB fixed")
+          f"cost {cost.bytes_per_frame / 1024:.1f} KiB per padded clip-frame + {cost.fixed_bytes / 2**20:.1f} MiB fixed")
     print(plan.describe(top=args.top))
     return 0
 
@@ -101,7 +104,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         result = train(args.store, args.model, config, progress=not args.no_progress, threads=args.threads,
                        margin_mb=args.margin_mb)
     except KeyboardInterrupt:
-        print(f"{parser_prog()}: interrupted; rerun the same command to resume after the last finished epoch",
+        print(f"{PROG}: interrupted; rerun the same command to resume after the last finished epoch",
               file=sys.stderr)
         return 130
     print(result.line())
@@ -213,15 +216,11 @@ def main(argv: list[str] | None = None) -> int:
         return int(args.func(args))
     except USER_ERRORS as e:
         msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        print(f"{parser_prog()}: error: {msg}", file=sys.stderr)
+        print(f"{PROG}: error: {msg}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print(f"{parser_prog()}: interrupted", file=sys.stderr)
+        print(f"{PROG}: interrupted", file=sys.stderr)
         return 130
-
-
-def parser_prog() -> str:
-    return "specstore"
 
 
 if __name__ == "__main__":

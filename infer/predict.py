@@ -145,12 +145,13 @@ def _distinct(rows: np.ndarray, hashes: Sequence[str]) -> tuple[np.ndarray, np.n
 
 
 def make_plan(model: MaskedClassifier, lengths: np.ndarray, device: torch.device, budget_bytes: int,
-              max_batch: int, autocast: torch.dtype | None) -> tuple[Plan, float, int]:
-    """Measure the model's memory cost and plan batches; returns (plan, bytes/frame, fixed bytes)."""
-    cost = measure_cost_per_frame(model, model.config.n_bins, device=device, autocast=autocast)
+              max_batch: int, autocast: torch.dtype | None, cost: CostModel | None = None) -> tuple[Plan, CostModel]:
+    """Plan batches of ``lengths`` (frames) for ``model``, measuring its memory cost unless given."""
+    if cost is None:
+        cost = measure_cost_per_frame(model, model.config.n_bins, device=device, autocast=autocast)
     plan = plan_batches(lengths, budget_bytes=budget_bytes, cost_per_frame=cost.bytes_per_frame,
                         max_batch=max_batch, fixed_overhead=cost.fixed_bytes, frame_align=model.time_stride)
-    return plan, cost.bytes_per_frame, cost.fixed_bytes
+    return plan, cost
 
 
 class _Runner:
@@ -227,11 +228,8 @@ def logits_for_rows(
     was_training = model.training
     model.eval()
     try:
-        if cost is None:
-            cost = measure_cost_per_frame(model, model.config.n_bins, device=device, autocast=autocast)
-        lengths = view.lengths[distinct]  # the length index: no feature data is read to plan
-        plan = plan_batches(lengths, budget_bytes=budget_bytes, cost_per_frame=cost.bytes_per_frame,
-                            max_batch=max_batch, fixed_overhead=cost.fixed_bytes, frame_align=model.time_stride)
+        # the length index: no feature data is read to plan
+        plan, _ = make_plan(model, view.lengths[distinct], device, budget_bytes, max_batch, autocast, cost)
         out.batches, out.efficiency, out.windowed = plan.n_batches, plan.efficiency, len(plan.too_long)
         runner = _Runner(model, device, autocast, channels_last)
         logits = np.zeros((len(distinct), n_classes), dtype=np.float32)

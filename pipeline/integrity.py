@@ -40,7 +40,7 @@ def truncation_reason(path: str | os.PathLike[str]) -> str | None:
             return _wav(f, size, "<" if head[:4] == b"RIFF" else ">")
         if head[:4] == b"OggS":
             return _ogg(f, size)
-        return _mp3(f, size, head)
+        return _mp3(f, size)
 
 
 def _wav(f, size: int, endian: str) -> str | None:  # type: ignore[no-untyped-def]
@@ -89,7 +89,7 @@ def _id3v2_size(head: bytes) -> int:
     return 10 + ((b[0] & 0x7F) << 21 | (b[1] & 0x7F) << 14 | (b[2] & 0x7F) << 7 | (b[3] & 0x7F)) + footer
 
 
-def _mp3(f, size: int, head: bytes) -> str | None:  # type: ignore[no-untyped-def]
+def _mp3(f, size: int) -> str | None:  # type: ignore[no-untyped-def]
     f.seek(0)
     start = _id3v2_size(f.read(10))
     f.seek(start)
