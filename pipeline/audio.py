@@ -25,6 +25,8 @@ import numpy as np
 import soundfile as sf
 import soxr
 
+from store import SpecstoreError
+
 from .integrity import truncation_reason
 
 __all__ = ["AudioError", "AudioInfo", "StreamResampler", "probe", "stream_mono", "DEFAULT_BLOCK_SAMPLES"]
@@ -38,7 +40,7 @@ DEFAULT_BLOCK_SAMPLES = 65536
 _SOXR_QUALITY = "HQ"
 
 
-class AudioError(Exception):
+class AudioError(SpecstoreError):
     """A file that cannot be turned into audio samples.
 
     ``reason`` is a short one-line explanation ("empty file", "zero-length

@@ -6,9 +6,8 @@ import argparse
 import logging
 import sys
 
-from store import StoreError
+from store import run_cli
 
-from .corpus import CorpusError
 from .extract import ExtractError, extract
 
 EPILOG = """\
@@ -53,22 +52,18 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
     features = tuple(f.strip() for f in args.features.split(",") if f.strip())
-    corpus = args.corpus
-    try:
+
+    def body() -> int:
         if args.jobs is not None and args.jobs < 1:
-            raise ValueError("--jobs must be at least 1")
-        summary = extract(corpus, args.store, features=features, jobs=args.jobs, backend=args.backend,
+            raise ExtractError("--jobs must be at least 1")
+        summary = extract(args.corpus, args.store, features=features, jobs=args.jobs, backend=args.backend,
                           scheduler=args.scheduler, layout=args.layout, block_seconds=args.block_seconds,
                           commit_seconds=args.commit_seconds, progress=not args.no_progress)
-    except (CorpusError, StoreError, ExtractError, ValueError) as e:
-        print(f"specstore-features: error: {e}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("specstore-features: interrupted; the store holds everything committed so far, rerun to resume",
-              file=sys.stderr)
-        return 130
-    print(summary.report())
-    return 0
+        print(summary.report())
+        return 0
+
+    return run_cli(body, interrupted="interrupted; the store holds everything committed so far, rerun to resume",
+                   verbose=args.verbose)
 
 
 if __name__ == "__main__":

@@ -14,13 +14,15 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from store import SpecstoreError
+
 __all__ = ["AUDIO_EXTENSIONS", "CorpusError", "CorpusItem", "scan_corpus"]
 
 #: File extensions treated as audio (case-insensitive).
 AUDIO_EXTENSIONS = frozenset({".wav", ".flac", ".ogg", ".opus", ".mp3"})
 
 
-class CorpusError(Exception):
+class CorpusError(SpecstoreError):
     """The corpus itself is unusable (missing, empty, malformed manifest); one-line message."""
 
 

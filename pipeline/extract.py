@@ -24,7 +24,7 @@ from joblib import Parallel, delayed, effective_n_jobs, parallel_config
 from joblib.parallel import get_active_backend
 from tqdm.auto import tqdm
 
-from store import ErrorRow, FeatureSpec, IndexRow, ShardInfo, StoreWriter, create_store, default_specs
+from store import SpecstoreError, ErrorRow, FeatureSpec, IndexRow, ShardInfo, StoreWriter, create_store, default_specs
 
 from .corpus import CorpusItem, scan_corpus
 from .hashing import content_hash
@@ -41,7 +41,7 @@ MAX_TASK_FILES = 64
 MAX_TASK_BYTES = 256 << 20
 
 
-class ExtractError(Exception):
+class ExtractError(SpecstoreError):
     """The run had to stop (the store stays at its last commit); one-line message."""
 
 

@@ -53,6 +53,7 @@ import scipy.sparse
 from numpy.lib.stride_tricks import sliding_window_view
 
 from pipeline.audio import AudioError, StreamResampler, probe, stream_mono
+from store import ConfigError
 from store.spec import FeatureSpec
 
 __all__ = ["FeatureResult", "common_grid", "compute_features", "min_samples"]
@@ -92,12 +93,12 @@ class FeatureResult:
 def common_grid(specs: Mapping[str, FeatureSpec]) -> tuple[int, int]:
     """The ``(sample_rate, hop_length)`` all specs share; ValueError if they differ."""
     if not specs:
-        raise ValueError("no feature specs given")
+        raise ConfigError("no feature specs given")
     rates = {s.sample_rate for s in specs.values()}
     hops = {s.hop_length for s in specs.values()}
     if len(rates) > 1 or len(hops) > 1:
         detail = ", ".join(f"{n}: {s.sample_rate} Hz hop {s.hop_length}" for n, s in specs.items())
-        raise ValueError(f"all features must share sample_rate and hop_length ({detail})")
+        raise ConfigError(f"all features must share sample_rate and hop_length ({detail})")
     return next(iter(rates)), next(iter(hops))
 
 
@@ -299,11 +300,11 @@ def _mel_groups(fb_t: np.ndarray, size: int = 16) -> tuple[tuple[int, int, int, 
 @functools.lru_cache(maxsize=16)
 def _mel_plan(spec: FeatureSpec) -> _MelPlan:
     if spec.n_fft is None or spec.n_fft < 2 or spec.n_fft % 2:
-        raise ValueError(f"mel n_fft must be an even number of samples >= 2, not {spec.n_fft!r}")
+        raise ConfigError(f"mel n_fft must be an even number of samples >= 2, not {spec.n_fft!r}")
     if spec.power <= 0:
-        raise ValueError(f"mel power must be positive, not {spec.power!r}")
+        raise ConfigError(f"mel power must be positive, not {spec.power!r}")
     if spec.amin <= 0:
-        raise ValueError(f"amin must be positive, not {spec.amin!r}")
+        raise ConfigError(f"amin must be positive, not {spec.amin!r}")
     fb = librosa.filters.mel(
         sr=spec.sample_rate, n_fft=spec.n_fft, n_mels=spec.n_bins, fmin=spec.fmin, fmax=spec.fmax
     )
@@ -419,13 +420,13 @@ def _cqt_plan(spec: FeatureSpec) -> _CqtPlan:
     bpo = spec.bins_per_octave or 12  # librosa's default
     fmin = float(spec.fmin)
     if not fmin > 0:
-        raise ValueError(f"cqt fmin must be a positive frequency in Hz, not {spec.fmin!r}")
+        raise ConfigError(f"cqt fmin must be a positive frequency in Hz, not {spec.fmin!r}")
     if spec.power != 1.0:
-        raise ValueError(f"cqt features store magnitude dB; power must be 1.0, not {spec.power!r}")
+        raise ConfigError(f"cqt features store magnitude dB; power must be 1.0, not {spec.power!r}")
     if n_bins < 2:
-        raise ValueError("cqt needs n_bins >= 2")
+        raise ConfigError("cqt needs n_bins >= 2")
     if spec.amin <= 0:
-        raise ValueError(f"amin must be positive, not {spec.amin!r}")
+        raise ConfigError(f"amin must be positive, not {spec.amin!r}")
     n_oct = math.ceil(n_bins / bpo)
     n_filters = min(bpo, n_bins)
     freqs = librosa.cqt_frequencies(n_bins=n_bins, fmin=fmin, bins_per_octave=bpo)
@@ -433,7 +434,7 @@ def _cqt_plan(spec: FeatureSpec) -> _CqtPlan:
     lengths, cutoff = librosa.filters.wavelet_lengths(freqs=freqs, sr=sr, alpha=alpha)
     nyquist = sr / 2.0
     if cutoff > nyquist:
-        raise ValueError(
+        raise ConfigError(
             f"cqt from {fmin:.2f} Hz with {n_bins} bins reaches {cutoff:.0f} Hz, above Nyquist ({nyquist:.0f} Hz)"
         )
     # Early downsampling (librosa's __early_downsample_count).
@@ -589,7 +590,7 @@ def compute_features(
     :func:`min_samples` samples.
     """
     if not block_seconds > 0:
-        raise ValueError(f"block_seconds must be positive, not {block_seconds!r}")
+        raise ConfigError(f"block_seconds must be positive, not {block_seconds!r}")
     sr, hop = common_grid(specs)
     plans = {name: _plan(s) for name, s in specs.items()}
     need = max(p.min_samples for p in plans.values())

@@ -4,7 +4,11 @@ This package is the stable centre of the project and knows nothing of audio
 or torch.  The format is documented in ``store/FORMAT.md``.
 """
 
-from .errors import SpecMismatch, StoreCorrupt, StoreError, StoreNotFound
+from .atomic import atomic_path, check_output_path, write_atomic
+from .errors import (
+    PROG, ConfigError, OutputPathError, SpecMismatch, SpecstoreError, StoreCorrupt, StoreError, StoreLocked, StoreNotFound,
+    run_cli,
+)
 from .layout import FORMAT_VERSION
 from .reader import FeatureView, Store, open_store
 from .spec import FeatureSpec, default_specs, spec_differences
@@ -12,7 +16,8 @@ from .validate import validate
 from .writer import ErrorRow, IndexRow, ShardInfo, StoredClip, StoreWriter, create_store, write_shard
 
 __all__ = [
-    "FORMAT_VERSION", "ErrorRow", "FeatureSpec", "FeatureView", "IndexRow", "ShardInfo", "SpecMismatch",
+    "FORMAT_VERSION", "PROG", "ConfigError", "ErrorRow", "OutputPathError", "SpecstoreError", "StoreLocked", "atomic_path",
+    "check_output_path", "run_cli", "write_atomic", "FeatureSpec", "FeatureView", "IndexRow", "ShardInfo", "SpecMismatch",
     "Store", "StoreCorrupt", "StoreError", "StoreNotFound", "StoreWriter", "StoredClip", "create_store",
     "default_specs", "open_store", "spec_differences", "validate", "write_shard",
 ]

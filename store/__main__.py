@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from .errors import StoreError
+from .errors import run_cli
 from .reader import open_store
 from .validate import validate
 
@@ -19,19 +19,19 @@ def main(argv: list[str] | None = None) -> int:
     i = sub.add_parser("info", help="print a summary of the store")
     i.add_argument("path", help="store path or fsspec URL")
     args = parser.parse_args(argv)
-    if args.command == "validate":
-        problems = validate(args.path, deep=args.deep)
-        for p in problems:
-            print(f"invalid: {p}", file=sys.stderr)
-        if not problems:
-            print(f"{args.path}: valid")
-        return 1 if problems else 0
-    try:
+
+    def body() -> int:
+        if args.command == "validate":
+            problems = validate(args.path, deep=args.deep)
+            for p in problems:
+                print(f"invalid: {p}", file=sys.stderr)
+            if not problems:
+                print(f"{args.path}: valid")
+            return 1 if problems else 0
         print(open_store(args.path).summary())
-    except StoreError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    return 0
+        return 0
+
+    return run_cli(body)
 
 
 if __name__ == "__main__":

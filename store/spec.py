@@ -13,6 +13,8 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
+from .errors import ConfigError
+
 __all__ = ["FeatureSpec", "default_specs", "spec_differences"]
 
 _KINDS = ("mel", "cqt")
@@ -44,11 +46,11 @@ class FeatureSpec:
 
     def __post_init__(self) -> None:
         if self.kind not in _KINDS:
-            raise ValueError(f"unknown feature kind {self.kind!r}; expected one of {_KINDS}")
+            raise ConfigError(f"unknown feature kind {self.kind!r}; expected one of {_KINDS}")
         if self.sample_rate <= 0 or self.hop_length <= 0 or self.n_bins <= 0:
-            raise ValueError("sample_rate, hop_length and n_bins must be positive")
+            raise ConfigError("sample_rate, hop_length and n_bins must be positive")
         if self.dtype not in ("float16", "float32"):
-            raise ValueError(f"dtype must be float16 or float32, not {self.dtype!r}")
+            raise ConfigError(f"dtype must be float16 or float32, not {self.dtype!r}")
 
     @property
     def frame_seconds(self) -> float:
@@ -65,7 +67,7 @@ class FeatureSpec:
         names = {f.name for f in dataclasses.fields(cls)}
         extra = set(d) - names
         if extra:
-            raise ValueError(f"unknown feature spec keys: {sorted(extra)}")
+            raise ConfigError(f"unknown feature spec keys: {sorted(extra)}")
         return cls(**d)
 
     @classmethod
@@ -90,7 +92,7 @@ def default_specs(names: tuple[str, ...] | list[str] = ("mel", "cqt")) -> dict[s
     out: dict[str, FeatureSpec] = {}
     for n in names:
         if n not in makers:
-            raise ValueError(f"unknown feature {n!r}; choose from {sorted(makers)}")
+            raise ConfigError(f"unknown feature {n!r}; choose from {sorted(makers)}")
         out[n] = makers[n]()
     return out
 
