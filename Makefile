@@ -36,7 +36,7 @@ DEMO_TRAIN  := --epochs 15 --width 8 --crop-seconds 5
 # quiet machine, up to 10x faster training on a busy one.
 export OMP_WAIT_POLICY ?= PASSIVE
 
-.PHONY: help install features test corpus infer plan init-model train eval demo bench
+.PHONY: help install features test test-fast corpus infer plan init-model train eval demo bench
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 16
@@ -93,7 +93,10 @@ demo: install  ## the whole system on the synthetic demo corpus: features, train
 	@echo "  report       reports/demo/report.txt, report.json, confusion.png (held-out split)"
 
 bench: install  ## benchmarks side by side -> docs/benchmarks.md, .json (QUICK=1: smoke run)
-	$(PY) tests/benchmarks/run.py $(if $(QUICK),--quick)
+	$(PY) -m benchmarks $(if $(QUICK),--quick)
 
-test: install  ## run the test suite
+test: install  ## run the whole test suite (as CI does)
 	$(PY) -m pytest -q tests
+
+test-fast: install  ## the inner loop: every test not marked slow (under 90 s on 2 cores)
+	$(PY) -m pytest -q -m "not slow" tests

@@ -12,7 +12,7 @@ import pytest
 import soundfile as sf
 
 import librosa
-from audio_fixtures import (
+from pipeline.testing import (
     write_corrupt_flac, write_empty, write_music_like, write_short_wav, write_text_as_wav, write_truncated_mp3,
     write_truncated_wav, write_zero_length_wav,
 )

@@ -1,6 +1,6 @@
 """`make bench QUICK=1`: the benchmark smoke run works end to end and writes well-formed results.
 
-Runs ``tests/benchmarks/run.py --quick`` in a fresh interpreter (as make
+Runs ``python -m benchmarks --quick`` in a fresh interpreter (as make
 does) into a temporary folder, never over ``docs/``, and checks the schema
 of both files.  The quick run's values are meaningless (tiny sizes, one
 repeat); what is checked is that every figure is there, that ``met`` agrees
@@ -17,8 +17,9 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[1]
-RUNNER = ROOT / "tests" / "benchmarks" / "run.py"
 
 #: Figures every run must produce (the GPU ones are null without CUDA).
 EXPECTED = {
@@ -36,7 +37,7 @@ EXPECTED = {
 @pytest.fixture(scope="module")
 def quick_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, subprocess.CompletedProcess[str]]:
     out = tmp_path_factory.mktemp("bench")
-    proc = subprocess.run([sys.executable, str(RUNNER), "--quick", "--out-dir", str(out)],
+    proc = subprocess.run([sys.executable, "-m", "benchmarks", "--quick", "--out-dir", str(out)],
                           cwd=ROOT, capture_output=True, text=True, timeout=600, check=False)
     return out, proc
 
@@ -97,6 +98,6 @@ def test_markdown_shows_every_figure(quick_run: tuple[Path, subprocess.Completed
 
 
 def test_runner_rejects_unknown_group() -> None:
-    proc = subprocess.run([sys.executable, str(RUNNER), "--only", "nonsense"], cwd=ROOT, capture_output=True,
+    proc = subprocess.run([sys.executable, "-m", "benchmarks", "--only", "nonsense"], cwd=ROOT, capture_output=True,
                           text=True, timeout=120, check=False)
     assert proc.returncode == 2 and "unknown group" in proc.stderr

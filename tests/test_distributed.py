@@ -15,7 +15,10 @@ import pytest
 
 from pipeline.extract import ExtractError, extract
 from store import open_store, validate
-from test_remote import SMALL, assert_same_content, make_corpus, store_content
+from factories import SMALL_SPECS as SMALL
+from factories import assert_same_content, make_corpus, store_content
+
+pytestmark = pytest.mark.slow
 
 N_FILES = 8
 
@@ -23,7 +26,7 @@ N_FILES = 8
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
     c = tmp_path_factory.mktemp("distributed") / "c"
-    make_corpus(c, n=N_FILES)
+    make_corpus(c, n=N_FILES, seconds=1.5, step=0.31)
     return c
 
 

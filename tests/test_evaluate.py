@@ -16,11 +16,22 @@ from infer.models import ModelConfig, build_model
 from infer.plots import plot_confusion
 from infer.predict import predict
 from infer.split import SplitRule
+from factories import make_checkpoint as _make_checkpoint
+from factories import make_store
 from store import FeatureSpec, create_store, open_store
 
 SPEC = FeatureSpec.mel(n_bins=16)
 MODEL_LABELS = ["ambient", "jazz", "rock"]
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+def make_checkpoint(path: Path, *, split: dict | None = None, seed: int = 0) -> Path:
+    return _make_checkpoint(path, labels=MODEL_LABELS, seed=seed, extra={"split": split} if split is not None else None)
+
+
+def make_test_store(path: Path, labels: list[str | None], *, seed: int = 0) -> Path:
+    """A store whose label list is ordered differently from the model's and holds a label it lacks."""
+    return make_store(path, labels, label_names=["rock", "pop", "ambient"], seed=seed)
 
 
 def test_metrics_match_a_hand_computation() -> None:
@@ -64,29 +75,6 @@ def test_zero_division_is_zero_and_absent_classes_leave_the_macro_average() -> N
     assert empty["accuracy"] == 0.0 and empty["macro_f1"] == 0.0 and empty["n"] == 0
     with pytest.raises(ValueError, match="3x3"):
         metrics_from_confusion(np.zeros((2, 2)), ["a", "b", "c"])
-
-
-def make_checkpoint(path: Path, *, split: dict | None = None, seed: int = 0) -> Path:
-    torch.manual_seed(seed)
-    model = build_model(ModelConfig(n_bins=16, n_classes=3, width=4, depth=2))
-    for m in model.modules():
-        if isinstance(m, torch.nn.BatchNorm2d):
-            m.running_mean.uniform_(-0.5, 0.5)
-            m.running_var.uniform_(0.5, 2.0)
-    extra = {"split": split} if split is not None else {}
-    save_checkpoint(Checkpoint.from_model(model, MODEL_LABELS, "mel", SPEC, extra=extra), path)
-    return path
-
-
-def make_test_store(path: Path, labels: list[str | None], *, seed: int = 0) -> Path:
-    """A store whose label list is ordered differently from the model's and holds a label it lacks."""
-    rng = np.random.default_rng(seed)
-    w = create_store(path, {"mel": SPEC}, label_names=["rock", "pop", "ambient"])
-    arrays = [rng.normal(-45, 12, (int(rng.integers(10, 120)), 16)).astype(np.float32) for _ in labels]
-    rows = [{"path": f"{lab or 'unknown'}/c{k:03d}.wav", "hash": f"h{k}", "duration": a.shape[0] * SPEC.frame_seconds,
-             "label": lab} for k, (lab, a) in enumerate(zip(labels, arrays))]
-    w.add_clips(rows, {"mel": arrays})
-    return path
 
 
 def test_report_matches_predictions_by_label_name(tmp_path: Path) -> None:

@@ -29,6 +29,7 @@ from infer.explore import (
 from infer.plots import confusion_figure as draw_confusion
 from infer.predict import Predictions, write_predictions_csv
 from pipeline import plots
+from factories import make_store as _make_store
 from store import FeatureSpec, create_store, open_store
 
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -36,6 +37,15 @@ MEL = FeatureSpec.mel()
 CQT = FeatureSpec.cqt()
 STORE_LABELS = ["rock", "pop", "ambient"]  # "pop" is unknown to the model below
 MODEL_LABELS = ["ambient", "jazz", "rock"]
+
+
+def make_store(path: Path, labels: list[str | None], *, seed: int = 0, features: tuple[str, ...] = ("mel", "cqt"),
+               lengths: list[int] | None = None) -> Path:
+    """Clip k has label ``labels[k]``, path ``<label>/c<k:03d>.wav`` and ``lengths[k]`` frames (random dB values)."""
+    specs = {"mel": MEL, "cqt": CQT}
+    lengths = lengths or [20 + (37 * k) % 70 for k in range(len(labels))]
+    return _make_store(path, labels, lengths=lengths, label_names=STORE_LABELS, specs={k: specs[k] for k in features},
+                       seed=seed, mean=-50.0, std=15.0)
 
 
 def panels(fig: Figure) -> list:
@@ -47,21 +57,6 @@ def png_bytes(fig: Figure) -> bytes:
     buf = io.BytesIO()
     fig.savefig(buf, format="png")
     return buf.getvalue()
-
-
-def make_store(path: Path, labels: list[str | None], *, seed: int = 0, features: tuple[str, ...] = ("mel", "cqt"),
-               lengths: list[int] | None = None) -> Path:
-    """Clip k has label ``labels[k]``, path ``<label>/c<k>.wav`` and ``lengths[k]`` frames (random dB values)."""
-    rng = np.random.default_rng(seed)
-    specs = {"mel": MEL, "cqt": CQT}
-    specs = {k: specs[k] for k in features}
-    lengths = lengths or [int(rng.integers(20, 90)) for _ in labels]
-    w = create_store(path, specs, label_names=STORE_LABELS)
-    arrays = {k: [rng.normal(-50, 15, (n, s.n_bins)).astype(np.float32) for n in lengths] for k, s in specs.items()}
-    rows = [{"path": f"{lab or 'none'}/c{k:02d}.wav", "hash": f"h{k}", "label": lab,
-             "duration": n * MEL.frame_seconds} for k, (lab, n) in enumerate(zip(labels, lengths))]
-    w.add_clips(rows, arrays)
-    return path
 
 
 # -- pipeline.plots ------------------------------------------------------------------------------
@@ -108,11 +103,11 @@ def test_show_feature_axes_are_in_seconds_and_hz(tmp_path: Path) -> None:
 
 def test_show_clip_draws_every_feature(tmp_path: Path) -> None:
     s = open_store(make_store(tmp_path / "s.zarr", ["rock", None, "pop"]))
-    row = s.paths.index("none/c01.wav")
+    row = s.paths.index("none/c001.wav")
     fig = plots.show_clip(s, row)
     assert [a.get_title() for a in panels(fig)] == ["mel (128 bins)", "cqt (84 bins)"]
     assert len(fig.axes) == 4  # and a colour bar each
-    assert "none/c01.wav" in fig._suptitle.get_text() and "unlabelled" in fig._suptitle.get_text()
+    assert "none/c001.wav" in fig._suptitle.get_text() and "unlabelled" in fig._suptitle.get_text()
     assert png_bytes(fig).startswith(PNG)
 
     only = plots.show_clip(s, -1, features=["cqt"])
@@ -169,14 +164,14 @@ def labelled(tmp_path: Path):
     s = open_store(make_store(tmp_path / "s.zarr", LABELS8))
     # model classes: ambient, jazz, rock.  Listed in an order other than the store's rows.
     probs = {
-        "rock/c06.wav":    [0.10, 0.10, 0.80],  # rock -> rock (right)
-        "rock/c00.wav":    [0.70, 0.05, 0.25],  # rock -> ambient, p(truth) 0.25
-        "ambient/c01.wav": [0.60, 0.30, 0.10],  # ambient -> ambient
-        "pop/c02.wav":     [0.20, 0.50, 0.30],  # pop (unknown to the model) -> jazz, p(truth) 0
-        "none/c03.wav":    [0.30, 0.30, 0.40],  # unlabelled: skipped
-        "rock/c04.wav":    [0.05, 0.90, 0.05],  # rock -> jazz, most confident error
-        "ambient/c05.wav": [0.45, 0.10, 0.45],  # tie: argmax takes ambient (right)
-        "ambient/c07.wav": [0.20, 0.20, 0.60],  # ambient -> rock
+        "rock/c006.wav":    [0.10, 0.10, 0.80],  # rock -> rock (right)
+        "rock/c000.wav":    [0.70, 0.05, 0.25],  # rock -> ambient, p(truth) 0.25
+        "ambient/c001.wav": [0.60, 0.30, 0.10],  # ambient -> ambient
+        "pop/c002.wav":     [0.20, 0.50, 0.30],  # pop (unknown to the model) -> jazz, p(truth) 0
+        "none/c003.wav":    [0.30, 0.30, 0.40],  # unlabelled: skipped
+        "rock/c004.wav":    [0.05, 0.90, 0.05],  # rock -> jazz, most confident error
+        "ambient/c005.wav": [0.45, 0.10, 0.45],  # tie: argmax takes ambient (right)
+        "ambient/c007.wav": [0.20, 0.20, 0.60],  # ambient -> rock
     }
     return s, hand_predictions(s, probs)
 
@@ -197,9 +192,9 @@ def test_outcomes_from_predictions_match_a_hand_count(labelled) -> None:
     assert o.accuracy == pytest.approx(3 / 7)
     m = o.metrics()
     assert m == metrics_from_confusion(expected, MODEL_LABELS + ["pop"])
-    assert o.truth_prob[by_path["rock/c00.wav"]] == pytest.approx(0.25)
-    assert o.truth_prob[by_path["pop/c02.wav"]] == 0.0
-    assert o.pred_prob[by_path["rock/c04.wav"]] == pytest.approx(0.90)
+    assert o.truth_prob[by_path["rock/c000.wav"]] == pytest.approx(0.25)
+    assert o.truth_prob[by_path["pop/c002.wav"]] == 0.0
+    assert o.pred_prob[by_path["rock/c004.wav"]] == pytest.approx(0.90)
     assert o.truth_exact.all()
     assert "accuracy 42.9%" in o.describe()
     assert "1 unlabelled skipped" in o.describe()
@@ -214,15 +209,15 @@ def test_most_confused_orders(labelled) -> None:
     o = load_outcomes(s, pred)
     low = most_confused(o, 3, by="truth")
     # lowest true-class probability first: pop (0), rock/c04 (0.05), ambient/c07 (0.20)
-    assert [r["path"] for r in low.records] == ["pop/c02.wav", "rock/c04.wav", "ambient/c07.wav"]
-    assert list(low.rows) == [s.paths.index(p) for p in ("pop/c02.wav", "rock/c04.wav", "ambient/c07.wav")]
+    assert [r["path"] for r in low.records] == ["pop/c002.wav", "rock/c004.wav", "ambient/c007.wav"]
+    assert list(low.rows) == [s.paths.index(p) for p in ("pop/c002.wav", "rock/c004.wav", "ambient/c007.wav")]
     assert low.records[1]["truth"] == "rock" and low.records[1]["pred"] == "jazz"
     assert low.records[1]["p(truth)"] == "0.050"
 
     wrong = most_confused(o, 10, by="wrong")
     # only errors, most confident first: c04 (0.90), c00 (0.70), c07 (0.60), c02 (0.50)
-    assert [r["path"] for r in wrong.records] == ["rock/c04.wav", "rock/c00.wav", "ambient/c07.wav",
-                                                  "pop/c02.wav"]
+    assert [r["path"] for r in wrong.records] == ["rock/c004.wav", "rock/c000.wav", "ambient/c007.wav",
+                                                  "pop/c002.wav"]
     assert wrong.caption.startswith("4 of 4 misclassified")
     assert [r["p(pred)"] for r in wrong.records] == pytest.approx([0.9, 0.7, 0.6, 0.5])
     assert len(most_confused(o, 0)) == 0
@@ -231,9 +226,9 @@ def test_most_confused_orders(labelled) -> None:
 
     text = wrong.text()
     assert text.splitlines()[1].split() == ["row", "path", "seconds", "truth", "pred", "p(pred)", "p(truth)"]
-    assert "rock/c04.wav" in text.splitlines()[2]
+    assert "rock/c004.wav" in text.splitlines()[2]
     page = wrong._repr_html_()
-    assert page.count("<tr>") == 1 + 4 and "<td>rock/c04.wav</td>" in page
+    assert page.count("<tr>") == 1 + 4 and "<td>rock/c004.wav</td>" in page
 
 
 def test_csv_predictions_give_the_same_outcomes(labelled, tmp_path: Path) -> None:
@@ -252,13 +247,13 @@ def test_csv_predictions_give_the_same_outcomes(labelled, tmp_path: Path) -> Non
 
     assert named(o) == named(full)
     assert o.accuracy == pytest.approx(full.accuracy)
-    k = o.paths.index("rock/c00.wav")  # truth rock is second in its top-2: exact
+    k = o.paths.index("rock/c000.wav")  # truth rock is second in its top-2: exact
     assert o.truth_exact[k] and o.truth_prob[k] == pytest.approx(0.25, abs=1e-4)
-    k = o.paths.index("rock/c04.wav")  # top-2 jazz 0.90, ambient 0.05: rock only bounded by min(0.05, 0.05)
+    k = o.paths.index("rock/c004.wav")  # top-2 jazz 0.90, ambient 0.05: rock only bounded by min(0.05, 0.05)
     assert not o.truth_exact[k] and o.truth_prob[k] == pytest.approx(0.05, abs=1e-4)
     row = most_confused(o, 10, by="truth").records
     marks = {r["path"]: r["p(truth)"] for r in row}
-    assert marks["rock/c04.wav"].startswith("<=") and not marks["rock/c00.wav"].startswith("<=")
+    assert marks["rock/c004.wav"].startswith("<=") and not marks["rock/c000.wav"].startswith("<=")
     assert load_outcomes(s, str(csv_path)).confusion().tolist() == o.confusion().tolist()
 
 
@@ -268,10 +263,10 @@ def test_bad_predictions_are_one_line_errors(labelled, tmp_path: Path) -> None:
     bad.write_text("file,label\nx.wav,rock\n", encoding="utf-8")
     with pytest.raises(ExploreError, match="header must start with path,pred,prob,topk,truth"):
         read_predictions_csv(bad)
-    bad.write_text("path,pred,prob,topk,truth\nrock/c00.wav,rock,high,rock:0.5,rock\n", encoding="utf-8")
+    bad.write_text("path,pred,prob,topk,truth\nrock/c000.wav,rock,high,rock:0.5,rock\n", encoding="utf-8")
     with pytest.raises(ExploreError, match="line 2: probability 'high'"):
         read_predictions_csv(bad)
-    bad.write_text("path,pred,prob,topk,truth\nrock/c00.wav,rock,0.5,rock=0.5,rock\n", encoding="utf-8")
+    bad.write_text("path,pred,prob,topk,truth\nrock/c000.wav,rock,0.5,rock=0.5,rock\n", encoding="utf-8")
     with pytest.raises(ExploreError, match="not label:probability"):
         read_predictions_csv(bad)
     with pytest.raises(ExploreError, match="cannot read predictions"):

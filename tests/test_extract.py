@@ -14,10 +14,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from audio_fixtures import (
+from pipeline.testing import (
     write_corrupt_flac, write_empty, write_music_like, write_short_wav, write_text_as_wav, write_truncated_mp3,
     write_truncated_wav, write_zero_length_wav,
 )
+from factories import SMALL_SPECS, make_corpus, store_content
 from pipeline.cli import main as features_main
 from pipeline.corpus import CorpusError, scan_corpus
 from pipeline.extract import ExtractError, extract, plan_tasks
@@ -25,30 +26,7 @@ from pipeline.tasks import TaskItem
 from store import FeatureSpec, open_store, validate
 
 ROOT = Path(__file__).resolve().parents[1]
-SMALL = {"mel": FeatureSpec.mel(n_bins=32), "cqt": FeatureSpec.cqt(n_bins=24)}
-
-
-def make_corpus(root: Path, n: int = 8, seconds: float = 2.0) -> list[Path]:
-    """A small labelled corpus in mixed formats, rates and channel counts."""
-    formats = ["wav", "flac", "ogg", "mp3"]
-    out = []
-    for k in range(n):
-        label = ("rock", "jazz", "ambient")[k % 3]
-        fmt = formats[k % 4]
-        out.append(write_music_like(root / label / f"t{k:02d}.{fmt}", seconds + 0.37 * k, seed=k,
-                                    sr=(22050, 44100)[k % 2], channels=1 + (k % 3 == 1)))
-    return out
-
-
-def store_content(path: Path) -> dict[str, tuple]:
-    """Everything a store holds, keyed by path, independent of shard names and commit history."""
-    s = open_store(path)
-    out = {}
-    for i, p in enumerate(s.paths):
-        lab = s.label_names[s.labels[i]] if s.labels[i] >= 0 else None
-        out[p] = (s.hashes[i], lab, int(s.lengths[i]), round(float(s.durations[i]), 6),
-                  *(np.asarray(s.feature(f)[i]).tobytes() for f in sorted(s.specs)))
-    return out
+SMALL = SMALL_SPECS
 
 
 # -- corpus ---------------------------------------------------------------------------------------------
@@ -258,6 +236,7 @@ def _cli(corpus: Path, store: Path, jobs: int = 2) -> list[str]:
             "--features", "mel", "--commit-seconds", "0"]
 
 
+@pytest.mark.slow
 def test_kill_9_at_several_points_then_resume_equals_uninterrupted(tmp_path: Path) -> None:
     c = tmp_path / "c"
     make_corpus(c, n=24, seconds=3.0)
@@ -302,6 +281,7 @@ def test_kill_9_at_several_points_then_resume_equals_uninterrupted(tmp_path: Pat
     assert validate(str(target), deep=True) == []
 
 
+@pytest.mark.slow
 def test_reader_sees_consistent_state_during_extraction(tmp_path: Path) -> None:
     c = tmp_path / "c"
     make_corpus(c, n=16, seconds=2.0)

@@ -27,7 +27,7 @@ import numpy as np
 import pytest
 
 import librosa
-from audio_fixtures import (
+from pipeline.testing import (
     write_corrupt_flac, write_empty, write_music_like, write_short_wav, write_text_as_wav, write_truncated_wav,
     write_zero_length_wav,
 )

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from audio_fixtures import write_music_like
+from pipeline.testing import write_music_like
 from pipeline.integrity import truncation_reason
 
 

@@ -10,12 +10,14 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from audio_fixtures import write_music_like
+from pipeline.testing import write_music_like
 from nbclient import NotebookClient
 from nbformat import NotebookNode
 
 import pipeline
 from infer.cli import main as infer_main
+
+pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOK = ROOT / "examples" / "explore_store.ipynb"

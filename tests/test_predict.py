@@ -12,34 +12,22 @@ import torch
 from infer.checkpoint import Checkpoint, CheckpointError, check_store_matches, load_checkpoint, save_checkpoint
 from infer.cli import main as infer_main
 from infer.collate import collate
-from infer.models import ModelConfig, build_model
 from infer.predict import PredictOptions, distinct_rows, predict
 from store import FeatureSpec, IndexRow, create_store, open_store
+
+from factories import make_checkpoint as _make_checkpoint
+from factories import make_store as _make_store
 
 SPEC = FeatureSpec.mel(n_bins=16)
 LABELS = ["ambient", "jazz", "rock"]
 
 
 def make_store(path: Path, lengths: list[int], seed: int = 0, spec: FeatureSpec = SPEC) -> Path:
-    rng = np.random.default_rng(seed)
-    w = create_store(path, {"mel": spec}, label_names=LABELS)
-    arrays = [rng.normal(-40, 12, (n, spec.n_bins)).astype(np.float32) for n in lengths]
-    rows = [{"path": f"{LABELS[k % 3]}/c{k:03d}.wav", "hash": f"h{k}", "duration": n * spec.frame_seconds,
-             "label": LABELS[k % 3]} for k, n in enumerate(lengths)]
-    w.add_clips(rows, {"mel": arrays})
-    return path
+    return _make_store(path, lengths=lengths, seed=seed, specs={"mel": spec}, mean=-40.0)
 
 
 def make_checkpoint(path: Path, spec: FeatureSpec = SPEC, seed: int = 0, **cfg) -> Path:
-    torch.manual_seed(seed)
-    config = ModelConfig(n_bins=spec.n_bins, n_classes=len(LABELS), width=4, depth=2, **cfg)
-    model = build_model(config)
-    for m in model.modules():  # non-trivial BatchNorm statistics
-        if isinstance(m, torch.nn.BatchNorm2d):
-            m.running_mean.uniform_(-0.5, 0.5)
-            m.running_var.uniform_(0.5, 2.0)
-    save_checkpoint(Checkpoint.from_model(model, LABELS, "mel", spec, extra={"epoch": 3}), path)
-    return path
+    return _make_checkpoint(path, spec=spec, seed=seed, extra={"epoch": 3}, **cfg)
 
 
 def alone_probs(ckpt_path: Path, store_path: Path) -> np.ndarray:

@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 from fsspec.core import url_to_fs
 
-from audio_fixtures import write_music_like
+from pipeline.testing import write_music_like
+from factories import SMALL_SPECS, assert_same_content, make_corpus, store_content
 from pipeline.cli import main as features_main
 from pipeline.extract import ExtractError, extract
 from store import (
@@ -25,39 +26,7 @@ from store import (
 
 SPECS = {"mel": FeatureSpec.mel(n_bins=16), "cqt": FeatureSpec.cqt(n_bins=12)}
 #: Small features keep extraction fast; values are still the real log-mel / CQT.
-SMALL = {"mel": FeatureSpec.mel(n_bins=32), "cqt": FeatureSpec.cqt(n_bins=24)}
-
-
-# -- helpers (also used by test_distributed.py) -----------------------------------------------------------
-def make_corpus(root: Path, n: int = 6, seconds: float = 1.5) -> list[Path]:
-    """A small labelled corpus in mixed formats, sample rates and channel counts."""
-    formats = ["wav", "flac", "ogg", "mp3"]
-    return [write_music_like(root / ("rock", "jazz", "ambient")[k % 3] / f"t{k:02d}.{formats[k % 4]}",
-                             seconds + 0.31 * k, seed=k, sr=(22050, 44100)[k % 2], channels=1 + (k % 3 == 1))
-            for k in range(n)]
-
-
-def store_content(where: str | Path) -> dict[str, tuple]:
-    """Everything a store holds, keyed by path, independent of layout, shard names and commit history."""
-    s = open_store(where)
-    out = {}
-    for i, p in enumerate(s.paths):
-        lab = s.label_names[s.labels[i]] if s.labels[i] >= 0 else None
-        feats = tuple(np.ascontiguousarray(s.feature(f).frames(i)).tobytes() for f in sorted(s.specs))
-        out[p] = (s.hashes[i], lab, int(s.lengths[i]), float(s.durations[i]), *feats)
-    return out
-
-
-def assert_same_content(got: dict[str, tuple], expected: dict[str, tuple]) -> None:
-    """``got == expected`` for :func:`store_content` results, naming the paths and fields that differ."""
-    assert sorted(got) == sorted(expected)
-    names = ("hash", "label", "n_frames", "duration")
-    differ = {}
-    for p, want in expected.items():
-        fields = {names[k] if k < len(names) else "features" for k, (a, b) in enumerate(zip(got[p], want)) if a != b}
-        if fields:
-            differ[p] = sorted(fields)
-    assert not differ, f"rows differ: {differ}"
+SMALL = SMALL_SPECS
 
 
 @pytest.fixture
@@ -162,7 +131,7 @@ def test_a_missing_url_is_store_not_found(mem_url: str) -> None:
 # -- extraction into URLs ---------------------------------------------------------------------------------
 def test_extract_into_memory_and_file_urls_equals_a_local_raw_store(tmp_path: Path, mem_url: str) -> None:
     c = tmp_path / "c"
-    make_corpus(c, n=6)
+    make_corpus(c, n=6, seconds=1.5, step=0.31)
     ref = extract(c, str(tmp_path / "ref.zarr"), specs=SMALL, jobs=1, progress=False)
     assert ref.decoded == 6 and not ref.errors
     expected = store_content(tmp_path / "ref.zarr")
@@ -188,7 +157,7 @@ def test_extract_into_memory_and_file_urls_equals_a_local_raw_store(tmp_path: Pa
 
 def test_worker_processes_and_a_memory_url_are_a_one_line_error(tmp_path: Path, mem_url: str, capsys) -> None:
     c = tmp_path / "c"
-    make_corpus(c, n=2, seconds=0.5)
+    make_corpus(c, n=2, seconds=0.5, step=0.31)
     with pytest.raises(ExtractError, match=r"memory://.*worker processes cannot write.*jobs=1 or the threading"):
         extract(c, mem_url, specs=SMALL, layout="zstd", jobs=2, progress=False)
     assert len(open_store(mem_url)) == 0  # nothing decoded, nothing half-written

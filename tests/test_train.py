@@ -22,37 +22,13 @@ from infer.train import (
     train, training_plan, training_rows,
 )
 from store import FeatureSpec, IndexRow, create_store, open_store
+from factories import make_separable_store
 
 SPEC = FeatureSpec.mel(n_bins=16)
 LABELS = ["ambient", "jazz", "rock"]
 #: A tiny, fast configuration: width 4, depth 2, whole clips, 16 bins.
 TINY = dict(width=4, depth=2, lr=3e-2, max_batch=8, crop_seconds=None, val_fraction=0.25, dropout=0.0,
             time_masks=1, freq_masks=1, freq_mask_bins=2, time_mask_frames=8, device="cpu")
-
-
-def make_separable_store(path: Path, n: int = 48, *, seed: int = 0, labelled: bool = True,
-                         duplicates: int = 0) -> Path:
-    """Clips whose class is band energy: class k lifts bins ``[0, 6k)`` by 15 dB over N(-50 dB, 6 dB) noise.
-
-    Lengths 20-160 frames.  ``duplicates`` more rows index the content of
-    existing clips under other paths (same hash, same label).
-    """
-    rng = np.random.default_rng(seed)
-    w = create_store(path, {"mel": SPEC}, label_names=LABELS if labelled else [])
-    arrays, rows = [], []
-    for k in range(n):
-        lab = k % len(LABELS)
-        length = int(rng.integers(20, 160))
-        a = rng.normal(-50.0, 6.0, (length, SPEC.n_bins)).astype(np.float32)
-        a[:, :6 * lab] += 15.0
-        arrays.append(a)
-        rows.append({"path": f"{LABELS[lab]}/c{k:03d}.wav", "hash": f"content-{seed}-{k}",
-                     "duration": length * SPEC.frame_seconds, "label": LABELS[lab] if labelled else None})
-    w.add_clips(rows, {"mel": arrays})
-    if duplicates:
-        w.commit(rows=[IndexRow(f"copies/d{j:03d}.wav", rows[j]["hash"], rows[j]["label"])
-                       for j in range(duplicates)])
-    return path
 
 
 @pytest.fixture(scope="module")

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from bench_common import GroupResult
+from .bench_common import GroupResult
 
 
 def _fmt(v: float | None) -> str:

@@ -23,12 +23,7 @@ from typing import Any
 
 log = logging.getLogger("bench")
 
-ROOT = Path(__file__).resolve().parents[2]
-TESTS = ROOT / "tests"
-BENCH = Path(__file__).resolve().parent
-for _p in (str(ROOT), str(TESTS), str(BENCH)):
-    if _p not in sys.path:
-        sys.path.insert(0, _p)
+ROOT = Path(__file__).resolve().parents[1]
 
 #: Comparison operators a target may use.
 OPS: dict[str, Callable[[float, float], bool]] = {">=": lambda v, t: v >= t, "<=": lambda v, t: v <= t}
@@ -186,8 +181,8 @@ def wait_for_quiet(max_load: float, max_wait: float) -> list[float]:
 
 def run_probe(args: list[str], timeout: float = 300.0) -> dict[str, Any]:
     """Run ``bench_probe.py`` with ``args`` in a fresh interpreter; its last stdout line is JSON."""
-    cmd = [sys.executable, str(BENCH / "bench_probe.py"), *args]
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), str(TESTS), str(BENCH)]))
+    cmd = [sys.executable, "-m", "benchmarks.bench_probe", *args]
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, cwd=ROOT, check=False)
     if proc.returncode != 0:
         raise RuntimeError(f"probe {args[0]} failed ({proc.returncode}): {proc.stderr.strip()[-2000:]}")

@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from bench_common import Figure, GroupResult, log, median, rotated
-from bench_infer import make_store, synthetic_features
-from bench_plan import FPS
+from .bench_common import Figure, GroupResult, log, median, rotated
+from .bench_infer import make_store, synthetic_features
+from .bench_plan import FPS
 
 
 def _dir_bytes(p: Path) -> int:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import time
 
 import numpy as np
-from bench_common import Figure, GroupResult, median
+from .bench_common import Figure, GroupResult, median
 
 FPS = 22050 / 512
 BUDGET = 2 << 30

@@ -32,8 +32,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from bench_common import CpuWindow, Figure, GroupResult, log, median, rotated, run_probe
-from bench_plan import FPS, quantile_lengths
+from .bench_common import CpuWindow, Figure, GroupResult, log, median, rotated, run_probe
+from .bench_plan import FPS, quantile_lengths
 
 LABELS = [f"genre{k}" for k in range(10)]
 
@@ -387,7 +387,7 @@ def run_memory(work: Path, *, sizes: tuple[int, int], repeats: int) -> GroupResu
                  "predict_seconds": {str(n): round(median([x["wall_seconds"] for x in raw[n]]), 2) for n in sizes},
                  "repeats": repeats},
     )
-    method = ("Each store is predicted in its own fresh interpreter (python tests/benchmarks/bench_probe.py "
+    method = ("Each store is predicted in its own fresh interpreter (python -m benchmarks.bench_probe "
               "predict-mem); a thread samples RssAnon every 2 ms (with predict's own per-batch reading), so "
               "file-backed pages of the memory-mapped store, which the kernel can drop, are not counted.")
     return GroupResult("inference memory", [fig], method=method)

@@ -1,9 +1,11 @@
 """`make bench`: specstore's performance side by side with what users would otherwise run.
 
-    python tests/benchmarks/run.py [--quick] [--out-dir docs] [--only extract,plan,...]
+    python -m benchmarks [--quick] [--out-dir docs] [--only extract,plan,...]
 
 Writes ``benchmarks.json`` and ``benchmarks.md`` into ``--out-dir``
-(default ``docs/``).  ``--quick`` is a smoke run (tiny sizes, one repeat,
+(default ``docs/`` for a full run and ``reports/bench-quick/`` for
+``--quick``, so a smoke run never overwrites the committed figures).
+``--quick`` is a smoke run (tiny sizes, one repeat,
 under a minute) that exercises every benchmark and writes the same files;
 its values are not meaningful.  Groups (``--only``): extract, extract-mem,
 plan, infer, infer-mem, reads, gpu.  Nothing here is collected by pytest
@@ -23,10 +25,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-import bench_common
-from bench_common import GroupResult, load_average, log, machine_info, wait_for_quiet
+from . import bench_common
+from .bench_common import GroupResult, load_average, log, machine_info, wait_for_quiet
 
 GROUPS = ("extract", "extract-mem", "plan", "infer", "infer-mem", "reads", "gpu")
 
@@ -66,41 +66,42 @@ NOTES = [
 
 def _runner(name: str, work: Path, sizes: dict[str, Any]) -> Callable[[], GroupResult]:
     if name == "extract":
-        import bench_extract
+        from . import bench_extract
 
         return lambda: bench_extract.run_speed(work / "extract", **sizes)
     if name == "extract-mem":
-        import bench_extract
+        from . import bench_extract
 
         return lambda: bench_extract.run_memory(work / "extract-mem", **sizes)
     if name == "plan":
-        import bench_plan
+        from . import bench_plan
 
         return lambda: bench_plan.run(**sizes)
     if name == "infer":
-        import bench_infer
+        from . import bench_infer
 
         return lambda: bench_infer.run_throughput(work / "infer", **sizes)
     if name == "infer-mem":
-        import bench_infer
+        from . import bench_infer
 
         return lambda: bench_infer.run_memory(work / "infer-mem", **sizes)
     if name == "reads":
-        import bench_reads
+        from . import bench_reads
 
         return lambda: bench_reads.run(work / "reads", **sizes)
     if name == "gpu":
-        import bench_infer
+        from . import bench_infer
 
         return lambda: bench_infer.run_gpu(work / "gpu", **sizes)
     raise ValueError(name)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="run.py", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true", help="smoke run: tiny sizes, one repeat (< 1 minute)")
-    p.add_argument("--out-dir", type=Path, default=bench_common.ROOT / "docs",
-                   help="where benchmarks.json and benchmarks.md go (default: docs/)")
+    p.add_argument("--out-dir", type=Path, default=None,
+                   help="where benchmarks.json and benchmarks.md go (default: docs/, or reports/bench-quick/ "
+                        "with --quick)")
     p.add_argument("--only", default=",".join(GROUPS), help=f"comma-separated groups ({', '.join(GROUPS)})")
     p.add_argument("--workdir", type=Path, default=None, help="scratch folder (default: a fresh temporary one)")
     p.add_argument("--wait-quiet", type=float, default=0.0, metavar="SECONDS",
@@ -112,6 +113,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     if bad:
         p.error(f"unknown group(s) {', '.join(bad)}; choose from {', '.join(GROUPS)}")
     args.groups = groups
+    if args.out_dir is None:
+        args.out_dir = bench_common.ROOT / ("reports/bench-quick" if args.quick else "docs")
     return args
 
 
@@ -145,14 +148,14 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if own_work:
             shutil.rmtree(work, ignore_errors=True)
-    import bench_report
+    from . import bench_report
 
     command = "make bench QUICK=1" if args.quick else "make bench"
     if args.groups != list(GROUPS):
-        command = f".venv/bin/python tests/benchmarks/run.py{' --quick' if args.quick else ''} --only {','.join(args.groups)}"
+        command = f".venv/bin/python -m benchmarks{' --quick' if args.quick else ''} --only {','.join(args.groups)}"
     meta = {
         "notes": NOTES,
-        "command": command, "runner": "tests/benchmarks/run.py", "quick": args.quick, "started": started,
+        "command": command, "runner": "python -m benchmarks", "quick": args.quick, "started": started,
         "wall_seconds": round(time.perf_counter() - t0, 1), "load_before": load_before,
         "load_after": load_average(), "machine": machine_info(), "sizes": {g: sizes[g] for g in args.groups},
     }

@@ -1,7 +1,8 @@
-"""Test audio, generated on the fly (never committed): tones, music-like signals, bad files.
+"""Test audio for tests and benchmarks, generated on the fly: tones, music-like signals, bad files.
 
-Import from any test: ``from tests.audio_fixtures import write_music_like``
-(or ``from audio_fixtures import ...`` when ``tests/`` is on ``sys.path``).
+A reusable testing module (as ``zarr.testing`` is for zarr): the project's
+tests and benchmarks use it, and so can anyone testing code built on
+specstore: ``from pipeline.testing import write_music_like``.
 Every writer takes the destination path first and returns it as a
 :class:`pathlib.Path`; the format follows the suffix (``.wav``, ``.flac``,
 ``.ogg`` = Vorbis, ``.mp3``) unless ``fmt`` says otherwise.  Signals are

@@ -1,9 +1,9 @@
 """Memory probes, each run in a fresh interpreter by the benchmarks (never imported by them).
 
-    python tests/benchmarks/bench_probe.py extract-mem AUDIO_FILE WORKDIR
+    python -m benchmarks.bench_probe extract-mem AUDIO_FILE WORKDIR
         Runs the pipeline's worker function (:func:`pipeline.tasks.run_task`,
         log-mel only) on one file into a new store; prints VmHWM before and after.
-    python tests/benchmarks/bench_probe.py predict-mem STORE CHECKPOINT CSV
+    python -m benchmarks.bench_probe predict-mem STORE CHECKPOINT CSV
         Runs :func:`infer.predict.predict` on a store (CPU); prints the peak
         anonymous RSS (RssAnon) sampled every 2 ms by a thread, and predict's own.
 

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from bench_common import CpuWindow, Figure, GroupResult, log, median, rotated, run_probe
+from .bench_common import CpuWindow, Figure, GroupResult, log, median, rotated, run_probe
 
 SR = 22050
 
@@ -38,7 +38,7 @@ COMBOS = [(fmt, sr, ch) for fmt in ("wav", "flac", "ogg", "mp3") for sr in (2205
 
 
 def _write_one(path: str, seconds: float, seed: int, sr: int, channels: int) -> str:
-    from audio_fixtures import write_music_like
+    from pipeline.testing import write_music_like
 
     write_music_like(path, seconds, seed=seed, sr=sr, channels=channels, loop_seconds=min(15.0, seconds))
     return path
@@ -387,7 +387,7 @@ def run_speed(work: Path, *, n_files: int, mean_seconds: float, repeats: int) ->
 
 def run_memory(work: Path, *, short_seconds: float, long_seconds: float, repeats: int) -> GroupResult:
     """Peak RSS (VmHWM) of a fresh process running the worker on one short and one long file."""
-    from audio_fixtures import write_music_like
+    from pipeline.testing import write_music_like
 
     work.mkdir(parents=True, exist_ok=True)
     files = {
@@ -423,7 +423,7 @@ def run_memory(work: Path, *, short_seconds: float, long_seconds: float, repeats
                  "float32_output_mb": round((1 + long_seconds * SR // 512) * 128 * 4 / 1e6, 1)},
     )
     method = ("Each file is processed by the worker function in its own fresh interpreter "
-              "(python tests/benchmarks/bench_probe.py extract-mem); VmHWM is the process's RSS high-water "
+              "(python -m benchmarks.bench_probe extract-mem); VmHWM is the process's RSS high-water "
               "mark, imports included, so the difference isolates what grows with the file's length. "
               f"{repeats} repeat(s), median.")
     return GroupResult("extraction memory", [fig], method=method)
