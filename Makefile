@@ -52,7 +52,7 @@ $(VENV)/.installed: pyproject.toml
 
 corpus: install  ## generate the synthetic demo corpus into data/demo-corpus (deterministic)
 	@if [ ! -f $(DEMO_CORPUS)/.complete ]; then \
-		$(PY) -m pipeline.demo_corpus $(DEMO_CORPUS) && touch $(DEMO_CORPUS)/.complete; fi
+		$(PY) -m democorpus $(DEMO_CORPUS) && touch $(DEMO_CORPUS)/.complete; fi
 
 features: install  ## CORPUS=dir|manifest.csv STORE=out.zarr FEATURES=mel,cqt JOBS=n LAYOUT=raw|zstd
 	@if [ "$(CORPUS)" = "$(DEMO_CORPUS)" ]; then $(MAKE) --no-print-directory corpus; fi

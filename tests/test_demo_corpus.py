@@ -1,4 +1,4 @@
-"""Tests for pipeline.demo_corpus: plan, layout, formats, determinism, style separability, CLI."""
+"""Tests for democorpus: plan, layout, formats, determinism, style separability, CLI."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from pipeline.demo_corpus import (
+from democorpus import (
     FORMATS,
     LOUDNESS_DBFS,
     SAMPLE_RATES,
@@ -255,7 +255,7 @@ def test_render_is_bounded_and_short_clips_work() -> None:
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     return subprocess.run(
-        [sys.executable, "-m", "pipeline.demo_corpus", *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=120
+        [sys.executable, "-m", "democorpus", *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=120
     )
 
 
@@ -283,7 +283,7 @@ def test_cli_bad_input_is_one_line_exit_2(tmp_path: Path) -> None:
     r = _cli(str(tmp_path / "x"), "--per-style", "0")
     assert r.returncode == 2
     lines = r.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: ") and "n_per_style" in lines[0], r.stderr
+    assert len(lines) == 1 and lines[0].startswith("specstore: error: ") and "n_per_style" in lines[0], r.stderr
     assert not (tmp_path / "x").exists()
 
 
@@ -292,8 +292,6 @@ def test_cli_bad_input_is_one_line_exit_2(tmp_path: Path) -> None:
     [(("--formats", "aiff"), "aiff"), (("--max-seconds", "1", "--min-seconds", "2"), "min_seconds"), (("-j", "0"), "--jobs")],
 )
 def test_main_bad_input_exits_2_with_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str], args: tuple[str, ...], word: str) -> None:
-    with pytest.raises(SystemExit) as exc:
-        main([str(tmp_path / "x"), "--quiet", *args])
-    assert exc.value.code == 2
+    assert main([str(tmp_path / "x"), "--quiet", *args]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith("error: ") and word in err[0]
+    assert len(err) == 1 and err[0].startswith("specstore: error: ") and word in err[0]
