@@ -54,7 +54,7 @@ def typical_order(lengths: np.ndarray, seed: int, batch_size: int = 4, tries: in
     """A median arrival order: of ``tries`` random orders of ``lengths``, the one whose fixed-batch
     padding efficiency is the median, so a small store is neither a lucky nor an unlucky draw for
     the fixed-batch baseline."""
-    from infer.planner import fixed_batches
+    from .baselines import fixed_batches
 
     rng = np.random.default_rng(seed)
     perms = [rng.permutation(len(lengths)) for _ in range(tries)]
@@ -115,7 +115,7 @@ def run_fixed(store: Path, ckpt: Path, batch_size: int = 4, device: str = "cpu",
 
     from infer.checkpoint import load_checkpoint
     from infer.loader import prefetch_batches, to_device
-    from infer.planner import fixed_batches
+    from .baselines import fixed_batches
     from store import open_store
 
     dev = torch.device(device)
@@ -185,36 +185,30 @@ class DenseLimit:
 class OursCore:
     """Our prediction loop as :func:`infer.predict.predict` runs it, set-up excluded.
 
-    Set-up (untimed, once): open the store, load the checkpoint, choose
-    device/precision/layout/budget exactly as ``predict`` does
-    (``RunSetup.for_checkpoint``), measure the model's memory cost.  A call
-    is :func:`infer.predict.logits_for_rows` over every row (plan by length
-    under the budget, read + pad on the loader thread, run) plus the softmax.
+    Set-up (untimed, once): open the store, load the checkpoint, resolve
+    device/precision/layout exactly as ``predict`` does (:class:`infer.runtime.Engine`)
+    and measure the model's memory budget.  A call is :meth:`Engine.logits`
+    over every row (plan by length under the budget, read + pad on the
+    loader thread, run) plus the softmax.
     """
 
     def __init__(self, store: Path, ckpt: Path) -> None:
         from infer.checkpoint import load_checkpoint
-        from infer.cost import measure_cost_per_frame
-        from infer.predict import PredictOptions, RunSetup
+        from infer.runtime import Engine, RunOptions
         from store import open_store
 
         self.store = open_store(str(store))
         checkpoint = load_checkpoint(ckpt)
-        self.setup = RunSetup.for_checkpoint(checkpoint, PredictOptions(device="cpu", progress=False))
-        model = self.setup.model
-        self.cost = measure_cost_per_frame(model, model.config.n_bins, device=self.setup.device,
-                                           autocast=self.setup.autocast)
+        self.engine = Engine(RunOptions(device="cpu", progress=False))
+        self.model = self.engine.prepare(checkpoint.build())
         self.view = self.store.feature(checkpoint.feature)
+        self.budget = self.engine.budget(self.model, self.view.spec.n_bins)
 
     def __call__(self) -> Any:
         import torch
 
-        from infer.predict import logits_for_rows
-
-        st = self.setup
-        out = logits_for_rows(st.model, self.view, np.arange(len(self.store)), device=st.device,
-                              budget_bytes=st.budget.bytes, max_batch=16, autocast=st.autocast,
-                              channels_last=st.channels_last, hashes=self.store.hashes, cost=self.cost)
+        out = self.engine.logits(self.model, self.view, np.arange(len(self.store)), hashes=self.store.hashes,
+                                 budget=self.budget)
         torch.softmax(torch.from_numpy(out.logits), dim=1)
         return out
 
@@ -227,7 +221,7 @@ class FixedCore:
         import torch
 
         from infer.checkpoint import load_checkpoint
-        from infer.planner import fixed_batches
+        from .baselines import fixed_batches
         from store import open_store
 
         self.store = open_store(str(store))
@@ -321,7 +315,7 @@ def run_throughput(work: Path, *, n_clips: dict[str, int], repeats: int, model: 
         }
         f_fixed = Figure(f"infer_{dist}_vs_fixed4", f"Inference throughput, {dist}: ours vs fixed batch of 4",
                          round(median(vs_fixed), 3), "x",
-                         "clips/s of our prediction loop (infer.predict.logits_for_rows as predict runs it: plan, "
+                         "clips/s of our prediction loop (infer.runtime.Engine.logits as predict runs it: plan, "
                          "read + pad on the loader thread, run, softmax) / clips/s of batches of 4 in arrival order "
                          "(same store, model, precision, loader thread); one-time set-up excluded from both",
                          target=targets[dist], op=">=", details=details)
@@ -404,15 +398,14 @@ def run_gpu(work: Path, *, n_clips: int, repeats: int) -> GroupResult:
         reason = "not measured: no CUDA GPU on this machine (torch.cuda.is_available() is False)"
         return GroupResult("GPU", [Figure(k, t, None, u, reason, target=None, op=None, note=reason)
                                    for k, t, u, _, _ in keys], method=reason)
-    from infer.checkpoint import load_checkpoint
-    from infer.predict import PredictOptions, RunSetup
+    from infer.runtime import Engine, RunOptions
 
     work.mkdir(parents=True, exist_ok=True)
     ckpt = make_checkpoint(work / "gpu.pt")
     lengths = typical_order(quantile_lengths("uniform", n_clips, seed=11), seed=11)
     store = make_store(work / "gpu.zarr", lengths)
     # The autocast dtype predict picks on this GPU (bf16 where supported, else fp16), used by both variants.
-    amp = RunSetup.for_checkpoint(load_checkpoint(ckpt), PredictOptions(device="cuda", progress=False)).autocast
+    amp = Engine(RunOptions(device="cuda", progress=False)).autocast
     run_ours(store, ckpt, "cuda")
     run_fixed(store, ckpt, device="cuda", autocast=amp)
     t_ours, t_fixed, peaks, ooms = [], [], [], []

@@ -3,7 +3,7 @@
 Lengths (frames at 22 050 / 512 = 43.07 frames/s): uniform 15-240 s, and
 log-normal with a median of 60 s and sigma 0.9.  Planners: a fixed batch of
 4 in arrival order; lhotse-like shuffled equal-duration buckets
-(:func:`infer.planner.bucketed_batches` with lhotse's default of 10
+(:func:`benchmarks.baselines.bucketed_batches` with lhotse's default of 10
 buckets); ours (:func:`infer.planner.plan_batches`);
 our training plan (:func:`infer.planner.shuffled_training_plan`), which
 must also reshuffle its batches every epoch.  Budgeted planners share one
@@ -66,9 +66,12 @@ def _batch_sets(plan: object) -> set[tuple[int, ...]]:
 
 
 def run(*, n_clips: int, repeats: int) -> GroupResult:
-    from infer.planner import bucketed_batches, fixed_batches, plan_batches, shuffled_training_plan
+    from infer.budget import Budget
+    from infer.planner import plan_batches, shuffled_training_plan
 
-    kw = dict(budget_bytes=BUDGET, cost_per_frame=COST, max_batch=MAX_BATCH, frame_align=ALIGN)
+    from .baselines import bucketed_batches, fixed_batches
+
+    budget = Budget(BUDGET, COST, max_batch=MAX_BATCH, frame_align=ALIGN)
     figures = []
     summary: dict[str, dict[str, float]] = {}
     for dist in ("uniform", "lognormal"):
@@ -79,15 +82,15 @@ def run(*, n_clips: int, repeats: int) -> GroupResult:
         for r in range(repeats):
             lengths = lengths_for(dist, n_clips, seed=1000 + r)
             eff["fixed4"].append(fixed_batches(lengths, 4).efficiency)
-            eff["bucketed"].append(bucketed_batches(lengths, num_buckets=LHOTSE_BUCKETS, seed=r, **kw).efficiency)
-            eff["bucketed30"].append(bucketed_batches(lengths, num_buckets=30, seed=r, **kw).efficiency)
+            eff["bucketed"].append(bucketed_batches(lengths, budget, num_buckets=LHOTSE_BUCKETS, seed=r).efficiency)
+            eff["bucketed30"].append(bucketed_batches(lengths, budget, num_buckets=30, seed=r).efficiency)
             t0 = time.perf_counter()
-            ours = plan_batches(lengths, **kw)
+            ours = plan_batches(lengths, budget)
             plan_ms.append((time.perf_counter() - t0) * 1e3)
             eff["ours"].append(ours.efficiency)
             batches["ours"].append(ours.n_batches)
-            batches["fewest"].append(plan_batches(lengths, batch_overhead_frames=float("inf"), **kw).n_batches)
-            plans = [shuffled_training_plan(lengths, seed=r, epoch=e, **kw) for e in range(EPOCHS)]
+            batches["fewest"].append(plan_batches(lengths, budget, batch_overhead_frames=float("inf")).n_batches)
+            plans = [shuffled_training_plan(lengths, budget, seed=r, epoch=e) for e in range(EPOCHS)]
             eff["training"].append(min(p.efficiency for p in plans))
             for a, b in zip(plans, plans[1:]):
                 sa, sb = _batch_sets(a), _batch_sets(b)

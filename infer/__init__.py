@@ -1,18 +1,35 @@
-"""specstore's inference side: batch planner, masked models, training, prediction, evaluation.
+"""specstore's inference side (torch): train, run and evaluate classifiers on a feature store.
 
-``infer.predict(store, model, out_csv, device="auto", budget_mb=None)``,
-``infer.train(store, model_path, epochs=30, arch="cnn")`` and
-``infer.evaluate(store, model, out_dir, split="all")`` mirror the Make targets.
+Read it as:
+
+* engine: :mod:`infer.runtime` (:class:`Engine`, :class:`RunOptions`) on
+  :mod:`infer.device` (device, precision, memory figures) and
+  :mod:`infer.cost` (a model's measured bytes per padded clip-frame);
+* planner and budget: :mod:`infer.budget` (the one cost rule) and
+  :mod:`infer.planner` (length-binned batches under it);
+* models: :mod:`infer.models` (masked CNN / ResNet), :mod:`infer.windows`
+  (over-long clips), :mod:`infer.checkpoint`;
+* data: :mod:`infer.collate`, :mod:`infer.loader`, :mod:`infer.split`;
+* train: :mod:`infer.train`; predict: :mod:`infer.predict`; eval:
+  :mod:`infer.evaluate`; explore: :mod:`infer.explore`.
+
+``infer.predict(store, model, out_csv)``, ``infer.train(store, model_path)``
+and ``infer.evaluate(store, model, out_dir)`` are what ``make infer``, ``make
+train`` and ``make eval`` run.
 """
 
+from .budget import Budget, CostModel, PlanError
 from .checkpoint import Checkpoint, CheckpointError, load_checkpoint, save_checkpoint
 from .evaluate import Report, evaluate
-from .planner import Plan, plan_batches, shuffled_training_plan
-from .predict import PredictOptions, Predictions, predict
-from .train import TrainConfig, TrainResult, train
+from .explore import Predictions
+from .planner import Plan, plan_batches, shuffled_training_plan, training_plan
+from .predict import PredictStats, predict
+from .runtime import Engine, RunOptions
+from .train import TrainConfig, TrainError, TrainResult, train
 
 __all__ = [
-    "Checkpoint", "CheckpointError", "Plan", "PredictOptions", "Predictions", "Report", "TrainConfig",
-    "TrainResult", "evaluate", "load_checkpoint", "plan_batches", "predict", "save_checkpoint",
-    "shuffled_training_plan", "train",
+    "Budget", "Checkpoint", "CheckpointError", "CostModel", "Engine", "Plan", "PlanError", "PredictStats",
+    "Predictions", "Report", "RunOptions", "TrainConfig", "TrainError", "TrainResult", "evaluate",
+    "load_checkpoint", "plan_batches", "predict", "save_checkpoint", "shuffled_training_plan", "train",
+    "training_plan",
 ]

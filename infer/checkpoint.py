@@ -18,17 +18,18 @@ from typing import Any
 
 import torch
 
-from store import FeatureSpec, Store, spec_differences
+from store import FeatureSpec, SpecstoreError, Store, atomic_path, spec_differences
 
 from .models import MaskedClassifier, ModelConfig, ModelConfigError, build_model
 
-__all__ = ["Checkpoint", "CheckpointError", "load_checkpoint", "save_checkpoint", "check_store_matches"]
+__all__ = ["Checkpoint", "CheckpointError", "check_store_matches", "load_checkpoint", "read_torch_file",
+           "save_checkpoint", "save_torch_file"]
 
 FORMAT = "specstore-checkpoint"
 VERSION = 1
 
 
-class CheckpointError(Exception):
+class CheckpointError(SpecstoreError):
     """A checkpoint is missing, unreadable, or does not fit the store; one-line message."""
 
 
@@ -59,33 +60,51 @@ class Checkpoint:
         return cls(model.config, list(label_names), feature, spec, state, dict(extra or {}))
 
 
+def save_torch_file(payload: dict[str, Any], path: str | os.PathLike[str]) -> Path:
+    """``torch.save`` of plain containers and tensors, atomically (temporary file, then rename)."""
+    with atomic_path(path) as tmp:
+        torch.save(payload, tmp)
+    return Path(path)
+
+
+def read_torch_file(path: str | os.PathLike[str], what: str = "checkpoint") -> dict[str, Any]:
+    """Load a ``torch.save`` file of plain containers safely (``weights_only=True``); one-line errors.
+
+    A file holding Python objects (which a safe load refuses) is reported as
+    not a specstore file that may be unsafe, never with advice to load it
+    unsafely.
+    """
+    p = Path(path)
+    if not p.is_file():
+        raise CheckpointError(f"no {what} at {p}" + (" (train one with `make train`)" if what == "checkpoint" else ""))
+    try:
+        raw = torch.load(p, map_location="cpu", weights_only=True)
+    except (pickle.UnpicklingError, zipfile.BadZipFile, RuntimeError, EOFError, ValueError, OSError) as e:
+        if isinstance(e, pickle.UnpicklingError) and "unsupported global" in str(e).lower():
+            raise CheckpointError(f"{p} is not a specstore {what}: it holds Python objects that a safe load "
+                                  "refuses, and it may be unsafe to open") from None
+        raise CheckpointError(f"{p} is not a readable {what} (truncated, or not a file torch wrote)") from None
+    if not isinstance(raw, dict):
+        raise CheckpointError(f"{p} is not a specstore {what}")
+    return raw
+
+
 def save_checkpoint(ckpt: Checkpoint, path: str | os.PathLike[str]) -> Path:
     """Write ``ckpt`` atomically (temporary file, then rename) and return the path."""
-    p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
     payload = {
         "format": FORMAT, "version": VERSION,
         "model": ckpt.config.to_dict(), "label_names": list(ckpt.label_names),
         "feature": ckpt.feature, "feature_spec": ckpt.spec.to_dict(),
         "state_dict": ckpt.state_dict, "extra": ckpt.extra,
     }
-    tmp = p.with_name(p.name + ".tmp")
-    torch.save(payload, tmp)
-    os.replace(tmp, p)
-    return p
+    return save_torch_file(payload, path)
 
 
 def load_checkpoint(path: str | os.PathLike[str]) -> Checkpoint:
     """Read a checkpoint safely (``weights_only=True``); :class:`CheckpointError` on any problem."""
     p = Path(path)
-    if not p.is_file():
-        raise CheckpointError(f"no checkpoint at {p} (train one with `make train`)")
-    try:
-        raw = torch.load(p, map_location="cpu", weights_only=True)
-    except (pickle.UnpicklingError, zipfile.BadZipFile, RuntimeError, EOFError, ValueError, OSError) as e:
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise CheckpointError(f"{p} is not a readable checkpoint ({first[:200]})") from None
-    if not isinstance(raw, dict) or raw.get("format") != FORMAT:
+    raw = read_torch_file(p)
+    if raw.get("format") != FORMAT:
         raise CheckpointError(f"{p} is not a specstore checkpoint")
     if raw.get("version") != VERSION:
         raise CheckpointError(f"{p} has checkpoint version {raw.get('version')}; this specstore reads {VERSION}")

@@ -1,10 +1,12 @@
-"""``make infer`` / ``make plan`` / ``make init-model`` / ``make train`` / ``make eval``: the command line.
+"""The inference side's commands: ``predict``, ``plan``, ``init``, ``train``, ``eval``.
 
-``python -m infer.cli predict STORE MODEL --out predictions.csv``,
-``python -m infer.cli train STORE MODEL --epochs 30``,
-``python -m infer.cli eval STORE MODEL --out-dir reports/`` and friends;
-every failure a user can cause (missing store or checkpoint, spec mismatch,
-no GPU, a store without labels) is one line on stderr and exit status 2.
+``python -m infer <command> ...`` runs any of them; each is also a console
+command of its own (``specstore-infer``, ``specstore-plan``,
+``specstore-init-model``, ``specstore-train``, ``specstore-eval``), and the
+Make targets call these.  Every failure a user can cause (missing store or
+checkpoint, spec mismatch, no GPU, a store without labels, a bad option) is
+one line on stderr, ``specstore: error: ...``, and exit status 2
+(:func:`store.run_cli`).
 """
 
 from __future__ import annotations
@@ -12,39 +14,45 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+from collections.abc import Callable, Sequence
 
-from store import StoreError, open_store
+from store import StoreError, open_store, run_cli
 
-from .checkpoint import Checkpoint, CheckpointError, load_checkpoint, save_checkpoint
-from .collate import CollateError
-from .device import DeviceError, choose_device, memory_budget
-from .models import ModelConfig, ModelConfigError, build_model
-from .planner import PlanError
-from .evaluate import evaluate
-from .predict import PredictOptions, _autocast_dtype, make_plan, predict
-from .train import TrainConfig, train
+from .checkpoint import Checkpoint, load_checkpoint, save_checkpoint
+from .evaluate import EVAL_SPLITS, evaluate
+from .models import ARCHS, ModelConfig, build_model
+from .predict import predict
+from .runtime import Engine, RunOptions
+from .train import TrainConfig, add_config_arguments, config_from_args, train
 
-#: Prefix of the one-line error messages.
-PROG = "specstore"
-
-USER_ERRORS = (StoreError, CheckpointError, DeviceError, PlanError, CollateError, ModelConfigError, ValueError,
-               FileNotFoundError)
+__all__ = ["COMMANDS", "build_parser", "main"]
 
 
-def _add_budget_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--device", default="auto", help="auto (CUDA if available), cpu, cuda, cuda:N (default auto)")
-    p.add_argument("--budget-mb", type=float, default=None,
-                   help="memory for one batch, MiB (CPU default 2048; CUDA: free memory minus the margin)")
+def _add_run_args(p: argparse.ArgumentParser, *, training: bool = False) -> None:
+    """Device, precision and memory options (training takes them from its config instead)."""
+    if not training:
+        p.add_argument("--device", default="auto", help="auto (CUDA if available), cpu, cuda, cuda:N (default auto)")
+        p.add_argument("--budget-mb", type=float, default=None,
+                       help="memory for one batch, MiB (CPU default 2048; CUDA: free memory minus the margin)")
+        p.add_argument("--max-batch", type=int, default=16, help="most clips in one batch (default 16)")
+        p.add_argument("--precision", default="auto", choices=("auto", "fp32", "bf16", "fp16"),
+                       help="auto: bf16/fp16 autocast on CUDA, fp32 on CPU (default auto)")
     p.add_argument("--margin-mb", type=float, default=None, help="GPU memory kept free, MiB (default 1536)")
-    p.add_argument("--max-batch", type=int, default=16, help="most clips in one batch (default 16)")
-    p.add_argument("--precision", default="auto", choices=("auto", "fp32", "bf16", "fp16"),
-                   help="auto: bf16/fp16 autocast on CUDA, fp32 on CPU (default auto)")
+    p.add_argument("--threads", type=int, default=None, help="CPU threads (default: all cores)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    p.add_argument("-v", "--verbose", action="store_true", help="log the plan and debug details")
 
+
+def _run_options(args: argparse.Namespace) -> RunOptions:
+    return RunOptions(device=args.device, precision=args.precision, budget_mb=args.budget_mb,
+                      margin_mb=args.margin_mb, max_batch=args.max_batch, threads=args.threads,
+                      progress=not args.no_progress)
+
+
+# -- the commands ------------------------------------------------------------------------------------
 
 def cmd_predict(args: argparse.Namespace) -> int:
-    res = predict(args.store, args.model, args.out, options=PredictOptions(
-        device=args.device, budget_mb=args.budget_mb, margin_mb=args.margin_mb, max_batch=args.max_batch,
-        topk=args.topk, precision=args.precision, threads=args.threads, progress=not args.no_progress))
+    res = predict(args.store, args.model, args.out, topk=args.topk, options=_run_options(args))
     print(res.stats.line())
     if args.out:
         print(f"predictions: {args.out}")
@@ -53,17 +61,17 @@ def cmd_predict(args: argparse.Namespace) -> int:
 
 def cmd_plan(args: argparse.Namespace) -> int:
     s = open_store(args.store)
-    device = choose_device(args.device)
+    engine = Engine(_run_options(args))
     if args.model:
         ckpt = load_checkpoint(args.model)
-        model = ckpt.build(device)
+        model = ckpt.build()
+        n_bins = ckpt.spec.n_bins
     else:
-        model = build_model(ModelConfig(n_bins=s.spec.n_bins, n_classes=max(len(s.label_names), 1))).eval()
-    budget = memory_budget(device, args.budget_mb, args.margin_mb)
-    plan, cost = make_plan(model, s.lengths, device, budget.bytes, args.max_batch,
-                           _autocast_dtype(args.precision, device))
-    print(f"{len(s)} clips, budget {budget.bytes / 2**20:.0f} MiB ({budget.source}), "
-          f"cost {cost.bytes_per_frame / 1024:.1f} KiB per padded clip-frame + {cost.fixed_bytes / 2**20:.1f} MiB fixed")
+        n_bins = s.spec.n_bins
+        model = build_model(ModelConfig(n_bins=n_bins, n_classes=max(len(s.label_names), 1)))
+    model = engine.prepare(model)
+    plan = engine.plan(model, s.lengths, n_bins)
+    print(f"{len(s)} clips on {engine.device}")
     print(plan.describe(top=args.top))
     return 0
 
@@ -77,6 +85,7 @@ def cmd_init(args: argparse.Namespace) -> int:
         raise StoreError(f"store has no feature {feature!r}; it has {', '.join(s.specs)}")
     config = ModelConfig(arch=args.arch, n_bins=s.specs[feature].n_bins, n_classes=len(s.label_names))
     import torch
+
     torch.manual_seed(args.seed)
     model = build_model(config)
     save_checkpoint(Checkpoint.from_model(model, s.label_names, feature, s.specs[feature],
@@ -85,36 +94,17 @@ def cmd_init(args: argparse.Namespace) -> int:
     return 0
 
 
-def _crop(value: str) -> float | None:
-    """``--crop-seconds``: a positive number, or 0/none for whole clips."""
-    if value.strip().lower() in ("0", "none", "whole"):
-        return None
-    return float(value)
-
-
 def cmd_train(args: argparse.Namespace) -> int:
-    config = TrainConfig(
-        epochs=args.epochs, lr=args.lr, weight_decay=args.weight_decay, max_batch=args.max_batch,
-        budget_mb=args.budget_mb, crop_seconds=args.crop_seconds, time_masks=args.time_masks,
-        time_mask_frames=args.time_mask_frames, freq_masks=args.freq_masks, freq_mask_bins=args.freq_mask_bins,
-        val_fraction=args.val_fraction, seed=args.seed, class_weighted=args.class_weighted,
-        label_smoothing=args.label_smoothing, arch=args.arch, width=args.width, depth=args.depth,
-        dropout=args.dropout, feature=args.feature, device=args.device, precision=args.precision)
-    try:
-        result = train(args.store, args.model, config, progress=not args.no_progress, threads=args.threads,
-                       margin_mb=args.margin_mb)
-    except KeyboardInterrupt:
-        print(f"{PROG}: interrupted; rerun the same command to resume after the last finished epoch",
-              file=sys.stderr)
-        return 130
+    base = TrainConfig.from_file(args.config) if args.config else None
+    config = config_from_args(args, base)
+    result = train(args.store, args.model, config, progress=not args.no_progress, threads=args.threads,
+                   margin_mb=args.margin_mb, overwrite=args.overwrite)
     print(result.line())
     return 0
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    report = evaluate(args.store, args.model, args.out_dir, split=args.split, options=PredictOptions(
-        device=args.device, budget_mb=args.budget_mb, margin_mb=args.margin_mb, max_batch=args.max_batch,
-        precision=args.precision, threads=args.threads, progress=not args.no_progress))
+    report = evaluate(args.store, args.model, args.out_dir, split=args.split, options=_run_options(args))
     print(report.summary())
     if report.n_unlabelled or report.n_unknown_label:
         print(f"skipped {report.n_unlabelled} unlabelled clips; {report.n_unknown_label} clips have labels the "
@@ -124,103 +114,123 @@ def cmd_eval(args: argparse.Namespace) -> int:
     return 0
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m infer.cli",
-                                     description="Classify clips of a feature store with a masked CNN.")
-    parser.add_argument("-v", "--verbose", action="store_true", help="log the plan and debug details")
-    sub = parser.add_subparsers(dest="command", required=True)
+# -- parsers ---------------------------------------------------------------------------------------
 
-    p = sub.add_parser("predict", help="predict every indexed path; write a CSV",
-                       description="Length-binned, memory-budgeted prediction. Writes path,pred,prob,topk,truth.")
+def _predict_parser(p: argparse.ArgumentParser) -> None:
+    p.description = ("Classify every indexed path of STORE with MODEL in length-binned, memory-budgeted batches; "
+                     "write a CSV path,pred,prob,topk,truth.")
     p.add_argument("store", help="feature store (path or URL)")
     p.add_argument("model", help="checkpoint (.pt) from `make train` or `init`")
     p.add_argument("--out", default="predictions.csv", help="CSV to write (default predictions.csv)")
     p.add_argument("--topk", type=int, default=5, help="labels listed per clip (default 5)")
-    p.add_argument("--threads", type=int, default=None, help="CPU threads (default: all cores)")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
-    _add_budget_args(p)
-    p.set_defaults(func=cmd_predict)
+    _add_run_args(p)
 
-    p = sub.add_parser("plan", help="print the batch plan without running the model")
-    p.add_argument("store")
+
+def _plan_parser(p: argparse.ArgumentParser) -> None:
+    p.description = "Print the batch plan for STORE (and MODEL's measured memory cost) without running the model."
+    p.add_argument("store", help="feature store (path or URL)")
     p.add_argument("--model", default=None, help="checkpoint whose memory cost to plan for (default: the default CNN)")
-    p.add_argument("--top", type=int, default=5, help="largest batches to list")
-    _add_budget_args(p)
-    p.set_defaults(func=cmd_plan)
+    p.add_argument("--top", type=int, default=5, help="largest batches to list (default 5)")
+    _add_run_args(p)
 
-    p = sub.add_parser("init", help="write a randomly initialised checkpoint for a store (no training)")
-    p.add_argument("store")
+
+def _init_parser(p: argparse.ArgumentParser) -> None:
+    p.description = "Write a randomly initialised checkpoint for STORE's labels and feature (no training)."
+    p.add_argument("store", help="labelled feature store (path or URL)")
     p.add_argument("model", help="checkpoint path to write")
-    p.add_argument("--arch", default="cnn", choices=("cnn", "resnet"))
+    p.add_argument("--arch", default="cnn", choices=ARCHS, help="architecture (default cnn)")
     p.add_argument("--feature", default=None, help="feature to classify (default: the store's default)")
-    p.add_argument("--seed", type=int, default=0)
-    p.set_defaults(func=cmd_init)
+    p.add_argument("--seed", type=int, default=0, help="weight initialisation seed (default 0)")
 
-    d = TrainConfig()
-    p = sub.add_parser("train", help="train a classifier on a store's labelled clips (resumes if interrupted)",
-                       description="Train a masked CNN on the labelled clips of STORE; the best checkpoint "
-                                   "(validation accuracy) goes to MODEL, a resume file next to it. Rerunning "
-                                   "the same command continues an interrupted run. The batch memory budget "
-                                   "defaults to 1024 MiB on CPU (--budget-mb).")
+
+def _train_parser(p: argparse.ArgumentParser) -> None:
+    p.description = ("Train a classifier on the labelled clips of STORE; the best checkpoint (validation accuracy) "
+                     "goes to MODEL, with MODEL's .resume.pt, .metrics.csv and .config.json next to it. Rerunning "
+                     "the same command continues an interrupted run. Options may also come from --config FILE "
+                     "(TOML or JSON with the option names as keys, e.g. crop_seconds = 10); options on the command "
+                     "line override the file.")
     p.add_argument("store", help="feature store with labels (path or URL)")
     p.add_argument("model", help="checkpoint to write (e.g. models/genre.pt)")
-    p.add_argument("--epochs", type=int, default=d.epochs, help=f"passes over the training clips (default {d.epochs})")
-    p.add_argument("--lr", type=float, default=d.lr, help=f"peak learning rate of AdamW (default {d.lr:g})")
-    p.add_argument("--weight-decay", type=float, default=d.weight_decay, help=f"(default {d.weight_decay:g})")
-    p.add_argument("--crop-seconds", type=_crop, default=d.crop_seconds,
-                   help=f"random crop per clip and epoch, seconds; 0 = whole clips (default {d.crop_seconds:g})")
-    p.add_argument("--time-masks", type=int, default=d.time_masks, help=f"SpecAugment time masks per clip "
-                   f"(default {d.time_masks}; 0 disables)")
-    p.add_argument("--time-mask-frames", type=int, default=d.time_mask_frames,
-                   help=f"widest time mask, frames (default {d.time_mask_frames})")
-    p.add_argument("--freq-masks", type=int, default=d.freq_masks, help=f"SpecAugment frequency masks per clip "
-                   f"(default {d.freq_masks}; 0 disables)")
-    p.add_argument("--freq-mask-bins", type=int, default=d.freq_mask_bins,
-                   help=f"widest frequency mask, bins (default {d.freq_mask_bins})")
-    p.add_argument("--val-fraction", type=float, default=d.val_fraction,
-                   help=f"share of contents held out for validation, by content hash (default {d.val_fraction:g})")
-    p.add_argument("--seed", type=int, default=d.seed, help=f"split and training seed (default {d.seed})")
-    p.add_argument("--class-weighted", action="store_true", help="weight the loss by inverse class frequency")
-    p.add_argument("--label-smoothing", type=float, default=d.label_smoothing, help="(default 0)")
-    p.add_argument("--arch", default=d.arch, choices=("cnn", "resnet"), help=f"(default {d.arch})")
-    p.add_argument("--width", type=int, default=d.width, help=f"channels of the first block (default {d.width})")
-    p.add_argument("--depth", type=int, default=d.depth, help=f"blocks / stages (default {d.depth})")
-    p.add_argument("--dropout", type=float, default=d.dropout, help=f"before the head (default {d.dropout:g})")
-    p.add_argument("--feature", default=None, help="feature to train on (default: the store's default)")
-    p.add_argument("--threads", type=int, default=None, help="CPU threads (default: all cores)")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
-    _add_budget_args(p)
-    p.set_defaults(func=cmd_train, max_batch=d.max_batch)
+    p.add_argument("--config", default=None, metavar="FILE", help="training options from a .toml or .json file")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace an existing MODEL that this configuration cannot resume")
+    add_config_arguments(p)
+    _add_run_args(p, training=True)
 
-    p = sub.add_parser("eval", help="accuracy, top-5, per-class P/R/F1, confusion matrix -> OUT_DIR",
-                       description="Evaluate MODEL on the labelled clips of STORE; writes report.json, report.txt "
-                                   "and confusion.png to --out-dir.")
+
+def _eval_parser(p: argparse.ArgumentParser) -> None:
+    p.description = ("Evaluate MODEL on the labelled clips of STORE: accuracy, top-k, per-class precision/recall/F1 "
+                     "and a confusion matrix, written to --out-dir as report.json, report.txt and confusion.png. "
+                     "On the store the model was trained on, only the held-out split is scored unless --split says "
+                     "otherwise.")
     p.add_argument("store", help="labelled feature store (path or URL)")
     p.add_argument("model", help="checkpoint (.pt) from `make train`")
     p.add_argument("--out-dir", default="reports", help="folder for the report files (default reports)")
-    p.add_argument("--split", default="all", choices=("all", "val", "train"),
-                   help="all clips, or the training / held-out split recorded in the checkpoint (default all)")
-    p.add_argument("--threads", type=int, default=None, help="CPU threads (default: all cores)")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
-    _add_budget_args(p)
-    p.set_defaults(func=cmd_eval)
+    p.add_argument("--split", default="auto", choices=EVAL_SPLITS,
+                   help="auto: the held-out split on the store the model was trained on, every clip elsewhere; "
+                        "all, or the training / held-out split the checkpoint recorded (default auto)")
+    _add_run_args(p)
 
+
+COMMANDS: dict[str, tuple[str, str, Callable[[argparse.ArgumentParser], None],
+                          Callable[[argparse.Namespace], int]]] = {
+    "predict": ("specstore-infer", "predict every indexed path; write a CSV", _predict_parser, cmd_predict),
+    "plan": ("specstore-plan", "print the batch plan without running the model", _plan_parser, cmd_plan),
+    "init": ("specstore-init-model", "write a randomly initialised checkpoint", _init_parser, cmd_init),
+    "train": ("specstore-train", "train a classifier (resumes if interrupted)", _train_parser, cmd_train),
+    "eval": ("specstore-eval", "accuracy, top-k, per-class P/R/F1, confusion matrix", _eval_parser, cmd_eval),
+}
+"""command -> (console command, one-line help, parser builder, implementation)."""
+
+_INTERRUPTED = {
+    "train": "interrupted; rerun the same command to resume after the last finished epoch",
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``python -m infer`` parser: one sub-command per entry of :data:`COMMANDS`."""
+    parser = argparse.ArgumentParser(prog="python -m infer",
+                                     description="Train, run and evaluate classifiers on a specstore feature store.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    for name, (_, help_text, build, run) in COMMANDS.items():
+        p = sub.add_parser(name, help=help_text)
+        build(p)
+        p.set_defaults(func=run)
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
+def _run(args: argparse.Namespace) -> int:
+    logging.basicConfig(level=logging.INFO if getattr(args, "verbose", False) else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
-    try:
-        return int(args.func(args))
-    except USER_ERRORS as e:
-        msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        print(f"{PROG}: error: {msg}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print(f"{PROG}: interrupted", file=sys.stderr)
-        return 130
+    return run_cli(lambda: int(args.func(args)), interrupted=_INTERRUPTED.get(args.command, "interrupted"),
+                   verbose=getattr(args, "verbose", False))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m infer COMMAND ...``."""
+    return _run(build_parser().parse_args(argv))
+
+
+def _console(command: str) -> Callable[[Sequence[str] | None], int]:
+    """The console command for one sub-command (``specstore-train ...`` = ``python -m infer train ...``)."""
+    prog, help_text, build, run = COMMANDS[command]
+
+    def entry(argv: Sequence[str] | None = None) -> int:
+        p = argparse.ArgumentParser(prog=prog, description=help_text)
+        build(p)
+        p.set_defaults(func=run, command=command)
+        return _run(p.parse_args(argv))
+
+    entry.__name__ = f"{command}_main"
+    entry.__doc__ = f"``{prog}``: {help_text}."
+    return entry
+
+
+predict_main = _console("predict")
+plan_main = _console("plan")
+init_main = _console("init")
+train_main = _console("train")
+eval_main = _console("eval")
 
 
 if __name__ == "__main__":

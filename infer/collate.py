@@ -17,6 +17,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from store import ConfigError
+
 __all__ = ["Batch", "CollateError", "collate"]
 
 _NUMPY_DTYPES: dict[torch.dtype, type[np.floating]] = {
@@ -26,7 +28,7 @@ _NUMPY_DTYPES: dict[torch.dtype, type[np.floating]] = {
 }
 
 
-class CollateError(ValueError):
+class CollateError(ConfigError):
     """The arrays cannot form one batch (empty, wrong rank, mixed n_bins, too long for pad_to)."""
 
 

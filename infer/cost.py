@@ -34,7 +34,6 @@ probes is used for the intercept, so every probe lies on or under the line.
 
 from __future__ import annotations
 
-import contextlib
 import weakref
 from dataclasses import dataclass
 from typing import Any
@@ -44,42 +43,10 @@ from torch import Tensor, nn
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
+from .budget import CostModel
+from .device import amp
+
 __all__ = ["CostModel", "LiveBytes", "activation_peak_bytes", "live_bytes", "measure_cost_per_frame"]
-
-
-@dataclass(frozen=True)
-class CostModel:
-    """Bytes a batch needs: ``fixed_bytes + bytes_per_frame * batch_size * frames``.
-
-    ``method`` says how it was measured (``"cuda-peak"`` or ``"cpu-live-tensors"``);
-    ``training`` whether backward was included.
-    """
-
-    bytes_per_frame: float
-    fixed_bytes: int
-    method: str = "cpu-live-tensors"
-    training: bool = False
-
-    def bytes_for(self, batch_size: int, frames: int) -> float:
-        """Predicted peak bytes of one batch of ``batch_size`` clips padded to ``frames``."""
-        return self.fixed_bytes + self.bytes_per_frame * batch_size * frames
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "bytes_per_frame": self.bytes_per_frame,
-            "fixed_bytes": self.fixed_bytes,
-            "method": self.method,
-            "training": self.training,
-        }
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> CostModel:
-        return cls(
-            bytes_per_frame=float(data["bytes_per_frame"]),
-            fixed_bytes=int(data["fixed_bytes"]),
-            method=str(data.get("method", "cpu-live-tensors")),
-            training=bool(data.get("training", False)),
-        )
 
 
 @dataclass(frozen=True)
@@ -182,14 +149,14 @@ def live_bytes(
 
     if training:
         with tracker:
-            with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), _autocast(x.device.type, autocast):
+            with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), amp(x.device.type, autocast):
                 out = model(x, lengths)
         activations = tracker.peak[1] + tracker.largest_op
         saved.clear()
         out.float().sum().backward()
         model.zero_grad(set_to_none=True)
     else:
-        with tracker, torch.no_grad(), _autocast(x.device.type, autocast):
+        with tracker, torch.no_grad(), amp(x.device.type, autocast):
             model(x, lengths)
         activations = tracker.peak[1]
     return LiveBytes(activations=x.numel() * x.element_size() + activations, other=tracker.peak[0])
@@ -214,12 +181,6 @@ def activation_peak_bytes(
 
 def _param_bytes(model: nn.Module) -> int:
     return sum(t.numel() * t.element_size() for t in [*model.parameters(), *model.buffers()])
-
-
-def _autocast(device_type: str, dtype: torch.dtype | None) -> contextlib.AbstractContextManager[Any]:
-    if dtype is None:
-        return contextlib.nullcontext()
-    return torch.autocast(device_type=device_type, dtype=dtype)
 
 
 def _probe_frames(model: nn.Module, probe_frames: tuple[int, ...] | None, device: torch.device) -> tuple[int, ...]:
@@ -313,12 +274,12 @@ def _cuda_peak(
     x = x_host.to(device=device, dtype=dtype)
     lengths_d = lengths.to(device)
     if training:
-        with _autocast("cuda", autocast):
+        with amp("cuda", autocast):
             out = model(x, lengths_d)
         out.float().sum().backward()
         model.zero_grad(set_to_none=True)
     else:
-        with torch.no_grad(), _autocast("cuda", autocast):
+        with torch.no_grad(), amp("cuda", autocast):
             model(x, lengths_d)
     torch.cuda.synchronize(device)
     peak = torch.cuda.max_memory_allocated(device) - base

@@ -1,22 +1,40 @@
-"""Device choice, memory budgets and memory readings for the inference side."""
+"""Device, precision and memory: the low-level facts the engine (:mod:`infer.runtime`) builds on.
+
+* :func:`choose_device`: ``auto``/``cpu``/``cuda[:N]`` to a ``torch.device``;
+* :func:`autocast_dtype` and :func:`amp`: the one place that turns a
+  ``precision`` setting into an autocast dtype and an autocast context;
+* :func:`memory_bytes`: the bytes one batch may use (free GPU memory minus a
+  margin, or a configured RAM figure on CPU), and where that figure came from;
+* :func:`set_cpu_threads`, :func:`anon_rss_bytes`.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import math
 import os
-from dataclasses import dataclass
+from typing import Any
 
 import torch
 
-__all__ = ["Budget", "DeviceError", "anon_rss_bytes", "choose_device", "memory_budget", "set_cpu_threads"]
+from store import ConfigError, SpecstoreError
+
+__all__ = [
+    "DEFAULT_CPU_BUDGET_MB", "DEFAULT_CUDA_MARGIN_MB", "PRECISIONS", "DeviceError", "amp", "anon_rss_bytes",
+    "autocast_dtype", "choose_device", "memory_bytes", "set_cpu_threads",
+]
 
 _MIB = 1 << 20
-#: Memory kept free on a GPU beyond the budget (the seed keeps 1.5 GB).
-DEFAULT_CUDA_MARGIN = 1536 * _MIB
-#: Budget for one batch's activations on CPU unless configured.
-DEFAULT_CPU_BUDGET = 2048 * _MIB
+DEFAULT_CUDA_MARGIN_MB = 1536.0
+"""GPU memory (MiB) kept free beyond the budget (the seed keeps 1.5 GB)."""
+DEFAULT_CPU_BUDGET_MB = 2048.0
+"""Memory (MiB) one batch may use on CPU unless configured: inference and training alike (the measured
+cost per frame already includes what training keeps for backward)."""
+PRECISIONS = ("auto", "fp32", "bf16", "fp16")
+"""``precision`` settings: auto = bf16 autocast on CUDA where supported (else fp16), fp32 on CPU."""
 
 
-class DeviceError(Exception):
+class DeviceError(SpecstoreError):
     """The requested device is not available; one-line message."""
 
 
@@ -35,34 +53,68 @@ def choose_device(name: str = "auto") -> torch.device:
     return dev
 
 
-@dataclass(frozen=True)
-class Budget:
-    """Bytes one batch may use on ``device``, and where the figure came from."""
+def _positive_mb(value: float | None, name: str) -> float | None:
+    if value is None:
+        return None
+    try:
+        mb = float(value)
+    except (TypeError, ValueError):
+        raise ConfigError(f"{name} must be a number of MiB, got {value!r}") from None
+    if not math.isfinite(mb) or mb <= 0:
+        raise ConfigError(f"{name} must be a positive, finite number of MiB, got {value!r}")
+    return mb
 
-    bytes: int
-    source: str
 
+def memory_bytes(device: torch.device, budget_mb: float | None = None,
+                 margin_mb: float | None = None) -> tuple[int, str]:
+    """Bytes one batch may use on ``device``, and a few words on where the figure came from.
 
-def memory_budget(device: torch.device, budget_mb: float | None = None,
-                  margin_mb: float | None = None) -> Budget:
-    """The per-batch memory budget.
-
-    CUDA: ``torch.cuda.mem_get_info()`` free bytes minus a safety margin
-    (default 1.5 GiB), capped by ``budget_mb`` when given.  CPU: ``budget_mb``
-    (default 2048 MiB), a RAM figure the user configures.
+    CUDA: ``torch.cuda.mem_get_info()`` free bytes minus ``margin_mb``
+    (default :data:`DEFAULT_CUDA_MARGIN_MB`), capped by ``budget_mb`` when
+    given.  CPU: ``budget_mb`` (default :data:`DEFAULT_CPU_BUDGET_MB`), a RAM
+    figure the user configures.  Raises :class:`~store.ConfigError` for a
+    budget or margin that is not a positive finite number.
     """
+    budget = _positive_mb(budget_mb, "BUDGET_MB (--budget-mb)")
+    margin_given = margin_mb is not None
+    if margin_given and (not math.isfinite(float(margin_mb)) or float(margin_mb) < 0):  # type: ignore[arg-type]
+        raise ConfigError(f"--margin-mb must be a finite number of MiB >= 0, got {margin_mb!r}")
     if device.type == "cuda":
         free, _total = torch.cuda.mem_get_info(device)
-        margin = DEFAULT_CUDA_MARGIN if margin_mb is None else int(margin_mb * _MIB)
+        margin = int((DEFAULT_CUDA_MARGIN_MB if margin_mb is None else float(margin_mb)) * _MIB)
         avail = max(free - margin, 64 * _MIB)
-        if budget_mb is not None:
-            return Budget(min(avail, int(budget_mb * _MIB)), f"min(BUDGET_MB, free GPU memory - {margin // _MIB} MiB)")
-        return Budget(avail, f"free GPU memory - {margin // _MIB} MiB margin")
-    if budget_mb is not None:
-        if budget_mb <= 0:
-            raise DeviceError(f"BUDGET_MB must be positive, got {budget_mb}")
-        return Budget(int(budget_mb * _MIB), "BUDGET_MB")
-    return Budget(DEFAULT_CPU_BUDGET, "default CPU budget")
+        if budget is not None:
+            return min(avail, int(budget * _MIB)), f"min(BUDGET_MB, free GPU memory - {margin // _MIB} MiB)"
+        return avail, f"free GPU memory - {margin // _MIB} MiB margin"
+    if budget is not None:
+        return int(budget * _MIB), "BUDGET_MB"
+    return int(DEFAULT_CPU_BUDGET_MB * _MIB), "default CPU budget"
+
+
+def autocast_dtype(precision: str, device: torch.device) -> torch.dtype | None:
+    """The autocast dtype ``precision`` means on ``device`` (None = plain fp32).
+
+    ``auto``: bf16 on CUDA where supported, else fp16; fp32 on CPU.  ``fp16``
+    needs CUDA (:class:`~store.ConfigError` otherwise).
+    """
+    if precision not in PRECISIONS:
+        raise ConfigError(f"precision must be one of {', '.join(PRECISIONS)}, not {precision!r}")
+    if precision == "fp32" or (precision == "auto" and device.type == "cpu"):
+        return None
+    if precision == "fp16":
+        if device.type != "cuda":
+            raise ConfigError("fp16 autocast needs a CUDA device; use bf16 or fp32 on CPU")
+        return torch.float16
+    if precision == "auto":
+        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+    return torch.bfloat16
+
+
+def amp(device_type: str, dtype: torch.dtype | None) -> contextlib.AbstractContextManager[Any]:
+    """``torch.autocast`` to ``dtype`` on ``device_type``, or a no-op context for None (fp32)."""
+    if dtype is None:
+        return contextlib.nullcontext()
+    return torch.autocast(device_type=device_type, dtype=dtype)
 
 
 def set_cpu_threads(threads: int | None) -> int:

@@ -50,6 +50,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from store import ConfigError
+
 __all__ = [
     "ARCHS",
     "MIN_FRAMES",
@@ -69,7 +71,7 @@ MIN_FRAMES = 1
 """Shortest clip (frames) the models accept: lengths shrink as ceil(L/stride)."""
 
 
-class ModelConfigError(ValueError):
+class ModelConfigError(ConfigError):
     """A model configuration is invalid (bad value or unknown field)."""
 
 

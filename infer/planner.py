@@ -1,13 +1,10 @@
-"""The batch planner: clip lengths + a memory budget -> batches of clip ids.
+"""The batch planner: clip lengths + a :class:`~infer.budget.Budget` -> batches of clip ids.
 
 Pure functions over a length index (frames per clip, e.g. ``store.lengths``).
-A batch of ``B`` clips padded to its longest clip, ``T`` frames (rounded up to
-``frame_align``, the model's time stride), is charged
-
-    ``B * T * cost_per_frame + fixed_overhead``  bytes,
-
-and every planned batch stays ``<= budget_bytes`` (never over: unlike
-ESPnet's ``numel`` batching, which adds the clip that crosses the limit).
+Every batch is charged by the budget's rule (:mod:`infer.budget`: ``B * T *
+cost_per_frame + fixed_overhead`` for ``B`` clips padded to ``T`` aligned
+frames) and stays within it: never over, unlike ESPnet's ``numel`` batching,
+which adds the clip that crosses the limit.
 
 :func:`plan_batches` (inference) sorts by length, longest first, and cuts
 the sorted order into consecutive batches by dynamic programming: it
@@ -21,33 +18,38 @@ greedy fill from the longest clip).  Measured: >= 99% efficiency on uniform
 15-240 s and log-normal (median 60 s) corpora; see the tests.
 
 Clips too long for a batch of one are not dropped: they are listed in
-``Plan.too_long`` and run in windows of at most ``Plan.max_window`` frames
+``Plan.too_long`` and run in windows of at most ``budget.max_window`` frames
 (:mod:`infer.windows`).
 
 :func:`shuffled_training_plan` is the training variant: sort keys jittered by
 a small relative noise (``jitter``), the same partition (tracking the
 batch's true longest clip), batch order shuffled; deterministic in
-``(seed, epoch)``.  :func:`fixed_batches` and :func:`bucketed_batches` are
-baselines for benchmarks (a fixed batch in arrival order; lhotse-style
-shuffled equal-duration buckets).
+``(seed, epoch)``.  :func:`training_plan` lowers the per-batch price until a
+shuffled plan reaches a padding-efficiency target.
 """
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from .budget import Budget, PlanError
+
 __all__ = [
     "DEFAULT_BATCH_OVERHEAD_FRAMES",
+    "MIN_TRAINING_EFFICIENCY",
     "Plan",
     "PlanError",
     "TRAINING_BATCH_OVERHEAD_FRAMES",
-    "bucketed_batches",
-    "fixed_batches",
+    "check_lengths",
     "plan_batches",
     "shuffled_training_plan",
+    "training_plan",
 ]
+
+log = logging.getLogger(__name__)
 
 _MIB = 1024.0 * 1024.0
 _RNG_SALT = 0x5EED_B47C
@@ -73,8 +75,8 @@ TRAINING_BATCH_OVERHEAD_FRAMES = 4096.0
 """Default price of one extra batch for :func:`shuffled_training_plan` (padded frames)."""
 
 
-class PlanError(ValueError):
-    """Bad planner input (lengths < 1 frame, non-positive budget or cost, budget below one frame)."""
+MIN_TRAINING_EFFICIENCY = 0.95
+"""Padding efficiency (real / computed frames) :func:`training_plan` aims for; lower is logged."""
 
 
 @dataclass(frozen=True)
@@ -83,21 +85,16 @@ class Plan:
 
     ``batches``: int64 id arrays, in the order to run them; ``too_long``: ids
     of clips that exceed the budget alone (run them with
-    :func:`infer.windows.run_windowed`); ``max_window``: the longest window,
-    in frames, that fits the budget (0 when the plan has no budget);
-    ``frame_align``: padded lengths are rounded up to a multiple of it.
-    ``budget_bytes``/``cost_per_frame``/``fixed_overhead`` are None for
-    plans made without a budget (the fixed-size baseline).
+    :func:`infer.windows.run_windowed` in windows of at most
+    :attr:`max_window` frames); ``budget``: the :class:`~infer.budget.Budget`
+    the plan was made under (None for a plan made without one, such as a
+    benchmark's fixed-size baseline).
     """
 
     lengths: np.ndarray
     batches: list[np.ndarray]
     too_long: np.ndarray
-    max_window: int
-    frame_align: int = 1
-    budget_bytes: int | None = None
-    cost_per_frame: float | None = None
-    fixed_overhead: int = 0
+    budget: Budget | None = None
     name: str = "plan"
     _padded: np.ndarray = field(init=False, repr=False, compare=False)
     _real: int = field(init=False, repr=False, compare=False)
@@ -116,6 +113,16 @@ class Plan:
             real = 0
         object.__setattr__(self, "_padded", -(-longest // self.frame_align) * self.frame_align)
         object.__setattr__(self, "_real", real)
+
+    @property
+    def frame_align(self) -> int:
+        """Padded lengths are multiples of this (the budget's alignment; 1 without a budget)."""
+        return self.budget.frame_align if self.budget is not None else 1
+
+    @property
+    def max_window(self) -> int:
+        """Longest window (frames) a too-long clip runs in (0 without a budget)."""
+        return self.budget.max_window if self.budget is not None else 0
 
     def padded_length(self, batch: np.ndarray) -> int:
         """Frames a batch is padded to: its longest clip rounded up to ``frame_align``."""
@@ -149,10 +156,10 @@ class Plan:
         return self.real_frames / computed if computed else 1.0
 
     def batch_bytes(self, i: int) -> float:
-        """Planned bytes of batch ``i`` (``B * T * cost + overhead``); nan without a cost."""
-        if self.cost_per_frame is None:
+        """Planned bytes of batch ``i`` by the budget's rule; nan without a budget."""
+        if self.budget is None:
             return float("nan")
-        return len(self.batches[i]) * int(self._padded[i]) * self.cost_per_frame + self.fixed_overhead
+        return float(self.budget.bytes(len(self.batches[i]), int(self._padded[i])))
 
     def describe(self, top: int = 5) -> str:
         """A few lines for a user checking a plan before running a model."""
@@ -163,13 +170,9 @@ class Plan:
             f"(size min {sizes.min()} / median {int(np.median(sizes))} / max {sizes.max()}); "
             f"efficiency {self.efficiency:.2%} ({self.real_frames} real of {self.computed_frames} computed frames)",
         ]
-        if self.budget_bytes is not None and self.cost_per_frame is not None:
-            sizes_all = np.array([len(b) for b in self.batches], dtype=np.int64)
-            peak = float((sizes_all * self._padded).max()) * self.cost_per_frame + self.fixed_overhead if self.batches else 0.0
-            lines.append(
-                f"budget {self.budget_bytes / _MIB:.1f} MiB at {self.cost_per_frame / 1024:.2f} KiB/frame "
-                f"+ {self.fixed_overhead / _MIB:.1f} MiB; largest planned batch {peak / _MIB:.1f} MiB"
-            )
+        if self.budget is not None:
+            peak = max((self.batch_bytes(i) for i in range(self.n_batches)), default=0.0)
+            lines.append(f"{self.budget.describe()}; largest planned batch {peak / _MIB:.1f} MiB")
         if len(self.too_long):
             longest = int(self.lengths[self.too_long].max())
             lines.append(
@@ -181,12 +184,13 @@ class Plan:
             order = np.argsort(-sizes_frames, kind="stable").tolist()
             lines.append(f"largest {min(top, self.n_batches)} batches:")
             for i in order[:top]:
-                size = f" = {self.batch_bytes(i) / _MIB:.1f} MiB" if self.cost_per_frame is not None else ""
+                size = f" = {self.batch_bytes(i) / _MIB:.1f} MiB" if self.budget is not None else ""
                 lines.append(f"  #{i}: {len(self.batches[i])} clips x {int(self._padded[i])} frames{size}")
         return "\n".join(lines)
 
 
-def _check_lengths(lengths: np.ndarray) -> np.ndarray:
+def check_lengths(lengths: np.ndarray) -> np.ndarray:
+    """``lengths`` as a 1-D int64 array of whole frame counts >= 1; :class:`PlanError` otherwise."""
     arr = np.asarray(lengths)
     if arr.ndim != 1:
         raise PlanError(f"lengths must be 1-D (frames per clip), got shape {arr.shape}")
@@ -200,91 +204,8 @@ def _check_lengths(lengths: np.ndarray) -> np.ndarray:
     return arr
 
 
-@dataclass(frozen=True)
-class _Budget:
-    """The batch cost rule shared by the planners (one place computes bytes)."""
-
-    budget_bytes: int
-    cost_per_frame: float
-    fixed_overhead: int
-    max_batch: int
-    frame_align: int
-
-    @classmethod
-    def checked(
-        cls, budget_bytes: int, cost_per_frame: float, fixed_overhead: int, max_batch: int, frame_align: int
-    ) -> _Budget:
-        if not cost_per_frame > 0 or not np.isfinite(cost_per_frame):
-            raise PlanError(f"cost_per_frame must be a positive number of bytes, got {cost_per_frame!r}")
-        if fixed_overhead < 0:
-            raise PlanError(f"fixed_overhead must be >= 0 bytes, got {fixed_overhead}")
-        if max_batch < 1:
-            raise PlanError(f"max_batch must be >= 1, got {max_batch}")
-        if frame_align < 1:
-            raise PlanError(f"frame_align must be >= 1, got {frame_align}")
-        budget = cls(int(budget_bytes), float(cost_per_frame), int(fixed_overhead), int(max_batch), int(frame_align))
-        if budget.max_window < frame_align:
-            need = budget.bytes(1, frame_align)
-            raise PlanError(
-                f"budget of {budget_bytes} bytes is below one batch of {frame_align} frame(s) ({need:.0f} bytes)"
-            )
-        return budget
-
-    def bytes(self, batch_size: int | np.ndarray, padded_frames: int | np.ndarray) -> np.ndarray | float:
-        return batch_size * padded_frames * self.cost_per_frame + self.fixed_overhead
-
-    def fits(self, batch_size: int | np.ndarray, padded_frames: int | np.ndarray) -> np.ndarray | bool:
-        return self.bytes(batch_size, padded_frames) <= self.budget_bytes
-
-    @property
-    def max_window(self) -> int:
-        """Longest aligned length (frames) one clip may have in a batch of one."""
-        frames = int((self.budget_bytes - self.fixed_overhead) // self.cost_per_frame)
-        frames = frames // self.frame_align * self.frame_align
-        # The division can round either way: settle on the exact rule used for batches.
-        while frames > 0 and not self.fits(1, frames):
-            frames -= self.frame_align
-        while self.fits(1, frames + self.frame_align):
-            frames += self.frame_align
-        return max(frames, 0)
-
-    def plan(self, lengths: np.ndarray, batches: list[np.ndarray], too_long: np.ndarray, *, name: str) -> Plan:
-        """A :class:`Plan` of ``batches`` made under this budget."""
-        return Plan(lengths=lengths, batches=batches, too_long=too_long, max_window=self.max_window,
-                    frame_align=self.frame_align, budget_bytes=self.budget_bytes,
-                    cost_per_frame=self.cost_per_frame, fixed_overhead=self.fixed_overhead, name=name)
-
-    def align(self, lengths: np.ndarray) -> np.ndarray:
-        return -(-lengths // self.frame_align) * self.frame_align
-
-
-def _greedy_partition(order: np.ndarray, padded: np.ndarray, budget: _Budget) -> list[np.ndarray]:
-    """Cut ``order`` into consecutive batches, each as large as the budget allows (baseline fill).
-
-    The constraint uses each batch's true longest clip (a running maximum),
-    so it holds for any order; for descending order the longest is the first.
-    """
-    batches: list[np.ndarray] = []
-    n = len(order)
-    i = 0
-    k_max = budget.max_batch
-    sizes = np.arange(1, k_max + 1)
-    while i < n:
-        window = order[i : i + k_max]
-        longest = np.maximum.accumulate(padded[window])
-        ok = budget.fits(sizes[: len(window)], longest)
-        # B * max is nondecreasing in B, so the feasible sizes are a prefix.
-        k = int(np.count_nonzero(ok))
-        if k < 1:  # cannot happen for clips that fit alone; kept as a hard guard
-            raise PlanError(f"clip {int(window[0])} does not fit the budget alone")
-        batches.append(window[:k].copy())
-        i += k
-    return batches
-
-
-def _dp_partition(
-    order: np.ndarray, padded: np.ndarray, budget: _Budget, batch_overhead_frames: float
-) -> list[np.ndarray]:
+def _dp_partition(order: np.ndarray, padded: np.ndarray, budget: Budget,
+                  batch_overhead_frames: float) -> list[np.ndarray]:
     """Cut ``order`` into consecutive batches minimising ``computed frames + overhead * batches``.
 
     Dynamic programme over suffixes: ``best[i] = min_k (k * M(i, k) +
@@ -296,7 +217,6 @@ def _dp_partition(
     lengths = padded[order].tolist()
     n = len(lengths)
     k_max = budget.max_batch
-    cost, fixed, limit = budget.cost_per_frame, budget.fixed_overhead, budget.budget_bytes
     best = [0.0] * (n + 1)
     choice = [0] * (n + 1)
     for i in range(n - 1, -1, -1):
@@ -307,8 +227,7 @@ def _dp_partition(
             length = lengths[i + k - 1]
             if length > longest:
                 longest = length
-            # Same expression (and float rounding) as _Budget.bytes.
-            if k * longest * cost + fixed > limit:
+            if not budget.fits(k, longest):
                 break  # B * max only grows with B: larger batches do not fit either
             total = k * longest + batch_overhead_frames + best[i + k]
             if total <= best_cost:
@@ -330,8 +249,8 @@ def _check_overhead(batch_overhead_frames: float) -> None:
         raise PlanError(f"batch_overhead_frames must be >= 0, got {batch_overhead_frames!r}")
 
 
-def _split_fitting(lengths: np.ndarray, budget: _Budget) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(padded lengths, ids that fit alone, ids too long for a batch of one, longest first)."""
+def split_fitting(lengths: np.ndarray, budget: Budget) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(aligned lengths, ids that fit a batch of one, ids too long for one, longest first)."""
     padded = budget.align(lengths)
     fits = np.asarray(budget.fits(1, padded))
     too_long = np.flatnonzero(~fits)
@@ -339,134 +258,90 @@ def _split_fitting(lengths: np.ndarray, budget: _Budget) -> tuple[np.ndarray, np
     return padded, np.flatnonzero(fits), too_long
 
 
-def plan_batches(
-    lengths: np.ndarray,
-    *,
-    budget_bytes: int,
-    cost_per_frame: float,
-    max_batch: int = 16,
-    fixed_overhead: int = 0,
-    frame_align: int = 1,
-    batch_overhead_frames: float = DEFAULT_BATCH_OVERHEAD_FRAMES,
-) -> Plan:
+def plan_batches(lengths: np.ndarray, budget: Budget, *,
+                 batch_overhead_frames: float = DEFAULT_BATCH_OVERHEAD_FRAMES) -> Plan:
     """Inference plan: sort by length (longest first), cut into batches by a DP.
 
-    ``lengths``: frames per clip (ids are positions); ``budget_bytes``: memory
-    for one batch; ``cost_per_frame``: bytes per padded clip-frame (see
-    :func:`infer.cost.measure_cost_per_frame`); ``fixed_overhead``: bytes per
-    batch independent of its size; ``frame_align``: the model's time stride
-    (batches are padded to a multiple of it, and charged for it);
+    ``lengths``: frames per clip (ids are positions); ``budget``: the cost
+    rule and limits (:class:`~infer.budget.Budget`);
     ``batch_overhead_frames``: what one more batch costs, in padded frames
     (a batch is split only where that saves more padding than this).  Every
-    batch satisfies ``B * T * cost_per_frame + fixed_overhead <= budget_bytes``
-    and ``B <= max_batch``; batches run longest first (an out-of-memory shows
-    up at once).  Raises :class:`PlanError` on bad input.
+    batch fits the budget and holds at most ``budget.max_batch`` clips;
+    batches run longest first (an out-of-memory shows up at once).  Raises
+    :class:`PlanError` on bad input.
     """
-    lengths = _check_lengths(lengths)
-    budget = _Budget.checked(budget_bytes, cost_per_frame, fixed_overhead, max_batch, frame_align)
-    padded, fit_ids, too_long = _split_fitting(lengths, budget)
+    lengths = check_lengths(lengths)
     _check_overhead(batch_overhead_frames)
+    padded, fit_ids, too_long = split_fitting(lengths, budget)
     order = fit_ids[np.argsort(-lengths[fit_ids], kind="stable")]
     batches = _dp_partition(order, padded, budget, batch_overhead_frames)
-    return budget.plan(lengths, batches, too_long, name="sorted plan")
+    return Plan(lengths, batches, too_long, budget, name="sorted plan")
 
 
 def shuffled_training_plan(
     lengths: np.ndarray,
+    budget: Budget,
     *,
-    budget_bytes: int,
-    cost_per_frame: float,
-    max_batch: int = 16,
     seed: int = 0,
     epoch: int = 0,
     jitter: float = 0.04,
-    fixed_overhead: int = 0,
-    frame_align: int = 1,
     batch_overhead_frames: float = TRAINING_BATCH_OVERHEAD_FRAMES,
 ) -> Plan:
     """Training plan: new batches every epoch, padding still small.
 
     Each clip's sort key is its length times ``1 + u``, ``u`` uniform in
-    ``[-jitter, jitter]``, drawn from a generator seeded by ``(seed, epoch)``; the key order is cut into batches as in :func:`plan_batches`
-    (budget and padding use each batch's true longest clip), and the batch
-    order is shuffled.  Same ``(seed, epoch)``, same plan.  ``jitter`` trades
-    batch variety for padding; ``batch_overhead_frames`` defaults higher than
-    for inference (a training step costs more per batch, and steady batch
-    sizes suit SGD).  Measured with the defaults (jitter 0.04, 4096 frames):
+    ``[-jitter, jitter]``, drawn from a generator seeded by ``(seed, epoch)``;
+    the key order is cut into batches as in :func:`plan_batches` (budget and
+    padding use each batch's true longest clip), and the batch order is
+    shuffled.  Same ``(seed, epoch)``, same plan.  ``jitter`` trades batch
+    variety for padding; ``batch_overhead_frames`` defaults higher than for
+    inference (a training step costs more per batch, and steady batch sizes
+    suit SGD).  Measured with the defaults (jitter 0.04, 4096 frames):
     efficiency >= 96% on uniform and log-normal corpora, with at most ~7%
     more batches than the fewest possible; 0 jitter is the sorted plan in a
     random batch order.
     """
-    lengths = _check_lengths(lengths)
+    lengths = check_lengths(lengths)
     if not 0.0 <= jitter < 1.0:
         raise PlanError(f"jitter must be in [0, 1), got {jitter!r}")
     if seed < 0 or epoch < 0:
         raise PlanError("seed and epoch must be >= 0")
-    budget = _Budget.checked(budget_bytes, cost_per_frame, fixed_overhead, max_batch, frame_align)
     _check_overhead(batch_overhead_frames)
     rng = np.random.default_rng((_RNG_SALT, int(seed), int(epoch)))
-    padded, fit_ids, too_long = _split_fitting(lengths, budget)
+    padded, fit_ids, too_long = split_fitting(lengths, budget)
     keys = lengths[fit_ids] * (1.0 + rng.uniform(-jitter, jitter, size=len(fit_ids)))
     # Random tie-break: a random permutation, then a stable sort on the keys.
     perm = rng.permutation(len(fit_ids))
     order = fit_ids[perm][np.argsort(-keys[perm], kind="stable")]
     batches = _dp_partition(order, padded, budget, batch_overhead_frames)
     batches = [batches[i] for i in rng.permutation(len(batches))]
-    return budget.plan(lengths, batches, too_long, name=f"training plan (seed {seed}, epoch {epoch})")
+    return Plan(lengths, batches, too_long, budget, name=f"training plan (seed {seed}, epoch {epoch})")
 
 
-def fixed_batches(lengths: np.ndarray, batch_size: int = 4) -> Plan:
-    """Baseline: consecutive groups of ``batch_size`` clips in arrival order (no budget)."""
-    lengths = _check_lengths(lengths)
-    if batch_size < 1:
-        raise PlanError(f"batch_size must be >= 1, got {batch_size}")
-    ids = np.arange(len(lengths), dtype=np.int64)
-    batches = [ids[i : i + batch_size] for i in range(0, len(ids), batch_size)]
-    return Plan(
-        lengths=lengths,
-        batches=batches,
-        too_long=np.zeros(0, dtype=np.int64),
-        max_window=0,
-        name=f"fixed batches of {batch_size}",
-    )
+def training_plan(lengths: np.ndarray, budget: Budget, *, seed: int, epoch: int,
+                  min_efficiency: float = MIN_TRAINING_EFFICIENCY) -> Plan:
+    """One epoch's shuffled batches (:func:`shuffled_training_plan`) with padding efficiency >= the target.
 
-
-def bucketed_batches(
-    lengths: np.ndarray,
-    *,
-    budget_bytes: int,
-    cost_per_frame: float,
-    max_batch: int = 16,
-    num_buckets: int = 30,
-    seed: int = 0,
-    fixed_overhead: int = 0,
-    frame_align: int = 1,
-) -> Plan:
-    """Baseline like lhotse's ``DynamicBucketingSampler`` (for benchmarks).
-
-    Bucket boundaries split the total duration into ``num_buckets`` equal
-    parts (so long clips get narrow buckets); clips are shuffled within their
-    bucket, each bucket is cut into batches under the same budget rule as
-    :func:`plan_batches` (lhotse caps summed duration instead; here the padded
-    cost is capped so the efficiencies compare like for like), and the batch
-    order is shuffled.
+    The planner's default price of a batch (1024 padded frames) suits
+    inference over long clips; on short clips it keeps batches full at the
+    cost of padding.  Here the price is halved until the plan's padding
+    efficiency reaches ``min_efficiency`` (real / computed frames, computed
+    frames rounded up to the budget's alignment), so batches stay as large
+    as that target allows.  If even a zero price misses it (alignment padding
+    of very short clips), the most efficient plan is returned and a warning
+    logged.
     """
-    lengths = _check_lengths(lengths)
-    if num_buckets < 1:
-        raise PlanError(f"num_buckets must be >= 1, got {num_buckets}")
-    budget = _Budget.checked(budget_bytes, cost_per_frame, fixed_overhead, max_batch, frame_align)
-    rng = np.random.default_rng((_RNG_SALT, int(seed)))
-    padded, fit_ids, too_long = _split_fitting(lengths, budget)
-    fit_lengths = lengths[fit_ids]
-    sorted_lengths = np.sort(fit_lengths)
-    cumulative = np.cumsum(sorted_lengths)
-    total = cumulative[-1] if len(cumulative) else 0
-    cut_positions = np.searchsorted(cumulative, total * np.arange(1, num_buckets) / num_buckets)
-    boundaries = sorted_lengths[np.minimum(cut_positions, max(len(sorted_lengths) - 1, 0))] if total else []
-    bucket_of = np.searchsorted(np.asarray(boundaries), fit_lengths, side="right")
-    batches: list[np.ndarray] = []
-    for bucket in np.unique(bucket_of):
-        members = fit_ids[bucket_of == bucket]
-        batches.extend(_greedy_partition(rng.permutation(members), padded, budget))
-    batches = [batches[i] for i in rng.permutation(len(batches))]
-    return budget.plan(lengths, batches, too_long, name=f"bucketed batches ({num_buckets} equal-duration buckets)")
+    best: Plan | None = None
+    overhead = DEFAULT_BATCH_OVERHEAD_FRAMES
+    while True:
+        plan = shuffled_training_plan(lengths, budget, seed=seed, epoch=epoch, batch_overhead_frames=overhead)
+        if best is None or plan.efficiency > best.efficiency:
+            best = plan
+        if plan.efficiency >= min_efficiency or overhead == 0.0:
+            break
+        overhead = overhead / 2 if overhead > 1.0 else 0.0
+    if best.efficiency < min_efficiency:
+        log.warning("epoch %d: training plan padding efficiency %.3f is below %.2f (clips shorter than a few "
+                    "multiples of the model's time stride, %d frames)", epoch + 1, best.efficiency, min_efficiency,
+                    budget.frame_align)
+    return best

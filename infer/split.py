@@ -1,11 +1,14 @@
-"""The train/validation split: a pure function of each clip's content hash.
+"""The train/validation split: a pure function of each clip's split key (its group, else its content hash).
 
-A clip is held out when ``blake2b("<seed>:<content hash>")`` read as a
-64-bit big-endian integer, divided by ``2**64``, falls below
-``val_fraction``.  Consequences:
+A clip is held out when ``blake2b("<seed>:<key>")`` read as a 64-bit
+big-endian integer, divided by ``2**64``, falls below ``val_fraction``.  The
+key is the clip's group when the store records one (a manifest's ``group``
+column: the musical work, so movements of one work stay together), else its
+content hash (:func:`split_keys`).  Consequences:
 
 * duplicates (the same content under several paths) always land on the same
-  side, so a copy of a validation clip can never leak into training;
+  side, so a copy of a validation clip can never leak into training; with
+  groups, every clip of a group lands on the same side;
 * the split does not depend on row order, on which other clips a store holds
   or on the machine, so a checkpoint records only ``(val_fraction, seed)``
   (:meth:`SplitRule.to_dict`) and :func:`infer.evaluate.evaluate` can rebuild
@@ -26,32 +29,47 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["RULE", "SPLITS", "SplitError", "SplitRule", "split_score", "split_scores"]
+from store import ConfigError, Store
 
-RULE = "blake2b-64(seed:hash) / 2**64 < val_fraction"
+__all__ = [
+    "RULE", "SPLITS", "SplitError", "SplitRule", "split_keys", "split_score", "split_scores", "training_fingerprint",
+    "training_rows",
+]
+
+RULE = "blake2b-64(seed:key) / 2**64 < val_fraction; key = the clip's group, else its content hash"
 """The rule, spelled out in checkpoints so that a reader without this package can redo it."""
+_LEGACY_RULES = ("blake2b-64(seed:hash) / 2**64 < val_fraction",)
+"""Earlier spellings of the same rule (stores without groups: the key is the content hash)."""
 
 SPLITS = ("all", "train", "val")
 
 
-class SplitError(ValueError):
+class SplitError(ConfigError):
     """Bad split parameters, or a split asked of a checkpoint that recorded none."""
 
 
-def split_score(content_hash: str, seed: int = 0) -> float:
-    """Uniform number in ``[0, 1)`` for one content hash (see the module docstring)."""
-    digest = hashlib.blake2b(f"{int(seed)}:{content_hash}".encode(), digest_size=8).digest()
+def split_keys(store: Store) -> list[str]:
+    """Each row's split key: its group (a manifest's ``group`` column) when set, else its content hash."""
+    groups = getattr(store, "groups", None)
+    if groups is None:
+        return list(store.hashes)
+    return [g or h for g, h in zip(groups, store.hashes, strict=True)]
+
+
+def split_score(key: str, seed: int = 0) -> float:
+    """Uniform number in ``[0, 1)`` for one split key (see the module docstring)."""
+    digest = hashlib.blake2b(f"{int(seed)}:{key}".encode(), digest_size=8).digest()
     return int.from_bytes(digest, "big") / 2.0**64
 
 
-def split_scores(hashes: Sequence[str], seed: int = 0) -> np.ndarray:
-    """:func:`split_score` of every hash, as a float64 array."""
-    return np.fromiter((split_score(h, seed) for h in hashes), dtype=np.float64, count=len(hashes))
+def split_scores(keys: Sequence[str], seed: int = 0) -> np.ndarray:
+    """:func:`split_score` of every key, as a float64 array."""
+    return np.fromiter((split_score(k, seed) for k in keys), dtype=np.float64, count=len(keys))
 
 
 @dataclass(frozen=True)
 class SplitRule:
-    """Which contents are held out: ``split_score(hash, seed) < val_fraction``."""
+    """Which clips are held out: ``split_score(key, seed) < val_fraction`` (keys: :func:`split_keys`)."""
 
     val_fraction: float = 0.2
     seed: int = 0
@@ -60,19 +78,19 @@ class SplitRule:
         if not 0.0 <= self.val_fraction < 1.0:
             raise SplitError(f"val_fraction must be in [0, 1), got {self.val_fraction!r}")
 
-    def is_val(self, hashes: Sequence[str]) -> np.ndarray:
-        """Boolean mask: True where the content is held out for validation."""
+    def is_val(self, keys: Sequence[str]) -> np.ndarray:
+        """Boolean mask: True where the key is held out for validation."""
         if self.val_fraction == 0.0:
-            return np.zeros(len(hashes), dtype=bool)
-        return split_scores(hashes, self.seed) < self.val_fraction
+            return np.zeros(len(keys), dtype=bool)
+        return split_scores(keys, self.seed) < self.val_fraction
 
-    def select(self, hashes: Sequence[str], split: str) -> np.ndarray:
-        """Row ids (int64) of ``split`` (``all``, ``train`` or ``val``) among ``hashes``."""
+    def select(self, keys: Sequence[str], split: str) -> np.ndarray:
+        """Row ids (int64) of ``split`` (``all``, ``train`` or ``val``) among ``keys``."""
         if split not in SPLITS:
             raise SplitError(f"split must be one of {', '.join(SPLITS)}, not {split!r}")
         if split == "all":
-            return np.arange(len(hashes), dtype=np.int64)
-        val = self.is_val(hashes)
+            return np.arange(len(keys), dtype=np.int64)
+        val = self.is_val(keys)
         return np.flatnonzero(val if split == "val" else ~val).astype(np.int64)
 
     def to_dict(self) -> dict[str, Any]:
@@ -82,9 +100,46 @@ class SplitRule:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> SplitRule:
         """Inverse of :meth:`to_dict`; refuses a rule this version does not implement."""
-        if data.get("rule", RULE) != RULE:
+        if data.get("rule", RULE) not in (RULE, *_LEGACY_RULES):
             raise SplitError(f"unknown split rule {data.get('rule')!r}; this specstore implements {RULE!r}")
         try:
             return cls(val_fraction=float(data["val_fraction"]), seed=int(data["seed"]))
         except (KeyError, TypeError, ValueError) as e:
             raise SplitError(f"unreadable split record {data!r}: {e}") from None
+
+
+def training_rows(store: Store, rule: SplitRule) -> tuple[np.ndarray, np.ndarray]:
+    """``(train rows, val rows)`` of the labelled rows of ``store`` under ``rule``.
+
+    Training rows keep one row per distinct ``(content, label)`` (a duplicate
+    file is not trained on twice); validation keeps every labelled row (the
+    prediction loop runs each content once and counts every path, like
+    ``make eval``).  Raises :class:`SplitError` for a store without labels.
+    """
+    labelled = np.flatnonzero(store.labels >= 0)
+    if not len(labelled):
+        raise SplitError(f"{store.location} has no labelled clips ({len(store)} unlabelled); training needs "
+                         "labels: a folder-per-label corpus or a path,label CSV")
+    keys = split_keys(store)
+    val = rule.is_val([keys[int(i)] for i in labelled])
+    seen: set[tuple[str, int]] = set()
+    train: list[int] = []
+    for row, is_val in zip(labelled.tolist(), val.tolist(), strict=True):
+        key = (store.hashes[row], int(store.labels[row]))
+        if not is_val and key not in seen:
+            seen.add(key)
+            train.append(row)
+    return np.array(train, dtype=np.int64), labelled[val]
+
+
+def training_fingerprint(store: Store, rule: SplitRule, feature: str) -> str:
+    """Digest of the training data's identity under ``rule``: (content, label name) pairs of each split,
+    the label names and the feature spec.  Equal digests mean a model saw the same data."""
+    train_rows, val_rows = training_rows(store, rule)
+    h = hashlib.blake2b(digest_size=16)
+    h.update(repr((store.label_names, feature, sorted(store.specs[feature].to_dict().items()))).encode())
+    for tag, rows in (("train", train_rows), ("val", val_rows)):
+        h.update(tag.encode())
+        for key in sorted((store.hashes[int(r)], store.label_names[int(store.labels[r])]) for r in rows):
+            h.update(f"{key[0]}\x00{key[1]}\x01".encode())
+    return h.hexdigest()

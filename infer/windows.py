@@ -24,20 +24,20 @@ Consequences, for a model in eval mode:
 
 from __future__ import annotations
 
-import contextlib
-from typing import Any
-
 import numpy as np
 import torch
 from torch import Tensor
 
-from infer.collate import collate
-from infer.models import MaskedClassifier
+from store import ConfigError
+
+from .collate import collate
+from .device import amp
+from .models import MaskedClassifier
 
 __all__ = ["WindowError", "default_context", "owned_spans", "run_windowed", "windowed_pooled_sum", "windows_for"]
 
 
-class WindowError(ValueError):
+class WindowError(ConfigError):
     """Bad window parameters (window shorter than the alignment, hop out of range)."""
 
 
@@ -131,12 +131,7 @@ def windowed_pooled_sum(
     with torch.no_grad():
         for (start, stop), (lo, hi) in zip(spans, owned, strict=True):
             batch = collate([array[:, start:stop]], dtype=dtype).to(device)
-            amp: contextlib.AbstractContextManager[Any] = (
-                torch.autocast(device_type=torch.device(device).type, dtype=autocast)
-                if autocast is not None
-                else contextlib.nullcontext()
-            )
-            with amp:
+            with amp(torch.device(device).type, autocast):
                 sums, counts = model.pooled_sum(
                     batch.x,
                     batch.lengths,

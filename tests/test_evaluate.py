@@ -11,9 +11,9 @@ import torch
 
 from infer.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
 from infer.cli import main as infer_main
-from infer.evaluate import EvaluateError, evaluate, metrics_from_confusion
+from infer.evaluate import EvaluateError, evaluate
+from infer.explore import metrics_from_confusion, plot_confusion
 from infer.models import ModelConfig, build_model
-from infer.plots import plot_confusion
 from infer.predict import predict
 from infer.split import SplitRule
 from factories import make_checkpoint as _make_checkpoint
@@ -98,8 +98,8 @@ def test_report_matches_predictions_by_label_name(tmp_path: Path) -> None:
     assert report.accuracy == pytest.approx(correct / len(evaluated))
     top = np.argsort(-pred.probs, axis=1)[:, :3]
     top_hits = sum(t in [MODEL_LABELS[j] for j in top[i]] for i, t in zip(evaluated, truth_names))
-    assert report.top5_accuracy == pytest.approx(top_hits / len(evaluated)) and report.topk == 3
-    assert report.top5_accuracy < 1.0  # "pop" clips can never be right
+    assert report.topk_accuracy == pytest.approx(top_hits / len(evaluated)) and report.topk == 3
+    assert report.topk_accuracy < 1.0  # "pop" clips can never be right
     cm = np.array(report.confusion)
     for a, name_a in enumerate(report.label_names):
         for b, name_b in enumerate(report.label_names):
@@ -109,7 +109,7 @@ def test_report_matches_predictions_by_label_name(tmp_path: Path) -> None:
     assert len(report.misclassified) == len(evaluated) - correct
 
     data = json.loads((out / "report.json").read_text())
-    for key in ("accuracy", "top5_accuracy", "macro_f1", "macro_precision", "macro_recall", "per_class",
+    for key in ("accuracy", "topk_accuracy", "macro_f1", "macro_precision", "macro_recall", "per_class",
                 "confusion", "label_names", "n_clips", "n_unlabelled", "n_unknown_label"):
         assert key in data, key
     assert data["accuracy"] == pytest.approx(report.accuracy) and data["confusion"] == report.confusion

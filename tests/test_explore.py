@@ -1,4 +1,4 @@
-"""The notebook helpers: spectrogram / length / label plots (pipeline.plots) and the
+"""The notebook helpers: spectrogram / length / label plots (infer.explore.figures) and the
 confusion tools (infer.explore), checked against hand computations on stores written directly."""
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ import pytest
 from matplotlib.figure import Figure
 
 from infer.checkpoint import load_checkpoint
-from infer.evaluate import metrics_from_confusion
 from infer.explore import (
     ExploreError,
     Outcomes,
@@ -26,9 +25,9 @@ from infer.explore import (
     quick_train,
     read_predictions_csv,
 )
-from infer.plots import confusion_figure as draw_confusion
-from infer.predict import Predictions, write_predictions_csv
-from pipeline import plots
+from infer.explore import Predictions, metrics_from_confusion, write_predictions_csv
+from infer.explore import confusion_matrix_figure as draw_confusion
+from infer.explore import figures as plots
 from factories import make_store as _make_store
 from store import FeatureSpec, create_store, open_store
 
@@ -59,7 +58,7 @@ def png_bytes(fig: Figure) -> bytes:
     return buf.getvalue()
 
 
-# -- pipeline.plots ------------------------------------------------------------------------------
+# -- infer.explore.figures ------------------------------------------------------------------------------
 
 def test_specshow_kwargs_follow_the_spec() -> None:
     mel = plots.specshow_kwargs(FeatureSpec.mel(sample_rate=16000, hop_length=256, fmin=30.0, fmax=None))

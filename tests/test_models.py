@@ -8,7 +8,8 @@ import torch
 from torch import nn
 
 from infer.collate import Batch, CollateError, collate
-from infer.cost import CostModel, activation_peak_bytes, measure_cost_per_frame
+from infer.budget import Budget, CostModel
+from infer.cost import activation_peak_bytes, measure_cost_per_frame
 from infer.models import (
     MaskedBatchNorm2d,
     MaskedClassifier,
@@ -290,8 +291,9 @@ def test_cost_fit_is_linear_positive_and_grows_with_the_model() -> None:
     x = torch.zeros(3, 1, 20, 200)
     measured = activation_peak_bytes(big, x, torch.full((3,), 200))
     params = sum(t.numel() * t.element_size() for t in [*big.parameters(), *big.buffers()])
-    assert measured + params <= c_big.bytes_for(3, 200)
-    assert measured + params == pytest.approx(c_big.bytes_for(3, 200), rel=1e-3)
+    charged = Budget.for_cost(2**62, c_big).bytes(3, 200)
+    assert measured + params <= charged
+    assert measured + params == pytest.approx(charged, rel=1e-3)
     # Fields survive a round trip.
     assert CostModel.from_dict(c_big.to_dict()) == c_big
     # Training needs more per frame than inference, bf16 autocast less.
@@ -305,14 +307,8 @@ def test_planned_batches_stay_under_budget_when_run() -> None:
     cost = measure_cost_per_frame(model, 20)
     rng = np.random.default_rng(0)
     lengths = rng.integers(1, 400, size=40)
-    budget = int(cost.bytes_for(5, 300))
-    plan = plan_batches(
-        lengths,
-        budget_bytes=budget,
-        cost_per_frame=cost.bytes_per_frame,
-        fixed_overhead=cost.fixed_bytes,
-        frame_align=model.time_stride,
-    )
+    budget = int(Budget.for_cost(2**62, cost).bytes(5, 300))
+    plan = plan_batches(lengths, Budget.for_cost(budget, cost, frame_align=model.time_stride))
     clips = make_clips(20, lengths.tolist(), seed=1)
     params = sum(t.numel() * t.element_size() for t in [*model.parameters(), *model.buffers()])
     peaks = []

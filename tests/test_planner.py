@@ -11,14 +11,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from infer.planner import (
-    Plan,
-    PlanError,
-    bucketed_batches,
-    fixed_batches,
-    plan_batches,
-    shuffled_training_plan,
-)
+from benchmarks.baselines import bucketed_batches, fixed_batches
+from infer.budget import Budget
+from infer.planner import Plan, PlanError, plan_batches, shuffled_training_plan
 
 FRAMES_PER_SECOND = 22050 / 512  # 43.07 frames/s, the default hop
 COST = 33 * 2**20 / 1000  # bytes per clip-frame: ~33 MiB per 1000 frames (4-layer CNN, float32)
@@ -69,15 +64,15 @@ def test_budget_never_exceeded_and_every_clip_once(case: tuple, planner: str, ov
     budget = int(overhead + frames * cost)
     if budget - overhead < cost * align:
         with pytest.raises(PlanError):
-            plan_batches(lengths, budget_bytes=budget, cost_per_frame=cost, fixed_overhead=overhead, frame_align=align)
+            Budget(budget, cost, fixed_overhead=overhead, frame_align=align)
         return
-    kwargs = dict(budget_bytes=budget, cost_per_frame=cost, max_batch=max_batch, fixed_overhead=overhead, frame_align=align)
+    b = Budget(budget, cost, fixed_overhead=overhead, max_batch=max_batch, frame_align=align)
     if planner == "sorted":
-        plan = plan_batches(lengths, batch_overhead_frames=overhead_frames, **kwargs)
+        plan = plan_batches(lengths, b, batch_overhead_frames=overhead_frames)
     elif planner == "training":
-        plan = shuffled_training_plan(lengths, seed=3, epoch=1, batch_overhead_frames=overhead_frames, **kwargs)
+        plan = shuffled_training_plan(lengths, b, seed=3, epoch=1, batch_overhead_frames=overhead_frames)
     else:
-        plan = bucketed_batches(lengths, num_buckets=7, **kwargs)
+        plan = bucketed_batches(lengths, b, num_buckets=7)
     check_plan(plan, lengths, budget=budget, cost=cost, max_batch=max_batch, overhead=overhead, align=align)
 
 
@@ -103,7 +98,7 @@ def test_sorted_plan_is_optimal_among_contiguous_partitions(seed: int) -> None:
     rng = np.random.default_rng(seed)
     lengths = rng.integers(1, 400, size=11)
     cost, budget, max_batch, per_batch = 10.0, 10_000, 5, 150.0
-    plan = plan_batches(lengths, budget_bytes=budget, cost_per_frame=cost, max_batch=max_batch, batch_overhead_frames=per_batch)
+    plan = plan_batches(lengths, Budget(budget, cost, max_batch=max_batch), batch_overhead_frames=per_batch)
     got = plan.computed_frames + per_batch * plan.n_batches
     ordered = sorted(lengths.tolist(), reverse=True)
     best = brute_force_best(ordered, max_batch=max_batch, fits=lambda k, m: k * m * cost <= budget, per_batch=per_batch)
@@ -112,9 +107,9 @@ def test_sorted_plan_is_optimal_among_contiguous_partitions(seed: int) -> None:
 
 def test_infinite_batch_price_gives_the_fewest_batches() -> None:
     lengths = corpus("lognormal", 3000)
-    kwargs = dict(budget_bytes=8 * GIB, cost_per_frame=COST, frame_align=16)
-    fewest = plan_batches(lengths, batch_overhead_frames=math.inf, **kwargs)
-    default = plan_batches(lengths, **kwargs)
+    b = Budget(8 * GIB, COST, frame_align=16)
+    fewest = plan_batches(lengths, b, batch_overhead_frames=math.inf)
+    default = plan_batches(lengths, b)
     # Greedy fill from the longest clip: every batch but the last is as full as the budget allows.
     assert fewest.n_batches == math.ceil(len(lengths) / 16) or all(
         len(b) == 16 or (len(b) + 1) * fewest.padded_length(b) * COST > 8 * GIB for b in fewest.batches[:-1]
@@ -127,9 +122,9 @@ def test_infinite_batch_price_gives_the_fewest_batches() -> None:
 @pytest.mark.parametrize("budget_gib", [1, 4, 40])
 def test_sorted_plan_efficiency_beats_baselines(kind: str, budget_gib: int) -> None:
     lengths = corpus(kind, 4000, seed=1)
-    kwargs = dict(budget_bytes=budget_gib * GIB, cost_per_frame=COST, frame_align=16)
-    ours = plan_batches(lengths, **kwargs)
-    buckets = bucketed_batches(lengths, num_buckets=10, **kwargs)
+    b = Budget(budget_gib * GIB, COST, frame_align=16)
+    ours = plan_batches(lengths, b)
+    buckets = bucketed_batches(lengths, b, num_buckets=10)
     fixed = fixed_batches(lengths, batch_size=4)
     assert ours.efficiency >= 0.99
     assert ours.efficiency > buckets.efficiency > fixed.efficiency
@@ -141,8 +136,8 @@ def test_sorted_plan_efficiency_beats_baselines(kind: str, budget_gib: int) -> N
 @pytest.mark.parametrize("kind", ["uniform", "lognormal"])
 def test_training_plans_shuffle_keep_efficiency_and_are_deterministic(kind: str) -> None:
     lengths = corpus(kind, 3000, seed=2)
-    kwargs = dict(budget_bytes=4 * GIB, cost_per_frame=COST, max_batch=16, frame_align=16, seed=7)
-    plans = [shuffled_training_plan(lengths, epoch=e, **kwargs) for e in range(3)]
+    b = Budget(4 * GIB, COST, max_batch=16, frame_align=16)
+    plans = [shuffled_training_plan(lengths, b, seed=7, epoch=e) for e in range(3)]
     for plan in plans:
         assert plan.efficiency >= 0.95
         check_plan(plan, lengths, budget=4 * GIB, cost=COST, max_batch=16, overhead=0, align=16)
@@ -150,18 +145,18 @@ def test_training_plans_shuffle_keep_efficiency_and_are_deterministic(kind: str)
     assert as_sets[0] != as_sets[1] and as_sets[1] != as_sets[2], "batches change between epochs"
     first_batches = [tuple(p.batches[0].tolist()) for p in plans]
     assert len(set(first_batches)) == 3
-    again = shuffled_training_plan(lengths, epoch=1, **kwargs)
+    again = shuffled_training_plan(lengths, b, seed=7, epoch=1)
     assert all(np.array_equal(a, b) for a, b in zip(again.batches, plans[1].batches, strict=True))
     # Batch order is shuffled: not sorted by length like the inference plan.
     longest = [int(lengths[b].max()) for b in plans[0].batches]
     assert longest != sorted(longest, reverse=True)
     # Jitter mixes neighbours: the batches are not the sorted plan's batches...
-    sorted_plan = plan_batches(lengths, budget_bytes=4 * GIB, cost_per_frame=COST, frame_align=16)
+    sorted_plan = plan_batches(lengths, Budget(4 * GIB, COST, frame_align=16))
     sorted_sets = {tuple(sorted(b.tolist())) for b in sorted_plan.batches}
     assert len(as_sets[0] & sorted_sets) < 0.5 * len(sorted_sets)
     # ...while without jitter they are (same batch price; ties between equal lengths
     # are broken at random), in a shuffled order.
-    plain = shuffled_training_plan(lengths, epoch=0, jitter=0.0, batch_overhead_frames=1024.0, **kwargs)
+    plain = shuffled_training_plan(lengths, b, seed=7, epoch=0, jitter=0.0, batch_overhead_frames=1024.0)
 
     def length_multiset(plan: Plan) -> Counter:
         return Counter(tuple(sorted(lengths[b].tolist())) for b in plan.batches)
@@ -171,7 +166,7 @@ def test_training_plans_shuffle_keep_efficiency_and_are_deterministic(kind: str)
 
 def test_inference_plan_runs_longest_first_and_is_sorted_within_length_order() -> None:
     lengths = corpus("uniform", 500)
-    plan = plan_batches(lengths, budget_bytes=GIB, cost_per_frame=COST)
+    plan = plan_batches(lengths, Budget(GIB, COST))
     longest = [int(lengths[b].max()) for b in plan.batches]
     assert longest == sorted(longest, reverse=True)
 
@@ -180,7 +175,7 @@ def test_too_long_clips_are_listed_not_dropped() -> None:
     cost, align = 100.0, 16
     lengths = np.array([10, 2000, 50, 999, 1000, 1001, 5000])
     budget = 100_000  # 1000 frames alone
-    plan = plan_batches(lengths, budget_bytes=budget, cost_per_frame=cost, frame_align=align)
+    plan = plan_batches(lengths, Budget(budget, cost, frame_align=align))
     assert plan.max_window == 992  # floor(1000 / 16) * 16
     # 999 and 1000 pad to 1008 frames (> 992): too long as well.
     assert sorted(plan.too_long.tolist()) == [1, 3, 4, 5, 6]
@@ -191,9 +186,9 @@ def test_too_long_clips_are_listed_not_dropped() -> None:
 
 def test_fixed_overhead_counts_against_budget() -> None:
     lengths = np.full(10, 100)
-    plan = plan_batches(lengths, budget_bytes=1000 * 10 + 500, cost_per_frame=10.0, fixed_overhead=500, max_batch=16)
+    plan = plan_batches(lengths, Budget(1000 * 10 + 500, 10.0, fixed_overhead=500, max_batch=16))
     assert [len(b) for b in plan.batches] == [10]
-    plan = plan_batches(lengths, budget_bytes=1000 * 10 + 499, cost_per_frame=10.0, fixed_overhead=500, max_batch=16)
+    plan = plan_batches(lengths, Budget(1000 * 10 + 499, 10.0, fixed_overhead=500, max_batch=16))
     assert max(len(b) for b in plan.batches) == 9
 
 
@@ -207,20 +202,20 @@ def test_fixed_batches_keep_arrival_order() -> None:
 
 def test_bad_input_raises_plan_error() -> None:
     with pytest.raises(PlanError, match="fewer than 1 frame"):
-        plan_batches(np.array([3, 0, 5]), budget_bytes=10**6, cost_per_frame=1.0)
+        plan_batches(np.array([3, 0, 5]), Budget(10**6, 1.0))
     with pytest.raises(PlanError, match="below one batch"):
-        plan_batches(np.array([3]), budget_bytes=10, cost_per_frame=100.0)
+        plan_batches(np.array([3]), Budget(10, 100.0))
     with pytest.raises(PlanError, match="cost_per_frame"):
-        plan_batches(np.array([3]), budget_bytes=10, cost_per_frame=0.0)
+        plan_batches(np.array([3]), Budget(10, 0.0))
     with pytest.raises(PlanError, match="1-D"):
-        plan_batches(np.ones((2, 2), dtype=int), budget_bytes=10**6, cost_per_frame=1.0)
+        plan_batches(np.ones((2, 2), dtype=int), Budget(10**6, 1.0))
     with pytest.raises(PlanError, match="whole frame"):
-        plan_batches(np.array([1.5, 2.0]), budget_bytes=10**6, cost_per_frame=1.0)
+        plan_batches(np.array([1.5, 2.0]), Budget(10**6, 1.0))
 
 
 def test_describe_reports_batches_and_efficiency() -> None:
     lengths = corpus("lognormal", 300)
-    plan = plan_batches(lengths, budget_bytes=GIB // 4, cost_per_frame=COST, frame_align=16)
+    plan = plan_batches(lengths, Budget(GIB // 4, COST, frame_align=16))
     text = plan.describe(top=3)
     assert f"in {plan.n_batches} batches" in text
     assert f"{plan.efficiency:.2%}" in text
@@ -229,5 +224,5 @@ def test_describe_reports_batches_and_efficiency() -> None:
 
 
 def test_empty_corpus_gives_empty_plan() -> None:
-    plan = plan_batches(np.zeros(0, dtype=np.int64), budget_bytes=GIB, cost_per_frame=COST)
+    plan = plan_batches(np.zeros(0, dtype=np.int64), Budget(GIB, COST))
     assert plan.batches == [] and len(plan.too_long) == 0 and plan.efficiency == 1.0

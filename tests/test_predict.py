@@ -12,7 +12,8 @@ import torch
 from infer.checkpoint import Checkpoint, CheckpointError, check_store_matches, load_checkpoint, save_checkpoint
 from infer.cli import main as infer_main
 from infer.collate import collate
-from infer.predict import PredictOptions, distinct_rows, predict
+from infer.predict import predict
+from infer.runtime import RunOptions, distinct_rows
 from store import FeatureSpec, IndexRow, create_store, open_store
 
 from factories import make_checkpoint as _make_checkpoint
@@ -70,8 +71,9 @@ def test_checkpoint_is_pickle_free(tmp_path: Path) -> None:
     assert globals_ and all(m.startswith(("torch", "collections")) for m in globals_), globals_
     evil = tmp_path / "evil.pt"
     torch.save({"format": "specstore-checkpoint", "x": Path("/")}, evil)  # an arbitrary object
-    with pytest.raises(CheckpointError, match="not a readable checkpoint"):
+    with pytest.raises(CheckpointError, match="not a specstore checkpoint.*may be unsafe") as err:
         load_checkpoint(evil)
+    assert "weights_only" not in str(err.value)  # never advice to load it unsafely
 
 
 @pytest.mark.parametrize("content", [b"", b"garbage" * 10, None])
@@ -146,7 +148,7 @@ def test_duplicates_predicted_once_and_unlabelled_truth_empty(tmp_path: Path) ->
     w = create_store(store, {"mel": SPEC})
     w.commit(rows=[IndexRow("zz/copy.wav", "h1", None)])
     s = open_store(store)
-    rows, content = distinct_rows(s)
+    rows, content = distinct_rows(np.arange(len(s)), s.hashes)
     assert len(rows) == 3 and content[s.paths.index("zz/copy.wav")] == content[s.hashes.index("h1")]
     res = predict(store, make_checkpoint(tmp_path / "m.pt"), tmp_path / "p.csv", device="cpu", progress=False)
     i, j = s.paths.index("zz/copy.wav"), s.hashes.index("h1")
@@ -171,6 +173,6 @@ def test_cli_init_plan_predict(tmp_path: Path, capsys) -> None:
 
 def test_options_validation() -> None:
     with pytest.raises(ValueError, match="precision"):
-        PredictOptions(precision="int8")
+        RunOptions(precision="int8")
     with pytest.raises(ValueError):
-        PredictOptions(topk=0)
+        predict("unused.zarr", "unused.pt", topk=0)

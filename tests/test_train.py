@@ -17,8 +17,10 @@ from infer.cost import measure_cost_per_frame
 from infer.models import ModelConfig, build_model
 from infer.predict import predict
 from infer.split import RULE, SplitRule, split_score
+from infer.budget import Budget
+from infer.device import DEFAULT_CPU_BUDGET_MB
 from infer.train import (
-    DEFAULT_CPU_TRAIN_BUDGET_MB, MIN_EFFICIENCY, TrainConfig, TrainError, lr_at, resume_path_for, spec_augment,
+    MIN_TRAINING_EFFICIENCY as MIN_EFFICIENCY, TrainConfig, TrainError, lr_at, resume_path_for, spec_augment,
     train, training_plan, training_rows,
 )
 from store import FeatureSpec, IndexRow, create_store, open_store
@@ -99,11 +101,17 @@ def test_resume_continues_where_it_stopped(store: Path, tmp_path: Path, caplog: 
         assert a["loss"] == pytest.approx(b["loss"], rel=1e-4)
         assert a["val_accuracy"] == pytest.approx(b["val_accuracy"])
 
-    # Rerunning a finished run does nothing; a changed configuration starts afresh with a warning.
+    # Rerunning a finished run does nothing; a changed configuration is refused unless told to
+    # overwrite, and then starts afresh with a warning.
     done = train(store, model_path, config, progress=False)
     assert done.epochs_run == 0 and done.resumed_from == 4 and len(done.history) == 4
+    before = model_path.read_bytes()
+    with pytest.raises(TrainError, match="different configuration.*--overwrite"):
+        train(store, model_path, TrainConfig(**{**config.to_dict(), "epochs": 1}), progress=False)
+    assert model_path.read_bytes() == before  # the trained model is untouched
     with caplog.at_level(logging.WARNING, logger="infer.train"):
-        fresh = train(store, model_path, TrainConfig(**{**config.to_dict(), "epochs": 1}), progress=False)
+        fresh = train(store, model_path, TrainConfig(**{**config.to_dict(), "epochs": 1}), progress=False,
+                      overwrite=True)
     assert fresh.resumed_from == 0 and fresh.epochs_run == 1
     assert "different configuration" in caplog.text
     # runtime-only fields (device, precision, budget) do not invalidate a resume file
@@ -150,15 +158,14 @@ def test_training_plans_are_efficient_on_the_store_lengths(store: Path) -> None:
     s = open_store(store)
     model = build_model(ModelConfig(n_bins=16, n_classes=3, width=4, depth=2)).train()
     cost = measure_cost_per_frame(model, 16, training=True)
-    budget = int(DEFAULT_CPU_TRAIN_BUDGET_MB * 2**20)
+    budget = Budget.for_cost(int(DEFAULT_CPU_BUDGET_MB * 2**20), cost, max_batch=8, frame_align=model.time_stride)
     train_rows, _ = training_rows(s, SplitRule(0.25, 0))
     whole = s.lengths[train_rows]
     cropped = np.minimum(whole, 64)
     for lengths in (whole, cropped):
         ids: set[int] = set()
         for epoch in range(4):
-            plan = training_plan(lengths, budget_bytes=budget, cost=cost, max_batch=8, seed=0, epoch=epoch,
-                                 frame_align=model.time_stride)
+            plan = training_plan(lengths, budget, seed=0, epoch=epoch)
             assert plan.efficiency >= MIN_EFFICIENCY, plan.describe()
             assert np.mean([len(b) for b in plan.batches]) >= 3  # not bought with batches of one
             batched = np.concatenate(plan.batches)

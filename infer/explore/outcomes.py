@@ -1,18 +1,19 @@
-"""Looking at a model's mistakes in a notebook: confusion matrix and most-confused clips.
+"""Looking at a model's results: outcomes per clip, metrics, confusion matrix, most-confused clips.
 
-Predictions come either as a :class:`infer.predict.Predictions` object (full
-class probabilities) or as the CSV ``make infer`` writes (``path,pred,prob,
-topk,truth``: only the top-k probabilities).  Both are joined to the store by
-path and turned into :class:`Outcomes`, one entry per labelled clip, with the
-truth taken from the store's current labels.  From there:
+Predictions come either as a :class:`~infer.explore.predictions.Predictions`
+object (full class probabilities) or as the CSV ``make infer`` writes (only
+the top-k probabilities).  Both are joined to the store by path and turned
+into :class:`Outcomes`, one entry per labelled clip, with the truth taken
+from the store's current labels.  From there:
 
-* :meth:`Outcomes.confusion` / :meth:`Outcomes.metrics` (the latter is
-  :func:`infer.evaluate.metrics_from_confusion`) and :func:`confusion_figure`
-  (drawn by :func:`infer.plots.confusion_figure`);
+* :meth:`Outcomes.confusion` and :meth:`Outcomes.metrics` (accuracy and
+  per-class / macro precision, recall, F1 from ``sklearn.metrics``; the one
+  place metrics are computed, ``make eval`` included) and
+  :func:`confusion_figure`;
 * :func:`most_confused`: the clips whose true class got the lowest
   probability, or the wrong predictions made with the highest confidence, as
   a :class:`Table` that a notebook renders as HTML; its ``rows`` are store
-  rows, ready for ``pipeline.plots.show_clip(store, row)``.
+  rows, ready for :func:`infer.explore.show_clip`.
 
 Labels are matched by name, as in ``make eval``: the confusion matrix's
 classes are the model's labels, then any store label the model does not know
@@ -21,112 +22,108 @@ unknown, so the classes are the store's labels, then any other predicted name.
 A true class missing from a CSV row's top-k has an unknown probability; its
 upper bound (the smaller of the last listed probability and the mass the list
 leaves) is used and marked ``<=``.
-
-:func:`quick_train` fits a deliberately tiny model in seconds, for a notebook
-that has a labelled store but no checkpoint.
 """
 
 from __future__ import annotations
 
-import csv
 import html
-import io
-import math
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from store import Store
 
-from .evaluate import metrics_from_confusion
-from .plots import confusion_figure as _draw_confusion
-from .predict import Predictions
-from .train import TrainConfig, TrainResult, train
+from .figures import confusion_matrix_figure
+from .predictions import ExploreError, Predictions, read_predictions_csv
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
 __all__ = [
-    "CsvPrediction",
-    "ExploreError",
     "Outcomes",
     "Table",
+    "classification_metrics",
+    "confusion",
     "confusion_figure",
     "load_outcomes",
+    "metrics_from_confusion",
     "most_confused",
     "outcomes_from_csv",
     "outcomes_from_predictions",
     "per_class_table",
-    "quick_train",
-    "read_predictions_csv",
 ]
 
-CSV_COLUMNS = ("path", "pred", "prob", "topk", "truth")
 ORDERS = ("truth", "wrong")
 
 
-class ExploreError(ValueError):
-    """Predictions that cannot be read or joined to the store; one-line message."""
+# -- metrics -------------------------------------------------------------------------------------
+
+def confusion(truth: np.ndarray, pred: np.ndarray, n_classes: int) -> np.ndarray:
+    """``cm[i, j]``: clips of true class ``i`` predicted as ``j`` (int64, ``n_classes`` square; scikit-learn)."""
+    from sklearn.metrics import confusion_matrix
+
+    if not len(truth):
+        return np.zeros((n_classes, n_classes), dtype=np.int64)
+    return confusion_matrix(truth, pred, labels=list(range(n_classes))).astype(np.int64)
 
 
-# -- reading predictions -----------------------------------------------------------------------
+def classification_metrics(truth: np.ndarray, pred: np.ndarray, label_names: Sequence[str]) -> dict[str, Any]:
+    """Accuracy and per-class and averaged precision / recall / F1 (scikit-learn).
 
-@dataclass(frozen=True)
-class CsvPrediction:
-    """One row of a predictions CSV: ``topk`` as (label, probability) pairs, best first; ``truth`` or None."""
+    ``truth``/``pred`` index ``label_names``.  Per class: precision, recall,
+    F1 (``zero_division=0``: a class never predicted has precision 0, an
+    absent class recall 0), ``support`` and ``predicted`` counts.  Macro
+    averages are unweighted means over the classes that occur in the truth or
+    the predictions (scikit-learn's default label set), so a model label
+    absent from a test set and never predicted does not drag the average
+    down, while wrong predictions into it do; ``weighted_f1`` weights by
+    support.
+    """
+    from sklearn.metrics import precision_recall_fscore_support
 
-    path: str
-    pred: str
-    prob: float
-    topk: tuple[tuple[str, float], ...]
-    truth: str | None
+    truth = np.asarray(truth, dtype=np.int64)
+    pred = np.asarray(pred, dtype=np.int64)
+    k = len(label_names)
+    every = list(range(k))
+    cm = confusion(truth, pred, k)
+    support, predicted = cm.sum(axis=1), cm.sum(axis=0)
+    present = sorted(set(truth.tolist()) | set(pred.tolist()))
+    if present:
+        p, r, f, _ = precision_recall_fscore_support(truth, pred, labels=every, zero_division=0)
+        macro = precision_recall_fscore_support(truth, pred, labels=present, average="macro", zero_division=0)
+        weighted = precision_recall_fscore_support(truth, pred, labels=present, average="weighted", zero_division=0)
+    else:
+        p = r = f = np.zeros(k)
+        macro = weighted = (0.0, 0.0, 0.0, None)
+    per_class = {name: {"precision": float(p[i]), "recall": float(r[i]), "f1": float(f[i]),
+                        "support": int(support[i]), "predicted": int(predicted[i])}
+                 for i, name in enumerate(label_names)}
+    return {
+        "accuracy": float((truth == pred).mean()) if len(truth) else 0.0,
+        "n": int(len(truth)),
+        "macro_precision": float(macro[0]),
+        "macro_recall": float(macro[1]),
+        "macro_f1": float(macro[2]),
+        "weighted_f1": float(weighted[2]),
+        "per_class": per_class,
+    }
 
 
-def _parse_prob(text: str, where: str) -> float:
-    try:
-        p = float(text)
-    except ValueError:
-        raise ExploreError(f"{where}: probability {text!r} is not a number") from None
-    if not (math.isfinite(p) and 0.0 <= p <= 1.0 + 1e-6):
-        raise ExploreError(f"{where}: probability {text!r} is not in [0, 1]")
-    return p
-
-
-def read_predictions_csv(path: str | os.PathLike[str]) -> list[CsvPrediction]:
-    """Parse a ``make infer`` CSV (header ``path,pred,prob,topk,truth``; ``topk`` = ``label:prob;...``)."""
-    p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except OSError as e:
-        raise ExploreError(f"cannot read predictions {p}: {e.strerror or e}") from None
-    except UnicodeDecodeError:
-        raise ExploreError(f"{p} is not a predictions CSV: not UTF-8 text") from None
-    reader = csv.reader(io.StringIO(text, newline=""))
-    header = next(reader, None)
-    if header is None or tuple(h.strip() for h in header[:len(CSV_COLUMNS)]) != CSV_COLUMNS:
-        raise ExploreError(f"{p} is not a predictions CSV: its header must start with {','.join(CSV_COLUMNS)}")
-    out: list[CsvPrediction] = []
-    for rec in reader:
-        if not rec:
-            continue
-        where = f"{p} line {reader.line_num}"
-        if len(rec) < len(CSV_COLUMNS):
-            raise ExploreError(f"{where}: expected {len(CSV_COLUMNS)} columns, got {len(rec)}")
-        pairs: list[tuple[str, float]] = []
-        for item in filter(None, rec[3].split(";")):
-            name, sep, prob = item.rpartition(":")
-            if not sep or not name:
-                raise ExploreError(f"{where}: top-k entry {item!r} is not label:probability")
-            pairs.append((name, _parse_prob(prob, where)))
-        if not pairs:
-            pairs = [(rec[1], _parse_prob(rec[2], where))]
-        out.append(CsvPrediction(rec[0], rec[1], _parse_prob(rec[2], where), tuple(pairs), rec[4] or None))
-    return out
+def metrics_from_confusion(cm: np.ndarray, label_names: Sequence[str]) -> dict[str, Any]:
+    """:func:`classification_metrics` of the clips a confusion matrix counts (``cm[i, j]``: true ``i``, predicted ``j``)."""
+    m = np.asarray(cm)
+    n = len(label_names)
+    if m.shape != (n, n):
+        raise ValueError(f"confusion matrix must be {n}x{n} for {n} labels, got shape {m.shape}")
+    if m.size and (m.min() < 0 or not np.all(np.equal(np.mod(m, 1), 0))):
+        raise ValueError("confusion matrix entries must be non-negative counts")
+    counts = m.astype(np.int64).ravel()
+    cells = np.repeat(np.arange(n * n), counts)
+    return classification_metrics(cells // max(n, 1), cells % max(n, 1), label_names)
 
 
 # -- outcomes ------------------------------------------------------------------------------------
@@ -166,14 +163,11 @@ class Outcomes:
 
     def confusion(self) -> np.ndarray:
         """``cm[i, j]``: clips of true class ``i`` predicted as ``j`` (int64, square over ``label_names``)."""
-        k = len(self.label_names)
-        cm = np.zeros((k, k), dtype=np.int64)
-        np.add.at(cm, (self.truth, self.pred), 1)
-        return cm
+        return confusion(self.truth, self.pred, len(self.label_names))
 
     def metrics(self) -> dict[str, Any]:
-        """Accuracy and per-class / macro precision, recall, F1 (:func:`infer.evaluate.metrics_from_confusion`)."""
-        return metrics_from_confusion(self.confusion(), self.label_names)
+        """Accuracy and per-class / macro precision, recall, F1 (:func:`classification_metrics`)."""
+        return classification_metrics(self.truth, self.pred, self.label_names)
 
     def describe(self) -> str:
         """One line: accuracy, clips, skipped unlabelled clips, where the predictions came from."""
@@ -373,23 +367,5 @@ def per_class_table(outcomes: Outcomes) -> Table:
 
 
 def confusion_figure(outcomes: Outcomes, *, title: str = "Confusion matrix", ax: Axes | None = None) -> Figure:
-    """The confusion matrix of ``outcomes`` drawn by :func:`infer.plots.confusion_figure` (inline-ready)."""
-    return _draw_confusion(outcomes.confusion(), outcomes.label_names, title=title, ax=ax)
-
-
-# -- a model in seconds ----------------------------------------------------------------------
-
-def quick_train(store: str | Store, model_path: str | os.PathLike[str], *, epochs: int = 20, width: int = 8,
-                crop_seconds: float | None = 4.0, seed: int = 0, progress: bool = False,
-                **overrides: Any) -> TrainResult:
-    """A tiny model (``width`` channels, ``crop_seconds`` crops, ``epochs`` passes) for a quick look.
-
-    Seconds on a CPU for a few dozen clips; not a substitute for ``make
-    train``.  Raises :class:`infer.train.TrainError` when the store has no
-    usable labels.  A finished run at ``model_path`` with the same settings
-    is reused (training resumes, so rerunning a notebook costs nothing).
-    """
-    fields: dict[str, Any] = {"epochs": epochs, "width": width, "crop_seconds": crop_seconds, "seed": seed,
-                              "device": "cpu"}
-    fields.update(overrides)
-    return train(store, model_path, TrainConfig(**fields), progress=progress)
+    """The confusion matrix of ``outcomes`` drawn by :func:`infer.explore.figures.confusion_matrix_figure` (inline-ready)."""
+    return confusion_matrix_figure(outcomes.confusion(), outcomes.label_names, title=title, ax=ax)

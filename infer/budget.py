@@ -1,0 +1,135 @@
+"""The batch cost rule, in one place: what a padded batch costs and what a budget allows.
+
+A batch of ``B`` clips padded to ``T`` frames (``T`` rounded up to the
+model's time stride, ``frame_align``) is charged
+
+    ``B * T * cost_per_frame + fixed_overhead``  bytes.
+
+:class:`CostModel` holds the two numbers measured for a model
+(:func:`infer.cost.measure_cost_per_frame`); :class:`Budget` adds the bytes
+one batch may use, the largest batch size and the alignment, and answers
+every question the rest of the package asks: a batch's bytes, whether it
+fits, the longest window one clip may run in, the padded length of a clip.
+The planner, training (crop limits), windowing and the engine all ask it;
+nothing else computes batch bytes.  Pure: numpy and arithmetic, no torch.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Any
+
+import numpy as np
+
+from store import ConfigError
+
+__all__ = ["Budget", "CostModel", "PlanError"]
+
+_MIB = 1 << 20
+
+
+class PlanError(ConfigError):
+    """Bad planner input (lengths < 1 frame, non-positive budget or cost, budget below one frame)."""
+
+
+@dataclass(frozen=True)
+class CostModel:
+    """Bytes a batch needs: ``fixed_bytes + bytes_per_frame * batch_size * frames``.
+
+    ``method`` says how it was measured (``"cuda-peak"`` or
+    ``"cpu-live-tensors"``); ``training`` whether backward was included;
+    ``grad_checkpoint`` whether it was measured with gradient checkpointing.
+    """
+
+    bytes_per_frame: float
+    fixed_bytes: int
+    method: str = "cpu-live-tensors"
+    training: bool = False
+    grad_checkpoint: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"bytes_per_frame": self.bytes_per_frame, "fixed_bytes": self.fixed_bytes, "method": self.method,
+                "training": self.training, "grad_checkpoint": self.grad_checkpoint}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> CostModel:
+        return cls(bytes_per_frame=float(data["bytes_per_frame"]), fixed_bytes=int(data["fixed_bytes"]),
+                   method=str(data.get("method", "cpu-live-tensors")), training=bool(data.get("training", False)),
+                   grad_checkpoint=bool(data.get("grad_checkpoint", False)))
+
+
+@dataclass(frozen=True)
+class Budget:
+    """What one batch may cost, and the rule that charges it.
+
+    ``budget_bytes``: bytes one batch may use; ``cost_per_frame``: bytes per
+    padded clip-frame; ``fixed_overhead``: bytes per batch whatever its size;
+    ``max_batch``: most clips in one batch; ``frame_align``: padded lengths
+    are multiples of it (the model's time stride); ``source``: where the
+    byte figure came from (for messages).  Raises :class:`PlanError` for
+    values that cannot plan anything, including a budget below one aligned
+    frame.
+    """
+
+    budget_bytes: int
+    cost_per_frame: float
+    fixed_overhead: int = 0
+    max_batch: int = 16
+    frame_align: int = 1
+    source: str = "given"
+
+    def __post_init__(self) -> None:
+        if not (isinstance(self.budget_bytes, (int, np.integer)) or math.isfinite(self.budget_bytes)):
+            raise PlanError(f"the memory budget must be a finite number of bytes, got {self.budget_bytes!r}")
+        object.__setattr__(self, "budget_bytes", int(self.budget_bytes))
+        if not self.cost_per_frame > 0 or not math.isfinite(self.cost_per_frame):
+            raise PlanError(f"cost_per_frame must be a positive number of bytes, got {self.cost_per_frame!r}")
+        if self.fixed_overhead < 0:
+            raise PlanError(f"fixed_overhead must be >= 0 bytes, got {self.fixed_overhead}")
+        if self.max_batch < 1:
+            raise PlanError(f"max_batch must be >= 1, got {self.max_batch}")
+        if self.frame_align < 1:
+            raise PlanError(f"frame_align must be >= 1, got {self.frame_align}")
+        if self.max_window < self.frame_align:
+            need = self.bytes(1, self.frame_align)
+            raise PlanError(f"a budget of {self.budget_bytes / _MIB:.1f} MiB ({self.source}) is below one batch of "
+                            f"{self.frame_align} frame(s) ({need / _MIB:.1f} MiB at "
+                            f"{self.cost_per_frame / 1024:.1f} KiB per frame); raise the budget")
+
+    @classmethod
+    def for_cost(cls, budget_bytes: int, cost: CostModel, *, max_batch: int = 16, frame_align: int = 1,
+                 source: str = "given") -> Budget:
+        """The budget of ``budget_bytes`` for a model whose measured cost is ``cost``."""
+        return cls(budget_bytes, cost.bytes_per_frame, cost.fixed_bytes, max_batch, frame_align, source)
+
+    def bytes(self, batch_size: int | np.ndarray, padded_frames: int | np.ndarray) -> Any:
+        """Bytes of a batch of ``batch_size`` clips padded to ``padded_frames`` (scalars or arrays)."""
+        return batch_size * padded_frames * self.cost_per_frame + self.fixed_overhead
+
+    def fits(self, batch_size: int | np.ndarray, padded_frames: int | np.ndarray) -> Any:
+        """Whether such a batch stays within the budget (a bool, or a bool array)."""
+        return self.bytes(batch_size, padded_frames) <= self.budget_bytes
+
+    def align(self, frames: int | np.ndarray) -> Any:
+        """Frames rounded up to a multiple of ``frame_align``."""
+        return -(-frames // self.frame_align) * self.frame_align
+
+    @cached_property
+    def max_window(self) -> int:
+        """Longest aligned length (frames) one clip may have in a batch of one (0 if none fits)."""
+        frames = int((self.budget_bytes - self.fixed_overhead) // self.cost_per_frame)
+        frames = max(frames, 0) // self.frame_align * self.frame_align
+        # The division can round either way: settle on the exact rule batches use.
+        while frames > 0 and not self.fits(1, frames):
+            frames -= self.frame_align
+        while self.fits(1, frames + self.frame_align):
+            frames += self.frame_align
+        return frames
+
+    def describe(self) -> str:
+        """One line: the budget, its source and the cost rule."""
+        return (f"budget {self.budget_bytes / _MIB:.0f} MiB ({self.source}), {self.cost_per_frame / 1024:.2f} KiB "
+                f"per padded clip-frame + {self.fixed_overhead / _MIB:.1f} MiB per batch, at most {self.max_batch} "
+                f"clips, lengths aligned to {self.frame_align} frames")

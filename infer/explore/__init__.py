@@ -1,0 +1,34 @@
+"""Looking at a store and a model's results: one home for figures, outcomes, metrics and the predictions CSV.
+
+* :mod:`~infer.explore.figures`: a clip's spectrograms (:func:`show_clip`),
+  the length histogram, label counts, the confusion matrix (inline or PNG);
+* :mod:`~infer.explore.predictions`: :class:`Predictions` and the ``make
+  infer`` CSV, written and read by one schema;
+* :mod:`~infer.explore.outcomes`: predictions joined to the store by path,
+  scikit-learn metrics, the confusion matrix, the most-confused clips;
+* :func:`quick_train`: a tiny model in seconds for a store without a checkpoint.
+
+The notebook ``examples/explore_store.ipynb``, ``make eval`` and ``make
+infer`` use these same functions.
+"""
+
+from .figures import (
+    DB_LIMITS, UNLABELLED, PlotError, confusion_matrix_figure, label_counts, plot_confusion, plot_durations, plot_label_counts, save_figure,
+    show_clip, show_feature, specshow_kwargs,
+)
+from .outcomes import (
+    Outcomes, Table, classification_metrics, confusion_figure, load_outcomes, metrics_from_confusion, most_confused,
+    outcomes_from_csv, outcomes_from_predictions, per_class_table,
+)
+from .predictions import (
+    COLUMNS, CsvPrediction, ExploreError, Predictions, read_predictions_csv, write_predictions_csv,
+)
+from .quick_model import quick_train
+
+__all__ = [
+    "COLUMNS", "DB_LIMITS", "UNLABELLED", "CsvPrediction", "ExploreError", "Outcomes", "PlotError", "Predictions",
+    "Table", "classification_metrics", "confusion_figure", "confusion_matrix_figure", "label_counts", "load_outcomes", "metrics_from_confusion",
+    "most_confused", "outcomes_from_csv", "outcomes_from_predictions", "per_class_table", "plot_confusion",
+    "plot_durations", "plot_label_counts", "quick_train", "read_predictions_csv", "save_figure", "show_clip",
+    "show_feature", "specshow_kwargs", "write_predictions_csv",
+]

@@ -1,0 +1,300 @@
+"""Figures for notebooks and reports: a clip's spectrograms, lengths, labels, the confusion matrix.
+
+Every function draws into a given matplotlib ``ax`` or, without one, into a
+new figure made without pyplot (nothing global to close or leak), and
+returns the figure: the last expression of a notebook cell shows it inline;
+:func:`save_figure` writes one to a PNG atomically.  matplotlib is imported
+inside the functions, so the rest of the package works without it
+(:class:`PlotError` then says how to install it).
+
+Spectrograms are drawn with ``librosa.display.specshow`` and the axes it
+derives from the stored :class:`store.FeatureSpec` (sample rate, hop, mel
+range, CQT start note), so time is in seconds and frequency in Hz or note
+names, exactly as the values were computed.  Colours use fixed decibel
+limits per feature kind (:data:`DB_LIMITS`; the store keeps absolute dB
+against a fixed reference), so colours compare across clips and panels.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from store import FeatureSpec, SpecstoreError, Store, atomic_path
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
+
+__all__ = [
+    "DB_LIMITS",
+    "PlotError",
+    "UNLABELLED",
+    "confusion_matrix_figure",
+    "label_counts",
+    "plot_confusion",
+    "plot_durations",
+    "plot_label_counts",
+    "save_figure",
+    "show_clip",
+    "show_feature",
+    "specshow_kwargs",
+]
+
+UNLABELLED = "(unlabelled)"
+"""The name :func:`label_counts` gives clips without a label."""
+
+DB_LIMITS: dict[str, tuple[float, float]] = {"mel": (-60.0, 40.0), "cqt": (-80.0, 20.0)}
+"""Default colour limits (dB against the spec's fixed reference) per feature kind: the same for every clip,
+so colours compare across clips.  Music at -25 to -10 dBFS RMS spans about -45..+35 dB (mel) and
+-80..+20 dB (CQT) with the default specs."""
+
+
+class PlotError(SpecstoreError, RuntimeError):
+    """A figure cannot be drawn: matplotlib missing, or the axes given do not fit the request."""
+
+
+def new_figure(figsize: tuple[float, float]) -> Figure:
+    """A figure with an Agg canvas and no pyplot state (nothing global to close or leak)."""
+    try:
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        from matplotlib.figure import Figure
+    except ImportError:
+        raise PlotError("figures need matplotlib: pip install matplotlib") from None
+    fig = Figure(figsize=figsize, dpi=100, layout="constrained")
+    FigureCanvasAgg(fig)
+    return fig
+
+
+def save_figure(fig: Figure, path: str | os.PathLike[str]) -> Path:
+    """Write ``fig`` to a PNG at ``path`` atomically; return the path."""
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, format="png")
+    return Path(path)
+
+
+# -- clips, lengths, labels ------------------------------------------------------------------------
+
+def specshow_kwargs(spec: FeatureSpec) -> dict[str, Any]:
+    """The ``librosa.display.specshow`` arguments that label ``spec``'s axes correctly.
+
+    Time: ``sr`` (Hz) and ``hop_length`` (samples) give seconds per frame.
+    Frequency: mel bins between ``fmin`` and ``fmax`` (Hz; None = sr / 2, as
+    the mel filters were built); CQT bins as note names from ``fmin`` (Hz)
+    with ``bins_per_octave``.
+    """
+    kw: dict[str, Any] = {"sr": spec.sample_rate, "hop_length": spec.hop_length, "x_axis": "time"}
+    if spec.kind == "mel":
+        kw.update(y_axis="mel", fmin=spec.fmin, fmax=spec.fmax if spec.fmax is not None else spec.sample_rate / 2)
+    elif spec.kind == "cqt":
+        kw.update(y_axis="cqt_note", fmin=spec.fmin, bins_per_octave=spec.bins_per_octave or 12)
+    else:  # FeatureSpec refuses other kinds; kept for a future kind's clear error
+        raise ValueError(f"no display for feature kind {spec.kind!r}")
+    return kw
+
+
+def label_counts(store: Store) -> dict[str, int]:
+    """Clips per label name, in the store's label order; unlabelled clips under ``"(unlabelled)"`` if any."""
+    labels = np.asarray(store.labels)
+    counts = np.bincount(labels[labels >= 0], minlength=len(store.label_names))
+    out = {name: int(c) for name, c in zip(store.label_names, counts)}
+    unlabelled = int((labels < 0).sum())
+    if unlabelled:
+        out[UNLABELLED] = unlabelled
+    return out
+
+
+def _integer_ticks() -> Any:
+    from matplotlib.ticker import MaxNLocator
+
+    return MaxNLocator(integer=True)
+
+
+def _clip_title(store: Store, i: int, note: str | None = None) -> str:
+    label = int(store.labels[i])
+    name = store.label_names[label] if label >= 0 else "unlabelled"
+    return f"{store.paths[i]} ({name}, {store.durations[i]:.1f} s)" + (f"; {note}" if note else "")
+
+
+def show_feature(store: Store, i: int, feature: str | None = None, *, ax: Axes | None = None,
+                 colorbar: bool = True, cmap: str = "magma", title: str | None = None,
+                 db_limits: tuple[float, float] | None = None) -> Figure:
+    """Draw clip ``i``'s ``feature`` (default: the store's default feature) in dB; return the figure.
+
+    Values are the stored decibels against the spec's fixed reference (no
+    per-clip maximum), and colours span ``db_limits`` (default
+    :data:`DB_LIMITS` for the feature's kind), the same for every clip, so
+    colours compare across clips of one store.  Time is in seconds.
+    """
+    import librosa.display
+
+    name = feature or store.default_feature
+    view = store.feature(name)  # KeyError with the store's features if missing
+    data = np.asarray(view[i], dtype=np.float32)  # (n_bins, n_frames); float16 upcast for matplotlib
+    vmin, vmax = db_limits or DB_LIMITS.get(view.spec.kind, (float(data.min()), float(data.max())))
+    if ax is None:
+        ax = new_figure((10.0, 3.6)).add_subplot()
+    mesh = librosa.display.specshow(data, ax=ax, cmap=cmap, vmin=vmin, vmax=vmax, **specshow_kwargs(view.spec))
+    if colorbar:
+        ax.figure.colorbar(mesh, ax=ax, format="%+.0f dB")
+    ax.set_xlabel("time (s)")
+    ax.set_title(title if title is not None else f"{name}: {_clip_title(store, i)}", fontsize=10)
+    return ax.figure  # type: ignore[return-value]
+
+
+def show_clip(store: Store, i: int, features: Sequence[str] | None = None, *,
+              ax: Axes | Sequence[Axes] | None = None, cmap: str = "magma", note: str | None = None,
+              db_limits: dict[str, tuple[float, float]] | None = None) -> Figure:
+    """Clip ``i``'s spectrograms, one panel per feature (default: every feature of the store).
+
+    ``ax``: one axes per feature (a list or an array, as ``plt.subplots``
+    gives; a single axes for a single feature), or None for a new figure
+    with the panels stacked and time axes shared.  ``note`` is added to the
+    title (e.g. ``"predicted jazz (p 0.81)"``).  ``db_limits``: colour limits
+    per feature name (default :data:`DB_LIMITS` by kind).
+    """
+    names = list(features) if features is not None else list(store.specs)
+    if not names:
+        raise PlotError("no features to show")
+    for name in names:
+        store.feature(name)  # fail before drawing anything
+    n = len(store)
+    if not -n <= i < n:
+        raise IndexError(f"clip {i} out of range for a store of {n} clips")
+    if ax is None:
+        fig = new_figure((10.0, 3.2 * len(names) + 0.4))
+        axes = list(fig.subplots(len(names), 1, sharex=True, squeeze=False)[:, 0])
+        fig.suptitle(_clip_title(store, i, note), fontsize=11)
+        titles = [f"{name} ({store.specs[name].n_bins} bins)" for name in names]
+    else:
+        axes = list(np.ravel(np.asarray(ax, dtype=object))) if isinstance(ax, (Sequence, np.ndarray)) else [ax]
+        if len(axes) != len(names):
+            raise PlotError(f"{len(names)} feature(s) need as many axes, got {len(axes)}")
+        titles = [None] * len(names)  # type: ignore[list-item]
+        if note:
+            titles[0] = f"{names[0]}: {_clip_title(store, i, note)}"
+    for name, a, t in zip(names, axes, titles, strict=True):
+        show_feature(store, i, name, ax=a, cmap=cmap, title=t, db_limits=(db_limits or {}).get(name))
+    for a in axes[:-1]:
+        a.set_xlabel("")
+    return axes[0].figure  # type: ignore[return-value]
+
+
+def plot_durations(store: Store, *, bins: int = 30, ax: Axes | None = None, log: bool | None = None) -> Figure:
+    """Histogram of the clips' durations in seconds, with the median and the total marked.
+
+    ``log``: logarithmic duration axis (default: when the longest clip is
+    over 20 times the shortest, as in real corpora).
+    """
+    d = np.asarray(store.durations, dtype=np.float64)
+    if ax is None:
+        ax = new_figure((8.0, 3.4)).add_subplot()
+    if not len(d):
+        ax.set_title("no clips")
+        return ax.figure  # type: ignore[return-value]
+    lo, hi = float(d.min()), float(d.max())
+    use_log = log if log is not None else (lo > 0 and hi / lo > 20)
+    edges = np.geomspace(lo, hi, bins + 1) if use_log and hi > lo else bins
+    ax.hist(d, bins=edges, color="tab:blue", alpha=0.8)
+    if use_log:
+        ax.set_xscale("log")
+    med = float(np.median(d))
+    ax.axvline(med, color="black", linestyle="--", linewidth=1, label=f"median {med:.1f} s")
+    ax.set_xlabel("duration (s)")
+    ax.set_ylabel("clips")
+    ax.yaxis.set_major_locator(_integer_ticks())
+    ax.set_title(f"{len(d):,} clips, {d.sum() / 3600:.2f} h; {lo:.1f} s to {hi:.1f} s", fontsize=10)
+    ax.legend(loc="upper right")
+    return ax.figure  # type: ignore[return-value]
+
+
+def plot_label_counts(store: Store, *, ax: Axes | None = None) -> Figure:
+    """Bar chart of clips per label (unlabelled clips as a grey bar), with the counts written on."""
+    counts = label_counts(store)
+    if ax is None:
+        ax = new_figure((max(5.0, 0.5 * len(counts) + 2.0), 3.4)).add_subplot()
+    if not counts:
+        ax.set_title("no labels")
+        return ax.figure  # type: ignore[return-value]
+    names = list(counts)
+    values = [counts[n] for n in names]
+    colors = ["lightgrey" if n == UNLABELLED else "tab:blue" for n in names]
+    bars = ax.bar(range(len(names)), values, color=colors)
+    ax.bar_label(bars, fontsize=8)
+    ax.set_xticks(range(len(names)), labels=names, rotation=45 if len(names) > 6 else 0, ha="right"
+                  if len(names) > 6 else "center")
+    ax.set_ylabel("clips")
+    ax.yaxis.set_major_locator(_integer_ticks())
+    ax.set_title(f"clips per label ({len(store.label_names)} labels)", fontsize=10)
+    return ax.figure  # type: ignore[return-value]
+
+
+# -- the confusion matrix ---------------------------------------------------------------------------
+
+def confusion_matrix_figure(
+    cm: np.ndarray,
+    label_names: Sequence[str],
+    *,
+    title: str = "Confusion matrix",
+    annotate_max: int = 30,
+    ax: Axes | None = None,
+) -> Figure:
+    """Draw ``cm`` (rows: truth, columns: prediction, counts) and return the figure drawn on.
+
+    Cells are coloured by the row-normalised share (recall per true class),
+    so classes of different sizes read alike; each cell is labelled with its
+    count when there are at most ``annotate_max`` classes.  Without ``ax`` a
+    new figure is made whose size grows with the number of classes (inches:
+    about 0.45 per class, 4 to 40); with ``ax`` the matrix and its colour bar
+    go into that axes' figure.
+    """
+    counts = np.asarray(cm, dtype=np.int64)
+    n = len(label_names)
+    if counts.shape != (n, n):
+        raise ValueError(f"confusion matrix must be {n}x{n} for {n} labels, got {counts.shape}")
+    support = counts.sum(axis=1, keepdims=True)
+    share = np.divide(counts, support, out=np.zeros(counts.shape, dtype=np.float64), where=support > 0)
+
+    if ax is None:
+        side = min(max(4.0, 0.45 * n + 2.5), 40.0)
+        fig = new_figure((side + 1.0, side))
+        ax = fig.add_subplot()
+    else:
+        fig = ax.figure  # type: ignore[assignment]
+    image = ax.imshow(share, cmap="Blues", vmin=0.0, vmax=1.0, interpolation="nearest")
+    fig.colorbar(image, ax=ax, fraction=0.046, pad=0.04, label="share of the true class")
+    ticks = np.arange(n)
+    font = 9 if n <= 15 else max(4, int(9 - (n - 15) / 6))
+    ax.set_xticks(ticks, labels=list(label_names), rotation=60, ha="right", fontsize=font)
+    ax.set_yticks(ticks, labels=list(label_names), fontsize=font)
+    ax.set_xlabel("predicted")
+    ax.set_ylabel("true")
+    total = int(counts.sum())
+    correct = int(np.trace(counts))
+    ax.set_title(f"{title}\n{correct}/{total} correct ({correct / total:.1%})" if total else title)
+    if n <= annotate_max:
+        for i in range(n):
+            for j in range(n):
+                if counts[i, j]:
+                    ax.text(j, i, str(counts[i, j]), ha="center", va="center", fontsize=font,
+                            color="white" if share[i, j] > 0.5 else "black")
+    return fig
+
+
+def plot_confusion(
+    cm: np.ndarray,
+    label_names: Sequence[str],
+    path: str | os.PathLike[str],
+    *,
+    title: str = "Confusion matrix",
+    annotate_max: int = 30,
+) -> Path:
+    """Draw ``cm`` as :func:`confusion_figure` does to a PNG at ``path``; return the path.
+
+    Written atomically (temporary file, rename).
+    """
+    return save_figure(confusion_matrix_figure(cm, label_names, title=title, annotate_max=annotate_max), path)

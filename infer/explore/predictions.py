@@ -1,0 +1,147 @@
+"""Predictions and their CSV: the one place that writes and reads the ``make infer`` file.
+
+:class:`Predictions` holds per-row class probabilities (rows as in the store,
+one per indexed path) with the run's figures.  :func:`write_predictions_csv`
+and :func:`read_predictions_csv` share one column list, :data:`COLUMNS`:
+
+``path,pred,prob,topk,truth``
+
+* ``pred``/``prob``: the best label and its probability (4 decimals);
+* ``topk``: ``label:prob`` pairs joined by ``;``, best first.  In labels
+  written there, ``%``, ``:`` and ``;`` are percent-escaped (``%25``,
+  ``%3A``, ``%3B``), so any label round-trips and the column is never
+  ambiguous; ``pred`` and ``truth`` hold labels as they are;
+* ``truth``: the store's label for the path when predicting (empty if none).
+
+The file is standard CSV (RFC 4180 quoting), UTF-8, written atomically.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from store import SpecstoreError, atomic_path
+
+__all__ = [
+    "COLUMNS", "CsvPrediction", "ExploreError", "Predictions", "escape_label", "read_predictions_csv",
+    "unescape_label", "write_predictions_csv",
+]
+
+COLUMNS = ("path", "pred", "prob", "topk", "truth")
+"""The predictions CSV's header, in order."""
+
+_ESCAPES = (("%", "%25"), (":", "%3A"), (";", "%3B"))
+
+
+class ExploreError(SpecstoreError, ValueError):
+    """Predictions that cannot be read or joined to the store; one-line message."""
+
+
+def escape_label(label: str) -> str:
+    """``label`` with ``%``, ``:`` and ``;`` percent-escaped, for the ``topk`` column."""
+    for raw, coded in _ESCAPES:
+        label = label.replace(raw, coded)
+    return label
+
+
+def unescape_label(text: str) -> str:
+    """Inverse of :func:`escape_label`."""
+    for raw, coded in reversed(_ESCAPES):
+        text = text.replace(coded, raw)
+    return text
+
+
+@dataclass
+class Predictions:
+    """Per-row probabilities ``(n_rows, n_classes)`` (rows as in the store), the labels, and run figures.
+
+    ``truth[i]`` is the store's label name of row ``i`` (None if unlabelled);
+    ``stats`` are the run's figures (:class:`infer.predict.PredictStats` for
+    :func:`infer.predict`).
+    """
+
+    paths: list[str]
+    probs: np.ndarray
+    label_names: list[str]
+    truth: list[str | None]
+    stats: Any = field(default=None)
+
+    def top(self, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """Indices ``(n_rows, k)`` and probabilities of the ``k`` best classes, best first."""
+        k = min(k, self.probs.shape[1])
+        idx = np.argsort(-self.probs, axis=1, kind="stable")[:, :k]
+        return idx, np.take_along_axis(self.probs, idx, axis=1)
+
+
+def write_predictions_csv(pred: Predictions, out: str | os.PathLike[str], *, topk: int = 5) -> Path:
+    """Write the predictions CSV (see the module docstring) to ``out`` atomically; return its path."""
+    idx, pr = pred.top(topk)
+    with atomic_path(out) as tmp, open(tmp, "w", newline="", encoding="utf-8") as f:
+        w = csv.writer(f)
+        w.writerow(COLUMNS)
+        for i, path in enumerate(pred.paths):
+            names = [pred.label_names[j] for j in idx[i]]
+            pairs = ";".join(f"{escape_label(n)}:{q:.4f}" for n, q in zip(names, pr[i], strict=True))
+            w.writerow([path, names[0], f"{pr[i, 0]:.4f}", pairs, pred.truth[i] or ""])
+    return Path(out)
+
+
+@dataclass(frozen=True)
+class CsvPrediction:
+    """One row of a predictions CSV: ``topk`` as (label, probability) pairs, best first; ``truth`` or None."""
+
+    path: str
+    pred: str
+    prob: float
+    topk: tuple[tuple[str, float], ...]
+    truth: str | None
+
+
+def _parse_prob(text: str, where: str) -> float:
+    try:
+        p = float(text)
+    except ValueError:
+        raise ExploreError(f"{where}: probability {text!r} is not a number") from None
+    if not (math.isfinite(p) and 0.0 <= p <= 1.0 + 1e-6):
+        raise ExploreError(f"{where}: probability {text!r} is not in [0, 1]")
+    return p
+
+
+def read_predictions_csv(path: str | os.PathLike[str]) -> list[CsvPrediction]:
+    """Parse a predictions CSV written by :func:`write_predictions_csv` (``make infer``)."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except OSError as e:
+        raise ExploreError(f"cannot read predictions {p}: {e.strerror or e}") from None
+    except UnicodeDecodeError:
+        raise ExploreError(f"{p} is not a predictions CSV: not UTF-8 text") from None
+    reader = csv.reader(io.StringIO(text, newline=""))
+    header = next(reader, None)
+    if header is None or tuple(h.strip() for h in header[:len(COLUMNS)]) != COLUMNS:
+        raise ExploreError(f"{p} is not a predictions CSV: its header must start with {','.join(COLUMNS)}")
+    out: list[CsvPrediction] = []
+    for rec in reader:
+        if not rec:
+            continue
+        where = f"{p} line {reader.line_num}"
+        if len(rec) < len(COLUMNS):
+            raise ExploreError(f"{where}: expected {len(COLUMNS)} columns, got {len(rec)}")
+        pairs: list[tuple[str, float]] = []
+        for item in filter(None, rec[3].split(";")):
+            name, sep, prob = item.rpartition(":")
+            if not sep or not name:
+                raise ExploreError(f"{where}: top-k entry {item!r} is not label:probability")
+            pairs.append((unescape_label(name), _parse_prob(prob, where)))
+        if not pairs:
+            pairs = [(rec[1], _parse_prob(rec[2], where))]
+        out.append(CsvPrediction(rec[0], rec[1], _parse_prob(rec[2], where), tuple(pairs), rec[4] or None))
+    return out

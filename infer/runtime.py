@@ -1,0 +1,266 @@
+"""The engine that prediction, evaluation and training share: device, precision, budget, plan, batch loop.
+
+:class:`RunOptions` is what a user chooses (device, precision, memory budget,
+batch size, threads); :class:`Engine` is those options resolved on this
+machine: the ``torch.device``, the autocast dtype, the memory layout, and
+the methods every command calls:
+
+* :meth:`Engine.prepare` puts a model on the device in the chosen layout;
+* :meth:`Engine.budget` measures the model's memory cost per padded
+  clip-frame (:mod:`infer.cost`) and returns the :class:`~infer.budget.Budget`
+  that charges its batches (free GPU memory minus a margin, or a RAM figure);
+* :meth:`Engine.plan` plans length-sorted batches under that budget;
+* :meth:`Engine.logits` is the one prediction loop: distinct contents once,
+  batches read and padded ahead of the model, clips too long for any batch
+  run in windows, a CUDA out-of-memory split and retried.
+
+``make infer``, ``make eval``, training's validation and ``make plan`` all go
+through here, so a rule about devices, precision or budgets has one home.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+from tqdm.auto import tqdm
+
+from store import ConfigError, FeatureView
+
+from .budget import Budget
+from .cost import measure_cost_per_frame
+from .device import PRECISIONS, amp, anon_rss_bytes, autocast_dtype, choose_device, memory_bytes, set_cpu_threads
+from .loader import prefetch_batches, to_device
+from .planner import Plan, plan_batches
+from .windows import run_windowed
+
+__all__ = ["Engine", "RowLogits", "RunOptions", "distinct_rows", "time_stride"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """How to run a model: chosen by the user, resolved by :class:`Engine`.
+
+    ``device``: ``auto`` (CUDA if available), ``cpu``, ``cuda``, ``cuda:N``.
+    ``precision``: ``auto`` (bf16 autocast on CUDA where supported, else
+    fp16; fp32 on CPU), ``fp32``, ``bf16`` or ``fp16`` (CUDA only).
+    ``budget_mb``: MiB one batch may use (CPU default 2048; on CUDA the free
+    memory minus ``margin_mb``, default 1536, capped by ``budget_mb``).
+    ``max_batch``: most clips in one batch.  ``threads``: CPU threads
+    (default all cores).  ``channels_last``: None = on for CPU, where it is
+    faster for these convolutions.  ``progress``: tqdm bars.
+    """
+
+    device: str = "auto"
+    precision: str = "auto"
+    budget_mb: float | None = None
+    margin_mb: float | None = None
+    max_batch: int = 16
+    threads: int | None = None
+    channels_last: bool | None = None
+    progress: bool = True
+
+    def __post_init__(self) -> None:
+        if self.precision not in PRECISIONS:
+            raise ConfigError(f"precision must be one of {', '.join(PRECISIONS)}, not {self.precision!r}")
+        if not isinstance(self.max_batch, int) or self.max_batch < 1:
+            raise ConfigError(f"max_batch must be a positive integer, got {self.max_batch!r}")
+        if self.threads is not None and self.threads < 1:
+            raise ConfigError(f"threads must be at least 1, got {self.threads}")
+        memory_bytes(torch.device("cpu"), self.budget_mb, self.margin_mb)  # validates both figures
+
+
+def time_stride(model: nn.Module) -> int:
+    """Input frames per output frame of ``model`` (its ``time_stride`` attribute; 1 if it has none).
+
+    Batches are padded to a multiple of it, and the planner charges for that.
+    """
+    stride = getattr(model, "time_stride", 1)
+    if not isinstance(stride, int) or stride < 1:
+        raise ConfigError(f"{type(model).__name__}.time_stride must be a positive integer, got {stride!r}")
+    return stride
+
+
+def distinct_rows(rows: np.ndarray, hashes: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+    """For store ``rows``: the first row of each distinct content hash, and each row's content id.
+
+    ``hashes`` are the store's content hashes, indexed by row.  Duplicate
+    files are run once and their result given to every path.
+    """
+    ids: dict[str, int] = {}
+    content = np.fromiter((ids.setdefault(hashes[int(r)], len(ids)) for r in rows), dtype=np.int64, count=len(rows))
+    _, first = np.unique(content, return_index=True)  # content ids are 0..n-1 in first-seen order
+    return rows[first], content
+
+
+@dataclass
+class RowLogits:
+    """Logits ``(len(rows), n_classes)`` float32 in the order of the requested rows, and run figures.
+
+    ``efficiency``: real / computed frames of the batched clips; ``windowed``:
+    clips too long for a batch of one; ``peak_bytes``: the highest anonymous
+    RSS seen (CPU) or GPU memory allocated (CUDA) during the loop;
+    ``budget_bytes``: the memory budget batches were planned under.
+    """
+
+    logits: np.ndarray
+    distinct: int = 0
+    batches: int = 0
+    efficiency: float = 1.0
+    windowed: int = 0
+    oom_retries: int = 0
+    peak_bytes: int = 0
+    budget_bytes: int = 0
+
+
+class Engine:
+    """:class:`RunOptions` resolved on this machine; see the module docstring.
+
+    Choosing the device may raise :class:`~infer.device.DeviceError`; bad
+    options raise :class:`~store.ConfigError`.  Sets the process's CPU
+    thread count when running on CPU.
+    """
+
+    def __init__(self, options: RunOptions | None = None) -> None:
+        self.options = options or RunOptions()
+        self.device = choose_device(self.options.device)
+        if self.device.type == "cpu":
+            set_cpu_threads(self.options.threads)
+        self.autocast = autocast_dtype(self.options.precision, self.device)
+        cl = self.options.channels_last
+        self.channels_last = cl if cl is not None else self.device.type == "cpu"
+        self.oom_retries = 0
+
+    def __repr__(self) -> str:
+        dtype = "fp32" if self.autocast is None else str(self.autocast).removeprefix("torch.")
+        return f"Engine({self.device}, {dtype}, channels_last={self.channels_last})"
+
+    # -- set-up --------------------------------------------------------------------------------
+    def amp(self) -> Any:
+        """The autocast context of this engine (a no-op in fp32)."""
+        return amp(self.device.type, self.autocast)
+
+    def prepare(self, model: nn.Module, *, train: bool = False) -> nn.Module:
+        """``model`` on the device, in the engine's memory layout, in eval (or train) mode."""
+        model = model.to(self.device)
+        if self.channels_last:
+            model = model.to(memory_format=torch.channels_last)
+        return model.train(train)
+
+    def memory(self) -> tuple[int, str]:
+        """Bytes one batch may use now, and where the figure comes from (see :func:`infer.device.memory_bytes`)."""
+        return memory_bytes(self.device, self.options.budget_mb, self.options.margin_mb)
+
+    def budget(self, model: nn.Module, n_bins: int, *, training: bool = False) -> Budget:
+        """The :class:`~infer.budget.Budget` for ``model`` on inputs of ``n_bins`` rows.
+
+        Measures the model's bytes per padded clip-frame on a copy (forward,
+        plus backward when ``training``), so the model's own state is not
+        touched.  On CUDA the budget is the free memory after the model is
+        loaded, minus the margin.
+        """
+        probe = copy.deepcopy(model).train(training)
+        cost = measure_cost_per_frame(probe, n_bins, device=self.device, autocast=self.autocast, training=training)
+        del probe
+        limit, source = self.memory()
+        return Budget.for_cost(limit, cost, max_batch=self.options.max_batch, frame_align=time_stride(model),
+                               source=source)
+
+    def plan(self, model: nn.Module, lengths: np.ndarray, n_bins: int, budget: Budget | None = None) -> Plan:
+        """Length-sorted batches of ``lengths`` (frames) for ``model``, under ``budget`` (measured if None)."""
+        return plan_batches(lengths, budget or self.budget(model, n_bins))
+
+    # -- the prediction loop ---------------------------------------------------------------------
+    def _forward(self, model: nn.Module, x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+        """Logits of one batch; on a CUDA out-of-memory, split it in halves and retry (counted)."""
+        try:
+            if self.channels_last:
+                x = x.contiguous(memory_format=torch.channels_last)
+            with torch.inference_mode(), self.amp():
+                return model(x, lengths).float()
+        except torch.cuda.OutOfMemoryError:
+            if x.shape[0] == 1:
+                raise
+            self.oom_retries += 1
+            torch.cuda.empty_cache()
+            half = x.shape[0] // 2
+            log.warning("CUDA out of memory on a batch of %d x %d frames; retrying as two halves",
+                        x.shape[0], x.shape[-1])
+            return torch.cat([self._forward(model, x[:half], lengths[:half]),
+                              self._forward(model, x[half:], lengths[half:])])
+
+    def _peak(self) -> int:
+        if self.device.type == "cuda":
+            return int(torch.cuda.max_memory_allocated(self.device))
+        return anon_rss_bytes()
+
+    def logits(
+        self,
+        model: nn.Module,
+        view: FeatureView,
+        rows: np.ndarray,
+        *,
+        hashes: Sequence[str] | None = None,
+        budget: Budget | None = None,
+        desc: str = "predicting",
+    ) -> RowLogits:
+        """Run ``model`` on store ``rows`` of ``view`` as whole clips; logits in row order.
+
+        With ``hashes`` (the store's, by row) each distinct content runs
+        once.  Batches are planned under ``budget`` (measured for ``model``
+        if None); clips too long for a batch of one run in windows.  The
+        model must already be on the device (:meth:`prepare`); it runs in
+        eval mode and its mode is restored afterwards.
+        """
+        rows = np.asarray(rows, dtype=np.int64)
+        n_classes = int(getattr(getattr(model, "config", None), "n_classes", 0)) or None
+        distinct, content = (distinct_rows(rows, hashes) if hashes is not None
+                             else (rows, np.arange(len(rows), dtype=np.int64)))
+        out = RowLogits(np.zeros((len(rows), n_classes or 0), dtype=np.float32), distinct=len(distinct))
+        if not len(rows):
+            return out
+        was_training = model.training
+        model.eval()
+        retries_before = self.oom_retries
+        try:
+            # the length index: no feature data is read to plan
+            plan = self.plan(model, view.lengths[distinct], view.spec.n_bins, budget)
+            out.batches, out.efficiency, out.windowed = plan.n_batches, plan.efficiency, len(plan.too_long)
+            out.budget_bytes = plan.budget.budget_bytes if plan.budget is not None else 0
+            results: list[tuple[np.ndarray, np.ndarray]] = []
+            if self.device.type == "cuda":
+                torch.cuda.reset_peak_memory_stats(self.device)
+            peak = self._peak()
+            with tqdm(total=len(distinct), unit="clip", desc=desc, disable=not self.options.progress,
+                      leave=False) as bar:
+                for batch in prefetch_batches(view, plan.batches, rows=distinct, multiple_of=plan.frame_align,
+                                              pin=self.device.type == "cuda"):
+                    b = to_device(batch, self.device)
+                    results.append((batch.ids, self._forward(model, b.x, b.lengths).cpu().numpy()))
+                    bar.update(len(batch))
+                    peak = max(peak, self._peak())
+                for cid in plan.too_long:
+                    arr = np.asarray(view[int(distinct[cid])], dtype=np.float32)
+                    with torch.inference_mode():
+                        logit = run_windowed(model, arr, plan.max_window, device=self.device,
+                                             autocast=self.autocast).float().cpu().numpy()
+                    results.append((np.array([cid]), logit[None]))
+                    bar.update(1)
+                    peak = max(peak, self._peak())
+            width = results[0][1].shape[1]
+            logits = np.zeros((len(distinct), width), dtype=np.float32)
+            for ids, values in results:
+                logits[ids] = values
+            out.oom_retries, out.peak_bytes = self.oom_retries - retries_before, peak
+        finally:
+            model.train(was_training)
+        out.logits = logits[content]
+        return out

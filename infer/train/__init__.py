@@ -1,0 +1,26 @@
+"""Training: one module per concern.
+
+* :mod:`.config`: :class:`TrainConfig` (every option, its CLI flag and help,
+  TOML/JSON config files);
+* :mod:`.augment`: random crops and SpecAugment masks;
+* :mod:`.schedule`: the learning-rate schedule;
+* :mod:`.resume`: the resume file;
+* :mod:`.loop`: :func:`train`, the run itself (``make train``).
+
+Batches are planned by :func:`infer.planner.training_plan` under the
+engine's :class:`~infer.budget.Budget`; the split is :mod:`infer.split`'s.
+"""
+
+from ..planner import MIN_TRAINING_EFFICIENCY, training_plan
+from ..split import training_rows
+from .augment import crop_starts, spec_augment
+from .config import TrainConfig, TrainError, add_config_arguments, config_from_args
+from .loop import TrainResult, config_path_for, metrics_path_for, train
+from .resume import resume_path_for
+from .schedule import lr_at
+
+__all__ = [
+    "MIN_TRAINING_EFFICIENCY", "TrainConfig", "TrainError", "TrainResult", "add_config_arguments",
+    "config_from_args", "config_path_for", "crop_starts", "lr_at", "metrics_path_for", "resume_path_for",
+    "spec_augment", "train", "training_plan", "training_rows",
+]

@@ -1,0 +1,197 @@
+"""Training configuration: one dataclass that is the CLI, the config file and the checkpoint record.
+
+Every field of :class:`TrainConfig` carries its help text (and, where
+needed, how the command line spells or parses it) in its metadata;
+:func:`add_config_arguments` builds the ``train`` command's options from the
+fields and :func:`config_from_args` reads them back, so adding a training
+option is one edit: a field here.  :meth:`TrainConfig.from_file` reads a
+TOML or JSON file holding any subset of the fields (``--config FILE``);
+options given on the command line override the file.  The resolved
+configuration is written next to the checkpoint (``<model>.config.json``)
+and into the checkpoint itself.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import tomllib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from store import ConfigError
+
+from ..device import PRECISIONS
+from ..models import ARCHS
+
+__all__ = ["RUNTIME_FIELDS", "TrainConfig", "TrainError", "add_config_arguments", "config_from_args"]
+
+
+class TrainError(ConfigError):
+    """Training cannot start or continue (no labels, nothing to train on, bad config, diverged)."""
+
+
+RUNTIME_FIELDS = ("device", "precision", "budget_mb")
+"""Fields that may change between an interrupted run and its resumption (they do not change the result)."""
+
+
+def _optional_seconds(text: str) -> float | None:
+    """``--crop-seconds``: a positive number of seconds, or 0/none/whole for whole clips."""
+    if text.strip().lower() in ("0", "none", "whole"):
+        return None
+    return float(text)
+
+
+def _optional_mb(text: str) -> float | None:
+    return None if text.strip().lower() in ("", "none", "auto") else float(text)
+
+
+def _opt(default: Any, help: str, **meta: Any) -> Any:
+    """A config field with its command-line help (``meta``: ``parse``, ``choices``, ``metavar``)."""
+    return field(default=default, metadata={"help": help, **meta})
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Everything that determines a training run; JSON-able, saved in the checkpoint's ``extra``.
+
+    Units: ``lr`` per step (AdamW), ``crop_seconds`` seconds, ``budget_mb``
+    MiB, mask widths in frames / bins.  See each field's help (``make train
+    --help`` lists them with their defaults).
+    """
+
+    epochs: int = _opt(30, "passes over the training clips")
+    lr: float = _opt(3e-3, "peak learning rate of AdamW (after warm-up, then cosine decay)")
+    weight_decay: float = _opt(1e-2, "AdamW weight decay (not applied to BatchNorm weights and biases)")
+    warmup_fraction: float = _opt(0.1, "share of the epochs spent warming the learning rate up from lr/25")
+    final_lr_ratio: float = _opt(0.01, "learning rate at the end, as a share of lr")
+    label_smoothing: float = _opt(0.0, "cross-entropy label smoothing")
+    class_weighted: bool = _opt(False, "weight the loss by inverse class frequency")
+    max_batch: int = _opt(16, "most clips in one batch")
+    budget_mb: float | None = _opt(None, "memory for one batch, MiB (CPU default 2048; CUDA: free memory minus "
+                                         "a 1.5 GiB margin)", parse=_optional_mb, metavar="MIB")
+    crop_seconds: float | None = _opt(10.0, "random crop per clip and epoch, seconds; 0 = whole clips",
+                                      parse=_optional_seconds, metavar="SECONDS")
+    time_masks: int = _opt(2, "SpecAugment time masks per clip (0 disables)")
+    time_mask_frames: int = _opt(24, "widest time mask, frames")
+    freq_masks: int = _opt(2, "SpecAugment frequency masks per clip (0 disables)")
+    freq_mask_bins: int = _opt(12, "widest frequency mask, bins")
+    val_fraction: float = _opt(0.2, "share of works (groups) or contents held out for validation")
+    seed: int = _opt(0, "split and training seed (every random draw derives from it)")
+    arch: str = _opt("cnn", "model architecture", choices=ARCHS)
+    width: int = _opt(32, "channels of the first block")
+    depth: int = _opt(4, "blocks / stages")
+    dropout: float = _opt(0.1, "dropout before the head")
+    feature: str | None = _opt(None, "feature to train on (default: the store's default)", metavar="NAME")
+    device: str = _opt("auto", "auto (CUDA if available), cpu, cuda, cuda:N")
+    precision: str = _opt("auto", "auto: bf16/fp16 autocast on CUDA, fp32 on CPU", choices=PRECISIONS)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.epochs, int) or self.epochs < 1:
+            raise TrainError(f"epochs must be a positive integer, got {self.epochs!r}")
+        if not self.lr > 0 or not math.isfinite(self.lr):
+            raise TrainError(f"lr must be positive, got {self.lr!r}")
+        if self.weight_decay < 0 or not 0 <= self.warmup_fraction < 1 or not 0 < self.final_lr_ratio <= 1:
+            raise TrainError("weight_decay must be >= 0, warmup_fraction in [0, 1), final_lr_ratio in (0, 1]")
+        if not 0 <= self.label_smoothing < 1:
+            raise TrainError(f"label_smoothing must be in [0, 1), got {self.label_smoothing!r}")
+        if self.max_batch < 1:
+            raise TrainError(f"max_batch must be >= 1, got {self.max_batch}")
+        if self.budget_mb is not None and not (self.budget_mb > 0 and math.isfinite(self.budget_mb)):
+            raise TrainError(f"budget_mb must be a positive, finite number of MiB, got {self.budget_mb}")
+        if self.crop_seconds is not None and not (self.crop_seconds > 0 and math.isfinite(self.crop_seconds)):
+            raise TrainError(f"crop_seconds must be positive (or None for whole clips), got {self.crop_seconds}")
+        if min(self.time_masks, self.time_mask_frames, self.freq_masks, self.freq_mask_bins) < 0:
+            raise TrainError("SpecAugment mask counts and widths must be >= 0")
+        if not 0 <= self.val_fraction < 1:
+            raise TrainError(f"val_fraction must be in [0, 1), got {self.val_fraction!r}")
+        if self.seed < 0:
+            raise TrainError(f"seed must be >= 0, got {self.seed}")
+        if self.arch not in ARCHS:
+            raise TrainError(f"arch must be one of {', '.join(ARCHS)}, not {self.arch!r}")
+        if self.precision not in PRECISIONS:
+            raise TrainError(f"precision must be one of {', '.join(PRECISIONS)}, not {self.precision!r}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> TrainConfig:
+        """The config of ``data`` (any subset of the fields; the rest keep their defaults)."""
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise TrainError(f"unknown training config field(s): {', '.join(unknown)}")
+        try:
+            return cls(**data)
+        except TypeError as e:
+            raise TrainError(f"bad training config: {e}") from None
+
+    @classmethod
+    def from_file(cls, path: str | Path) -> TrainConfig:
+        """Read a ``.toml`` or ``.json`` file of config fields (a ``[train]`` table is accepted in TOML)."""
+        p = Path(path)
+        try:
+            text = p.read_text(encoding="utf-8")
+        except OSError as e:
+            raise TrainError(f"cannot read the config file {p}: {e.strerror or e}") from None
+        try:
+            if p.suffix.lower() == ".toml":
+                data: Any = tomllib.loads(text)
+                data = data.get("train", data)
+            elif p.suffix.lower() == ".json":
+                data = json.loads(text)
+            else:
+                raise TrainError(f"config file {p} must be .toml or .json")
+        except (tomllib.TOMLDecodeError, json.JSONDecodeError) as e:
+            raise TrainError(f"config file {p} is not valid {p.suffix[1:].upper()}: {e}") from None
+        if not isinstance(data, dict):
+            raise TrainError(f"config file {p} must hold a table of training options")
+        return cls.from_dict(data)
+
+    def resume_key(self) -> dict[str, Any]:
+        """The fields a resumed run must share with the interrupted one."""
+        return {k: v for k, v in self.to_dict().items() if k not in RUNTIME_FIELDS}
+
+
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def _parser_for(f: dataclasses.Field[Any]) -> Callable[[str], Any]:
+    parse = f.metadata.get("parse")
+    if parse is not None:
+        return parse  # type: ignore[no-any-return]
+    kind = f.type if isinstance(f.type, str) else getattr(f.type, "__name__", str(f.type))
+    if kind.startswith("int"):
+        return int
+    if kind.startswith("float"):
+        return float
+    return str
+
+
+def add_config_arguments(parser: argparse.ArgumentParser) -> None:
+    """One option per :class:`TrainConfig` field; an option not given is absent from the parsed namespace
+    (``argparse.SUPPRESS``), so a config file or the defaults fill it."""
+    defaults = TrainConfig()
+    for f in dataclasses.fields(TrainConfig):
+        default = getattr(defaults, f.name)
+        shown = "none" if default is None else f"{default:g}" if isinstance(default, float) else default
+        help_text = f"{f.metadata['help']} (default {shown})"
+        if f.type in ("bool", bool):
+            parser.add_argument(_flag(f.name), action=argparse.BooleanOptionalAction, default=argparse.SUPPRESS,
+                                help=help_text)
+            continue
+        parser.add_argument(_flag(f.name), type=_parser_for(f), default=argparse.SUPPRESS,
+                            choices=f.metadata.get("choices"),
+                            metavar=f.metadata.get("metavar"), help=help_text)
+
+
+def config_from_args(args: argparse.Namespace, base: TrainConfig | None = None) -> TrainConfig:
+    """``base`` (or the defaults) with every option given on the command line applied."""
+    given = {f.name: getattr(args, f.name) for f in dataclasses.fields(TrainConfig) if hasattr(args, f.name)}
+    return TrainConfig.from_dict({**(base or TrainConfig()).to_dict(), **given})

@@ -1,0 +1,499 @@
+"""``make train``: fit a model on a store's labelled clips, resumably.
+
+Flow: open the store (index only) -> split the labelled rows by work or
+content (:mod:`infer.split`; duplicates and works never straddle it) -> fit
+the model's input normalisation on training frames -> the engine
+(:mod:`infer.runtime`) measures the model's training memory per padded
+clip-frame and gives the :class:`~infer.budget.Budget` -> every epoch a fresh
+:func:`infer.planner.training_plan` over the (cropped) lengths -> random
+crops read straight from the store's mmap views, SpecAugment masks inside
+real frames (:mod:`.augment`) -> AdamW with warm-up and cosine decay
+(:mod:`.schedule`), autocast on CUDA -> validation on whole held-out clips
+with the engine's prediction loop -> the best checkpoint (validation
+accuracy, then validation loss; training loss when nothing is held out) at
+``model_path``, ``metrics.csv`` (one row per epoch) and the resolved
+configuration (``<model>.config.json``) beside it.
+
+Resuming: after every epoch ``<model>.resume.pt`` (:mod:`.resume`) is
+written.  Rerunning with the same configuration on the same data continues
+after the last finished epoch; every random draw of an epoch is seeded from
+``(seed, epoch)``, so a resumed run follows the uninterrupted run's path.  An
+existing checkpoint is never replaced silently: training to a ``model_path``
+that holds a model from another configuration or other data (or with no
+resume file) is refused unless ``overwrite=True``.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import io
+import json
+import logging
+import math
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+from tqdm.auto import tqdm
+
+from store import FeatureView, Store, check_output_path, open_store, write_atomic
+
+from ..budget import Budget
+from ..checkpoint import Checkpoint, load_checkpoint, save_checkpoint
+from ..collate import collate
+from ..models import MaskedClassifier, ModelConfig, build_model, count_parameters
+from ..planner import training_plan
+from ..runtime import Engine, RunOptions
+from ..split import SplitError, SplitRule, training_fingerprint, training_rows
+from .augment import crop_starts, spec_augment
+from .config import TrainConfig, TrainError
+from .resume import ResumeState, load_resume, resume_path_for, save_resume
+from .schedule import lr_at
+
+__all__ = ["TrainResult", "config_path_for", "metrics_path_for", "train"]
+
+log = logging.getLogger("infer.train")
+
+METRICS_COLUMNS = ("epoch", "loss", "train_accuracy", "val_accuracy", "val_f1", "val_loss", "lr", "efficiency",
+                   "batches", "seconds")
+"""Columns of ``metrics.csv``, one row per finished epoch."""
+
+
+def metrics_path_for(model_path: str | os.PathLike[str]) -> Path:
+    """``models/genre.pt`` -> ``models/genre.metrics.csv``."""
+    p = Path(model_path)
+    return p.with_name(p.stem + ".metrics.csv")
+
+
+def config_path_for(model_path: str | os.PathLike[str]) -> Path:
+    """``models/genre.pt`` -> ``models/genre.config.json`` (the resolved training configuration)."""
+    p = Path(model_path)
+    return p.with_name(p.stem + ".config.json")
+
+
+@dataclass
+class TrainResult:
+    """What a call to :func:`train` did.
+
+    ``history``: one dict per finished epoch (this run's and any resumed
+    ones): ``epoch`` (1-based), ``loss`` (mean training loss), ``train_accuracy``,
+    ``val_accuracy``/``val_f1``/``val_loss`` (None without a validation set),
+    ``lr`` (at the epoch's end), ``seconds``, ``batches``, ``efficiency``
+    (padding).  ``resumed_from``: epochs already done when this call started.
+    """
+
+    model_path: Path
+    resume_path: Path
+    history: list[dict[str, Any]]
+    best_epoch: int
+    best_val_accuracy: float | None
+    resumed_from: int
+    epochs_run: int
+    n_train: int
+    n_val: int
+    seconds: float
+    config: TrainConfig
+    model_config: ModelConfig
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def line(self) -> str:
+        """The one-line summary ``make train`` prints."""
+        best = (f"best epoch {self.best_epoch}: validation accuracy {self.best_val_accuracy:.1%} on {self.n_val} clips"
+                if self.best_val_accuracy is not None else f"best epoch {self.best_epoch} (by training loss; "
+                "no validation clips)")
+        if not self.epochs_run:
+            return (f"already trained: {self.resumed_from} of {self.config.epochs} epochs done (delete "
+                    f"{self.resume_path} to train again); {best}; checkpoint {self.model_path}")
+        return (f"trained epochs {self.resumed_from + 1}-{self.resumed_from + self.epochs_run} of "
+                f"{self.config.epochs} on {self.n_train} clips in {self.seconds:.1f} s; {best}; "
+                f"checkpoint {self.model_path}")
+
+
+def _epoch_seed(seed: int, epoch: int, stream: int) -> int:
+    """A 63-bit seed for one random stream of one epoch."""
+    digest = hashlib.blake2b(f"{seed}:{epoch}:{stream}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") >> 1
+
+
+@dataclass
+class _Data:
+    """The rows and arrays one run uses."""
+
+    view: FeatureView
+    train_rows: np.ndarray
+    train_labels: np.ndarray
+    train_lengths: np.ndarray
+    val_rows: np.ndarray
+    val_labels: np.ndarray
+    crop_frames: np.ndarray  # per training clip: frames fed per epoch (crop, budget and length limited)
+
+
+def _fit_normalisation(view: FeatureView, rows: np.ndarray, seed: int, max_clips: int = 128,
+                       max_frames: int = 2048) -> tuple[float, float]:
+    """Mean and standard deviation (dB) of a sample of training frames (float64 accumulation)."""
+    rng = np.random.default_rng(_epoch_seed(seed, 0, 99))
+    pick = rows if len(rows) <= max_clips else rng.choice(rows, size=max_clips, replace=False)
+    total = 0.0
+    total_sq = 0.0
+    count = 0
+    for r in pick.tolist():
+        frames = view.frames(int(r))
+        if len(frames) > max_frames:
+            start = int(rng.integers(0, len(frames) - max_frames + 1))
+            frames = frames[start:start + max_frames]
+        a = np.asarray(frames, dtype=np.float64)
+        total += float(a.sum())
+        total_sq += float(np.square(a).sum())
+        count += a.size
+    mean = total / count
+    std = math.sqrt(max(total_sq / count - mean * mean, 0.0))
+    return mean, max(std, 1e-3)
+
+
+def _param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict[str, Any]]:
+    decay, no_decay = [], []
+    for p in model.parameters():
+        (decay if p.ndim > 1 else no_decay).append(p)
+    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+
+
+def _class_weights(labels: np.ndarray, n_classes: int) -> np.ndarray:
+    counts = np.bincount(labels, minlength=n_classes).astype(np.float64)
+    present = counts > 0
+    w = np.ones(n_classes, dtype=np.float64)
+    w[present] = counts[present].sum() / (present.sum() * counts[present])
+    return w
+
+
+def _make_batch(data: _Data, ids: np.ndarray, rng: np.random.Generator, stride: int) -> tuple[Tensor, Tensor]:
+    """Random crops of training clips ``ids`` read from the store, padded to the stride."""
+    crop = data.crop_frames[ids]
+    starts = crop_starts(data.train_lengths[ids], crop, rng)
+    arrays = [data.view.frames(int(r))[s:s + c].T for r, s, c in zip(data.train_rows[ids].tolist(),
+                                                                       starts.tolist(), crop.tolist(), strict=True)]
+    batch = collate(arrays, multiple_of=stride)
+    return batch.x, batch.lengths
+
+
+@dataclass
+class _Step:
+    loss: float  # mean loss of the batch (weighted mean with class weights)
+    correct: int
+    oom_splits: int
+
+
+def _forward_backward(model: MaskedClassifier, engine: Engine, x: Tensor, lengths: Tensor, y: Tensor, *,
+                      weights: Tensor | None, label_smoothing: float, scaler: torch.amp.GradScaler) -> _Step:
+    """Forward and backward of one batch, gradients accumulated into the parameters.
+
+    On a CUDA out-of-memory the batch is split in halves, each contributing
+    its share of the batch's loss, so the gradient is the whole batch's
+    (only the BatchNorm statistics then come from the halves).
+    """
+    denom = weights[y].sum() if weights is not None else torch.tensor(float(len(y)), device=y.device)
+
+    def run(xs: Tensor, ls: Tensor, ys: Tensor) -> tuple[float, int, int]:
+        try:
+            with engine.amp():
+                logits = model(xs, ls)
+            per_clip = F.cross_entropy(logits.float(), ys, weight=weights, label_smoothing=label_smoothing,
+                                       reduction="none")
+            part = per_clip.sum() / denom
+            scaler.scale(part).backward()
+            return float(part.detach()), int((logits.detach().argmax(1) == ys).sum()), 0
+        except torch.cuda.OutOfMemoryError:
+            if len(ys) == 1:
+                raise
+            torch.cuda.empty_cache()
+            log.warning("CUDA out of memory on a training batch of %d x %d frames; splitting it", len(ys),
+                        xs.shape[-1])
+            half = len(ys) // 2
+            a = run(xs[:half], ls[:half], ys[:half])
+            b = run(xs[half:], ls[half:], ys[half:])
+            return a[0] + b[0], a[1] + b[1], a[2] + b[2] + 1
+
+    loss, correct, splits = run(x, lengths, y)
+    return _Step(loss, correct, splits)
+
+
+def _score(entry: dict[str, Any]) -> tuple[float, float]:
+    """Larger is better: (val accuracy, -val loss), or (-train loss, 0) without validation."""
+    if entry.get("val_accuracy") is not None:
+        return float(entry["val_accuracy"]), -float(entry["val_loss"])
+    return -float(entry["loss"]), 0.0
+
+
+def _macro_f1(truth: np.ndarray, pred: np.ndarray) -> float:
+    from sklearn.metrics import f1_score
+
+    return float(f1_score(truth, pred, average="macro", zero_division=0))
+
+
+def _metrics_csv(history: list[dict[str, Any]]) -> str:
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=METRICS_COLUMNS, extrasaction="ignore", lineterminator="\n")
+    w.writeheader()
+    for entry in history:
+        w.writerow({k: ("" if entry.get(k) is None else entry.get(k)) for k in METRICS_COLUMNS})
+    return buf.getvalue()
+
+
+class _Scalars:
+    """TensorBoard scalars next to the checkpoint when ``tensorboard`` is installed; a no-op otherwise."""
+
+    def __init__(self, model_path: Path) -> None:
+        try:
+            from torch.utils.tensorboard import SummaryWriter
+        except ImportError:
+            self.writer = None
+            return
+        self.writer = SummaryWriter(log_dir=str(model_path.with_name(model_path.stem + ".tensorboard")))
+
+    def add(self, entry: dict[str, Any]) -> None:
+        if self.writer is None:
+            return
+        for key in METRICS_COLUMNS[1:]:
+            if entry.get(key) is not None:
+                self.writer.add_scalar(key, float(entry[key]), entry["epoch"])
+        self.writer.flush()
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+
+
+def _resumable(state: ResumeState | None, cfg: TrainConfig, fingerprint: str, model_path: Path,
+               overwrite: bool) -> ResumeState | None:
+    """The state to resume from, or None to start afresh; refuses to replace a model unless ``overwrite``."""
+    if state is not None and (state.config_key != cfg.resume_key() or state.data != fingerprint):
+        what = "configuration" if state.config_key != cfg.resume_key() else "training data"
+        if not overwrite and model_path.exists():
+            raise TrainError(f"{model_path} holds a model trained with a different {what}; choose another MODEL "
+                             "or pass --overwrite to replace it")
+        log.warning("%s was written for a different %s; starting afresh (it will be overwritten)",
+                    resume_path_for(model_path), what)
+        return None
+    if state is not None and not model_path.is_file():
+        log.warning("%s is missing (its best weights are lost); starting afresh", model_path)
+        return None
+    if state is None and model_path.exists() and not overwrite:
+        raise TrainError(f"{model_path} already exists and has no resume file from this configuration; choose "
+                         "another MODEL or pass --overwrite to replace it")
+    return state
+
+
+def train(
+    store: str | Store,
+    model_path: str | os.PathLike[str],
+    config: TrainConfig | None = None,
+    *,
+    progress: bool = True,
+    threads: int | None = None,
+    margin_mb: float | None = None,
+    overwrite: bool = False,
+    on_epoch_end: Callable[[dict[str, Any]], None] | None = None,
+    **overrides: Any,
+) -> TrainResult:
+    """Train a classifier on ``store``'s labelled clips; the best checkpoint goes to ``model_path``.
+
+    ``config`` fields may also be given as keyword ``overrides``.  ``threads``:
+    CPU threads (default all cores); ``margin_mb``: GPU memory kept free.
+    ``overwrite``: replace an existing ``model_path`` that this configuration
+    cannot resume.  ``on_epoch_end(entry)`` is called with each epoch's
+    history entry after the checkpoint and resume file are written (an
+    exception there stops training as an interruption would; a rerun
+    resumes).  Raises :class:`TrainError` (e.g. a store without labels),
+    ``StoreError``, ``DeviceError`` with one-line messages.
+    """
+    cfg = config or TrainConfig()
+    if overrides:
+        cfg = TrainConfig.from_dict({**cfg.to_dict(), **overrides})
+    t0 = time.perf_counter()
+    model_path = check_output_path(model_path, what="MODEL")
+    s = store if isinstance(store, Store) else open_store(store)
+    feature = cfg.feature or s.default_feature
+    if feature not in s.specs:
+        raise TrainError(f"store has no feature {feature!r}; it has {', '.join(s.specs)}")
+    spec = s.specs[feature]
+    rule = SplitRule(cfg.val_fraction, cfg.seed)
+    try:
+        train_rows, val_rows = training_rows(s, rule)
+    except SplitError as e:
+        raise TrainError(str(e)) from None
+    if len(train_rows) == 0:
+        raise TrainError(f"all {len(val_rows)} labelled clips fell in the validation split; lower val_fraction")
+    n_classes = len(s.label_names)
+    train_labels = s.labels[train_rows].astype(np.int64)
+    if len(np.unique(train_labels)) < 2:
+        raise TrainError(f"the training split holds only one label ({s.label_names[int(train_labels[0])]}); "
+                         "a classifier needs at least two")
+    if not len(val_rows):
+        log.warning("no validation clips (val_fraction %.2f): the best checkpoint is chosen by training loss",
+                    cfg.val_fraction)
+
+    engine = Engine(RunOptions(device=cfg.device, precision=cfg.precision, budget_mb=cfg.budget_mb,
+                               margin_mb=margin_mb, max_batch=cfg.max_batch, threads=threads,
+                               channels_last=False, progress=False))
+    device = engine.device
+    resume_path = resume_path_for(model_path)
+    fingerprint = training_fingerprint(s, rule, feature)
+    state = _resumable(load_resume(resume_path), cfg, fingerprint, model_path, overwrite)
+
+    # -- the model: resumed or fresh ---------------------------------------------------------------
+    if state is not None:
+        model_cfg = ModelConfig.from_dict(state.model_config)
+    else:
+        mean, std = _fit_normalisation(s.feature(feature), train_rows, cfg.seed)
+        model_cfg = ModelConfig(arch=cfg.arch, n_bins=spec.n_bins, n_classes=n_classes, width=cfg.width,
+                                depth=cfg.depth, dropout=cfg.dropout, input_mean=round(mean, 4),
+                                input_std=round(std, 4))
+    torch.manual_seed(cfg.seed)
+    model = build_model(model_cfg).to(device)
+    optimizer = torch.optim.AdamW(_param_groups(model, cfg.weight_decay), lr=cfg.lr)
+    scaler = torch.amp.GradScaler(device.type, enabled=engine.autocast == torch.float16)
+    history: list[dict[str, Any]] = []
+    best_score: tuple[float, float] | None = None
+    best_epoch = 0
+    start_epoch = 0
+    if state is not None:
+        model.load_state_dict(state.model)
+        optimizer.load_state_dict(state.optimizer)
+        if state.scaler:
+            scaler.load_state_dict(state.scaler)
+        history = list(state.history)
+        start_epoch = int(state.epoch)
+        best_epoch = int(state.best_epoch)
+        best_score = (float(state.best_score[0]), float(state.best_score[1])) if state.best_score else None
+        log.info("resuming %s after epoch %d of %d", model_path, start_epoch, cfg.epochs)
+
+    # -- budget, crops ----------------------------------------------------------------------------
+    stride = model.time_stride
+    budget: Budget = engine.budget(model, spec.n_bins, training=True)
+    eval_budget: Budget = engine.budget(model, spec.n_bins)
+    train_lengths = s.lengths[train_rows].astype(np.int64)
+    limit = budget.max_window
+    if cfg.crop_seconds is not None:
+        limit = min(limit, max(stride, int(round(cfg.crop_seconds / spec.frame_seconds)) // stride * stride))
+    crop_frames = np.minimum(train_lengths, limit)
+    cut = int((train_lengths > budget.max_window).sum())
+    if cut:
+        log.warning("%d training clip(s) exceed the memory budget whole; they are trained on random crops of "
+                    "%d frames", cut, budget.max_window)
+    data = _Data(s.feature(feature), train_rows, train_labels, train_lengths, val_rows,
+                 s.labels[val_rows].astype(np.int64), crop_frames)
+    weights = torch.tensor(_class_weights(train_labels, n_classes), dtype=torch.float32, device=device) \
+        if cfg.class_weighted else None
+    log.info("training %s (%d parameters) on %d clips, validating on %d; %s; %s", model_cfg.arch,
+             count_parameters(model), len(train_rows), len(val_rows), device, budget.describe())
+
+    base_extra: dict[str, Any] = {
+        "trained": True, "train_config": cfg.to_dict(), "split": rule.to_dict(), "store": str(s.location),
+        "data_fingerprint": fingerprint, "n_train": int(len(train_rows)), "n_val": int(len(val_rows)),
+        "train_label_counts": {s.label_names[k]: int(c) for k, c in
+                               enumerate(np.bincount(train_labels, minlength=n_classes))},
+    }
+    write_atomic(config_path_for(model_path), json.dumps(
+        {"train_config": cfg.to_dict(), "model_config": model_cfg.to_dict(), "split": rule.to_dict(),
+         "store": str(s.location), "feature": feature}, indent=2) + "\n")
+    scalars = _Scalars(model_path)
+
+    # -- epochs -----------------------------------------------------------------------------------
+    epochs_run = 0
+    bar = tqdm(total=cfg.epochs, initial=start_epoch, unit="epoch", desc="training", disable=not progress)
+    try:
+        for epoch in range(start_epoch, cfg.epochs):
+            e0 = time.perf_counter()
+            torch.manual_seed(_epoch_seed(cfg.seed, epoch, 0))
+            rng = np.random.default_rng(_epoch_seed(cfg.seed, epoch, 1))
+            plan = training_plan(crop_frames, budget, seed=cfg.seed, epoch=epoch)
+            model.train()
+            loss_sum, correct, seen, oom_splits = 0.0, 0, 0, 0
+            lr = lr_at(epoch, cfg)
+            for bi, ids in enumerate(plan.batches):
+                lr = lr_at(epoch + bi / len(plan.batches), cfg)
+                for group in optimizer.param_groups:
+                    group["lr"] = lr
+                x, lengths = _make_batch(data, ids, rng, stride)
+                if cfg.time_masks or cfg.freq_masks:
+                    spec_augment(x, lengths, rng, time_masks=cfg.time_masks, time_mask_frames=cfg.time_mask_frames,
+                                 freq_masks=cfg.freq_masks, freq_mask_bins=cfg.freq_mask_bins,
+                                 fill=model_cfg.input_mean)
+                y = torch.from_numpy(train_labels[ids]).to(device)
+                x, lengths = x.to(device, non_blocking=True), lengths.to(device)
+                optimizer.zero_grad(set_to_none=True)
+                step = _forward_backward(model, engine, x, lengths, y, weights=weights,
+                                         label_smoothing=cfg.label_smoothing, scaler=scaler)
+                if not math.isfinite(step.loss) and not scaler.is_enabled():
+                    raise TrainError(f"training diverged (loss {step.loss}) in epoch {epoch + 1}; lower the LR")
+                scaler.step(optimizer)  # skips the step if fp16 gradients overflowed
+                scaler.update()
+                oom_splits += step.oom_splits
+                if math.isfinite(step.loss):
+                    loss_sum += step.loss * len(ids)
+                    correct += step.correct
+                    seen += len(ids)
+                bar.set_postfix_str(f"loss {loss_sum / max(seen, 1):.3f}" + (
+                    f", val acc {history[-1]['val_accuracy']:.3f}"
+                    if history and history[-1]["val_accuracy"] is not None else ""), refresh=False)
+            entry: dict[str, Any] = {
+                "epoch": epoch + 1, "loss": loss_sum / max(seen, 1), "train_accuracy": correct / max(seen, 1),
+                "val_accuracy": None, "val_f1": None, "val_loss": None, "lr": lr, "batches": plan.n_batches,
+                "efficiency": plan.efficiency, "oom_splits": oom_splits,
+            }
+            if len(val_rows):
+                res = engine.logits(model, data.view, val_rows, hashes=s.hashes, budget=eval_budget)
+                vl = torch.from_numpy(res.logits)
+                vy = torch.from_numpy(data.val_labels)
+                entry["val_accuracy"] = float((vl.argmax(1) == vy).float().mean())
+                entry["val_f1"] = _macro_f1(data.val_labels, vl.argmax(1).numpy())
+                entry["val_loss"] = float(F.cross_entropy(vl, vy))
+            entry["seconds"] = time.perf_counter() - e0
+            history.append(entry)
+            score = _score(entry)
+            if best_score is None or score > best_score:
+                best_score, best_epoch = score, epoch + 1
+                save_checkpoint(Checkpoint.from_model(model, s.label_names, feature, spec, extra={
+                    **base_extra, "epoch": epoch + 1, "best_epoch": epoch + 1,
+                    "val_accuracy": entry["val_accuracy"], "history": history}), model_path)
+            save_resume(ResumeState(
+                config=cfg.to_dict(), config_key=cfg.resume_key(), data=fingerprint,
+                model_config=model_cfg.to_dict(), epoch=epoch + 1, complete=epoch + 1 == cfg.epochs,
+                model={k: v.detach().cpu() for k, v in model.state_dict().items()},
+                optimizer=optimizer.state_dict(), scaler=scaler.state_dict(), history=history,
+                best_epoch=best_epoch, best_score=list(best_score) if best_score is not None else None), resume_path)
+            write_atomic(metrics_path_for(model_path), _metrics_csv(history))
+            scalars.add(entry)
+            epochs_run += 1
+            bar.update(1)
+            bar.set_postfix_str(f"loss {entry['loss']:.3f}" + (
+                f", val acc {entry['val_accuracy']:.3f}" if entry["val_accuracy"] is not None else ""))
+            log.info("epoch %d/%d: loss %.4f, train acc %.3f, val acc %s, lr %.2e, %d batches (efficiency %.3f), "
+                     "%.1f s", epoch + 1, cfg.epochs, entry["loss"], entry["train_accuracy"],
+                     "-" if entry["val_accuracy"] is None else f"{entry['val_accuracy']:.3f}", lr, plan.n_batches,
+                     plan.efficiency, entry["seconds"])
+            if on_epoch_end is not None:
+                on_epoch_end(entry)
+    finally:
+        bar.close()
+        scalars.close()
+
+    # The checkpoint at model_path keeps the best weights; give it the whole history.
+    if epochs_run:
+        ckpt = load_checkpoint(model_path)
+        ckpt.extra.update({"history": history, "epochs_done": len(history), "complete": True})
+        save_checkpoint(ckpt, model_path)
+    best_entry = history[best_epoch - 1] if best_epoch else {}
+    return TrainResult(
+        model_path=model_path, resume_path=resume_path, history=history, best_epoch=best_epoch,
+        best_val_accuracy=best_entry.get("val_accuracy"), resumed_from=start_epoch, epochs_run=epochs_run,
+        n_train=len(train_rows), n_val=len(val_rows), seconds=time.perf_counter() - t0, config=cfg,
+        model_config=model_cfg, extra=base_extra,
+    )

@@ -1,0 +1,78 @@
+"""The resume file: everything an interrupted training run needs to continue after its last finished epoch.
+
+``<model>.resume.pt`` (next to the checkpoint) is a ``torch.save`` file of
+plain containers and tensors, read with ``torch.load(weights_only=True)``:
+the configuration and its resume key, a fingerprint of the training data,
+the model config, model / optimiser / grad-scaler states, the epoch, the
+history and the best score so far.  It holds no random-number state because
+none is needed: every random draw of an epoch (batches, crops, masks,
+dropout) is seeded from ``(seed, epoch)``, so a resumed run follows the
+uninterrupted run's path exactly.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..checkpoint import CheckpointError, read_torch_file, save_torch_file
+
+__all__ = ["RESUME_FORMAT", "RESUME_VERSION", "ResumeState", "load_resume", "resume_path_for", "save_resume"]
+
+log = logging.getLogger(__name__)
+
+RESUME_FORMAT = "specstore-resume"
+RESUME_VERSION = 2
+
+
+def resume_path_for(model_path: str | os.PathLike[str]) -> Path:
+    """``models/genre.pt`` -> ``models/genre.resume.pt``."""
+    p = Path(model_path)
+    return p.with_name(p.stem + ".resume.pt") if p.suffix else p.with_name(p.name + ".resume.pt")
+
+
+@dataclass
+class ResumeState:
+    """What :func:`save_resume` writes and :func:`load_resume` gives back."""
+
+    config: dict[str, Any]
+    config_key: dict[str, Any]
+    data: str
+    model_config: dict[str, Any]
+    epoch: int
+    complete: bool
+    model: dict[str, Any]
+    optimizer: dict[str, Any]
+    scaler: dict[str, Any]
+    history: list[dict[str, Any]]
+    best_epoch: int
+    best_score: list[float] | None
+
+
+def save_resume(state: ResumeState, path: str | os.PathLike[str]) -> Path:
+    """Write ``state`` atomically."""
+    payload = {"format": RESUME_FORMAT, "version": RESUME_VERSION, **vars(state)}
+    return save_torch_file(payload, path)
+
+
+def load_resume(path: str | os.PathLike[str]) -> ResumeState | None:
+    """The state in ``path``, or None when there is none or it cannot be used (logged: the run starts afresh)."""
+    p = Path(path)
+    if not p.is_file():
+        return None
+    try:
+        raw = read_torch_file(p, "resume file")
+    except CheckpointError as e:
+        log.warning("ignoring %s; starting afresh", e)
+        return None
+    if raw.get("format") != RESUME_FORMAT or raw.get("version") != RESUME_VERSION:
+        log.warning("ignoring %s: not a specstore resume file of version %d; starting afresh", p, RESUME_VERSION)
+        return None
+    try:
+        return ResumeState(**{k: v for k, v in raw.items() if k not in ("format", "version")})
+    except TypeError as e:
+        log.warning("ignoring %s: unreadable resume state (%s); starting afresh", p, e)
+        return None
