@@ -51,6 +51,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from store import ConfigError
+from store.records import from_record
 
 __all__ = [
     "ARCHS",
@@ -134,11 +135,7 @@ class ModelConfig:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ModelConfig:
         """Inverse of :meth:`to_dict`; rejects unknown fields with one clear error."""
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise ModelConfigError(f"unknown model config field(s): {', '.join(unknown)}")
-        return cls(**data)
+        return from_record(cls, data, "model config", ModelConfigError)
 
 
 def time_mask(lengths: Tensor, n_frames: int, dtype: torch.dtype) -> Tensor:
@@ -262,11 +259,6 @@ class MaskedClassifier(nn.Module):
     def receptive_field(self) -> int:
         """Input frames (in time) that one output frame depends on."""
         return self._receptive_field
-
-    @property
-    def min_frames(self) -> int:
-        """Shortest clip supported (frames)."""
-        return MIN_FRAMES
 
     def _prepare(self, x: Tensor, lengths: Tensor | Any) -> tuple[Tensor, Tensor]:
         """Validate, normalise, mask and pad ``x`` to a multiple of the time stride."""

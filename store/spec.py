@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .errors import ConfigError
+from .records import from_record
 
 __all__ = ["FeatureSpec", "default_specs", "spec_differences"]
 
@@ -64,11 +65,7 @@ class FeatureSpec:
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "FeatureSpec":
         """Inverse of :meth:`to_dict`; unknown keys are an error, not ignored."""
-        names = {f.name for f in dataclasses.fields(cls)}
-        extra = set(d) - names
-        if extra:
-            raise ConfigError(f"unknown feature spec keys: {sorted(extra)}")
-        return cls(**d)
+        return from_record(cls, d, "feature spec")
 
     @classmethod
     def mel(cls, **overrides: Any) -> "FeatureSpec":

@@ -312,3 +312,34 @@ def test_quick_train_writes_a_small_checkpoint(tmp_path: Path) -> None:
     assert result.epochs_run == 1 and result.config.width == 8 and result.config.device == "cpu"
     ckpt = load_checkpoint(model)
     assert ckpt.label_names == ["a", "b"] and ckpt.spec == spec
+
+
+def test_colours_compare_across_clips_time_is_labelled_and_notes_reach_the_title(tmp_path: Path) -> None:
+    """Fixed dB colour limits per feature (not autoscaled per panel), a time axis in seconds, a note in the title."""
+    s = open_store(make_store(tmp_path / "s.zarr", ["rock", "ambient"], lengths=[40, 87]))
+    quiet = plots.show_feature(s, 0, "mel").axes[0].collections[0]
+    loud = plots.show_feature(s, 1, "mel").axes[0].collections[0]
+    assert quiet.get_clim() == loud.get_clim() == plots.DB_LIMITS["mel"]
+    fig = plots.show_clip(s, 1, note="predicted jazz (p 0.81)")
+    assert "predicted jazz (p 0.81)" in fig._suptitle.get_text()
+    assert [a.get_xlabel() for a in panels(fig)][-1] == "time (s)"
+    cqt = [a for a in panels(fig) if a.get_title().startswith("cqt")][0]
+    assert cqt.collections[0].get_clim() == plots.DB_LIMITS["cqt"]
+    custom = plots.show_clip(s, 0, db_limits={"mel": (-10.0, 10.0)})
+    assert panels(custom)[0].collections[0].get_clim() == (-10.0, 10.0)
+
+
+def test_topk_labels_with_separators_round_trip(tmp_path: Path) -> None:
+    """Labels holding ':' ';' or '%' cannot make the topk column ambiguous: they are escaped, and read back."""
+    from infer.explore.predictions import escape_label, unescape_label
+
+    names = ["a:b", "c;d", "50%:x", "plain"]
+    for name in names:
+        assert unescape_label(escape_label(name)) == name and ":" not in escape_label(name)
+    probs = np.array([[0.5, 0.3, 0.15, 0.05], [0.1, 0.2, 0.3, 0.4]], dtype=np.float32)
+    pred = Predictions(["x/1.wav", "x/2.wav"], probs, names, ["a:b", None])
+    recs = read_predictions_csv(write_predictions_csv(pred, tmp_path / "p.csv", topk=4))
+    assert [n for n, _ in recs[0].topk] == ["a:b", "c;d", "50%:x", "plain"]
+    assert [n for n, _ in recs[1].topk] == ["plain", "50%:x", "c;d", "a:b"]
+    assert recs[0].pred == "a:b" and recs[0].truth == "a:b" and recs[1].truth is None
+    assert [p for _, p in recs[0].topk] == pytest.approx([0.5, 0.3, 0.15, 0.05], abs=1e-4)

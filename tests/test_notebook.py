@@ -124,8 +124,25 @@ def test_notebook_on_a_given_store(given: str, tmp_path: Path, monkeypatch: pyte
         rows = list(csv.DictReader(csv_path.read_text(encoding="utf-8").splitlines()))
         wrong = sum(r["truth"] not in ("", r["pred"]) for r in rows)
         assert tables[0].count("&lt;=") == wrong
-    assert len(pngs(cell(nb, "worst-clip"))) == 1
+    worst = cell(nb, "worst-clip")
+    assert len(pngs(worst)) == 1
     assert not work.exists()  # with a model or predictions given, the notebook writes nothing
+
+
+def test_relative_paths_are_taken_from_the_launch_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`SPECSTORE=data/x.zarr jupyter lab examples/`: the kernel runs in examples/, the path is meant from the
+    folder Jupyter was started in (the PWD the kernel inherits)."""
+    launch = tmp_path / "project"
+    corpus = build_corpus(launch / "corpus", ["jazz", "rock"])
+    pipeline.extract(corpus, str(launch / "data" / "rel.zarr"), jobs=1, progress=False)
+    kernel_dir = launch / "examples"
+    kernel_dir.mkdir()
+    monkeypatch.setenv("PWD", str(launch))
+
+    nb = run_notebook(monkeypatch, kernel_dir, SPECSTORE="data/rel.zarr", SPECSTORE_WORKDIR=str(tmp_path / "w"))
+
+    assert str(launch / "data" / "rel.zarr") in text(cell(nb, "open-store"))
+    assert_store_sections(nb, 2)
 
 
 def test_notebook_skips_the_confusion_section_without_labels(tmp_path: Path,

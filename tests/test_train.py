@@ -218,3 +218,31 @@ def test_cli_train_then_eval_on_the_held_out_split(store: Path, tmp_path: Path,
     out = capsys.readouterr().out
     assert "accuracy" in out and "split 'val'" in out
     assert {p.name for p in reports.iterdir()} >= {"report.json", "report.txt", "confusion.png"}
+
+
+def test_eval_is_honest_by_default(store: Path, tmp_path: Path) -> None:
+    """On the store a model was trained on, eval scores the held-out split unless told otherwise, and says how
+    many training clips a requested split holds; on other data it scores everything."""
+    import shutil
+
+    from infer.evaluate import evaluate
+
+    model = tmp_path / "m.pt"
+    train(store, model, TrainConfig(epochs=1, **TINY), progress=False)
+    s = open_store(store)
+    train_rows, val_rows = training_rows(s, SplitRule(0.25, 0))
+    auto = evaluate(store, model, device="cpu", progress=False)
+    assert auto.split == "val" and auto.n_clips == len(val_rows) and auto.n_trained_on == 0
+    everything = evaluate(store, model, split="all", device="cpu", progress=False)
+    trained = sum(1 for r in range(len(s)) if s.hashes[r] in {s.hashes[t] for t in train_rows})
+    assert everything.n_clips == len(s) and everything.n_trained_on == trained > 0
+    assert f"{trained} of them were training clips" in everything.text()
+    # the same data at another location is recognised by its fingerprint
+    moved = tmp_path / "moved.zarr"
+    shutil.copytree(store, moved)
+    assert evaluate(moved, model, device="cpu", progress=False).split == "val"
+    # other data: every labelled clip, and no claim about training clips
+    other = make_separable_store(tmp_path / "other.zarr", n=12, seed=5)
+    elsewhere = evaluate(other, model, device="cpu", progress=False)
+    assert elsewhere.split == "all" and elsewhere.n_clips == 12 and elsewhere.n_trained_on is None
+    assert {"topk_accuracy", "topk"} <= set(elsewhere.to_dict()) and "top5_accuracy" not in elsewhere.to_dict()

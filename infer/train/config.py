@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from store import ConfigError
+from store.records import from_record
 
 from ..device import PRECISIONS
 from ..models import ARCHS
@@ -122,14 +123,7 @@ class TrainConfig:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> TrainConfig:
         """The config of ``data`` (any subset of the fields; the rest keep their defaults)."""
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise TrainError(f"unknown training config field(s): {', '.join(unknown)}")
-        try:
-            return cls(**data)
-        except TypeError as e:
-            raise TrainError(f"bad training config: {e}") from None
+        return from_record(cls, data, "training config", TrainError)
 
     @classmethod
     def from_file(cls, path: str | Path) -> TrainConfig:

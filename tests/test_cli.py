@@ -1,0 +1,151 @@
+"""Command lines and their shared rules: entry points with --help, options generated from the training
+config, one root exception and one error handler, bad options refused before any work."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import inspect
+import json
+import pkgutil
+import re
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from factories import make_checkpoint, make_separable_store, make_store
+from infer.cli import COMMANDS
+from infer.cli import main as infer_main
+from infer.train import TrainConfig, config_path_for, metrics_path_for
+from store import SpecstoreError
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ("store", "pipeline", "infer", "democorpus")
+
+
+def test_every_make_target_has_a_console_command_with_help() -> None:
+    scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
+    for command, (console, *_rest) in COMMANDS.items():
+        assert console in scripts, (command, console)
+    expected = {"specstore-features", "specstore-store", "specstore-demo-corpus", "specstore-infer",
+                "specstore-plan", "specstore-init-model", "specstore-train", "specstore-eval"}
+    assert expected <= set(scripts)
+    for name, target in scripts.items():
+        module, func = target.split(":")
+        entry = getattr(importlib.import_module(module), func)
+        with pytest.raises(SystemExit) as done:
+            entry(["--help"])
+        assert done.value.code == 0, name
+
+
+@pytest.mark.parametrize("argv", [["-m", "infer", "--help"], ["-m", "infer", "train", "--help"],
+                                  ["-m", "store", "--help"], ["-m", "pipeline.cli", "--help"]])
+def test_python_dash_m_works(argv: list[str]) -> None:
+    proc = subprocess.run([sys.executable, *argv], cwd=ROOT, capture_output=True, text=True, timeout=120,
+                          check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert "usage:" in proc.stdout
+
+
+def test_train_options_are_generated_from_the_config(capsys: pytest.CaptureFixture[str]) -> None:
+    """Adding a TrainConfig field is the one edit an option needs: the CLI lists every field."""
+    with pytest.raises(SystemExit):
+        infer_main(["train", "--help"])
+    help_text = " ".join(capsys.readouterr().out.split())
+    for f in dataclasses.fields(TrainConfig):
+        flag = "--" + f.name.replace("_", "-")
+        assert flag in help_text, flag
+        assert " ".join(f.metadata["help"].split())[:30] in help_text, f.name
+
+
+def test_make_variables_are_train_options() -> None:
+    """Every option the Makefile's train target passes is one the train command generates from the config."""
+    makefile = (ROOT / "Makefile").read_text()
+    recipe = re.search(r"^train:.*?\n((?:\t.*\n)+)", makefile, re.M)
+    assert recipe is not None
+    flags = set(re.findall(r"(--[a-z][a-z-]+)", recipe.group(1)))
+    known = {"--" + f.name.replace("_", "-") for f in dataclasses.fields(TrainConfig)}
+    known |= {"--config", "--overwrite", "--margin-mb", "--threads", "--no-progress", "--verbose"}
+    assert flags and flags <= known, sorted(flags - known)
+
+
+def test_config_file_and_command_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    store = make_separable_store(tmp_path / "s.zarr", n=24)
+    cfg = tmp_path / "train.toml"
+    cfg.write_text('epochs = 1\nwidth = 4\ndepth = 2\ncrop_seconds = 0.5\nlr = 0.02\ndevice = "cpu"\n'
+                   "val_fraction = 0.25\n", encoding="utf-8")
+    model = tmp_path / "m.pt"
+    assert infer_main(["train", str(store), str(model), "--config", str(cfg), "--width", "6", "--no-progress"]) == 0
+    resolved = json.loads(config_path_for(model).read_text())["train_config"]
+    assert resolved["width"] == 6 and resolved["depth"] == 2 and resolved["crop_seconds"] == 0.5  # CLI > file
+    assert resolved["epochs"] == 1 and resolved["lr"] == 0.02
+    rows = metrics_path_for(model).read_text().splitlines()
+    assert rows[0].startswith("epoch,loss,train_accuracy,val_accuracy,val_f1") and len(rows) == 2
+    bad = tmp_path / "bad.toml"
+    bad.write_text("colour = 'red'\n", encoding="utf-8")
+    capsys.readouterr()
+    assert infer_main(["train", str(store), str(tmp_path / "m2.pt"), "--config", str(bad)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("specstore: error:") and "colour" in err and len(err.splitlines()) == 1
+
+
+def _exception_classes() -> list[type[BaseException]]:
+    found: dict[str, type[BaseException]] = {}
+    for name in PACKAGES:
+        package = importlib.import_module(name)
+        for info in pkgutil.walk_packages(package.__path__, prefix=f"{name}."):
+            if info.name.endswith("__main__"):
+                continue
+            module = importlib.import_module(info.name)
+            for obj in vars(module).values():
+                if inspect.isclass(obj) and issubclass(obj, BaseException) and obj.__module__ == info.name:
+                    found[f"{obj.__module__}.{obj.__qualname__}"] = obj
+    return list(found.values())
+
+
+def test_every_user_facing_error_derives_from_one_root() -> None:
+    classes = _exception_classes()
+    assert len(classes) >= 12
+    stray = [c.__qualname__ for c in classes if not issubclass(c, SpecstoreError)]
+    assert not stray, f"exceptions outside SpecstoreError: {stray}"
+
+
+@pytest.mark.parametrize("budget", ["inf", "nan", "-5", "0"])
+def test_bad_budget_is_refused_before_work(budget: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    store = make_store(tmp_path / "s.zarr", lengths=[30, 40])
+    ckpt = make_checkpoint(tmp_path / "m.pt")
+    out = tmp_path / "p.csv"
+    assert infer_main(["predict", str(store), str(ckpt), "--out", str(out), "--budget-mb", budget,
+                       "--no-progress"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "BUDGET_MB" in err and err.startswith("specstore: error:")
+    assert not out.exists()
+
+
+def test_output_that_is_a_directory_or_under_a_file_fails_first(tmp_path: Path,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    store = make_store(tmp_path / "s.zarr", lengths=[30, 40])
+    ckpt = make_checkpoint(tmp_path / "m.pt")
+    (tmp_path / "adir").mkdir()
+    (tmp_path / "afile").write_text("x")
+    for out, words in ((tmp_path / "adir", "is a directory"), (tmp_path / "afile" / "p.csv", "which is a file")):
+        assert infer_main(["predict", str(store), str(ckpt), "--out", str(out), "--no-progress"]) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and words in err and str(out) in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["adir", "afile", "m.pt", "s.zarr"]  # no stray temp file
+    assert not list((tmp_path / "adir").iterdir())
+
+
+def test_cli_error_prefix_is_shared(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from pipeline.cli import main as features_main
+    from store.__main__ import main as store_main
+
+    missing = str(tmp_path / "nowhere.zarr")
+    assert store_main(["info", missing]) == 2
+    assert infer_main(["plan", missing]) == 2
+    assert features_main([str(tmp_path / "no-corpus"), missing, "--no-progress"]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 3 and all(line.startswith("specstore: error: ") for line in lines), lines
