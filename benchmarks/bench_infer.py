@@ -114,7 +114,7 @@ def run_fixed(store: Path, ckpt: Path, batch_size: int = 4, device: str = "cpu",
     import torch
 
     from infer.checkpoint import load_checkpoint
-    from infer.loader import prefetch_batches, to_device
+    from infer.data import PadCollate, StoreDataset, prefetch
     from .baselines import fixed_batches
     from store import open_store
 
@@ -128,9 +128,9 @@ def run_fixed(store: Path, ckpt: Path, batch_size: int = 4, device: str = "cpu",
     out = np.zeros((len(s), len(LABELS)), dtype=np.float32)
     amp = torch.autocast(device_type=dev.type, dtype=autocast) if autocast is not None else contextlib.nullcontext()
     with torch.inference_mode(), amp:
-        for batch in prefetch_batches(s.feature("mel"), plan.batches, multiple_of=model.time_stride,
-                                      pin=dev.type == "cuda"):
-            b = to_device(batch, dev)
+        for batch in prefetch(StoreDataset(s, "mel"), plan.batches, PadCollate(model.time_stride),
+                              pin=dev.type == "cuda"):
+            b = batch.to(dev, non_blocking=True)
             x = b.x.contiguous(memory_format=torch.channels_last) if channels_last else b.x
             out[batch.ids] = torch.softmax(model(x, b.lengths).float(), dim=1).cpu().numpy()
     return out
@@ -201,13 +201,13 @@ class OursCore:
         checkpoint = load_checkpoint(ckpt)
         self.engine = Engine(RunOptions(device="cpu", progress=False))
         self.model = self.engine.prepare(checkpoint.build())
-        self.view = self.store.feature(checkpoint.feature)
-        self.budget = self.engine.budget(self.model, self.view.spec.n_bins)
+        self.feature = checkpoint.feature
+        self.budget = self.engine.budget(self.model, self.store.specs[self.feature].n_bins)
 
     def __call__(self) -> Any:
         import torch
 
-        out = self.engine.logits(self.model, self.view, np.arange(len(self.store)), hashes=self.store.hashes,
+        out = self.engine.logits(self.model, self.store, np.arange(len(self.store)), feature=self.feature,
                                  budget=self.budget)
         torch.softmax(torch.from_numpy(out.logits), dim=1)
         return out
@@ -231,12 +231,11 @@ class FixedCore:
     def __call__(self) -> np.ndarray:
         import torch
 
-        from infer.loader import prefetch_batches
+        from infer.data import PadCollate, StoreDataset, prefetch
 
         out = np.zeros((len(self.store), len(LABELS)), dtype=np.float32)
         with torch.inference_mode():
-            for b in prefetch_batches(self.store.feature("mel"), self.plan.batches,
-                                      multiple_of=self.model.time_stride):
+            for b in prefetch(StoreDataset(self.store, "mel"), self.plan.batches, PadCollate(self.model.time_stride)):
                 logits = self.model(b.x.contiguous(memory_format=torch.channels_last), b.lengths)
                 out[b.ids] = torch.softmax(logits, dim=1).numpy()
         return out

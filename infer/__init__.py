@@ -7,9 +7,11 @@ Read it as:
   :mod:`infer.cost` (a model's measured bytes per padded clip-frame);
 * planner and budget: :mod:`infer.budget` (the one cost rule) and
   :mod:`infer.planner` (length-binned batches under it);
-* models: :mod:`infer.models` (masked CNN / ResNet), :mod:`infer.windows`
-  (over-long clips), :mod:`infer.checkpoint`;
-* data: :mod:`infer.collate`, :mod:`infer.loader`, :mod:`infer.split`;
+* models: :mod:`infer.contract` (what any model needs), :mod:`infer.models`
+  (masked CNN / ResNet), :mod:`infer.windows` (over-long clips),
+  :mod:`infer.checkpoint`;
+* data: :mod:`infer.data` (Dataset, BatchSampler, collate, prefetch), :mod:`infer.collate`,
+  :mod:`infer.augment`, :mod:`infer.split`;
 * train: :mod:`infer.train`; predict: :mod:`infer.predict`; eval:
   :mod:`infer.evaluate`; explore: :mod:`infer.explore`.
 
@@ -20,6 +22,9 @@ train`` and ``make eval`` run.
 
 from .budget import Budget, CostModel, PlanError
 from .checkpoint import Checkpoint, CheckpointError, load_checkpoint, save_checkpoint
+from .contract import ModelSpec
+from .cost import measure_cost_per_frame
+from .data import BudgetBatchSampler, PadCollate, StoreDataset, pad_collate, prefetch
 from .evaluate import Report, evaluate
 from .explore import Predictions
 from .planner import Plan, plan_batches, shuffled_training_plan, training_plan
@@ -28,8 +33,9 @@ from .runtime import Engine, RunOptions
 from .train import TrainConfig, TrainError, TrainResult, train
 
 __all__ = [
-    "Budget", "Checkpoint", "CheckpointError", "CostModel", "Engine", "Plan", "PlanError", "PredictStats",
-    "Predictions", "Report", "RunOptions", "TrainConfig", "TrainError", "TrainResult", "evaluate",
-    "load_checkpoint", "plan_batches", "predict", "save_checkpoint", "shuffled_training_plan", "train",
+    "Budget", "BudgetBatchSampler", "Checkpoint", "CheckpointError", "CostModel", "Engine", "ModelSpec",
+    "PadCollate", "Plan", "PlanError", "PredictStats", "Predictions", "Report", "RunOptions", "StoreDataset",
+    "TrainConfig", "TrainError", "TrainResult", "evaluate", "load_checkpoint", "measure_cost_per_frame",
+    "pad_collate", "plan_batches", "predict", "prefetch", "save_checkpoint", "shuffled_training_plan", "train",
     "training_plan",
 ]

@@ -1,10 +1,13 @@
 """Checkpoints: weights plus everything needed to use them, in a pickle-free format.
 
-A checkpoint is a ``torch.save`` file of plain containers: the model config,
-the label names, the feature name and its full :class:`store.FeatureSpec`,
-the ``state_dict`` tensors and a small JSON-able ``extra`` dict (training
+A checkpoint is a ``torch.save`` file of plain containers: the model as a
+:class:`~infer.contract.ModelSpec` (``cnn``/``resnet`` with their config, or
+an import path ``package.module:Class`` with JSON keyword arguments), the
+label names, the feature name and its full :class:`store.FeatureSpec`, the
+``state_dict`` tensors and a small JSON-able ``extra`` dict (training
 history, ...).  It is loaded with ``torch.load(weights_only=True)``, which
-refuses arbitrary Python objects, so opening a checkpoint runs no code.
+refuses arbitrary Python objects, so opening a checkpoint runs no code;
+building the model imports the named module, as any installed code.
 """
 
 from __future__ import annotations
@@ -17,16 +20,19 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from torch import nn
 
-from store import FeatureSpec, SpecstoreError, Store, atomic_path, spec_differences
+from store import ConfigError, FeatureSpec, SpecstoreError, Store, atomic_path, spec_differences
 
-from .models import MaskedClassifier, ModelConfig, ModelConfigError, build_model
+from .contract import ModelSpec, spec_of
+from .models import ModelConfig, ModelConfigError
 
 __all__ = ["Checkpoint", "CheckpointError", "check_store_matches", "load_checkpoint", "read_torch_file",
            "save_checkpoint", "save_torch_file"]
 
 FORMAT = "specstore-checkpoint"
-VERSION = 1
+VERSION = 2
+"""Version 2 records the model as a ModelSpec; version 1 (a built-in model's config) is still read."""
 
 
 class CheckpointError(SpecstoreError):
@@ -37,27 +43,37 @@ class CheckpointError(SpecstoreError):
 class Checkpoint:
     """A trained (or freshly initialised) model and what it was trained on."""
 
-    config: ModelConfig
+    model: ModelSpec
     label_names: list[str]
     feature: str
     spec: FeatureSpec
     state_dict: dict[str, torch.Tensor]
     extra: dict[str, Any] = field(default_factory=dict)
 
-    def build(self, device: torch.device | str = "cpu") -> MaskedClassifier:
+    @property
+    def config(self) -> ModelConfig | None:
+        """The built-in model's config (None for a user model)."""
+        return self.model.config
+
+    def build(self, device: torch.device | str = "cpu") -> nn.Module:
         """The model with these weights, in eval mode on ``device``."""
-        model = build_model(self.config)
+        try:
+            model = self.model.build()
+        except ConfigError as e:
+            raise CheckpointError(f"cannot build the checkpoint's model: {e}") from None
         try:
             model.load_state_dict(self.state_dict)
         except RuntimeError as e:
-            raise CheckpointError(f"checkpoint weights do not fit its model config: {str(e).splitlines()[0]}") from None
+            raise CheckpointError(f"checkpoint weights do not fit its model: {str(e).splitlines()[0]}") from None
         return model.to(device).eval()
 
     @classmethod
-    def from_model(cls, model: MaskedClassifier, label_names: list[str], feature: str, spec: FeatureSpec,
-                   extra: dict[str, Any] | None = None) -> "Checkpoint":
+    def from_model(cls, model: nn.Module, label_names: list[str], feature: str, spec: FeatureSpec,
+                   extra: dict[str, Any] | None = None, *, model_spec: ModelSpec | None = None) -> Checkpoint:
+        """A checkpoint of ``model``'s current weights; ``model_spec`` says how to rebuild a user model
+        (default: :func:`infer.contract.spec_of`)."""
         state = {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
-        return cls(model.config, list(label_names), feature, spec, state, dict(extra or {}))
+        return cls(model_spec or spec_of(model), list(label_names), feature, spec, state, dict(extra or {}))
 
 
 def save_torch_file(payload: dict[str, Any], path: str | os.PathLike[str]) -> Path:
@@ -93,7 +109,7 @@ def save_checkpoint(ckpt: Checkpoint, path: str | os.PathLike[str]) -> Path:
     """Write ``ckpt`` atomically (temporary file, then rename) and return the path."""
     payload = {
         "format": FORMAT, "version": VERSION,
-        "model": ckpt.config.to_dict(), "label_names": list(ckpt.label_names),
+        "model": ckpt.model.to_dict(), "label_names": list(ckpt.label_names),
         "feature": ckpt.feature, "feature_spec": ckpt.spec.to_dict(),
         "state_dict": ckpt.state_dict, "extra": ckpt.extra,
     }
@@ -106,15 +122,21 @@ def load_checkpoint(path: str | os.PathLike[str]) -> Checkpoint:
     raw = read_torch_file(p)
     if raw.get("format") != FORMAT:
         raise CheckpointError(f"{p} is not a specstore checkpoint")
-    if raw.get("version") != VERSION:
-        raise CheckpointError(f"{p} has checkpoint version {raw.get('version')}; this specstore reads {VERSION}")
+    version = raw.get("version")
+    if version not in (1, VERSION):
+        raise CheckpointError(f"{p} has checkpoint version {version}; this specstore reads 1 and {VERSION}")
     try:
+        if version == 1:  # a built-in model's config
+            config = ModelConfig.from_dict(raw["model"]).to_dict()
+            model = ModelSpec(config.pop("arch"), config)
+        else:
+            model = ModelSpec.from_dict(raw["model"])
         return Checkpoint(
-            config=ModelConfig.from_dict(raw["model"]), label_names=list(raw["label_names"]),
+            model=model, label_names=list(raw["label_names"]),
             feature=str(raw["feature"]), spec=FeatureSpec.from_dict(raw["feature_spec"]),
             state_dict=dict(raw["state_dict"]), extra=dict(raw.get("extra") or {}),
         )
-    except (KeyError, TypeError, ValueError, ModelConfigError) as e:
+    except (KeyError, TypeError, ValueError, ModelConfigError, ConfigError) as e:
         raise CheckpointError(f"{p} has unreadable checkpoint metadata: {e}") from None
 
 

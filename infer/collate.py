@@ -38,13 +38,16 @@ class Batch:
 
     ``x``: ``(B, 1, n_bins, T)`` values, zero beyond each clip's length;
     ``lengths``: ``(B,)`` int64 real frames; ``mask``: ``(B, T)`` bool, True
-    on real frames; ``ids``: optional clip ids (e.g. store rows) in batch order.
+    on real frames; ``ids``: optional clip ids (e.g. store rows or dataset
+    indices) in batch order; ``labels``: optional ``(B,)`` int64 labels (-1 =
+    none).
     """
 
     x: Tensor
     lengths: Tensor
     mask: Tensor
     ids: np.ndarray | None = None
+    labels: Tensor | None = None
 
     def __len__(self) -> int:
         return int(self.x.shape[0])
@@ -61,7 +64,13 @@ class Batch:
             lengths=self.lengths.to(device, non_blocking=non_blocking),
             mask=self.mask.to(device, non_blocking=non_blocking),
             ids=self.ids,
+            labels=None if self.labels is None else self.labels.to(device, non_blocking=non_blocking),
         )
+
+    def pin_memory(self) -> Batch:
+        """The same batch in pinned host memory (``DataLoader(pin_memory=True)`` calls this)."""
+        return Batch(self.x.pin_memory(), self.lengths.pin_memory(), self.mask.pin_memory(), self.ids,
+                     None if self.labels is None else self.labels.pin_memory())
 
 
 def collate(

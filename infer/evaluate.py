@@ -34,10 +34,9 @@ import torch
 
 from store import SpecstoreError, Store, write_atomic
 
-from .checkpoint import Checkpoint
 from .explore.figures import PlotError, plot_confusion
 from .explore.outcomes import classification_metrics, confusion
-from .predict import open_inputs
+from .predict import LoadedModel, ModelLike, open_inputs
 from .runtime import Engine, RunOptions
 from .split import SPLITS, SplitError, SplitRule, split_keys, training_fingerprint
 
@@ -136,7 +135,7 @@ class Report:
                 f"macro F1 {self.macro_f1:.3f}) on {self.n_clips} clips of split {self.split!r}{trained}")
 
 
-def _trained_on(ckpt: Checkpoint, store: Store) -> bool:
+def _trained_on(ckpt: LoadedModel, store: Store) -> bool:
     """Whether ``ckpt`` was trained on ``store``: the same location, or the same training data."""
     if ckpt.extra.get("store") == str(store.location):
         return True
@@ -146,7 +145,7 @@ def _trained_on(ckpt: Checkpoint, store: Store) -> bool:
     return training_fingerprint(store, SplitRule.from_dict(record), ckpt.feature) == fingerprint
 
 
-def resolve_split(ckpt: Checkpoint, store: Store, split: str) -> tuple[str, SplitRule | None, bool]:
+def resolve_split(ckpt: LoadedModel, store: Store, split: str) -> tuple[str, SplitRule | None, bool]:
     """``(split to score, the checkpoint's split rule or None, whether the model was trained on store)``.
 
     ``auto`` is ``val`` on the store the model was trained on, ``all``
@@ -173,23 +172,26 @@ def _topk_hits(probs: np.ndarray, truth: np.ndarray, k: int) -> np.ndarray:
 
 def evaluate(
     store: str | Store,
-    model: str | os.PathLike[str] | Checkpoint,
+    model: ModelLike,
     out_dir: str | os.PathLike[str] | None = None,
     *,
     split: str = "auto",
+    model_args: dict[str, Any] | None = None,
     options: RunOptions | None = None,
     **overrides: Any,
 ) -> Report:
     """Evaluate a checkpoint on the labelled clips of ``store`` (see the module docstring for ``split``).
 
-    ``options``/``overrides`` are :class:`infer.runtime.RunOptions` (device,
+    ``model``: a checkpoint, an ``nn.Module`` or an import path (see
+    :func:`infer.predict.load_model`).  ``options``/``overrides`` are
+    :class:`infer.runtime.RunOptions` (device,
     budget_mb, max_batch, precision, threads, progress).  With ``out_dir``,
     writes ``report.json``, ``report.txt`` and ``confusion.png`` there.
     Raises :class:`EvaluateError` when the selection holds no labelled clip,
     ``StoreError``/``CheckpointError`` for bad inputs.
     """
     t0 = time.perf_counter()
-    opts, s, ckpt = open_inputs(store, model, options, overrides)
+    opts, s, ckpt = open_inputs(store, model, options, overrides, model_args)
     split, rule, trained_here = resolve_split(ckpt, s, split)
 
     rows = np.arange(len(s), dtype=np.int64) if rule is None or split == "all" else rule.select(split_keys(s), split)
@@ -208,8 +210,7 @@ def evaluate(
     n_classes = len(ckpt.label_names)
 
     engine = Engine(opts)
-    res = engine.logits(engine.prepare(ckpt.build()), s.feature(ckpt.feature), rows, hashes=s.hashes,
-                        desc="evaluating")
+    res = engine.logits(engine.prepare(ckpt.module), s, rows, feature=ckpt.feature, desc="evaluating")
     probs = torch.softmax(torch.from_numpy(res.logits), dim=1).numpy()
     pred = probs.argmax(axis=1)
     k = min(TOPK, n_classes)
@@ -227,7 +228,7 @@ def evaluate(
         macro_f1=metrics["macro_f1"], weighted_f1=metrics["weighted_f1"], per_class=metrics["per_class"],
         confusion=confusion(truth, pred, len(names)).tolist(), label_names=names, n_clips=len(rows), n_unlabelled=n_unlabelled,
         n_unknown_label=int((truth >= n_classes).sum()), unknown_labels=unknown_names, split=split,
-        store=str(s.location), model=str(model) if not isinstance(model, Checkpoint) else "<checkpoint>",
+        store=str(s.location), model=ckpt.name,
         n_trained_on=n_trained_on, misclassified=misclassified,
     )
     if n_trained_on:

@@ -16,18 +16,21 @@ import logging
 import os
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
+from torch import nn
 
 from store import ConfigError, Store, check_output_path, open_store
 
 from .checkpoint import Checkpoint, check_store_matches, load_checkpoint
+from .contract import ModelSpec
 from .explore.predictions import Predictions, write_predictions_csv
 from .runtime import Engine, RunOptions
 
-__all__ = ["PredictStats", "Predictions", "open_inputs", "predict"]
+__all__ = ["LoadedModel", "ModelLike", "PredictStats", "Predictions", "load_model", "open_inputs", "predict"]
 
 log = logging.getLogger(__name__)
 
@@ -59,9 +62,53 @@ class PredictStats:
                 f"(budget {self.budget_bytes / 2**20:.0f} MiB) on {self.device}; OOM retries {self.oom_retries}")
 
 
-def open_inputs(store: str | Store, checkpoint: str | os.PathLike[str] | Checkpoint,
-                options: RunOptions | None, overrides: dict[str, Any]) -> tuple[RunOptions, Store, Checkpoint]:
-    """Options (``options`` updated by keyword ``overrides``), the store and the checkpoint, spec-checked."""
+ModelLike = str | os.PathLike[str] | Checkpoint | nn.Module
+"""What predict and evaluate run: a checkpoint (path or object), an ``nn.Module``, or an import path
+``package.module:Class`` (see :mod:`infer.contract`)."""
+
+
+@dataclass
+class LoadedModel:
+    """A model ready to run on a store: the module, its labels and feature, the checkpoint's ``extra``."""
+
+    module: nn.Module
+    label_names: list[str]
+    feature: str
+    extra: dict[str, Any]
+    name: str
+
+
+def load_model(model: ModelLike, store: Store, *, feature: str | None = None,
+               model_args: dict[str, Any] | None = None) -> LoadedModel:
+    """Resolve ``model`` against ``store``.
+
+    A checkpoint brings its labels and feature (refused if the store's spec
+    differs).  A module or an import path takes the store's label names and
+    ``feature`` (default: the store's default); an import path is built with
+    ``model_args`` plus the store's ``n_bins``/``n_classes`` where its
+    constructor takes them.
+    """
+    if isinstance(model, nn.Module) or (isinstance(model, str) and ":" in model and not Path(model).exists()):
+        name = feature or store.default_feature
+        if name not in store.specs:
+            raise ConfigError(f"store has no feature {name!r}; it has {', '.join(store.specs)}")
+        if isinstance(model, nn.Module):
+            module, label = model, type(model).__name__
+        else:
+            module = ModelSpec.for_class(model, model_args, n_bins=store.specs[name].n_bins,
+                                         n_classes=len(store.label_names)).build()
+            label = model
+        return LoadedModel(module, list(store.label_names), name, {}, label)
+    ckpt = model if isinstance(model, Checkpoint) else load_checkpoint(model)
+    check_store_matches(ckpt, store)
+    return LoadedModel(ckpt.build(), list(ckpt.label_names), ckpt.feature, dict(ckpt.extra),
+                       "<checkpoint>" if isinstance(model, Checkpoint) else str(model))
+
+
+def open_inputs(store: str | Store, model: ModelLike, options: RunOptions | None,
+                overrides: dict[str, Any], model_args: dict[str, Any] | None = None,
+                ) -> tuple[RunOptions, Store, LoadedModel]:
+    """Options (``options`` updated by keyword ``overrides``), the store and the model resolved against it."""
     opts = options or RunOptions()
     if overrides:
         try:
@@ -69,23 +116,24 @@ def open_inputs(store: str | Store, checkpoint: str | os.PathLike[str] | Checkpo
         except TypeError as e:
             raise ConfigError(f"unknown run option: {e}") from None
     s = store if isinstance(store, Store) else open_store(store)
-    ckpt = checkpoint if isinstance(checkpoint, Checkpoint) else load_checkpoint(checkpoint)
-    check_store_matches(ckpt, s)
-    return opts, s, ckpt
+    return opts, s, load_model(model, s, model_args=model_args)
 
 
 def predict(
     store: str | Store,
-    checkpoint: str | os.PathLike[str] | Checkpoint,
+    checkpoint: ModelLike,
     out: str | os.PathLike[str] | None = None,
     *,
     topk: int = 5,
+    model_args: dict[str, Any] | None = None,
     options: RunOptions | None = None,
     **overrides: Any,
 ) -> Predictions:
     """Classify every indexed path of ``store`` with ``checkpoint``; write the CSV to ``out`` if given.
 
-    Run options come from ``options`` and/or keyword overrides
+    ``checkpoint``: a checkpoint path or :class:`~infer.checkpoint.Checkpoint`,
+    an ``nn.Module`` or an import path (:data:`ModelLike`, with
+    ``model_args`` for an import path).  Run options come from ``options`` and/or keyword overrides
     (``predict(s, m, device="cpu", budget_mb=512)``; see
     :class:`infer.runtime.RunOptions`); ``topk`` labels are listed per clip.
     ``out`` is checked before any work.  Raises ``StoreError``,
@@ -97,21 +145,23 @@ def predict(
         raise ConfigError(f"topk must be a positive integer, got {topk!r}")
     if out is not None:
         check_output_path(out, what="predictions")
-    opts, s, ckpt = open_inputs(store, checkpoint, options, overrides)
+    opts, s, loaded = open_inputs(store, checkpoint, options, overrides, model_args)
     engine = Engine(opts)
-    model = engine.prepare(ckpt.build())
-    view = s.feature(ckpt.feature)
-    res = engine.logits(model, view, np.arange(len(s)), hashes=s.hashes, desc="predicting")
+    model = engine.prepare(loaded.module)
+    res = engine.logits(model, s, np.arange(len(s)), feature=loaded.feature, desc="predicting")
+    if len(s) and res.logits.shape[1] != len(loaded.label_names):
+        raise ConfigError(f"{loaded.name} gives {res.logits.shape[1]} classes; the labels are "
+                          f"{len(loaded.label_names)} ({', '.join(loaded.label_names[:5])}...)")
     stats = PredictStats(
         clips=len(s), distinct=res.distinct, audio_seconds=float(s.durations.sum()), batches=res.batches,
         efficiency=res.efficiency, windowed=res.windowed, oom_retries=res.oom_retries, peak_bytes=res.peak_bytes,
         peak_kind="GPU allocated" if engine.device.type == "cuda" else "anonymous RSS", budget_bytes=res.budget_bytes,
         device=str(engine.device))
     probs = torch.softmax(torch.from_numpy(res.logits), dim=1).numpy() if len(s) else np.zeros(
-        (0, len(ckpt.label_names)), dtype=np.float32)
+        (0, len(loaded.label_names)), dtype=np.float32)
     truth = [s.label_names[label] if label >= 0 else None for label in s.labels.tolist()]
     stats.wall_seconds = time.perf_counter() - t0
-    result = Predictions(list(s.paths), probs, list(ckpt.label_names), truth, stats)
+    result = Predictions(list(s.paths), probs, list(loaded.label_names), truth, stats)
     if out is not None:
         write_predictions_csv(result, out, topk=topk)
     return result

@@ -31,16 +31,18 @@ import torch
 from torch import nn
 from tqdm.auto import tqdm
 
-from store import ConfigError, FeatureView
+from store import ConfigError, Store
 
 from .budget import Budget
+from .collate import collate
+from .contract import exact_windows, masks_padding, time_stride, window_frames
 from .cost import measure_cost_per_frame
+from .data import BudgetBatchSampler, Item, PadCollate, StoreDataset, prefetch
 from .device import PRECISIONS, amp, anon_rss_bytes, autocast_dtype, choose_device, memory_bytes, set_cpu_threads
-from .loader import prefetch_batches, to_device
 from .planner import Plan, plan_batches
 from .windows import run_windowed
 
-__all__ = ["Engine", "RowLogits", "RunOptions", "distinct_rows", "time_stride"]
+__all__ = ["Engine", "RowLogits", "RunOptions", "distinct_rows"]
 
 log = logging.getLogger(__name__)
 
@@ -76,17 +78,6 @@ class RunOptions:
         if self.threads is not None and self.threads < 1:
             raise ConfigError(f"threads must be at least 1, got {self.threads}")
         memory_bytes(torch.device("cpu"), self.budget_mb, self.margin_mb)  # validates both figures
-
-
-def time_stride(model: nn.Module) -> int:
-    """Input frames per output frame of ``model`` (its ``time_stride`` attribute; 1 if it has none).
-
-    Batches are padded to a multiple of it, and the planner charges for that.
-    """
-    stride = getattr(model, "time_stride", 1)
-    if not isinstance(stride, int) or stride < 1:
-        raise ConfigError(f"{type(model).__name__}.time_stride must be a positive integer, got {stride!r}")
-    return stride
 
 
 def distinct_rows(rows: np.ndarray, hashes: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
@@ -205,62 +196,156 @@ class Engine:
     def logits(
         self,
         model: nn.Module,
-        view: FeatureView,
+        store: Store,
         rows: np.ndarray,
         *,
-        hashes: Sequence[str] | None = None,
+        feature: str | None = None,
         budget: Budget | None = None,
+        dedupe: bool = True,
         desc: str = "predicting",
     ) -> RowLogits:
-        """Run ``model`` on store ``rows`` of ``view`` as whole clips; logits in row order.
+        """Run ``model`` on store ``rows`` (of ``feature``) as whole clips; logits in row order.
 
-        With ``hashes`` (the store's, by row) each distinct content runs
-        once.  Batches are planned under ``budget`` (measured for ``model``
-        if None); clips too long for a batch of one run in windows.  The
-        model must already be on the device (:meth:`prepare`); it runs in
-        eval mode and its mode is restored afterwards.
+        The one prediction loop.  With ``dedupe`` each distinct content runs
+        once.  A model that masks padding runs on the planner's batches
+        (:class:`~infer.data.BudgetBatchSampler` under ``budget``, measured
+        for ``model`` if None), read and padded ahead by
+        :func:`~infer.data.prefetch`; clips too long for a batch of one run
+        in windows (exactly, when the model exposes ``pooled_sum``).  A model
+        that does not mask padding runs on equal windows
+        (:mod:`infer.contract`).  The model must already be on the device
+        (:meth:`prepare`); it runs in eval mode and its mode is restored.
         """
         rows = np.asarray(rows, dtype=np.int64)
-        n_classes = int(getattr(getattr(model, "config", None), "n_classes", 0)) or None
-        distinct, content = (distinct_rows(rows, hashes) if hashes is not None
+        distinct, content = (distinct_rows(rows, store.hashes) if dedupe
                              else (rows, np.arange(len(rows), dtype=np.int64)))
-        out = RowLogits(np.zeros((len(rows), n_classes or 0), dtype=np.float32), distinct=len(distinct))
+        out = RowLogits(np.zeros((len(rows), 0), dtype=np.float32), distinct=len(distinct))
         if not len(rows):
             return out
+        dataset = StoreDataset(store, feature, rows=distinct)
         was_training = model.training
         model.eval()
         retries_before = self.oom_retries
+        if self.device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(self.device)
+        peak = self._peak()
         try:
-            # the length index: no feature data is read to plan
-            plan = self.plan(model, view.lengths[distinct], view.spec.n_bins, budget)
-            out.batches, out.efficiency, out.windowed = plan.n_batches, plan.efficiency, len(plan.too_long)
-            out.budget_bytes = plan.budget.budget_bytes if plan.budget is not None else 0
-            results: list[tuple[np.ndarray, np.ndarray]] = []
-            if self.device.type == "cuda":
-                torch.cuda.reset_peak_memory_stats(self.device)
-            peak = self._peak()
             with tqdm(total=len(distinct), unit="clip", desc=desc, disable=not self.options.progress,
                       leave=False) as bar:
-                for batch in prefetch_batches(view, plan.batches, rows=distinct, multiple_of=plan.frame_align,
-                                              pin=self.device.type == "cuda"):
-                    b = to_device(batch, self.device)
-                    results.append((batch.ids, self._forward(model, b.x, b.lengths).cpu().numpy()))
-                    bar.update(len(batch))
-                    peak = max(peak, self._peak())
-                for cid in plan.too_long:
-                    arr = np.asarray(view[int(distinct[cid])], dtype=np.float32)
-                    with torch.inference_mode():
-                        logit = run_windowed(model, arr, plan.max_window, device=self.device,
-                                             autocast=self.autocast).float().cpu().numpy()
-                    results.append((np.array([cid]), logit[None]))
-                    bar.update(1)
-                    peak = max(peak, self._peak())
-            width = results[0][1].shape[1]
-            logits = np.zeros((len(distinct), width), dtype=np.float32)
-            for ids, values in results:
-                logits[ids] = values
+                run = self._masked if masks_padding(model) else self._windowed
+                result, peak = run(model, dataset, budget, bar, peak)
             out.oom_retries, out.peak_bytes = self.oom_retries - retries_before, peak
         finally:
             model.train(was_training)
+        logits, out.batches, out.efficiency, out.windowed, out.budget_bytes = result
         out.logits = logits[content]
         return out
+
+    def _masked(self, model: nn.Module, dataset: StoreDataset, budget: Budget | None, bar: Any,
+                peak: int) -> tuple[tuple[np.ndarray, int, float, int, int], int]:
+        """Whole clips in length-binned batches; over-long clips in windows."""
+        budget = budget or self.budget(model, dataset.n_bins)
+        sampler = BudgetBatchSampler(dataset, budget, too_long="leave")
+        batches = list(sampler)
+        plan_real = int(sum(int(dataset.lengths[i]) for b in batches for i in b))
+        plan_computed = int(sum(len(b) * int(budget.align(int(dataset.lengths[b].max()))) for b in batches))
+        parts: list[tuple[np.ndarray, np.ndarray]] = []
+        for batch in prefetch(dataset, batches, PadCollate(budget.frame_align), pin=self.device.type == "cuda"):
+            b = batch.to(self.device, non_blocking=True) if self.device.type != "cpu" else batch
+            parts.append((batch.ids, self._forward(model, b.x, b.lengths).cpu().numpy()))
+            bar.update(len(batch))
+            peak = max(peak, self._peak())
+        exact = exact_windows(model)
+        for index in sampler.too_long_indices.tolist():
+            x = dataset.window(index, 0, int(dataset.lengths[index]))
+            with torch.inference_mode():
+                if exact:
+                    logit = run_windowed(model, x, budget.max_window, device=self.device, autocast=self.autocast)
+                else:
+                    logit = self._mean_of_windows(model, x, budget.max_window, time_stride(model))
+            parts.append((np.array([index]), logit.float().cpu().numpy()[None]))
+            bar.update(1)
+            peak = max(peak, self._peak())
+        efficiency = plan_real / plan_computed if plan_computed else 1.0
+        return (_assemble(parts, len(dataset)), len(batches), efficiency, len(sampler.too_long_indices),
+                budget.budget_bytes), peak
+
+    def _mean_of_windows(self, model: nn.Module, x: np.ndarray, window: int, align: int) -> torch.Tensor:
+        """Mean logits over consecutive windows of ``window`` frames, each run alone."""
+        from .windows import windows_for
+
+        outs = []
+        for start, stop in windows_for(x.shape[1], window, align=align):
+            b = collate([x[:, start:stop]], multiple_of=align).to(self.device)
+            outs.append(self._forward(model, b.x, b.lengths)[0])
+        return torch.stack(outs).mean(dim=0)
+
+    def _windowed(self, model: nn.Module, dataset: StoreDataset, budget: Budget | None, bar: Any,
+                  peak: int) -> tuple[tuple[np.ndarray, int, float, int, int], int]:
+        """A model that does not mask padding: every clip as equal windows, logits averaged per clip."""
+        w = window_frames(model)
+        windows = _Windows(dataset, w)
+        budget = budget or self.budget(model, dataset.n_bins)
+        if not budget.fits(1, w):
+            raise ConfigError(f"one window of {w} frames does not fit the memory budget "
+                              f"({budget.budget_bytes / 2**20:.0f} MiB); raise the budget or lower window_frames")
+        sampler = BudgetBatchSampler(np.full(len(windows), w, dtype=np.int64), budget)
+        batches = list(sampler)
+        sums = np.zeros((len(dataset), 0), dtype=np.float64)
+        counts = np.bincount(windows.owner, minlength=len(dataset)).astype(np.float64)
+        for batch in prefetch(windows, batches, PadCollate(budget.frame_align, pad_to=w),
+                              pin=self.device.type == "cuda"):
+            b = batch.to(self.device, non_blocking=True) if self.device.type != "cpu" else batch
+            values = self._forward(model, b.x, b.lengths).cpu().numpy().astype(np.float64)
+            if sums.shape[1] == 0:
+                sums = np.zeros((len(dataset), values.shape[1]), dtype=np.float64)
+            np.add.at(sums, windows.owner[batch.ids], values)
+            bar.update(int(np.count_nonzero(windows.last[batch.ids])))
+            peak = max(peak, self._peak())
+        real = int(np.minimum(dataset.lengths, w).sum() + np.maximum(dataset.lengths - w, 0).sum())
+        computed = len(windows) * w
+        logits = (sums / counts[:, None]).astype(np.float32)
+        return (logits, len(batches), min(1.0, real / computed), 0, budget.budget_bytes), peak
+
+
+class _Windows:
+    """Equal windows of ``w`` frames over every item of a dataset, as a dataset of their own.
+
+    Windows start every ``w`` frames; the last one of a clip ends at the
+    clip's end (overlapping the one before) so every window is whole; a clip
+    shorter than ``w`` is one window, padded by the collate.  ``owner[k]`` is
+    window ``k``'s item, ``last[k]`` whether it is its item's last window.
+    """
+
+    def __init__(self, dataset: StoreDataset, w: int) -> None:
+        self.dataset = dataset
+        spans: list[tuple[int, int]] = []
+        owner: list[int] = []
+        last: list[bool] = []
+        for i, n in enumerate(dataset.lengths.tolist()):
+            starts = list(range(0, max(n - w, 0) + 1, w))
+            if n > w and starts[-1] + w < n:
+                starts.append(n - w)
+            for k, start in enumerate(starts):
+                spans.append((start, min(start + w, n)))
+                owner.append(i)
+                last.append(k == len(starts) - 1)
+        self.spans = spans
+        self.owner = np.array(owner, dtype=np.int64)
+        self.last = np.array(last, dtype=bool)
+
+    def __len__(self) -> int:
+        return len(self.spans)
+
+    def __getitem__(self, k: int) -> Item:
+        start, stop = self.spans[k]
+        i = int(self.owner[k])
+        return Item(self.dataset.window(i, start, stop), int(self.dataset.labels[i]), k, int(self.dataset.rows[i]))
+
+
+def _assemble(parts: list[tuple[np.ndarray, np.ndarray]], n: int) -> np.ndarray:
+    width = parts[0][1].shape[1] if parts else 0
+    out = np.zeros((n, width), dtype=np.float32)
+    for ids, values in parts:
+        out[ids] = values
+    return out

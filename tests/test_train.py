@@ -17,10 +17,12 @@ from infer.cost import measure_cost_per_frame
 from infer.models import ModelConfig, build_model
 from infer.predict import predict
 from infer.split import RULE, SplitRule, split_score
+from infer.augment import SpecAugment
 from infer.budget import Budget
+from infer.data import Item, PadCollate
 from infer.device import DEFAULT_CPU_BUDGET_MB
 from infer.train import (
-    MIN_TRAINING_EFFICIENCY as MIN_EFFICIENCY, TrainConfig, TrainError, lr_at, resume_path_for, spec_augment,
+    MIN_TRAINING_EFFICIENCY as MIN_EFFICIENCY, TrainConfig, TrainError, lr_at, resume_path_for,
     train, training_plan, training_rows,
 )
 from store import FeatureSpec, IndexRow, create_store, open_store
@@ -184,11 +186,10 @@ def test_lr_schedule_and_spec_augment() -> None:
     assert lrs[-1] == pytest.approx(1e-4)
 
     rng = np.random.default_rng(0)
-    x = torch.full((3, 1, 16, 40), -30.0)
-    lengths = torch.tensor([40, 25, 10])
-    for b, n in enumerate(lengths.tolist()):
-        x[b, :, :, n:] = 0.0
-    spec_augment(x, lengths, rng, time_masks=2, time_mask_frames=8, freq_masks=2, freq_mask_bins=4, fill=-45.0)
+    augment = SpecAugment(time_masks=2, time_mask_frames=8, freq_masks=2, freq_mask_bins=4, fill=-45.0)
+    items = [augment(np.full((16, n), -30.0, dtype=np.float32), rng) for n in (40, 25, 10)]
+    batch = PadCollate()([Item(x, 0, k, k) for k, x in enumerate(items)])
+    x, lengths = batch.x, batch.lengths
     for b, n in enumerate(lengths.tolist()):
         assert torch.all(x[b, :, :, n:] == 0.0)  # padding untouched
         real = x[b, :, :, :n]

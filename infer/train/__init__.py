@@ -2,18 +2,19 @@
 
 * :mod:`.config`: :class:`TrainConfig` (every option, its CLI flag and help,
   TOML/JSON config files);
-* :mod:`.augment`: random crops and SpecAugment masks;
 * :mod:`.schedule`: the learning-rate schedule;
 * :mod:`.resume`: the resume file;
 * :mod:`.loop`: :func:`train`, the run itself (``make train``).
 
-Batches are planned by :func:`infer.planner.training_plan` under the
-engine's :class:`~infer.budget.Budget`; the split is :mod:`infer.split`'s.
+Data come through :mod:`infer.data` (the store dataset with per-item crops
+and :mod:`infer.augment`'s SpecAugment, the budgeted batch sampler, the
+padding collate); batches are planned by :func:`infer.planner.training_plan`
+under the engine's :class:`~infer.budget.Budget`; the split is
+:mod:`infer.split`'s.
 """
 
 from ..planner import MIN_TRAINING_EFFICIENCY, training_plan
 from ..split import training_rows
-from .augment import crop_starts, spec_augment
 from .config import TrainConfig, TrainError, add_config_arguments, config_from_args
 from .loop import TrainResult, config_path_for, metrics_path_for, train
 from .resume import resume_path_for
@@ -21,6 +22,6 @@ from .schedule import lr_at
 
 __all__ = [
     "MIN_TRAINING_EFFICIENCY", "TrainConfig", "TrainError", "TrainResult", "add_config_arguments",
-    "config_from_args", "config_path_for", "crop_starts", "lr_at", "metrics_path_for", "resume_path_for",
-    "spec_augment", "train", "training_plan", "training_rows",
+    "config_from_args", "config_path_for", "lr_at", "metrics_path_for", "resume_path_for", "train",
+    "training_plan", "training_rows",
 ]

@@ -36,7 +36,7 @@ class TrainError(ConfigError):
     """Training cannot start or continue (no labels, nothing to train on, bad config, diverged)."""
 
 
-RUNTIME_FIELDS = ("device", "precision", "budget_mb")
+RUNTIME_FIELDS = ("device", "precision", "budget_mb", "loader_workers")
 """Fields that may change between an interrupted run and its resumption (they do not change the result)."""
 
 
@@ -49,6 +49,17 @@ def _optional_seconds(text: str) -> float | None:
 
 def _optional_mb(text: str) -> float | None:
     return None if text.strip().lower() in ("", "none", "auto") else float(text)
+
+
+def _json_object(text: str) -> dict[str, Any]:
+    """``--model-args``: a JSON object of keyword arguments."""
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise argparse.ArgumentTypeError(f"not JSON: {e}") from None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError("must be a JSON object, e.g. '{\"width\": 16}'")
+    return value
 
 
 def _opt(default: Any, help: str, **meta: Any) -> Any:
@@ -83,10 +94,18 @@ class TrainConfig:
     freq_mask_bins: int = _opt(12, "widest frequency mask, bins")
     val_fraction: float = _opt(0.2, "share of works (groups) or contents held out for validation")
     seed: int = _opt(0, "split and training seed (every random draw derives from it)")
-    arch: str = _opt("cnn", "model architecture", choices=ARCHS)
-    width: int = _opt(32, "channels of the first block")
-    depth: int = _opt(4, "blocks / stages")
-    dropout: float = _opt(0.1, "dropout before the head")
+    arch: str = _opt("cnn", "model: cnn, resnet, or an import path package.module:Class of any nn.Module with "
+                            "forward(x, lengths) (see infer/contract.py)", metavar="ARCH")
+    model_args: dict[str, Any] | None = _opt(None, "keyword arguments (a JSON object) for an import-path model; "
+                                                   "n_bins/n_classes/input_mean/input_std are filled in when its "
+                                                   "constructor takes them", parse=_json_object, metavar="JSON")
+    width: int = _opt(32, "channels of the first block (built-in models)")
+    depth: int = _opt(4, "blocks / stages (built-in models)")
+    dropout: float = _opt(0.1, "dropout before the head (built-in models)")
+    grad_checkpoint: bool = _opt(False, "gradient checkpointing: recompute activations in backward, so the "
+                                        "memory budget packs larger batches (slower steps)")
+    loader_workers: int = _opt(0, "batches are read by a prefetch thread (0) or by this many DataLoader "
+                                  "worker processes")
     feature: str | None = _opt(None, "feature to train on (default: the store's default)", metavar="NAME")
     device: str = _opt("auto", "auto (CUDA if available), cpu, cuda, cuda:N")
     precision: str = _opt("auto", "auto: bf16/fp16 autocast on CUDA, fp32 on CPU", choices=PRECISIONS)
@@ -112,8 +131,13 @@ class TrainConfig:
             raise TrainError(f"val_fraction must be in [0, 1), got {self.val_fraction!r}")
         if self.seed < 0:
             raise TrainError(f"seed must be >= 0, got {self.seed}")
-        if self.arch not in ARCHS:
-            raise TrainError(f"arch must be one of {', '.join(ARCHS)}, not {self.arch!r}")
+        if self.arch not in ARCHS and ":" not in self.arch:
+            raise TrainError(f"arch must be one of {', '.join(ARCHS)} or an import path package.module:Class, "
+                             f"not {self.arch!r}")
+        if self.model_args is not None and self.arch in ARCHS:
+            raise TrainError("model_args is for import-path models; the built-ins take width, depth, dropout")
+        if self.loader_workers < 0:
+            raise TrainError(f"loader_workers must be >= 0, got {self.loader_workers}")
         if self.precision not in PRECISIONS:
             raise TrainError(f"precision must be one of {', '.join(PRECISIONS)}, not {self.precision!r}")
 

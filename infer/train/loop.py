@@ -41,19 +41,20 @@ from typing import Any
 import numpy as np
 import torch
 import torch.nn.functional as F
-from torch import Tensor
+from torch import Tensor, nn
+from torch.utils.data import DataLoader
 from tqdm.auto import tqdm
 
-from store import FeatureView, Store, check_output_path, open_store, write_atomic
+from store import ConfigError, FeatureView, Store, check_output_path, open_store, write_atomic
 
+from ..augment import SpecAugment
 from ..budget import Budget
 from ..checkpoint import Checkpoint, load_checkpoint, save_checkpoint
-from ..collate import collate
-from ..models import MaskedClassifier, ModelConfig, build_model, count_parameters
-from ..planner import training_plan
+from ..contract import ModelSpec, masks_padding, spec_of, time_stride, window_frames
+from ..data import BudgetBatchSampler, PadCollate, StoreDataset, prefetch
+from ..models import count_parameters
 from ..runtime import Engine, RunOptions
 from ..split import SplitError, SplitRule, training_fingerprint, training_rows
-from .augment import crop_starts, spec_augment
 from .config import TrainConfig, TrainError
 from .resume import ResumeState, load_resume, resume_path_for, save_resume
 from .schedule import lr_at
@@ -101,7 +102,7 @@ class TrainResult:
     n_val: int
     seconds: float
     config: TrainConfig
-    model_config: ModelConfig
+    model_spec: ModelSpec
     extra: dict[str, Any] = field(default_factory=dict)
 
     def line(self) -> str:
@@ -121,19 +122,6 @@ def _epoch_seed(seed: int, epoch: int, stream: int) -> int:
     """A 63-bit seed for one random stream of one epoch."""
     digest = hashlib.blake2b(f"{seed}:{epoch}:{stream}".encode(), digest_size=8).digest()
     return int.from_bytes(digest, "big") >> 1
-
-
-@dataclass
-class _Data:
-    """The rows and arrays one run uses."""
-
-    view: FeatureView
-    train_rows: np.ndarray
-    train_labels: np.ndarray
-    train_lengths: np.ndarray
-    val_rows: np.ndarray
-    val_labels: np.ndarray
-    crop_frames: np.ndarray  # per training clip: frames fed per epoch (crop, budget and length limited)
 
 
 def _fit_normalisation(view: FeatureView, rows: np.ndarray, seed: int, max_clips: int = 128,
@@ -173,16 +161,6 @@ def _class_weights(labels: np.ndarray, n_classes: int) -> np.ndarray:
     return w
 
 
-def _make_batch(data: _Data, ids: np.ndarray, rng: np.random.Generator, stride: int) -> tuple[Tensor, Tensor]:
-    """Random crops of training clips ``ids`` read from the store, padded to the stride."""
-    crop = data.crop_frames[ids]
-    starts = crop_starts(data.train_lengths[ids], crop, rng)
-    arrays = [data.view.frames(int(r))[s:s + c].T for r, s, c in zip(data.train_rows[ids].tolist(),
-                                                                       starts.tolist(), crop.tolist(), strict=True)]
-    batch = collate(arrays, multiple_of=stride)
-    return batch.x, batch.lengths
-
-
 @dataclass
 class _Step:
     loss: float  # mean loss of the batch (weighted mean with class weights)
@@ -190,7 +168,7 @@ class _Step:
     oom_splits: int
 
 
-def _forward_backward(model: MaskedClassifier, engine: Engine, x: Tensor, lengths: Tensor, y: Tensor, *,
+def _forward_backward(model: torch.nn.Module, engine: Engine, x: Tensor, lengths: Tensor, y: Tensor, *,
                       weights: Tensor | None, label_smoothing: float, scaler: torch.amp.GradScaler) -> _Step:
     """Forward and backward of one batch, gradients accumulated into the parameters.
 
@@ -299,12 +277,19 @@ def train(
     threads: int | None = None,
     margin_mb: float | None = None,
     overwrite: bool = False,
+    model: nn.Module | str | None = None,
+    model_args: dict[str, Any] | None = None,
     on_epoch_end: Callable[[dict[str, Any]], None] | None = None,
     **overrides: Any,
 ) -> TrainResult:
     """Train a classifier on ``store``'s labelled clips; the best checkpoint goes to ``model_path``.
 
-    ``config`` fields may also be given as keyword ``overrides``.  ``threads``:
+    ``model``: None (the config's ``arch``), an import path
+    ``package.module:Class``, or an ``nn.Module`` instance following the
+    contract of :mod:`infer.contract`; ``model_args``: its constructor's
+    keyword arguments (JSON values), recorded in the checkpoint so it can be
+    rebuilt without pickle.  ``config`` fields may also be given as keyword
+    ``overrides``.  ``threads``:
     CPU threads (default all cores); ``margin_mb``: GPU memory kept free.
     ``overwrite``: replace an existing ``model_path`` that this configuration
     cannot resume.  ``on_epoch_end(entry)`` is called with each epoch's
@@ -348,23 +333,28 @@ def train(
     state = _resumable(load_resume(resume_path), cfg, fingerprint, model_path, overwrite)
 
     # -- the model: resumed or fresh ---------------------------------------------------------------
+    mean, std = _fit_normalisation(s.feature(feature), train_rows, cfg.seed)
     if state is not None:
-        model_cfg = ModelConfig.from_dict(state.model_config)
+        model_spec = ModelSpec.from_dict(state.model_spec)
     else:
-        mean, std = _fit_normalisation(s.feature(feature), train_rows, cfg.seed)
-        model_cfg = ModelConfig(arch=cfg.arch, n_bins=spec.n_bins, n_classes=n_classes, width=cfg.width,
-                                depth=cfg.depth, dropout=cfg.dropout, input_mean=round(mean, 4),
-                                input_std=round(std, 4))
+        model_spec = _model_spec(cfg, model, model_args, {
+            "n_bins": spec.n_bins, "n_classes": n_classes, "input_mean": round(mean, 4), "input_std": round(std, 4)})
     torch.manual_seed(cfg.seed)
-    model = build_model(model_cfg).to(device)
-    optimizer = torch.optim.AdamW(_param_groups(model, cfg.weight_decay), lr=cfg.lr)
+    net = model if isinstance(model, nn.Module) else model_spec.build()
+    net = net.to(device)
+    if cfg.grad_checkpoint:
+        if not hasattr(net, "grad_checkpoint"):
+            raise TrainError(f"{type(net).__name__} has no grad_checkpoint attribute: it does not support "
+                             "gradient checkpointing")
+        net.grad_checkpoint = True
+    optimizer = torch.optim.AdamW(_param_groups(net, cfg.weight_decay), lr=cfg.lr)
     scaler = torch.amp.GradScaler(device.type, enabled=engine.autocast == torch.float16)
     history: list[dict[str, Any]] = []
     best_score: tuple[float, float] | None = None
     best_epoch = 0
     start_epoch = 0
     if state is not None:
-        model.load_state_dict(state.model)
+        net.load_state_dict(state.model)
         optimizer.load_state_dict(state.optimizer)
         if state.scaler:
             scaler.load_state_dict(state.scaler)
@@ -374,25 +364,36 @@ def train(
         best_score = (float(state.best_score[0]), float(state.best_score[1])) if state.best_score else None
         log.info("resuming %s after epoch %d of %d", model_path, start_epoch, cfg.epochs)
 
-    # -- budget, crops ----------------------------------------------------------------------------
-    stride = model.time_stride
-    budget: Budget = engine.budget(model, spec.n_bins, training=True)
-    eval_budget: Budget = engine.budget(model, spec.n_bins)
+    # -- budget, data ------------------------------------------------------------------------------
+    stride = time_stride(net)
+    budget: Budget = engine.budget(net, spec.n_bins, training=True)
+    eval_budget: Budget = engine.budget(net, spec.n_bins)
     train_lengths = s.lengths[train_rows].astype(np.int64)
-    limit = budget.max_window
-    if cfg.crop_seconds is not None:
-        limit = min(limit, max(stride, int(round(cfg.crop_seconds / spec.frame_seconds)) // stride * stride))
-    crop_frames = np.minimum(train_lengths, limit)
+    if masks_padding(net):
+        limit = budget.max_window
+        if cfg.crop_seconds is not None:
+            limit = min(limit, max(stride, int(round(cfg.crop_seconds / spec.frame_seconds)) // stride * stride))
+        pad_to = None
+    else:  # equal windows: every training item is one window (short clips padded to it)
+        limit = pad_to = window_frames(net)
+        if not budget.fits(1, limit):
+            raise TrainError(f"one training window of {limit} frames does not fit the memory budget; raise it")
     cut = int((train_lengths > budget.max_window).sum())
     if cut:
         log.warning("%d training clip(s) exceed the memory budget whole; they are trained on random crops of "
                     "%d frames", cut, budget.max_window)
-    data = _Data(s.feature(feature), train_rows, train_labels, train_lengths, val_rows,
-                 s.labels[val_rows].astype(np.int64), crop_frames)
+    crop = limit if (cfg.crop_seconds is not None or cut or pad_to is not None) else None
+    fill = float(model_spec.kwargs.get("input_mean", mean))
+    augment = SpecAugment(cfg.time_masks, cfg.time_mask_frames, cfg.freq_masks, cfg.freq_mask_bins, fill) \
+        if (cfg.time_masks or cfg.freq_masks) else None
+    dataset = StoreDataset(s, feature, rows=train_rows, crop_frames=crop, spec_augment=augment, seed=cfg.seed)
+    sampler = BudgetBatchSampler(dataset, budget, shuffle=True, seed=cfg.seed)
+    collate_fn = PadCollate(stride, pad_to=pad_to)
+    val_labels = s.labels[val_rows].astype(np.int64)
     weights = torch.tensor(_class_weights(train_labels, n_classes), dtype=torch.float32, device=device) \
         if cfg.class_weighted else None
-    log.info("training %s (%d parameters) on %d clips, validating on %d; %s; %s", model_cfg.arch,
-             count_parameters(model), len(train_rows), len(val_rows), device, budget.describe())
+    log.info("training %s (%d parameters) on %d clips, validating on %d; %s; %s", model_spec.target,
+             count_parameters(net), len(train_rows), len(val_rows), device, budget.describe())
 
     base_extra: dict[str, Any] = {
         "trained": True, "train_config": cfg.to_dict(), "split": rule.to_dict(), "store": str(s.location),
@@ -401,9 +402,15 @@ def train(
                                enumerate(np.bincount(train_labels, minlength=n_classes))},
     }
     write_atomic(config_path_for(model_path), json.dumps(
-        {"train_config": cfg.to_dict(), "model_config": model_cfg.to_dict(), "split": rule.to_dict(),
+        {"train_config": cfg.to_dict(), "model": model_spec.to_dict(), "split": rule.to_dict(),
          "store": str(s.location), "feature": feature}, indent=2) + "\n")
     scalars = _Scalars(model_path)
+
+    def batches_of_epoch() -> Any:
+        if cfg.loader_workers:
+            return DataLoader(dataset, batch_sampler=sampler, collate_fn=collate_fn, num_workers=cfg.loader_workers,
+                              pin_memory=device.type == "cuda")
+        return prefetch(dataset, list(sampler), collate_fn, pin=device.type == "cuda")
 
     # -- epochs -----------------------------------------------------------------------------------
     epochs_run = 0
@@ -412,24 +419,19 @@ def train(
         for epoch in range(start_epoch, cfg.epochs):
             e0 = time.perf_counter()
             torch.manual_seed(_epoch_seed(cfg.seed, epoch, 0))
-            rng = np.random.default_rng(_epoch_seed(cfg.seed, epoch, 1))
-            plan = training_plan(crop_frames, budget, seed=cfg.seed, epoch=epoch)
-            model.train()
+            sampler.set_epoch(epoch)
+            n_batches = len(sampler)
+            net.train()
             loss_sum, correct, seen, oom_splits = 0.0, 0, 0, 0
             lr = lr_at(epoch, cfg)
-            for bi, ids in enumerate(plan.batches):
-                lr = lr_at(epoch + bi / len(plan.batches), cfg)
+            for bi, batch in enumerate(batches_of_epoch()):
+                lr = lr_at(epoch + bi / n_batches, cfg)
                 for group in optimizer.param_groups:
                     group["lr"] = lr
-                x, lengths = _make_batch(data, ids, rng, stride)
-                if cfg.time_masks or cfg.freq_masks:
-                    spec_augment(x, lengths, rng, time_masks=cfg.time_masks, time_mask_frames=cfg.time_mask_frames,
-                                 freq_masks=cfg.freq_masks, freq_mask_bins=cfg.freq_mask_bins,
-                                 fill=model_cfg.input_mean)
-                y = torch.from_numpy(train_labels[ids]).to(device)
-                x, lengths = x.to(device, non_blocking=True), lengths.to(device)
+                b = batch.to(device, non_blocking=True) if device.type != "cpu" else batch
+                assert b.labels is not None
                 optimizer.zero_grad(set_to_none=True)
-                step = _forward_backward(model, engine, x, lengths, y, weights=weights,
+                step = _forward_backward(net, engine, b.x, b.lengths, b.labels, weights=weights,
                                          label_smoothing=cfg.label_smoothing, scaler=scaler)
                 if not math.isfinite(step.loss) and not scaler.is_enabled():
                     raise TrainError(f"training diverged (loss {step.loss}) in epoch {epoch + 1}; lower the LR")
@@ -437,36 +439,37 @@ def train(
                 scaler.update()
                 oom_splits += step.oom_splits
                 if math.isfinite(step.loss):
-                    loss_sum += step.loss * len(ids)
+                    loss_sum += step.loss * len(batch)
                     correct += step.correct
-                    seen += len(ids)
+                    seen += len(batch)
                 bar.set_postfix_str(f"loss {loss_sum / max(seen, 1):.3f}" + (
                     f", val acc {history[-1]['val_accuracy']:.3f}"
                     if history and history[-1]["val_accuracy"] is not None else ""), refresh=False)
+            plan_efficiency = _epoch_efficiency(dataset.lengths, sampler, stride, pad_to)
             entry: dict[str, Any] = {
                 "epoch": epoch + 1, "loss": loss_sum / max(seen, 1), "train_accuracy": correct / max(seen, 1),
-                "val_accuracy": None, "val_f1": None, "val_loss": None, "lr": lr, "batches": plan.n_batches,
-                "efficiency": plan.efficiency, "oom_splits": oom_splits,
+                "val_accuracy": None, "val_f1": None, "val_loss": None, "lr": lr, "batches": n_batches,
+                "efficiency": plan_efficiency, "oom_splits": oom_splits,
             }
             if len(val_rows):
-                res = engine.logits(model, data.view, val_rows, hashes=s.hashes, budget=eval_budget)
+                res = engine.logits(net, s, val_rows, feature=feature, budget=eval_budget)
                 vl = torch.from_numpy(res.logits)
-                vy = torch.from_numpy(data.val_labels)
+                vy = torch.from_numpy(val_labels)
                 entry["val_accuracy"] = float((vl.argmax(1) == vy).float().mean())
-                entry["val_f1"] = _macro_f1(data.val_labels, vl.argmax(1).numpy())
+                entry["val_f1"] = _macro_f1(val_labels, vl.argmax(1).numpy())
                 entry["val_loss"] = float(F.cross_entropy(vl, vy))
             entry["seconds"] = time.perf_counter() - e0
             history.append(entry)
             score = _score(entry)
             if best_score is None or score > best_score:
                 best_score, best_epoch = score, epoch + 1
-                save_checkpoint(Checkpoint.from_model(model, s.label_names, feature, spec, extra={
+                save_checkpoint(Checkpoint.from_model(net, s.label_names, feature, spec, extra={
                     **base_extra, "epoch": epoch + 1, "best_epoch": epoch + 1,
-                    "val_accuracy": entry["val_accuracy"], "history": history}), model_path)
+                    "val_accuracy": entry["val_accuracy"], "history": history}, model_spec=model_spec), model_path)
             save_resume(ResumeState(
                 config=cfg.to_dict(), config_key=cfg.resume_key(), data=fingerprint,
-                model_config=model_cfg.to_dict(), epoch=epoch + 1, complete=epoch + 1 == cfg.epochs,
-                model={k: v.detach().cpu() for k, v in model.state_dict().items()},
+                model_spec=model_spec.to_dict(), epoch=epoch + 1, complete=epoch + 1 == cfg.epochs,
+                model={k: v.detach().cpu() for k, v in net.state_dict().items()},
                 optimizer=optimizer.state_dict(), scaler=scaler.state_dict(), history=history,
                 best_epoch=best_epoch, best_score=list(best_score) if best_score is not None else None), resume_path)
             write_atomic(metrics_path_for(model_path), _metrics_csv(history))
@@ -477,8 +480,8 @@ def train(
                 f", val acc {entry['val_accuracy']:.3f}" if entry["val_accuracy"] is not None else ""))
             log.info("epoch %d/%d: loss %.4f, train acc %.3f, val acc %s, lr %.2e, %d batches (efficiency %.3f), "
                      "%.1f s", epoch + 1, cfg.epochs, entry["loss"], entry["train_accuracy"],
-                     "-" if entry["val_accuracy"] is None else f"{entry['val_accuracy']:.3f}", lr, plan.n_batches,
-                     plan.efficiency, entry["seconds"])
+                     "-" if entry["val_accuracy"] is None else f"{entry['val_accuracy']:.3f}", lr, n_batches,
+                     plan_efficiency, entry["seconds"])
             if on_epoch_end is not None:
                 on_epoch_end(entry)
     finally:
@@ -495,5 +498,42 @@ def train(
         model_path=model_path, resume_path=resume_path, history=history, best_epoch=best_epoch,
         best_val_accuracy=best_entry.get("val_accuracy"), resumed_from=start_epoch, epochs_run=epochs_run,
         n_train=len(train_rows), n_val=len(val_rows), seconds=time.perf_counter() - t0, config=cfg,
-        model_config=model_cfg, extra=base_extra,
+        model_spec=model_spec, extra=base_extra,
     )
+
+
+def _model_spec(cfg: TrainConfig, model: nn.Module | str | None, model_args: dict[str, Any] | None,
+                available: dict[str, Any]) -> ModelSpec:
+    """How to build the model: the config's built-in architecture or import path, or a given module.
+
+    ``available``: the store's facts a constructor may take (n_bins, n_classes, input_mean, input_std).
+    """
+    if isinstance(model, nn.Module):
+        spec = spec_of(model, model_args)
+        if not spec.builtin:  # the checkpoint must be able to rebuild it
+            try:
+                rebuilt = spec.build()
+                rebuilt.load_state_dict(model.state_dict())
+            except (ConfigError, RuntimeError) as e:
+                raise TrainError(f"{spec.target} cannot be rebuilt from its import path and arguments {spec.kwargs} "
+                                 f"({str(e).splitlines()[0]}); pass model_args= with its constructor arguments"
+                                 ) from None
+        return spec
+    target = model if isinstance(model, str) else cfg.arch
+    args = model_args if model_args is not None else cfg.model_args
+    if target in ("cnn", "resnet"):
+        return ModelSpec(target, {**available, "width": cfg.width, "depth": cfg.depth, "dropout": cfg.dropout})
+    try:
+        return ModelSpec.for_class(target, args, **available)
+    except ConfigError as e:
+        raise TrainError(str(e)) from None
+
+
+def _epoch_efficiency(lengths: np.ndarray, sampler: BudgetBatchSampler, stride: int, pad_to: int | None) -> float:
+    """Real / computed frames of this epoch's batches."""
+    real = computed = 0
+    for b in sampler.epoch_batches():
+        longest = pad_to or int(lengths[b].max())
+        computed += len(b) * (-(-longest // stride) * stride)
+        real += int(lengths[b].sum())
+    return real / computed if computed else 1.0

@@ -3,7 +3,7 @@
 ``<model>.resume.pt`` (next to the checkpoint) is a ``torch.save`` file of
 plain containers and tensors, read with ``torch.load(weights_only=True)``:
 the configuration and its resume key, a fingerprint of the training data,
-the model config, model / optimiser / grad-scaler states, the epoch, the
+the model's :class:`~infer.contract.ModelSpec`, model / optimiser / grad-scaler states, the epoch, the
 history and the best score so far.  It holds no random-number state because
 none is needed: every random draw of an epoch (batches, crops, masks,
 dropout) is seeded from ``(seed, epoch)``, so a resumed run follows the
@@ -25,7 +25,7 @@ __all__ = ["RESUME_FORMAT", "RESUME_VERSION", "ResumeState", "load_resume", "res
 log = logging.getLogger(__name__)
 
 RESUME_FORMAT = "specstore-resume"
-RESUME_VERSION = 2
+RESUME_VERSION = 3
 
 
 def resume_path_for(model_path: str | os.PathLike[str]) -> Path:
@@ -41,7 +41,7 @@ class ResumeState:
     config: dict[str, Any]
     config_key: dict[str, Any]
     data: str
-    model_config: dict[str, Any]
+    model_spec: dict[str, Any]
     epoch: int
     complete: bool
     model: dict[str, Any]

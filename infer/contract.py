@@ -1,0 +1,184 @@
+"""The model contract: what any ``torch.nn.Module`` needs to be trained, run, evaluated and saved here.
+
+**Required.** ``forward(x, lengths) -> logits``: ``x`` is ``(B, 1, n_bins, T)``
+float (dB values, zero beyond each clip's length), ``lengths`` is ``(B,)``
+int64 real frames, ``logits`` is ``(B, n_classes)``.
+
+**Optional attributes** (defaults in brackets):
+
+* ``time_stride`` [1]: input frames per output frame.  Batches are padded to
+  a multiple of it and the planner charges for that.
+* ``masks_padding`` [True]: the model ignores frames beyond ``lengths``
+  (re-masks after every layer, pools over real frames), so a clip's logits
+  do not depend on its batch.  A model that pools over padding sets it to
+  False: it then runs on equal-length windows of ``window_frames`` frames
+  (clips shorter than a window are padded to it, always alike), its logits
+  for a clip are the mean over the clip's windows, and it trains on crops
+  of that length, so a clip's result still does not depend on its batch.
+* ``window_frames`` [431, about 10 s at 22 050 Hz / hop 512]: see above.
+* ``pooled_sum(x, lengths, pool_start, pool_stop)`` and ``classify(sums,
+  counts)``: exact windowing of clips too long for the memory budget (the
+  built-in :class:`~infer.models.MaskedClassifier` has them).  Without them
+  such a clip's logits are the mean of its windows' logits.
+* ``grad_checkpoint`` [absent]: a bool the trainer sets for
+  ``--grad-checkpoint``; a model that supports gradient checkpointing
+  recomputes activations in backward when it is True.
+
+**Saving.** A checkpoint records the model as a :class:`ModelSpec`: an import
+path ``package.module:Class`` (or ``cnn``/``resnet`` for the built-ins) and
+JSON keyword arguments, never a pickled object.  Loading imports the module
+(as any code you install) and refuses anything that is not an ``nn.Module``
+subclass.  When the constructor accepts ``n_bins``, ``n_classes``,
+``input_mean`` or ``input_std`` and the keyword arguments do not give them,
+the trainer passes the store's feature bins, label count and the training
+frames' mean and standard deviation (dB).
+
+The memory cost probe (:func:`infer.cost.measure_cost_per_frame`) runs any
+such module as it is, so budgets hold for user models too.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from torch import nn
+
+from store import ConfigError
+
+from .models import ARCHS, MaskedClassifier, ModelConfig, build_model
+
+__all__ = [
+    "DEFAULT_WINDOW_FRAMES", "ModelSpec", "exact_windows", "masks_padding", "resolve_class", "spec_of",
+    "time_stride", "window_frames",
+]
+
+DEFAULT_WINDOW_FRAMES = 431
+"""Window (frames) of a model that does not mask padding, unless it says otherwise (10 s at 43.07 frames/s)."""
+
+
+def time_stride(model: nn.Module) -> int:
+    """Input frames per output frame of ``model`` (its ``time_stride``; 1 if it has none)."""
+    stride = getattr(model, "time_stride", 1)
+    if not isinstance(stride, int) or isinstance(stride, bool) or stride < 1:
+        raise ConfigError(f"{type(model).__name__}.time_stride must be a positive integer, got {stride!r}")
+    return stride
+
+
+def masks_padding(model: nn.Module) -> bool:
+    """Whether ``model`` ignores padded frames (its ``masks_padding``; True if it does not say)."""
+    return bool(getattr(model, "masks_padding", True))
+
+
+def window_frames(model: nn.Module) -> int:
+    """The equal windows (frames, a multiple of the stride) a non-masking model runs on."""
+    frames = int(getattr(model, "window_frames", DEFAULT_WINDOW_FRAMES))
+    stride = time_stride(model)
+    if frames < stride:
+        raise ConfigError(f"{type(model).__name__}.window_frames must be >= its time stride ({stride})")
+    return frames // stride * stride
+
+
+def exact_windows(model: nn.Module) -> bool:
+    """Whether over-long clips can be windowed exactly (the model exposes ``pooled_sum`` and ``classify``)."""
+    return masks_padding(model) and callable(getattr(model, "pooled_sum", None)) and callable(
+        getattr(model, "classify", None))
+
+
+def resolve_class(target: str) -> type[nn.Module]:
+    """The ``nn.Module`` subclass an import path ``package.module:Class`` names (one-line errors)."""
+    module_name, sep, qualname = target.partition(":")
+    if not sep or not module_name or not qualname:
+        raise ConfigError(f"a model is named by an import path 'package.module:Class' (or {', '.join(ARCHS)}), "
+                          f"not {target!r}")
+    try:
+        obj: Any = importlib.import_module(module_name)
+    except ImportError as e:
+        raise ConfigError(f"cannot import {module_name!r} for model {target!r}: {e}") from None
+    for part in qualname.split("."):
+        try:
+            obj = getattr(obj, part)
+        except AttributeError:
+            raise ConfigError(f"{module_name!r} has no {qualname!r} (model {target!r})") from None
+    if not (inspect.isclass(obj) and issubclass(obj, nn.Module)):
+        raise ConfigError(f"{target!r} is not a torch.nn.Module subclass; refusing to build it")
+    return obj
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """How to rebuild a model: ``target`` (``cnn``, ``resnet`` or ``package.module:Class``) and JSON kwargs.
+
+    For the built-ins the kwargs are a :class:`~infer.models.ModelConfig`'s
+    fields.  Checkpoints hold :meth:`to_dict`.
+    """
+
+    target: str
+    kwargs: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        try:
+            json.dumps(self.kwargs)
+        except TypeError as e:
+            raise ConfigError(f"model keyword arguments must be JSON values: {e}") from None
+
+    @property
+    def builtin(self) -> bool:
+        return self.target in ARCHS
+
+    @property
+    def config(self) -> ModelConfig | None:
+        """The built-in model's config (None for a user model)."""
+        return ModelConfig.from_dict({**self.kwargs, "arch": self.target}) if self.builtin else None
+
+    def build(self) -> nn.Module:
+        """A fresh model (random weights)."""
+        config = self.config
+        if config is not None:
+            return build_model(config)
+        cls = resolve_class(self.target)
+        try:
+            return cls(**self.kwargs)
+        except TypeError as e:
+            raise ConfigError(f"cannot build {self.target} with {self.kwargs}: {e}") from None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"target": self.target, "kwargs": dict(self.kwargs)}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ModelSpec:
+        return cls(str(data["target"]), dict(data.get("kwargs") or {}))
+
+    @classmethod
+    def for_class(cls, target: str, kwargs: dict[str, Any] | None = None, **available: Any) -> ModelSpec:
+        """A spec for ``target`` whose kwargs are ``kwargs`` plus those of ``available`` (e.g. ``n_bins``,
+        ``n_classes``, ``input_mean``) that the constructor accepts and ``kwargs`` does not set."""
+        given = dict(kwargs or {})
+        if target in ARCHS:
+            return cls(target, {**available, **given})
+        params = inspect.signature(resolve_class(target).__init__).parameters
+        takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+        extra = {k: v for k, v in available.items() if k not in given and (takes_any or k in params)}
+        return cls(target, {**extra, **given})
+
+
+def spec_of(model: nn.Module, kwargs: dict[str, Any] | None = None) -> ModelSpec:
+    """The :class:`ModelSpec` that rebuilds ``model``'s architecture.
+
+    Built-in models know their config; for another module the spec is its
+    class's import path with ``kwargs`` (the constructor arguments), or the
+    module's ``init_kwargs`` attribute when it keeps them.
+    """
+    if isinstance(model, MaskedClassifier) and kwargs is None:
+        config = model.config.to_dict()
+        arch = config.pop("arch")
+        return ModelSpec(arch, config)
+    cls = type(model)
+    if "<locals>" in cls.__qualname__:
+        raise ConfigError(f"{cls.__qualname__} is defined inside a function; a checkpoint needs an importable "
+                          "class (define it at module level)")
+    return ModelSpec(f"{cls.__module__}:{cls.__qualname__}", dict(kwargs if kwargs is not None
+                                                                   else getattr(model, "init_kwargs", {}) or {}))
