@@ -151,7 +151,11 @@ def live_bytes(
         with tracker:
             with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), amp(x.device.type, autocast):
                 out = model(x, lengths)
-        activations = tracker.peak[1] + tracker.largest_op
+        held = tracker.current[1]  # what the forward leaves for backward
+        activations = tracker.peak[1]
+        if getattr(model, "grad_checkpoint", False):  # backward re-runs one segment at a time on top of it
+            activations = max(activations, held + _largest_segment_saved(model, x, lengths, autocast))
+        activations += tracker.largest_op
         saved.clear()
         out.float().sum().backward()
         model.zero_grad(set_to_none=True)
@@ -160,6 +164,57 @@ def live_bytes(
             model(x, lengths)
         activations = tracker.peak[1]
     return LiveBytes(activations=x.numel() * x.element_size() + activations, other=tracker.peak[0])
+
+
+def _segments(model: nn.Module) -> list[nn.Module]:
+    """What gradient checkpointing recomputes one at a time: ``model.checkpoint_segments()``, else its children."""
+    segments = getattr(model, "checkpoint_segments", None)
+    return list(segments()) if callable(segments) else list(model.children())
+
+
+def _largest_segment_saved(model: nn.Module, x: Tensor, lengths: Tensor, autocast: torch.dtype | None) -> int:
+    """Bytes autograd saves inside the largest checkpoint segment: what backward recomputes at once.
+
+    With gradient checkpointing the forward keeps only the segments' inputs;
+    backward re-runs one segment at a time and holds what it saves.  Measured
+    with checkpointing off, by attributing each saved tensor to the segment
+    running when it was saved.
+    """
+    per_segment: dict[int, int] = {}
+    current: list[int] = []
+    seen: set[int] = set()
+
+    def pack(t: Tensor) -> Tensor:
+        storage = t.untyped_storage()
+        ptr = storage.data_ptr()
+        if current and ptr not in seen and t.dim() >= 1 and t.shape[0] == x.shape[0]:
+            seen.add(ptr)
+            per_segment[current[-1]] = per_segment.get(current[-1], 0) + storage.nbytes()
+        return t
+
+    def enter(k: int) -> Any:
+        def hook(_module: nn.Module, _args: Any) -> None:
+            current.append(k)
+        return hook
+
+    def leave(_module: nn.Module, _args: Any, _out: Any) -> None:
+        current.pop()
+
+    handles = []
+    for k, seg in enumerate(_segments(model)):
+        handles.append(seg.register_forward_pre_hook(enter(k)))
+        handles.append(seg.register_forward_hook(leave))
+    flag = model.grad_checkpoint  # type: ignore[attr-defined]
+    model.grad_checkpoint = False  # type: ignore[attr-defined]
+    try:
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), amp(x.device.type, autocast):
+            out = model(x, lengths)
+        del out
+    finally:
+        model.grad_checkpoint = flag  # type: ignore[attr-defined]
+        for h in handles:
+            h.remove()
+    return max(per_segment.values(), default=0)
 
 
 def activation_peak_bytes(

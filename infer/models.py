@@ -42,6 +42,7 @@ accumulated in float32).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from dataclasses import dataclass
 from typing import Any
@@ -49,6 +50,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch.utils.checkpoint import checkpoint
 
 from store import ConfigError
 from store.records import from_record
@@ -179,6 +181,9 @@ def _relu(x: Tensor) -> Tensor:
 
 
 class MaskedBatchNorm2d(nn.BatchNorm2d):
+    recomputing: bool = False
+    """True while gradient checkpointing re-runs the forward: the running statistics were already updated."""
+
     """BatchNorm2d whose training statistics cover real frames only.
 
     ``forward(x, lengths)``: in training, the per-channel mean and (biased)
@@ -187,8 +192,12 @@ class MaskedBatchNorm2d(nn.BatchNorm2d):
     variance, like :class:`torch.nn.BatchNorm2d`).  Padded positions come out
     with arbitrary values; callers re-mask.  In eval mode (or with
     ``lengths=None``) it is the ordinary BatchNorm2d.  Statistics are computed
-    in float32 even under autocast.
+    in float32 even under autocast.  While ``recomputing`` (gradient
+    checkpointing re-running a block in backward) the running statistics are
+    left alone: the first pass already counted the batch.
     """
+
+    recomputing: bool = False
 
     def folded(self, conv_weight: Tensor) -> tuple[Tensor, Tensor]:
         """Eval-mode BN folded into the preceding bias-free conv: ``(weight, bias)``."""
@@ -209,7 +218,8 @@ class MaskedBatchNorm2d(nn.BatchNorm2d):
         mean = (xf * mask).sum(dim=(0, 2, 3)) / count
         centred = xf - mean[None, :, None, None]
         var = (centred.square() * mask).sum(dim=(0, 2, 3)) / count
-        if self.track_running_stats and self.running_mean is not None and self.running_var is not None:
+        if (self.track_running_stats and self.running_mean is not None and self.running_var is not None
+                and not self.recomputing):
             with torch.no_grad():
                 self.num_batches_tracked.add_(1)  # type: ignore[union-attr,operator]
                 momentum = self.momentum if self.momentum is not None else 1.0 / float(self.num_batches_tracked)
@@ -223,6 +233,21 @@ class MaskedBatchNorm2d(nn.BatchNorm2d):
         if self.affine:
             y = y + self.bias[None, :, None, None]
         return y.to(x.dtype)
+
+
+class _Recomputing:
+    """While gradient checkpointing re-runs ``block``, its masked BatchNorms leave their running stats alone."""
+
+    def __init__(self, block: nn.Module) -> None:
+        self.norms = [m for m in block.modules() if isinstance(m, MaskedBatchNorm2d)]
+
+    def __enter__(self) -> None:
+        for m in self.norms:
+            m.recomputing = True
+
+    def __exit__(self, *exc: object) -> None:
+        for m in self.norms:
+            m.recomputing = False
 
 
 def _conv_bn(conv: nn.Conv2d, bn: MaskedBatchNorm2d, x: Tensor, lengths: Tensor) -> Tensor:
@@ -249,6 +274,9 @@ class MaskedClassifier(nn.Module):
         self.head = nn.Linear(out_channels, config.n_classes)
         self._time_stride = 1
         self._receptive_field = 1
+        self.grad_checkpoint = False
+        """Gradient checkpointing: in training, each block's activations are recomputed in backward instead
+        of kept, trading compute for memory (the cost probe accounts for it)."""
 
     @property
     def time_stride(self) -> int:
@@ -278,11 +306,20 @@ class MaskedClassifier(nn.Module):
             h = F.pad(h, (0, extra))
         return h, lengths
 
+    def checkpoint_segments(self) -> list[nn.Module]:
+        """The parts gradient checkpointing recomputes one at a time (the blocks)."""
+        return list(self.blocks)
+
     def features(self, x: Tensor, lengths: Tensor | Any) -> tuple[Tensor, Tensor]:
         """Backbone: ``(B, C, F', T')`` masked activations and their lengths ``(B,)``."""
         h, lengths = self._prepare(x, lengths)
+        recompute = self.grad_checkpoint and self.training and torch.is_grad_enabled()
         for block in self.blocks:
-            h, lengths = block(h, lengths)
+            if recompute:
+                h, lengths = checkpoint(block, h, lengths, use_reentrant=False,
+                                        context_fn=lambda b=block: (contextlib.nullcontext(), _Recomputing(b)))
+            else:
+                h, lengths = block(h, lengths)
         return h, lengths
 
     def pooled_sum(
