@@ -28,7 +28,6 @@ import re
 import subprocess
 import sys
 import time
-from collections import Counter
 from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
@@ -63,8 +62,8 @@ class Summary:
         rows = [f"{label:12s} train {d['train']:3d} clips / {d['train_works']:3d} works   "
                 f"test {d['test']:3d} clips / {d['test_works']:3d} works" for label, d in counts.items()]
         return "\n".join([
-            f"realcorpus: {len(self.clips)} clips, {self.seconds / 3600:.2f} h of audio in {self.out_dir} "
-            f"({self.rendered} rendered in {self.elapsed_s:.0f} s)",
+            (f"realcorpus: {len(self.clips)} clips, {self.seconds / 3600:.2f} h of audio in {self.out_dir} "
+             f"({self.rendered} rendered in {self.elapsed_s:.0f} s)"),
             *rows,
             f"manifest: {self.out_dir / 'manifest.csv'} (train.csv, test.csv beside it)",
         ])
@@ -133,14 +132,14 @@ def _check_out(out: Path, clips: list[Clip], prune: bool) -> None:
 def _versions(soundfonts: Sequence[str]) -> dict[str, str]:
     v = {"music21": music21_version()}
     try:
-        r = subprocess.run(["fluidsynth", "--version"], capture_output=True, text=True)
+        r = subprocess.run(["fluidsynth", "--version"], capture_output=True, text=True, check=False)
         v["fluidsynth"] = r.stdout.splitlines()[0].split()[-1]
     except (OSError, IndexError):
         v["fluidsynth"] = "?"
     for name in soundfonts:
         pkg = SOUNDFONTS[name].package
         try:
-            r = subprocess.run(["dpkg-query", "-W", "-f=${Version}", pkg], capture_output=True, text=True)
+            r = subprocess.run(["dpkg-query", "-W", "-f=${Version}", pkg], capture_output=True, text=True, check=False)
             v[pkg] = r.stdout.strip() or "?"
         except OSError:
             v[pkg] = "?"
@@ -256,12 +255,13 @@ def generate(out_dir: str | os.PathLike[str], *, size: str = "full", seed: int =
 
 EPILOG = """\
 examples:
-  specstore-realcorpus data/realcorpus --jobs 2        # the development corpus (about 15 min on 2 cores)
+  specstore-realcorpus data/realcorpus --jobs 2        # the development corpus (about 10 min on 2 cores)
   specstore-realcorpus /tmp/rc-tiny --tiny             # 12 short clips, seconds (the test suite's)
   python -c "import pipeline; print(pipeline.extract('data/realcorpus/train.csv', 'data/rc-train.zarr').report())"
+  python -m realcorpus.baselines data/rc-train.zarr data/rc-test.zarr   # LR / kNN on band statistics
 
 Needs fluidsynth and the SoundFont packages (make realcorpus-deps; the tiny size
-only fluidsynth and timgm6mb-soundfont) and music21 (pip install 'specstore[realcorpus]').
+only fluidsynth and csound-soundfont) and music21 (pip install 'specstore[realcorpus]').
 Rerunning the same command resumes an interrupted run: finished clips are not
 rendered again. Same arguments and versions give byte-identical files.
 """

@@ -298,7 +298,7 @@ def fluidsynth(midi: bytes, soundfont: str, sample_rate: int, rng: np.random.Gen
         for k, v in room:
             cmd += ["-o", f"{k}={v:.3f}"]
         cmd += [sf, str(mid)]
-        r = subprocess.run(cmd, capture_output=True, text=True, stdin=subprocess.DEVNULL)
+        r = subprocess.run(cmd, capture_output=True, text=True, stdin=subprocess.DEVNULL, check=False)
         if r.returncode != 0 or not raw.exists():
             raise RealCorpusError(f"fluidsynth failed ({r.returncode}): {(r.stderr or r.stdout).strip()[:200]}")
         data = np.fromfile(raw, dtype="<f4")

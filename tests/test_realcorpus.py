@@ -216,19 +216,24 @@ def test_seed_changes_the_choice() -> None:
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "realcorpus", *args], capture_output=True, text=True, cwd=REPO,
+    return subprocess.run([sys.executable, "-m", "realcorpus", *args], capture_output=True, text=True, cwd=REPO, check=False,
                           timeout=120)
 
 
-def test_cli_help_and_errors(tmp_path: Path) -> None:
+def test_cli_help_and_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from realcorpus import main
+
     r = _cli("--help")
     assert r.returncode == 0 and "--tiny" in r.stdout and "--jobs" in r.stdout and "manifest.csv" in r.stdout
-    for args in (["--jobs", "0"], ["--classes", "jazz"], ["--seed", "-1"]):
-        r = _cli(str(tmp_path / "out"), "--tiny", *args)
-        assert r.returncode == 2, (args, r.stderr)
-        lines = r.stderr.strip().splitlines()
-        assert len(lines) == 1 and lines[0].startswith("specstore: error: "), r.stderr
+    r = _cli(str(tmp_path / "out"), "--tiny", "--jobs", "0")
+    assert r.returncode == 2 and r.stderr.strip() == "specstore: error: jobs must be at least 1, got 0", r.stderr
     f = tmp_path / "file"
     f.write_text("x")
-    r = _cli(str(f), "--tiny")
-    assert r.returncode == 2 and r.stderr.startswith("specstore: error: ") and "not a folder" in r.stderr
+    for args in (["--classes", "jazz"], ["--seed", "-1"], ["--classes", ""]):
+        assert main([str(tmp_path / "out"), "--tiny", "-q", *args]) == 2, args
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith("specstore: error: "), (args, err)
+    assert main([str(f), "--tiny", "-q"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("specstore: error: ") and "not a folder" in err
+    assert not (tmp_path / "out").exists()
