@@ -31,12 +31,18 @@ SPLIT       ?= all
 DEMO_STORE  := data/demo.zarr
 DEMO_MODEL  := models/demo.pt
 DEMO_TRAIN  := --epochs 15 --width 8 --crop-seconds 5
+REALCORPUS  ?= data/realcorpus
+RC_SIZE     ?= full
+# Debian packages: the renderer and the tiny test's SoundFont (CI), then every SoundFont of the full corpus.
+RC_APT_MIN  := fluidsynth csound-soundfont
+RC_APT_ALL  := $(RC_APT_MIN) fluid-soundfont-gm musescore-general-soundfont-small timgm6mb-soundfont
+RC_APT      ?= $(RC_APT_MIN)
 
 # torch's OpenMP threads sleep instead of spinning when idle: same speed on a
 # quiet machine, up to 10x faster training on a busy one.
 export OMP_WAIT_POLICY ?= PASSIVE
 
-.PHONY: help install features test test-fast corpus infer plan init-model train eval demo bench
+.PHONY: help install features test test-fast corpus infer plan init-model train eval demo bench realcorpus realcorpus-deps
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 16
@@ -94,6 +100,21 @@ demo: install  ## the whole system on the synthetic demo corpus: features, train
 
 bench: install  ## benchmarks side by side -> docs/benchmarks.md, .json (QUICK=1: smoke run)
 	$(PY) -m benchmarks $(if $(QUICK),--quick)
+
+realcorpus-deps:  ## apt-get the renderer + SoundFonts that are missing (RC_APT=...; default: what the tests need)
+	@missing=""; for p in $(RC_APT); do \
+		dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "ok installed" || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+		command -v apt-get >/dev/null || { echo "realcorpus needs the Debian packages:$$missing" >&2; exit 1; }; \
+		sudo=""; [ "$$(id -u)" = 0 ] || sudo=sudo; \
+		echo "installing$$missing"; \
+		$$sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -qq --no-install-recommends $$missing; \
+	fi
+
+realcorpus: install  ## render the realistic dev corpus (music21 scores, SoundFonts) into REALCORPUS=data/realcorpus; JOBS, RC_SIZE=full|tiny; resumable
+	@$(MAKE) --no-print-directory realcorpus-deps RC_APT="$(if $(filter tiny,$(RC_SIZE)),$(RC_APT_MIN),$(RC_APT_ALL))"
+	@$(PY) -c "import music21" 2>/dev/null || $(VENV)/bin/pip install --quiet -e ".[realcorpus]"
+	$(PY) -m realcorpus $(REALCORPUS) --size $(RC_SIZE) --jobs $(JOBS)
 
 test: install  ## run the whole test suite (as CI does)
 	$(PY) -m pytest -q tests

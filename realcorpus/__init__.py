@@ -1,0 +1,11 @@
+"""A realistic development corpus: real compositions from music21's corpus rendered with GM SoundFonts.
+
+``make realcorpus`` (or ``specstore-realcorpus OUT``) renders it; ``docs/realcorpus.md``
+describes the classes, sources, licences and how rendering varies.
+"""
+
+from .catalogue import CLASSES, SIZES, Clip, Piece, RealCorpusError, Work, list_works, plan_corpus
+from .generate import Summary, generate, main
+
+__all__ = ["CLASSES", "SIZES", "Clip", "Piece", "RealCorpusError", "Summary", "Work", "generate", "list_works", "main",
+           "plan_corpus"]

@@ -1,0 +1,394 @@
+"""What the corpus holds: style classes, the music21 works behind them, the split, the clips.
+
+Everything here is cheap and pure: the music21 corpus is listed by file name (and,
+for Humdrum and ABC files, by reading a few header lines), nothing is parsed.  A
+*work* is the unit of the train/test split (a mass, a cantata, a string quartet,
+one folk song); a *piece* is one score file (or one tune of an ABC collection) of
+a work; a *clip* is one rendered excerpt of a piece.  Every random choice is
+seeded from the corpus seed and the id of the thing it is about, so a clip does
+not depend on which other clips exist.
+"""
+
+from __future__ import annotations
+
+import re
+import zlib
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+
+from store import ConfigError
+
+__all__ = [
+    "CLASSES", "SIZES", "FORMATS", "SAMPLE_RATES", "RealCorpusError", "Piece", "Work", "Clip",
+    "corpus_root", "music21_version", "list_works", "plan_corpus", "rng_for",
+]
+
+
+class RealCorpusError(ConfigError):
+    """Bad arguments, a missing renderer or SoundFont, or an output folder that is not ours."""
+
+
+CLASSES: tuple[str, ...] = ("medieval", "renaissance", "baroque", "classical", "folksong", "fiddle")
+"""Style labels, in corpus order (also the folder names)."""
+
+FORMATS: tuple[str, ...] = ("wav", "flac", "ogg", "mp3")
+SAMPLE_RATES: tuple[int, ...] = (22050, 44100)
+
+
+@dataclass(frozen=True)
+class SizeSpec:
+    """How big a corpus is: works per class, excerpt length range (s), SoundFonts allowed."""
+
+    works: dict[str, int]
+    clip_seconds: tuple[float, float]
+    soundfonts: tuple[str, ...]
+    smallest: bool = False
+    """Take the smallest score files (fast to parse) instead of a seeded random choice."""
+
+
+SIZES: dict[str, SizeSpec] = {
+    "full": SizeSpec(
+        works={"medieval": 52, "renaissance": 52, "baroque": 52, "classical": 0, "folksong": 52, "fiddle": 52},
+        clip_seconds=(20.0, 60.0),
+        soundfonts=("csoundgm", "fluidr3", "musescore", "timgm6mb"),
+    ),
+    "tiny": SizeSpec(
+        works={c: 2 for c in CLASSES},
+        clip_seconds=(3.0, 5.0),
+        soundfonts=("csoundgm",),
+        smallest=True,
+    ),
+}
+"""``full``: the development corpus (classical: every quartet work there is).  ``tiny``: the test suite's."""
+
+TEST_SHARE = 0.28
+"""Share of each class's works held out for testing (rounded, at least one)."""
+
+
+def rng_for(seed: int, *key: str | int) -> np.random.Generator:
+    """An independent generator for (seed, key...); stable across runs, processes and machines."""
+    words = [int(seed)] + [k if isinstance(k, int) else zlib.crc32(k.encode("utf-8")) for k in key]
+    return np.random.default_rng(np.random.SeedSequence(words))
+
+
+def _hash(seed: int, text: str) -> int:
+    return zlib.crc32(f"{seed}:{text}".encode("utf-8"))
+
+
+@lru_cache(maxsize=1)
+def corpus_root() -> Path:
+    """The folder of music21's bundled corpus."""
+    try:
+        from music21 import corpus
+    except ImportError:
+        raise RealCorpusError("music21 is not installed: pip install 'specstore[realcorpus]' (or make realcorpus-deps)") from None
+    return Path(corpus.__file__).parent
+
+
+def music21_version() -> str:
+    import music21
+
+    return str(music21.__version__)
+
+
+@dataclass(frozen=True)
+class Piece:
+    """One score: ``source`` is relative to music21's corpus folder; ``number`` picks a tune of an ABC file."""
+
+    id: str
+    source: str
+    number: int | None = None
+    excerpts: int = 1
+    """How many excerpts to take (spread over the piece)."""
+    tactus: float | None = None
+    """Beat length in quarter notes overriding the time signature's (renaissance 4/4: a half note)."""
+
+
+@dataclass(frozen=True)
+class Work:
+    """The unit of the split: a class, a group id and its pieces."""
+
+    label: str
+    group: str
+    pieces: tuple[Piece, ...]
+    size: int
+    """Bytes of its score files (the tiny corpus takes the smallest works)."""
+
+
+@dataclass(frozen=True)
+class Clip:
+    """One output file: which piece, which excerpt of how many, how it is rendered and encoded."""
+
+    label: str
+    group: str
+    split: str
+    piece: Piece
+    excerpt: int
+    relpath: str
+    seconds: float
+    """Target length (s); a piece shorter than that gives a shorter clip (folk tunes are repeated)."""
+    ext: str
+    sample_rate: int
+    channels: int
+    soundfont: str
+    seed: int
+
+    @property
+    def id(self) -> str:
+        return f"{self.piece.id}-{self.excerpt}"
+
+
+def _slug(text: str) -> str:
+    s = re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
+    return s or "x"
+
+
+def _files(root: Path, folder: str, pattern: str) -> list[Path]:
+    return sorted((root / folder).glob(pattern))
+
+
+def _rel(root: Path, p: Path) -> str:
+    return p.relative_to(root).as_posix()
+
+
+def _abc_numbers(path: Path) -> list[int]:
+    numbers = []
+    with open(path, encoding="utf-8", errors="replace") as f:
+        for line in f:
+            m = re.match(r"^X:\s*(\d+)", line)
+            if m:
+                numbers.append(int(m.group(1)))
+    return sorted(set(numbers))
+
+
+# ---- the sources of each class --------------------------------------------------------------
+
+# Trecento pieces listed twice in the corpus (two versions of one work) share a group.
+_TRECENTO_VARIANT = re.compile(r"(\d+)[ab](?=[-_ ])")
+
+
+def _medieval(root: Path) -> list[Work]:
+    works: dict[str, list[tuple[Piece, int]]] = {}
+    paths = _files(root, "trecento", "*.xml") + [root / "ciconia/quod_jactatur.xml", root / "luca/gloria.xml"]
+    for p in paths:
+        if not p.exists():
+            continue
+        rel = _rel(root, p)
+        group = f"{p.parent.name}:" + _slug(_TRECENTO_VARIANT.sub(r"\1", p.stem))
+        works.setdefault(group, []).append((Piece(_slug(f"{p.parent.name}-{p.stem}"), rel), p.stat().st_size))
+    return [Work("medieval", g, tuple(x for x, _ in v), sum(s for _, s in v)) for g, v in works.items()]
+
+
+def _palestrina_mass(path: Path) -> str | None:
+    with open(path, encoding="utf-8", errors="replace") as f:
+        for _, line in zip(range(12), f):
+            if line.startswith("!!!OPR:"):
+                return line.split(":", 1)[1].strip()
+    return None
+
+
+def _renaissance(root: Path) -> list[Work]:
+    works: list[Work] = []
+    masses: dict[str, list[Path]] = {}
+    for p in _files(root, "palestrina", "*.krn"):
+        mass = _palestrina_mass(p)
+        if mass:
+            masses.setdefault(mass, []).append(p)
+    for mass, files in masses.items():
+        # One movement per mass (the work is the unit of the split, so more adds little).
+        pieces = tuple(Piece(_slug(f"palestrina-{p.stem}"), _rel(root, p), tactus=2.0) for p in files)
+        works.append(Work("renaissance", "palestrina:" + _slug(mass), pieces, min(p.stat().st_size for p in files)))
+    for p in _files(root, "monteverdi", "madrigal.*.mxl") + _files(root, "lusitano", "*.mxl"):
+        w = _slug(f"{p.parent.name}-{p.stem}")
+        works.append(Work("renaissance", f"{p.parent.name}:{_slug(p.stem)}", (Piece(w, _rel(root, p), tactus=2.0),), p.stat().st_size))
+    return works
+
+
+_BWV = re.compile(r"^bwv(\d+[a-z]?)(\.\d+)?\.mxl$")
+
+
+def _baroque(root: Path) -> list[Work]:
+    groups: dict[str, list[Path]] = {}
+    for p in _files(root, "bach", "bwv*.mxl"):
+        m = _BWV.match(p.name)
+        if m:  # skip the alternative versions (-a, -sc, -lz, ...)
+            groups.setdefault(m.group(1), []).append(p)
+    return [
+        Work("baroque", f"bach:bwv{g}", tuple(Piece(_slug(f"bach-{p.stem}"), _rel(root, p)) for p in files),
+             min(p.stat().st_size for p in files))
+        for g, files in groups.items()
+    ]
+
+
+# Whole string quartets in one file: several excerpts each, spread over the movements.
+_CLASSICAL_WHOLE = {"beethoven/opus18no3.mxl": 3, "beethoven/opus18no4.mxl": 3, "beethoven/opus18no5.mxl": 3,
+                    "beethoven/opus74.mxl": 3, "beethoven/opus132.mxl": 3, "beethoven/opus133.mxl": 2}
+
+
+def _classical(root: Path) -> list[Work]:
+    works: dict[str, list[Piece]] = {}
+    sizes: dict[str, int] = {}
+    for composer in ("haydn", "mozart", "beethoven"):
+        for p in sorted((root / composer).rglob("*.mxl")):
+            rel = _rel(root, p)
+            parts = Path(rel).parts
+            group = f"{composer}:{parts[1] if len(parts) > 2 else p.stem}"
+            pid = _slug(rel.removesuffix(".mxl"))
+            works.setdefault(group, []).append(Piece(pid, rel, excerpts=_CLASSICAL_WHOLE.get(rel, 1)))
+            sizes[group] = sizes.get(group, 0) + p.stat().st_size
+    return [Work("classical", g, tuple(v), sizes[g]) for g, v in works.items()]
+
+
+# German-language collections of the Essen folk song database (not the Chinese, Irish or test files).
+_ESSEN = ("altdeu10", "altdeu20", "ballad10", "ballad20", "ballad30", "ballad40", "ballad50", "ballad60",
+          "ballad70", "ballad80", "boehme10", "boehme20", "dva0", "erk10", "erk20", "erk30", "erk5", "fink0",
+          "kinder0", "lot", "lux", "zuccal0")
+
+
+def _folksong(root: Path) -> list[Work]:
+    works = []
+    for name in _ESSEN:
+        p = root / "essenFolksong" / f"{name}.abc"
+        if not p.exists():
+            continue
+        per = max(1, p.stat().st_size // max(1, len(_abc_numbers(p))))
+        for n in _abc_numbers(p):
+            pid = _slug(f"essen-{name}-{n}")
+            works.append(Work("folksong", f"essen:{name}-{n}", (Piece(pid, _rel(root, p), number=n),), per))
+    return works
+
+
+def _fiddle(root: Path) -> list[Work]:
+    works = []
+    for p in _files(root, "ryansMammoth", "*.abc"):
+        works.append(Work("fiddle", "ryans:" + _slug(p.stem), (Piece(_slug(f"ryans-{p.stem}"), _rel(root, p), number=None),),
+                          p.stat().st_size))
+    for p in _files(root, "oneills1850", "*.abc"):
+        per = max(1, p.stat().st_size // max(1, len(_abc_numbers(p))))
+        for n in _abc_numbers(p):
+            works.append(Work("fiddle", f"oneills:{n}", (Piece(_slug(f"oneills-{p.stem}-{n}"), _rel(root, p), number=n),), per))
+    # O'Neill's files overlap at their edges (0981-1000 and 0951-0981): one entry per tune number.
+    seen: set[str] = set()
+    out = []
+    for w in works:
+        if w.group not in seen:
+            seen.add(w.group)
+            out.append(w)
+    return out
+
+
+_SOURCES = {"medieval": _medieval, "renaissance": _renaissance, "baroque": _baroque, "classical": _classical,
+            "folksong": _folksong, "fiddle": _fiddle}
+
+# Per class, sub-collections that get a fixed share of the works (so one big source does not crowd out the rest).
+_QUOTAS: dict[str, dict[str, float]] = {
+    "renaissance": {"palestrina": 0.66, "monteverdi": 0.30, "lusitano": 0.04},
+    "fiddle": {"ryans": 0.7, "oneills": 0.3},
+}
+
+# Pieces that music21 cannot render sensibly (no notes, unparseable): never chosen.
+EXCLUDED: frozenset[str] = frozenset()
+
+
+def list_works(label: str) -> list[Work]:
+    """Every candidate work of a class, in a stable order."""
+    if label not in _SOURCES:
+        raise RealCorpusError(f"unknown class {label!r}; choose from {', '.join(CLASSES)}")
+    works = []
+    for w in _SOURCES[label](corpus_root()):
+        pieces = tuple(p for p in w.pieces if p.id not in EXCLUDED)
+        if pieces:
+            works.append(Work(w.label, w.group, pieces, w.size))
+    return sorted(works, key=lambda w: w.group)
+
+
+def _choose(works: list[Work], n: int, seed: int, label: str, smallest: bool) -> list[Work]:
+    if n <= 0 or n >= len(works):
+        return list(works)
+    if smallest:
+        return sorted(works, key=lambda w: (w.size, w.group))[:n]
+    quotas = _QUOTAS.get(label)
+    order = sorted(works, key=lambda w: (_hash(seed, w.group), w.group))
+    if not quotas:
+        return order[:n]
+    chosen: list[Work] = []
+    for prefix, share in quotas.items():
+        k = max(1, round(share * n))
+        chosen += [w for w in order if w.group.split(":")[0] == prefix][:k]
+    rest = [w for w in order if w not in chosen]
+    return (chosen + rest)[:n]
+
+
+def _split(works: list[Work], seed: int, label: str) -> dict[str, str]:
+    """group -> 'train' | 'test': a seeded TEST_SHARE of the class's works, at least one each side."""
+    n = len(works)
+    n_test = min(n - 1, max(1, round(TEST_SHARE * n))) if n > 1 else 0
+    order = sorted(works, key=lambda w: (_hash(seed + 1, w.group), w.group))
+    test = {w.group for w in order[:n_test]}
+    return {w.group: ("test" if w.group in test else "train") for w in works}
+
+
+def _encodings(n: int, offset: int = 0) -> list[tuple[str, int, int]]:
+    """``n`` (format, sample rate, channels) triples: any 16 consecutive ones hold all 16 combinations,
+    and in any run the two sample rates (and the two channel counts) differ in count by at most two."""
+    nf = len(FORMATS)
+    return [(FORMATS[i % nf], SAMPLE_RATES[(i + i // 8) % 2], 1 + (i + i // 4) % 2) for i in range(offset, offset + n)]
+
+
+def plan_corpus(size: str = "full", *, seed: int = 0, classes: Sequence[str] = CLASSES) -> list[Clip]:
+    """Every clip of the corpus, without rendering anything (pure and cheap)."""
+    if size not in SIZES:
+        raise RealCorpusError(f"unknown size {size!r}; choose from {', '.join(SIZES)}")
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise RealCorpusError(f"seed must be a non-negative integer, got {seed!r}")
+    bad = [c for c in classes if c not in CLASSES]
+    if bad or not classes:
+        raise RealCorpusError(f"unknown class(es) {bad or '(none)'}; choose from {', '.join(CLASSES)}")
+    spec = SIZES[size]
+    lo, hi = spec.clip_seconds
+    clips: list[Clip] = []
+    for label in CLASSES:
+        if label not in classes:
+            continue
+        works = _choose(list_works(label), spec.works[label], seed, label, spec.smallest)
+        split = _split(works, seed, label)
+        rows: list[tuple[Work, Piece, int]] = []
+        for w in sorted(works, key=lambda w: w.group):
+            if spec.smallest:
+                pieces = [min(w.pieces, key=lambda p: (len(p.source), p.id))]
+            elif label == "classical":  # few works: every movement
+                pieces = list(w.pieces)
+            else:  # one piece per work: a seeded choice among its movements / chorales
+                pieces = [min(w.pieces, key=lambda p: (_hash(seed, p.id), p.id))]
+            for piece in pieces:
+                n_ex = 1 if spec.smallest else piece.excerpts
+                rows += [(w, piece, k) for k in range(n_ex)]
+        # Encodings and SoundFonts are balanced inside the class, in a seeded order: neither predicts the label.
+        perm = rng_for(seed, "encodings", label).permutation(len(rows))
+        encs = _encodings(len(rows), 2 * CLASSES.index(label))  # tiny: every format in the corpus
+        fonts = [spec.soundfonts[i % len(spec.soundfonts)] for i in range(len(rows))]
+        font_perm = rng_for(seed, "soundfonts", label).permutation(len(rows))
+        for i, (w, piece, k) in enumerate(rows):
+            ext, sr, ch = encs[perm[i]]
+            seconds = float(np.round(rng_for(seed, "length", piece.id, k).uniform(lo, hi), 2))
+            relpath = f"{label}/{piece.id}-{k}.{ext}"
+            clips.append(Clip(label, w.group, split[w.group], piece, k, relpath, seconds, ext, sr, ch,
+                              fonts[font_perm[i]], seed))
+    return clips
+
+
+def per_class(clips: Iterable[Clip]) -> dict[str, dict[str, int]]:
+    """label -> {'train': clips, 'test': clips, 'train_works': n, 'test_works': n}."""
+    out: dict[str, dict[str, int]] = {}
+    works: dict[tuple[str, str], set[str]] = {}
+    for c in clips:
+        d = out.setdefault(c.label, {"train": 0, "test": 0, "train_works": 0, "test_works": 0})
+        d[c.split] += 1
+        works.setdefault((c.label, c.split), set()).add(c.group)
+    for (label, split), groups in works.items():
+        out[label][f"{split}_works"] = len(groups)
+    return out
