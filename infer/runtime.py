@@ -22,13 +22,14 @@ from __future__ import annotations
 
 import copy
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
 from torch import nn
+from torch.utils.data import DataLoader
 from tqdm.auto import tqdm
 
 from store import ConfigError, Store
@@ -58,7 +59,10 @@ class RunOptions:
     memory minus ``margin_mb``, default 1536, capped by ``budget_mb``).
     ``max_batch``: most clips in one batch.  ``threads``: CPU threads
     (default all cores).  ``channels_last``: None = on for CPU, where it is
-    faster for these convolutions.  ``progress``: tqdm bars.
+    faster for these convolutions.  ``loader_workers``: batches are read and
+    padded by one prefetch thread (0, the default: fastest for mmap-backed
+    stores on a few cores) or by that many DataLoader worker processes (for
+    a GPU that one thread cannot keep busy).  ``progress``: tqdm bars.
     """
 
     device: str = "auto"
@@ -68,6 +72,7 @@ class RunOptions:
     max_batch: int = 16
     threads: int | None = None
     channels_last: bool | None = None
+    loader_workers: int = 0
     progress: bool = True
 
     def __post_init__(self) -> None:
@@ -75,6 +80,8 @@ class RunOptions:
             raise ConfigError(f"precision must be one of {', '.join(PRECISIONS)}, not {self.precision!r}")
         if not isinstance(self.max_batch, int) or self.max_batch < 1:
             raise ConfigError(f"max_batch must be a positive integer, got {self.max_batch!r}")
+        if self.loader_workers < 0:
+            raise ConfigError(f"loader_workers must be >= 0, got {self.loader_workers}")
         if self.threads is not None and self.threads < 1:
             raise ConfigError(f"threads must be at least 1, got {self.threads}")
         memory_bytes(torch.device("cpu"), self.budget_mb, self.margin_mb)  # validates both figures
@@ -250,7 +257,7 @@ class Engine:
         plan_real = int(sum(int(dataset.lengths[i]) for b in batches for i in b))
         plan_computed = int(sum(len(b) * int(budget.align(int(dataset.lengths[b].max()))) for b in batches))
         parts: list[tuple[np.ndarray, np.ndarray]] = []
-        for batch in prefetch(dataset, batches, PadCollate(budget.frame_align), pin=self.device.type == "cuda"):
+        for batch in self._batches(dataset, batches, PadCollate(budget.frame_align)):
             b = batch.to(self.device, non_blocking=True) if self.device.type != "cpu" else batch
             parts.append((batch.ids, self._forward(model, b.x, b.lengths).cpu().numpy()))
             bar.update(len(batch))
@@ -269,6 +276,15 @@ class Engine:
         efficiency = plan_real / plan_computed if plan_computed else 1.0
         return (_assemble(parts, len(dataset)), len(batches), efficiency, len(sampler.too_long_indices),
                 budget.budget_bytes), peak
+
+    def _batches(self, dataset: Any, batches: list[list[int]], collate_fn: PadCollate) -> Iterator[Any]:
+        """Collated batches, read ahead by the prefetch thread or by DataLoader workers (``loader_workers``)."""
+        pin = self.device.type == "cuda"
+        if not self.options.loader_workers:
+            yield from prefetch(dataset, batches, collate_fn, pin=pin)
+            return
+        yield from DataLoader(dataset, batch_sampler=batches, collate_fn=collate_fn,
+                              num_workers=self.options.loader_workers, pin_memory=pin)
 
     def _mean_of_windows(self, model: nn.Module, x: np.ndarray, window: int, align: int) -> torch.Tensor:
         """Mean logits over consecutive windows of ``window`` frames, each run alone."""
@@ -293,8 +309,7 @@ class Engine:
         batches = list(sampler)
         sums = np.zeros((len(dataset), 0), dtype=np.float64)
         counts = np.bincount(windows.owner, minlength=len(dataset)).astype(np.float64)
-        for batch in prefetch(windows, batches, PadCollate(budget.frame_align, pad_to=w),
-                              pin=self.device.type == "cuda"):
+        for batch in self._batches(windows, batches, PadCollate(budget.frame_align, pad_to=w)):
             b = batch.to(self.device, non_blocking=True) if self.device.type != "cpu" else batch
             values = self._forward(model, b.x, b.lengths).cpu().numpy().astype(np.float64)
             if sums.shape[1] == 0:
