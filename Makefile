@@ -6,13 +6,13 @@ VENV        ?= .venv
 PY          := $(VENV)/bin/python
 DEMO_CORPUS := data/demo-corpus
 CORPUS      ?= $(DEMO_CORPUS)
-STORE       ?= data/demo.zarr
+STORE       ?=
 FEATURES    ?= mel,cqt
 JOBS        ?= $(shell nproc 2>/dev/null || echo 2)
 LAYOUT      ?= raw
 BACKEND     ?= loky
 SCHEDULER   ?=
-MODEL       ?= models/demo.pt
+MODEL       ?=
 OUT         ?= predictions.csv
 DEVICE      ?= auto
 BUDGET_MB   ?=
@@ -31,6 +31,15 @@ SPLIT       ?= all
 DEMO_STORE  := data/demo.zarr
 DEMO_MODEL  := models/demo.pt
 DEMO_TRAIN  := --epochs 15 --width 8 --crop-seconds 5
+
+# STORE and MODEL have no defaults (only `make demo` uses its own fixed paths): a target that needs
+# one and lacks it stops at once with one line, before installing or writing anything.
+needs = $(foreach v,$(2),$(if $(strip $($(v))),,$(error make $(1) needs $(v)=... (e.g. $(v)=$(if $(filter STORE,$(v)),data/mine.zarr,models/mine.pt)))))
+$(foreach t,features plan,$(if $(filter $(t),$(MAKECMDGOALS)),$(call needs,$(t),STORE)))
+$(foreach t,infer init-model train eval,$(if $(filter $(t),$(MAKECMDGOALS)),$(call needs,$(t),STORE MODEL)))
+
+# Values are quoted for the shell, so paths may hold spaces (and single quotes).
+q = '$(subst ','\'',$(1))'
 
 # torch's OpenMP threads sleep instead of spinning when idle: same speed on a
 # quiet machine, up to 10x faster training on a busy one.
@@ -54,30 +63,36 @@ corpus: install  ## generate the synthetic demo corpus into data/demo-corpus (de
 	@if [ ! -f $(DEMO_CORPUS)/.complete ]; then \
 		$(PY) -m pipeline.demo_corpus $(DEMO_CORPUS) && touch $(DEMO_CORPUS)/.complete; fi
 
-features: install  ## CORPUS=dir|manifest.csv STORE=out.zarr FEATURES=mel,cqt JOBS=n LAYOUT=raw|zstd
-	@if [ "$(CORPUS)" = "$(DEMO_CORPUS)" ]; then $(MAKE) --no-print-directory corpus; fi
-	$(PY) -m pipeline.cli $(CORPUS) $(STORE) --features $(FEATURES) --jobs $(JOBS) --layout $(LAYOUT) \
-		--backend $(BACKEND) $(if $(SCHEDULER),--scheduler $(SCHEDULER))
+features: install  ## CORPUS=dir|manifest.csv STORE=out.zarr (required) FEATURES=mel,cqt JOBS=n LAYOUT=raw|zstd
+	@if [ $(call q,$(CORPUS)) = $(call q,$(DEMO_CORPUS)) ]; then $(MAKE) --no-print-directory corpus; fi
+	$(PY) -m pipeline.cli $(call q,$(CORPUS)) $(call q,$(STORE)) --features $(call q,$(FEATURES)) \
+		--jobs $(call q,$(JOBS)) --layout $(call q,$(LAYOUT)) --backend $(call q,$(BACKEND)) \
+		$(if $(SCHEDULER),--scheduler $(call q,$(SCHEDULER)))
 
-infer: install  ## STORE=… MODEL=… OUT=predictions.csv DEVICE=auto|cpu|cuda BUDGET_MB=… TOPK=5
-	$(PY) -m infer.cli predict $(STORE) $(MODEL) --out $(OUT) --device $(DEVICE) --topk $(TOPK) \
-		--max-batch $(MAX_BATCH) --precision $(PRECISION) $(if $(BUDGET_MB),--budget-mb $(BUDGET_MB))
+infer: install  ## STORE=… MODEL=… (required) OUT=predictions.csv DEVICE=auto|cpu|cuda BUDGET_MB=… TOPK=5
+	$(PY) -m infer.cli predict $(call q,$(STORE)) $(call q,$(MODEL)) --out $(call q,$(OUT)) \
+		--device $(call q,$(DEVICE)) --topk $(call q,$(TOPK)) --max-batch $(call q,$(MAX_BATCH)) \
+		--precision $(call q,$(PRECISION)) $(if $(BUDGET_MB),--budget-mb $(call q,$(BUDGET_MB)))
 
-plan: install  ## print the batch plan for STORE (and MODEL if it exists) without running the model
-	$(PY) -m infer.cli plan $(STORE) $(if $(wildcard $(MODEL)),--model $(MODEL)) --device $(DEVICE) \
-		--max-batch $(MAX_BATCH) $(if $(BUDGET_MB),--budget-mb $(BUDGET_MB))
+plan: install  ## print the batch plan for STORE (required; and MODEL if it exists) without running the model
+	$(PY) -m infer.cli plan $(call q,$(STORE)) $(if $(MODEL),$(if $(wildcard $(MODEL)),--model $(call q,$(MODEL)))) \
+		--device $(call q,$(DEVICE)) --max-batch $(call q,$(MAX_BATCH)) \
+		$(if $(BUDGET_MB),--budget-mb $(call q,$(BUDGET_MB)))
 
-init-model: install  ## write an untrained checkpoint for STORE to MODEL (ARCH=cnn|resnet)
-	$(PY) -m infer.cli init $(STORE) $(MODEL) --arch $(ARCH)
+init-model: install  ## write an untrained checkpoint for STORE to MODEL (both required; ARCH=cnn|resnet)
+	$(PY) -m infer.cli init $(call q,$(STORE)) $(call q,$(MODEL)) --arch $(call q,$(ARCH))
 
-train: install  ## STORE MODEL EPOCHS=30 ARCH=cnn WIDTH=32 CROP=10 (s; 0 = whole clips) LR SEED VAL DEVICE BUDGET_MB
-	$(PY) -m infer.cli train $(STORE) $(MODEL) --epochs $(EPOCHS) --arch $(ARCH) --width $(WIDTH) \
-		--crop-seconds $(CROP) --lr $(LR) --seed $(SEED) --val-fraction $(VAL) --device $(DEVICE) \
-		--precision $(PRECISION) --max-batch $(MAX_BATCH) $(if $(BUDGET_MB),--budget-mb $(BUDGET_MB))
+train: install  ## STORE MODEL (required) EPOCHS=30 ARCH=cnn WIDTH=32 CROP=10 (s; 0 = whole clips) LR SEED VAL DEVICE BUDGET_MB
+	$(PY) -m infer.cli train $(call q,$(STORE)) $(call q,$(MODEL)) --epochs $(call q,$(EPOCHS)) \
+		--arch $(call q,$(ARCH)) --width $(call q,$(WIDTH)) --crop-seconds $(call q,$(CROP)) --lr $(call q,$(LR)) \
+		--seed $(call q,$(SEED)) --val-fraction $(call q,$(VAL)) --device $(call q,$(DEVICE)) \
+		--precision $(call q,$(PRECISION)) --max-batch $(call q,$(MAX_BATCH)) \
+		$(if $(BUDGET_MB),--budget-mb $(call q,$(BUDGET_MB)))
 
-eval: install  ## STORE MODEL OUT_DIR=reports SPLIT=all|val|train: report.json, report.txt, confusion.png
-	$(PY) -m infer.cli eval $(STORE) $(MODEL) --out-dir $(OUT_DIR) --split $(SPLIT) --device $(DEVICE) \
-		--precision $(PRECISION) --max-batch $(MAX_BATCH) $(if $(BUDGET_MB),--budget-mb $(BUDGET_MB))
+eval: install  ## STORE MODEL (required) OUT_DIR=reports SPLIT=all|val|train: report.json, report.txt, confusion.png
+	$(PY) -m infer.cli eval $(call q,$(STORE)) $(call q,$(MODEL)) --out-dir $(call q,$(OUT_DIR)) \
+		--split $(call q,$(SPLIT)) --device $(call q,$(DEVICE)) --precision $(call q,$(PRECISION)) \
+		--max-batch $(call q,$(MAX_BATCH)) $(if $(BUDGET_MB),--budget-mb $(call q,$(BUDGET_MB)))
 
 demo: install  ## the whole system on the synthetic demo corpus: features, train, predict, evaluate
 	@$(MAKE) --no-print-directory features CORPUS=$(DEMO_CORPUS) STORE=$(DEMO_STORE)
