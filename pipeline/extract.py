@@ -287,7 +287,7 @@ def extract(
         run = _Run(writer, summary, corpora, specs, block_seconds, commit_seconds, progress, storage_options)
         run.plan(items, entry, remove_missing)
         n_jobs = min(jobs or os.cpu_count() or 1, max(len(run.todo), 1))
-        if jobs is not None and n_jobs < jobs:
+        if jobs is not None and run.todo and n_jobs < jobs:
             log.info("--jobs %d capped to %d: there are only %d files to decode", jobs, n_jobs, len(run.todo))
         summary.jobs = n_jobs
         with ExitStack() as stack:
