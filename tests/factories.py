@@ -90,7 +90,8 @@ def make_store(
     frame = next(iter(specs.values())).frame_seconds
     rows = [{"path": f"{lab or 'none'}/c{k:03d}.wav", "hash": f"h{k}", "label": lab, "duration": int(m) * frame}
             for k, (lab, m) in enumerate(zip(labels, lengths))]
-    w.add_clips(rows, arrays)
+    with w:  # releases the writer lock
+        w.add_clips(rows, arrays)
     return Path(path)
 
 
@@ -114,10 +115,11 @@ def make_separable_store(path: Path | str, n: int = 48, *, seed: int = 0, labell
         arrays.append(a)
         rows.append({"path": f"{LABELS[lab]}/c{k:03d}.wav", "hash": f"content-{seed}-{k}",
                      "duration": length * spec.frame_seconds, "label": LABELS[lab] if labelled else None})
-    w.add_clips(rows, {"mel": arrays})
-    if duplicates:
-        w.commit(rows=[IndexRow(f"copies/d{j:03d}.wav", rows[j]["hash"], rows[j]["label"])
-                       for j in range(duplicates)])
+    with w:  # releases the writer lock
+        w.add_clips(rows, {"mel": arrays})
+        if duplicates:
+            w.commit(rows=[IndexRow(f"copies/d{j:03d}.wav", rows[j]["hash"], rows[j]["label"])
+                           for j in range(duplicates)])
     return Path(path)
 
 

@@ -177,6 +177,35 @@ def test_half_second_clip_is_stored_with_mel_and_cqt(tmp_path: Path) -> None:
     assert s[i].shape == (128, 22) and s.feature("cqt")[i].shape == (84, 22)
 
 
+# -- 7. worker memory independent of file length ---------------------------------------------------------
+def test_worker_memory_does_not_grow_with_the_clips_output(tmp_path: Path) -> None:
+    """Features go to the shard block by block: a 10x longer file needs no more memory, not even its output."""
+    import tracemalloc
+
+    from pipeline.tasks import TaskItem, run_task
+    from store import FeatureSpec, create_store
+
+    spec = FeatureSpec.mel()
+    create_store(tmp_path / "s.zarr", {"mel": spec}).close()
+    files = {n: write_music_like(tmp_path / f"{n}.wav", sec, seed=1, loop_seconds=10.0)
+             for n, sec in (("short", 30.0), ("long", 300.0))}
+
+    def peak(name: str) -> tuple[int, object]:
+        tracemalloc.start()
+        try:
+            res = run_task(str(tmp_path / "s.zarr"), [TaskItem(str(files[name]), name)], {"mel": spec.to_dict()}, 5.0)
+            return tracemalloc.get_traced_memory()[1], res
+        finally:
+            tracemalloc.stop()
+
+    peak("short")  # warm caches (plans, imports)
+    p_short, _ = peak("short")
+    p_long, res = peak("long")
+    output = res.shard.n_frames * spec.n_bins * 2  # the long clip's float16 log-mel: 3.3 MB
+    assert res.shard.n_frames > 12_000 and not res.failed
+    assert p_long - p_short < 0.25 * output, (p_short, p_long, output)
+
+
 # -- 5. no silent merge or overwrite -----------------------------------------------------------------------
 def test_another_corpus_needs_a_flag_and_gets_its_own_prefix(tmp_path: Path, capsys) -> None:
     from store import FeatureSpec
