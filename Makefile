@@ -6,28 +6,37 @@ VENV        ?= .venv
 PY          := $(VENV)/bin/python
 DEMO_CORPUS := data/demo-corpus
 CORPUS      ?= $(DEMO_CORPUS)
-STORE       ?= data/demo.zarr
+STORE       ?=
 FEATURES    ?= mel,cqt
 JOBS        ?= $(shell nproc 2>/dev/null || echo 2)
 LAYOUT      ?= raw
 BACKEND     ?= loky
 SCHEDULER   ?=
-MODEL       ?= models/demo.pt
+MODEL       ?=
 OUT         ?= predictions.csv
 DEVICE      ?= auto
 BUDGET_MB   ?=
 TOPK        ?= 5
 MAX_BATCH   ?= 16
 PRECISION   ?= auto
-ARCH        ?= cnn
-EPOCHS      ?= 30
-WIDTH       ?= 32
-CROP        ?= 10
-LR          ?= 0.003
-SEED        ?= 0
-VAL         ?= 0.2
+# Training options: empty = the default of the training config (infer/train/config.py, the one place
+# defaults live; `make train ARGS=--help` lists them); CONFIG=file.toml gives any of them, ARGS passes more.
+ARCH        ?=
+EPOCHS      ?=
+WIDTH       ?=
+CROP        ?=
+LR          ?=
+SEED        ?=
+VAL         ?=
+CONFIG      ?=
+ARGS        ?=
+OVERWRITE   ?=
 OUT_DIR     ?= reports
-SPLIT       ?= all
+SPLIT       ?= auto
+GPU_OUT     ?= reports/gpu-check
+# What `import store, infer` needs that the GPU machine's image lacks (it has torch, numpy, scipy, scikit-learn,
+# pytest, fsspec, tqdm, pyyaml); pinned to what `make install` resolves here.
+GPU_WHEELS  ?= zarr==3.1.6 numcodecs==0.16.6 donfig==0.8.1.post1 google-crc32c==1.9.0
 DEMO_STORE  := data/demo.zarr
 DEMO_MODEL  := models/demo.pt
 DEMO_TRAIN  := --epochs 15 --width 8 --crop-seconds 5
@@ -38,11 +47,20 @@ RC_APT_MIN  := fluidsynth csound-soundfont
 RC_APT_ALL  := $(RC_APT_MIN) fluid-soundfont-gm musescore-general-soundfont-small timgm6mb-soundfont
 RC_APT      ?= $(RC_APT_MIN)
 
+# STORE and MODEL have no defaults (only `make demo` uses its own fixed paths): a target that needs
+# one and lacks it stops at once with one line, before installing or writing anything.
+needs = $(foreach v,$(2),$(if $(strip $($(v))),,$(error make $(1) needs $(v)=... (e.g. $(v)=$(if $(filter STORE,$(v)),data/mine.zarr,models/mine.pt)))))
+$(foreach t,features plan,$(if $(filter $(t),$(MAKECMDGOALS)),$(call needs,$(t),STORE)))
+$(foreach t,infer init-model train eval,$(if $(filter $(t),$(MAKECMDGOALS)),$(call needs,$(t),STORE MODEL)))
+
+# Values are quoted for the shell, so paths may hold spaces (and single quotes).
+q = '$(subst ','\'',$(1))'
+
 # torch's OpenMP threads sleep instead of spinning when idle: same speed on a
 # quiet machine, up to 10x faster training on a busy one.
 export OMP_WAIT_POLICY ?= PASSIVE
 
-.PHONY: help install features test test-fast corpus infer plan init-model train eval demo bench realcorpus realcorpus-deps
+.PHONY: help install features test test-fast corpus infer plan init-model train eval demo bench realcorpus realcorpus-deps gpu-check gpu-wheels
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 16
@@ -60,36 +78,44 @@ corpus: install  ## generate the synthetic demo corpus into data/demo-corpus (de
 	@if [ ! -f $(DEMO_CORPUS)/.complete ]; then \
 		$(PY) -m democorpus $(DEMO_CORPUS) && touch $(DEMO_CORPUS)/.complete; fi
 
-features: install  ## CORPUS=dir|manifest.csv STORE=out.zarr FEATURES=mel,cqt JOBS=n LAYOUT=raw|zstd
-	@if [ "$(CORPUS)" = "$(DEMO_CORPUS)" ]; then $(MAKE) --no-print-directory corpus; fi
-	$(PY) -m pipeline.cli $(CORPUS) $(STORE) --features $(FEATURES) --jobs $(JOBS) --layout $(LAYOUT) \
-		--backend $(BACKEND) $(if $(SCHEDULER),--scheduler $(SCHEDULER))
+features: install  ## CORPUS=dir|manifest.csv STORE=out.zarr (required) FEATURES=mel,cqt JOBS=n LAYOUT=raw|zstd
+	@if [ $(call q,$(CORPUS)) = $(call q,$(DEMO_CORPUS)) ]; then $(MAKE) --no-print-directory corpus; fi
+	$(PY) -m pipeline.cli $(call q,$(CORPUS)) $(call q,$(STORE)) --features $(call q,$(FEATURES)) \
+		--jobs $(call q,$(JOBS)) --layout $(call q,$(LAYOUT)) --backend $(call q,$(BACKEND)) \
+		$(if $(SCHEDULER),--scheduler $(call q,$(SCHEDULER)))
 
-infer: install  ## STORE=… MODEL=… OUT=predictions.csv DEVICE=auto|cpu|cuda BUDGET_MB=… TOPK=5
-	$(PY) -m infer.cli predict $(STORE) $(MODEL) --out $(OUT) --device $(DEVICE) --topk $(TOPK) \
-		--max-batch $(MAX_BATCH) --precision $(PRECISION) $(if $(BUDGET_MB),--budget-mb $(BUDGET_MB))
+infer: install  ## STORE=… MODEL=… (required) OUT=predictions.csv DEVICE=auto|cpu|cuda BUDGET_MB=… TOPK=5
+	$(PY) -m infer predict $(call q,$(STORE)) $(call q,$(MODEL)) --out $(call q,$(OUT)) \
+		--device $(call q,$(DEVICE)) --topk $(call q,$(TOPK)) --max-batch $(call q,$(MAX_BATCH)) \
+		--precision $(call q,$(PRECISION)) $(if $(BUDGET_MB),--budget-mb $(call q,$(BUDGET_MB)))
 
-plan: install  ## print the batch plan for STORE (and MODEL if it exists) without running the model
-	$(PY) -m infer.cli plan $(STORE) $(if $(wildcard $(MODEL)),--model $(MODEL)) --device $(DEVICE) \
-		--max-batch $(MAX_BATCH) $(if $(BUDGET_MB),--budget-mb $(BUDGET_MB))
+plan: install  ## print the batch plan for STORE (required; and MODEL if it exists) without running the model
+	$(PY) -m infer plan $(call q,$(STORE)) $(if $(MODEL),$(if $(wildcard $(MODEL)),--model $(call q,$(MODEL)))) \
+		--device $(call q,$(DEVICE)) --max-batch $(call q,$(MAX_BATCH)) \
+		$(if $(BUDGET_MB),--budget-mb $(call q,$(BUDGET_MB)))
 
-init-model: install  ## write an untrained checkpoint for STORE to MODEL (ARCH=cnn|resnet)
-	$(PY) -m infer.cli init $(STORE) $(MODEL) --arch $(ARCH)
+init-model: install  ## write an untrained checkpoint for STORE to MODEL (both required; ARCH=cnn|resnet)
+	$(PY) -m infer init $(call q,$(STORE)) $(call q,$(MODEL)) $(if $(ARCH),--arch $(call q,$(ARCH)))
 
-train: install  ## STORE MODEL EPOCHS=30 ARCH=cnn WIDTH=32 CROP=10 (s; 0 = whole clips) LR SEED VAL DEVICE BUDGET_MB
-	$(PY) -m infer.cli train $(STORE) $(MODEL) --epochs $(EPOCHS) --arch $(ARCH) --width $(WIDTH) \
-		--crop-seconds $(CROP) --lr $(LR) --seed $(SEED) --val-fraction $(VAL) --device $(DEVICE) \
-		--precision $(PRECISION) --max-batch $(MAX_BATCH) $(if $(BUDGET_MB),--budget-mb $(BUDGET_MB))
+train: install  ## STORE MODEL (required) EPOCHS ARCH WIDTH CROP (s; 0 = whole) LR SEED VAL CONFIG=f.toml ARGS=... OVERWRITE=1
+	$(PY) -m infer train $(call q,$(STORE)) $(call q,$(MODEL)) $(if $(CONFIG),--config $(call q,$(CONFIG))) \
+		$(if $(EPOCHS),--epochs $(call q,$(EPOCHS))) $(if $(ARCH),--arch $(call q,$(ARCH))) \
+		$(if $(WIDTH),--width $(call q,$(WIDTH))) $(if $(CROP),--crop-seconds $(call q,$(CROP))) \
+		$(if $(LR),--lr $(call q,$(LR))) $(if $(SEED),--seed $(call q,$(SEED))) \
+		$(if $(VAL),--val-fraction $(call q,$(VAL))) --device $(call q,$(DEVICE)) \
+		--precision $(call q,$(PRECISION)) --max-batch $(call q,$(MAX_BATCH)) \
+		$(if $(BUDGET_MB),--budget-mb $(call q,$(BUDGET_MB))) $(if $(OVERWRITE),--overwrite) $(ARGS)
 
-eval: install  ## STORE MODEL OUT_DIR=reports SPLIT=all|val|train: report.json, report.txt, confusion.png
-	$(PY) -m infer.cli eval $(STORE) $(MODEL) --out-dir $(OUT_DIR) --split $(SPLIT) --device $(DEVICE) \
-		--precision $(PRECISION) --max-batch $(MAX_BATCH) $(if $(BUDGET_MB),--budget-mb $(BUDGET_MB))
+eval: install  ## STORE MODEL (required) OUT_DIR=reports SPLIT=auto|all|val|train: report.json, report.txt, confusion.png
+	$(PY) -m infer eval $(call q,$(STORE)) $(call q,$(MODEL)) --out-dir $(call q,$(OUT_DIR)) \
+		--split $(call q,$(SPLIT)) --device $(call q,$(DEVICE)) --precision $(call q,$(PRECISION)) \
+		--max-batch $(call q,$(MAX_BATCH)) $(if $(BUDGET_MB),--budget-mb $(call q,$(BUDGET_MB)))
 
 demo: install  ## the whole system on the synthetic demo corpus: features, train, predict, evaluate
 	@$(MAKE) --no-print-directory features CORPUS=$(DEMO_CORPUS) STORE=$(DEMO_STORE)
-	$(PY) -m infer.cli train $(DEMO_STORE) $(DEMO_MODEL) $(DEMO_TRAIN)
-	$(PY) -m infer.cli predict $(DEMO_STORE) $(DEMO_MODEL) --out reports/demo/predictions.csv
-	$(PY) -m infer.cli eval $(DEMO_STORE) $(DEMO_MODEL) --split val --out-dir reports/demo
+	$(PY) -m infer train $(DEMO_STORE) $(DEMO_MODEL) $(DEMO_TRAIN)
+	$(PY) -m infer predict $(DEMO_STORE) $(DEMO_MODEL) --out reports/demo/predictions.csv
+	$(PY) -m infer eval $(DEMO_STORE) $(DEMO_MODEL) --out-dir reports/demo
 	@echo
 	@echo "demo outputs:"
 	@echo "  corpus       $(DEMO_CORPUS)/  (synthetic, one folder per style)"
@@ -115,6 +141,18 @@ realcorpus: install  ## render the realistic dev corpus (music21 scores, SoundFo
 	@$(MAKE) --no-print-directory realcorpus-deps RC_APT="$(if $(filter tiny,$(RC_SIZE)),$(RC_APT_MIN),$(RC_APT_ALL))"
 	@$(PY) -c "import music21" 2>/dev/null || $(VENV)/bin/pip install --quiet -e ".[realcorpus]"
 	$(PY) -m realcorpus $(REALCORPUS) --size $(RC_SIZE) --jobs $(JOBS)
+
+gpu-check:  ## on a CUDA machine: CUDA tests + GPU figures -> GPU_OUT (no CUDA: says so, exits 0); docs/gpu-check.md
+	@if [ -d .whl ]; then python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+		--target /tmp/specstore-site .whl/*.whl >/dev/null && echo "installed the carried wheels (.whl/)"; fi
+	PYTHONPATH=/tmp/specstore-site:$$PYTHONPATH $(if $(wildcard $(PY)),$(PY),$(PYTHON)) -m benchmarks.gpu_check \
+		--out $(call q,$(GPU_OUT))
+
+gpu-wheels:  ## download the wheels the GPU machine lacks (Python 3.12) into .whl/ for `make gpu-check` there
+	@grep -qx '/.whl/' .git/info/exclude 2>/dev/null || echo '/.whl/' >> .git/info/exclude
+	$(PYTHON) -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+		--platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
+		--platform manylinux_2_24_x86_64 --platform manylinux_2_27_x86_64 -d .whl $(GPU_WHEELS)
 
 test: install  ## run the whole test suite (as CI does)
 	$(PY) -m pytest -q tests

@@ -33,7 +33,7 @@ GROUPS = ("extract", "extract-mem", "plan", "infer", "infer-mem", "reads", "gpu"
 #: Sizes: full run (about 6-8 minutes on 2 cores) and the smoke run.
 FULL: dict[str, dict[str, Any]] = {
     "extract": dict(n_files=48, mean_seconds=50.0, repeats=5),
-    "extract-mem": dict(short_seconds=60.0, long_seconds=3600.0, repeats=2),
+    "extract-mem": dict(short_seconds=300.0, long_seconds=7200.0, repeats=2),
     "plan": dict(n_clips=5000, repeats=5),
     "infer": dict(n_clips={"uniform": 48, "lognormal": 64}, repeats=3, model={}),
     "infer-mem": dict(sizes=(1000, 20000), repeats=1),

@@ -8,7 +8,7 @@ import sys
 
 from store import run_cli
 
-from .extract import ExtractError, extract
+from .extract import extract
 
 EPILOG = """\
 examples:
@@ -16,11 +16,13 @@ examples:
   specstore-features manifest.csv data/set.zarr --features mel --jobs 8 --layout zstd
 
 The corpus is a folder with one sub-folder per label (GTZAN style) or a CSV
-with a header 'path,label' (label may be empty; relative paths are relative to
-the CSV). wav, flac, ogg, opus and mp3 are read. Rerunning the same command
-resumes an interrupted run and adds only new or changed files; identical
-files are decoded once. Bad files are recorded in the store's error table
-with their reason (`python -m store info STORE`) and never stop the run.
+with a header 'path,label[,group]' (label and group may be empty; relative
+paths are relative to the CSV). wav, flac, ogg, opus and mp3 are read.
+Rerunning the same command resumes an interrupted run and adds only new or
+changed files; identical files are decoded once. Bad files are recorded in
+the store's error table with their reason (`python -m store info STORE`) and
+never stop the run. One run writes a store at a time; a store holds one
+corpus unless --add-corpus adds another.
 """
 
 
@@ -42,6 +44,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--commit-seconds", type=float, default=2.0,
                    help="commit finished shards at most this often (default 2; 0 = after every task): "
                         "an interruption loses at most this much work")
+    p.add_argument("--add-corpus", action="store_true",
+                   help="allow a store that holds another corpus to take this one too (its paths get their own prefix)")
+    p.add_argument("--remove-missing", action="store_true",
+                   help="drop indexed paths whose files are no longer in the corpus")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     return p
@@ -54,11 +60,10 @@ def main(argv: list[str] | None = None) -> int:
     features = tuple(f.strip() for f in args.features.split(",") if f.strip())
 
     def body() -> int:
-        if args.jobs is not None and args.jobs < 1:
-            raise ExtractError("--jobs must be at least 1")
         summary = extract(args.corpus, args.store, features=features, jobs=args.jobs, backend=args.backend,
                           scheduler=args.scheduler, layout=args.layout, block_seconds=args.block_seconds,
-                          commit_seconds=args.commit_seconds, progress=not args.no_progress)
+                          commit_seconds=args.commit_seconds, progress=not args.no_progress,
+                          add_corpus=args.add_corpus, remove_missing=args.remove_missing)
         print(summary.report())
         return 0
 

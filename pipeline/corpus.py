@@ -1,10 +1,15 @@
 """Finding the audio of a corpus and its labels: a folder per label, or a CSV manifest.
 
 Folder corpus: ``root/<label>/.../file.ext`` (GTZAN style); files directly in
-``root`` are unlabelled.  CSV manifest: a header ``path,label`` and one row
-per file; relative paths are taken relative to the CSV's folder and the label
-may be empty.  Paths are recorded relative to the corpus root with ``/``
-separators, so a store does not depend on where the corpus was mounted.
+``root`` are unlabelled.  Links to folders are followed (a link back to a
+folder above it is recorded as a bad entry, never followed round).  CSV
+manifest: a header ``path,label[,group]`` (other columns are ignored; a
+UTF-8 byte order mark is accepted) and one row per file; relative paths are
+taken relative to the CSV's folder, the label and the group (for example the
+musical work, so that movements of one work stay on one side of a split) may
+be empty.  Paths are recorded relative to the corpus root with ``/``
+separators, so a store does not depend on where the corpus was mounted, and
+escaped losslessly where a file name is not UTF-8 (:func:`store.escape_path`).
 """
 
 from __future__ import annotations
@@ -14,7 +19,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from store import SpecstoreError
+from store import SpecstoreError, escape_path
 
 __all__ = ["AUDIO_EXTENSIONS", "CorpusError", "CorpusItem", "scan_corpus"]
 
@@ -28,11 +33,17 @@ class CorpusError(SpecstoreError):
 
 @dataclass(frozen=True)
 class CorpusItem:
-    """One file to index: where it is on disk, how the store names it, its label (None = none)."""
+    """One file to index: where it is on disk, how the store names it, its label (None = none) and group.
+
+    ``problem`` is a reason found while scanning (a folder link that loops):
+    such an item is recorded in the store's error table, never decoded.
+    """
 
     source: Path
     path: str
     label: str | None
+    group: str = ""
+    problem: str | None = None
 
 
 def _is_audio(name: str) -> bool:
@@ -40,27 +51,63 @@ def _is_audio(name: str) -> bool:
 
 
 def _scan_folder(root: Path) -> list[CorpusItem]:
+    """Every audio file under ``root``, following links to folders but never round a loop."""
     items: list[CorpusItem] = []
-    for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
-        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
-        for name in sorted(filenames):
-            if name.startswith(".") or not _is_audio(name):
+
+    def rel_of(p: Path) -> str:
+        return escape_path(p.relative_to(root).as_posix())
+
+    def walk(folder: Path, ancestors: frozenset[tuple[int, int]]) -> None:
+        try:
+            entries = sorted(os.scandir(folder), key=lambda e: e.name)
+        except OSError as e:
+            if folder != root:
+                items.append(CorpusItem(folder, rel_of(folder), None, problem=f"unreadable folder: {e.strerror or e}"))
+            return
+        for entry in entries:
+            if entry.name.startswith("."):
                 continue
-            full = Path(dirpath, name)
-            rel = full.relative_to(root).as_posix()
-            parts = rel.split("/")
-            items.append(CorpusItem(full, rel, parts[0] if len(parts) > 1 else None))
+            full = Path(folder, entry.name)
+            try:
+                is_dir = entry.is_dir(follow_symlinks=True)
+            except OSError:
+                is_dir = False
+            if is_dir:
+                st = full.stat()
+                key = (st.st_dev, st.st_ino)
+                if key in ancestors:
+                    items.append(CorpusItem(full, rel_of(full), None,
+                                            problem="folder link loop: links to a folder above it (not followed)"))
+                    continue
+                walk(full, ancestors | {key})
+            elif _is_audio(entry.name):
+                rel = rel_of(full)
+                parts = rel.split("/")
+                items.append(CorpusItem(full, rel, parts[0] if len(parts) > 1 else None))
+
+    st = root.stat()
+    walk(root, frozenset({(st.st_dev, st.st_ino)}))
     return items
+
+
+_SEPARATORS = {";": "semicolon", "\t": "tab", "|": "pipe"}
 
 
 def _scan_manifest(csv_path: Path) -> tuple[Path, list[CorpusItem]]:
     root = csv_path.parent
     items: list[CorpusItem] = []
     try:
-        with open(csv_path, newline="", encoding="utf-8") as f:
+        with open(csv_path, newline="", encoding="utf-8-sig") as f:  # -sig: a byte order mark is accepted
             reader = csv.DictReader(f)
-            if reader.fieldnames is None or "path" not in reader.fieldnames:
-                raise CorpusError(f"{csv_path}: a manifest needs a header with a 'path' column (and optional 'label')")
+            if reader.fieldnames is None or "path" not in [n.strip() for n in reader.fieldnames]:
+                header = ",".join(reader.fieldnames or [])
+                for sep, name in _SEPARATORS.items():
+                    if sep in header and "path" in header.split(sep):
+                        raise CorpusError(f"{csv_path}: the manifest is separated by '{sep}' ({name}); "
+                                          "specstore reads comma-separated path,label[,group]")
+                raise CorpusError(f"{csv_path}: a manifest needs a header with a 'path' column "
+                                  "(and optional 'label' and 'group')")
+            reader.fieldnames = [n.strip() for n in reader.fieldnames]
             seen: set[str] = set()
             for line, row in enumerate(reader, start=2):
                 raw = (row.get("path") or "").strip()
@@ -76,7 +123,8 @@ def _scan_manifest(csv_path: Path) -> tuple[Path, list[CorpusItem]]:
                     raise CorpusError(f"{csv_path}:{line}: {raw} is listed twice")
                 seen.add(rel)
                 label = (row.get("label") or "").strip() or None
-                items.append(CorpusItem(full, rel, label))
+                group = (row.get("group") or "").strip()
+                items.append(CorpusItem(full, escape_path(rel), label, group))
     except UnicodeDecodeError:
         raise CorpusError(f"{csv_path}: the manifest is not UTF-8 text") from None
     except csv.Error as e:

@@ -42,7 +42,7 @@ from __future__ import annotations
 import functools
 import math
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import librosa
@@ -171,20 +171,42 @@ def _ready_frames(sig: _Signal, hop: int, n_fft: int) -> int:
 
 
 class _Output:
-    """A growable ``(frames, bins)`` array (float32, or the storage dtype), preallocated from the header's length."""
+    """The ``(frames, bins)`` output of one feature (float32, or the storage dtype).
 
-    def __init__(self, n_bins: int, frames_hint: int, dtype: np.dtype | str = np.float32) -> None:
-        self.a = np.empty((max(frames_hint, 1), n_bins), dtype=dtype)
+    Without a sink: a growable array, preallocated from the header's length.
+    With a sink (a callable taking finished rows in order): a small rolling
+    buffer; :meth:`release` hands rows over once every part of them is
+    computed and forgets them, so memory does not grow with the file.
+    """
+
+    def __init__(self, n_bins: int, frames_hint: int, dtype: np.dtype | str = np.float32,
+                 sink: Callable[[np.ndarray], None] | None = None) -> None:
+        self.sink = sink
+        self.base = 0  # first frame held
+        self.a = np.empty((max(frames_hint if sink is None else 64, 1), n_bins), dtype=dtype)
 
     def rows(self, f0: int, f1: int) -> np.ndarray:
-        if f1 > self.a.shape[0]:
-            cap = max(f1, self.a.shape[0] + self.a.shape[0] // 4 + 64)
+        if f1 - self.base > self.a.shape[0]:
+            cap = max(f1 - self.base, self.a.shape[0] + self.a.shape[0] // 4 + 64)
             b = np.empty((cap, self.a.shape[1]), dtype=self.a.dtype)
             b[: self.a.shape[0]] = self.a
             self.a = b
-        return self.a[f0:f1]
+        return self.a[f0 - self.base : f1 - self.base]
+
+    def release(self, upto: int) -> None:
+        """Hand frames ``[base, upto)`` to the sink and drop them (no-op without a sink)."""
+        if self.sink is None or upto <= self.base:
+            return
+        n = upto - self.base
+        self.sink(self.a[:n])
+        keep = self.a.shape[0] - n
+        self.a[:keep] = self.a[n:].copy()
+        self.base = upto
 
     def finish(self, n_frames: int) -> np.ndarray:
+        if self.sink is not None:
+            self.release(n_frames)
+            return self.a[:0]
         # A view when the estimate was close; a trimmed copy when far off (bad MP3 headers).
         a = self.a[:n_frames]
         return a if n_frames >= 0.9 * self.a.shape[0] else a.copy()
@@ -333,10 +355,11 @@ def _mel_plan(spec: FeatureSpec) -> _MelPlan:
 class _MelStream:
     """Streams one mel feature: frames are computed as soon as their samples arrive."""
 
-    def __init__(self, plan: _MelPlan, frames_hint: int, dtype: np.dtype | str = np.float32) -> None:
+    def __init__(self, plan: _MelPlan, frames_hint: int, dtype: np.dtype | str = np.float32,
+                 sink: Callable[[np.ndarray], None] | None = None) -> None:
         self.plan = plan
         self.sig = _Signal()
-        self.out = _Output(plan.n_bins, frames_hint, dtype)
+        self.out = _Output(plan.n_bins, frames_hint, dtype, sink)
         self.done = 0  # frames computed
 
     def feed(self, x: np.ndarray) -> None:
@@ -359,6 +382,7 @@ class _MelStream:
                 p.compute(frames, block)
                 rows[...] = block
             self.done = f1
+            self.out.release(f1)
         self.sig.drop_before(self.done * p.hop - p.n_fft // 2)
 
 
@@ -387,7 +411,7 @@ class _CqtPlan:
     octaves: tuple[_Octave, ...]
     amin_sq: float
     db_offset: float  # 10 * log10(max(amin^2, db_ref^2)), as amplitude_to_db
-    frame_samples: int  # the lowest octave's analysis window, in samples at sr
+    frame_samples: int  # the highest octave's (shortest) analysis window, in samples at sr
 
     @property
     def min_samples(self) -> int:
@@ -463,7 +487,10 @@ def _cqt_plan(spec: FeatureSpec) -> _CqtPlan:
         norm = np.sqrt(lengths_e[start:stop])[:, np.newaxis]
         norm.setflags(write=False)
         octaves.append(_Octave(level, n_fft, my_hop, fft_basis, norm, slice(start, stop)))
-        frame_samples = max(frame_samples, int(round(n_fft * sr / my_sr)))
+        # librosa zero-pads a signal shorter than an octave's window (its STFT warns and pads),
+        # and so do the streamed frames: one frame of the shortest window is the minimum.
+        window = int(round(n_fft * sr / my_sr))
+        frame_samples = window if not frame_samples else min(frame_samples, window)
         if i < n_oct - 1 and my_hop % 2 == 0:
             my_hop //= 2
             my_sr /= 2.0
@@ -488,9 +515,10 @@ class _CqtStream:
     level as soon as their samples arrive.
     """
 
-    def __init__(self, plan: _CqtPlan, frames_hint: int, dtype: np.dtype | str = np.float32) -> None:
+    def __init__(self, plan: _CqtPlan, frames_hint: int, dtype: np.dtype | str = np.float32,
+                 sink: Callable[[np.ndarray], None] | None = None) -> None:
         self.plan = plan
-        self.out = _Output(plan.n_bins, frames_hint, dtype)  # float32 octave results cast on assignment
+        self.out = _Output(plan.n_bins, frames_hint, dtype, sink)  # float32 octave results cast on assignment
         self.early = StreamResampler(plan.early_factor, 1, scale=True) if plan.early_factor > 1 else None
         self.levels = [_Signal() for _ in range(plan.n_levels)]
         self.down = [StreamResampler(2, 1, scale=True) for _ in range(plan.n_levels - 1)]
@@ -540,6 +568,8 @@ class _CqtStream:
             keep[octv.level] = min(keep[octv.level], need)
         for sig, k in zip(self.levels, keep):
             sig.drop_before(k)
+        if n_frames is None:  # rows every octave has filled in are final
+            self.out.release(min(self.done))
 
 
 # ------------------------------------------------------------------ driver
@@ -556,8 +586,10 @@ def min_samples(specs: Mapping[str, FeatureSpec]) -> int:
     """Fewest decoded samples (at the specs' rate) a file needs: one whole frame of every feature.
 
     A mel frame is ``n_fft`` samples.  A CQT frame is the analysis window of
-    its lowest octave: 16 384 samples (0.74 s) for the default 84-bin CQT at
-    22 050 Hz, hop 512.  Shorter audio raises :class:`AudioError`.
+    its highest (shortest) octave; lower octaves' longer windows are
+    zero-padded, as librosa pads them, so a 0.5 s clip has the same CQT as
+    ``librosa.cqt`` gives it (the default 84-bin CQT at 22 050 Hz needs 256
+    samples).  Shorter audio raises :class:`AudioError`.
     """
     common_grid(specs)
     return max(_plan(s).min_samples for s in specs.values())
@@ -569,6 +601,7 @@ def compute_features(
     *,
     block_seconds: float = 60.0,
     out_dtypes: Mapping[str, str] | None = None,
+    sinks: Mapping[str, Callable[[np.ndarray], None]] | None = None,
 ) -> FeatureResult:
     """Decode ``path`` once and compute every feature in ``specs`` as a stream.
 
@@ -584,6 +617,12 @@ def compute_features(
     as ``astype`` on the float32 result, without ever holding the whole
     float32 array (for a 60-minute file, 79 MB of log-mel).
 
+    ``sinks`` (feature name -> callable) streams the output instead: each
+    feature's finished rows are handed to its callable in order, a block at
+    a time, and never kept (``arrays`` is then empty), so memory does not
+    grow with the file's length at all.  A file that fails part-way has
+    already handed over some rows: the caller drops them.
+
     Raises ValueError for inconsistent or unsupported specs (different
     sample_rate or hop_length, odd n_fft, CQT above Nyquist) and
     :class:`AudioError` for files that do not decode or hold fewer than
@@ -595,12 +634,18 @@ def compute_features(
     plans = {name: _plan(s) for name, s in specs.items()}
     need = max(p.min_samples for p in plans.values())
 
-    info = probe(path)
-    est = math.ceil(info.n_samples * sr / info.sample_rate) if info.sample_rate else 0
-    hint = 1 + est // hop + 1
+    if sinks is not None and set(sinks) != set(plans):
+        raise ConfigError(f"sinks {sorted(sinks)} differ from the features {sorted(plans)}")
+    if sinks is None:
+        info = probe(path)
+        est = math.ceil(info.n_samples * sr / info.sample_rate) if info.sample_rate else 0
+        hint = 1 + est // hop + 1
+    else:
+        hint = 0
     dtypes = {name: np.dtype((out_dtypes or {}).get(name, "float32")) for name in plans}
+    out = dict(sinks or {})
     streams: dict[str, _Stream] = {
-        name: _MelStream(p, hint, dtypes[name]) if isinstance(p, _MelPlan) else _CqtStream(p, hint, dtypes[name])
+        name: (_MelStream if isinstance(p, _MelPlan) else _CqtStream)(p, hint, dtypes[name], out.get(name))  # type: ignore[arg-type]
         for name, p in plans.items()
     }
 
@@ -626,4 +671,6 @@ def compute_features(
         raise AudioError(f"shorter than one frame ({n} samples < {need})", os.fspath(path))
     n_frames = 1 + n // hop
     arrays = {name: s.finish(n, n_frames) for name, s in streams.items()}
+    if sinks is not None:
+        arrays = {}
     return FeatureResult(arrays=arrays, n_frames=n_frames, duration=n / sr, sample_rate=sr)

@@ -9,15 +9,18 @@ from .errors import (
     PROG, ConfigError, OutputPathError, SpecMismatch, SpecstoreError, StoreCorrupt, StoreError, StoreLocked, StoreNotFound,
     run_cli,
 )
-from .layout import FORMAT_VERSION
+from .layout import FORMAT_VERSION, escape_path, unescape_path
+from .metadata import Corpus
 from .reader import FeatureView, Store, open_store
+from .shard_writer import ShardInfo, ShardWriter, StoredClip, write_shard
 from .spec import FeatureSpec, default_specs, spec_differences
 from .validate import validate
-from .writer import ErrorRow, IndexRow, ShardInfo, StoredClip, StoreWriter, create_store, write_shard
+from .writer import ErrorRow, IndexRow, RepairReport, StoreWriter, create_store
 
 __all__ = [
-    "FORMAT_VERSION", "PROG", "ConfigError", "ErrorRow", "OutputPathError", "SpecstoreError", "StoreLocked", "atomic_path",
-    "check_output_path", "run_cli", "write_atomic", "FeatureSpec", "FeatureView", "IndexRow", "ShardInfo", "SpecMismatch",
-    "Store", "StoreCorrupt", "StoreError", "StoreNotFound", "StoreWriter", "StoredClip", "create_store",
-    "default_specs", "open_store", "spec_differences", "validate", "write_shard",
+    "FORMAT_VERSION", "PROG", "ConfigError", "Corpus", "ErrorRow", "OutputPathError", "RepairReport",
+    "SpecstoreError", "StoreLocked", "atomic_path", "check_output_path", "escape_path", "run_cli", "unescape_path",
+    "write_atomic", "FeatureSpec", "FeatureView", "IndexRow", "ShardInfo", "ShardWriter", "SpecMismatch", "Store",
+    "StoreCorrupt", "StoreError", "StoreNotFound", "StoreWriter", "StoredClip", "create_store", "default_specs",
+    "open_store", "spec_differences", "validate", "write_shard",
 ]

@@ -6,6 +6,7 @@ A store is a zarr v3 group::
     <root>/shards/<shard>/<feature>       (frames_in_shard, n_bins) array, one per feature
     <root>/index/<generation>/<column>    1-D columns of the committed clip index
     <root>/index/<generation>/errors/...  path / reason of files that failed
+    <root>/.specstore-lock                the writer lock (not a zarr node; see store/lock.py)
 
 Everything here is pure: string building and metadata dicts, no I/O.
 """
@@ -15,7 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 FORMAT_NAME = "specstore"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 ATTR_KEY = "specstore"
 LAYOUTS = ("raw", "zstd")
 
@@ -32,6 +33,9 @@ INDEX_COLUMNS: dict[str, str] = {
     "offset": "int64",    # first frame of the clip inside the shard arrays
     "n_frames": "int64",  # frames (the length the batch planner bins on)
     "duration": "float64",  # seconds of decoded audio
+    "group": "str",       # the manifest's group (e.g. the musical work); "" = none
+    "size": "int64",      # bytes of the source file whose content was decoded (-1 = unknown)
+    "mtime_ns": "int64",  # its modification time, ns since the epoch (-1 = unknown)
 }
 ERROR_COLUMNS: dict[str, str] = {"path": "str", "reason": "str"}
 
@@ -40,6 +44,10 @@ ZSTD_CHUNK_FRAMES = 4096
 ZSTD_LEVEL = 3
 #: How many earlier index generations are kept for readers still opening them.
 KEEP_GENERATIONS = 3
+#: The writer lock, a plain file (local) or object (fsspec) beside the root zarr.json.
+LOCK_NAME = ".specstore-lock"
+#: Checksum algorithm of shard chunks (of the chunk's values as little-endian C-order bytes).
+CHECKSUM_ALGORITHM = "crc32c"
 
 
 def shard_path(shard: str, feature: str | None = None) -> str:
@@ -60,3 +68,49 @@ def index_path(generation: int) -> str:
 def empty_commit() -> dict[str, Any]:
     """The commit record of a store with nothing committed yet."""
     return {"generation": 0, "index": None, "shards": [], "label_names": [], "n_clips": 0, "n_errors": 0}
+
+
+def escape_path(path: str) -> str:
+    """A stored path for a file-system path: ``\\`` for a backslash, ``\\xNN`` for a byte that is not UTF-8.
+
+    File names on POSIX are bytes; Python hands undecodable bytes over as
+    lone surrogates (``os.fsdecode``), which zarr's UTF-8 strings cannot
+    hold.  This escaping is lossless: :func:`unescape_path` gives the bytes
+    back.  Valid UTF-8 names without a backslash are unchanged.
+    """
+    if "\\" not in path and not any("\udc80" <= ch <= "\udcff" for ch in path):
+        return path
+    raw = path.encode("utf-8", "surrogateescape")
+    out: list[str] = []
+    i = 0
+    while i < len(raw):
+        for size in (1, 2, 3, 4):  # the longest valid UTF-8 sequence starting here
+            try:
+                ch = raw[i:i + size].decode("utf-8")
+            except UnicodeDecodeError:
+                continue
+            out.append("\\\\" if ch == "\\" else ch)
+            i += size
+            break
+        else:
+            out.append(f"\\x{raw[i]:02x}")
+            i += 1
+    return "".join(out)
+
+
+def unescape_path(stored: str) -> bytes:
+    """The file-system path bytes of a stored path (inverse of :func:`escape_path`)."""
+    out = bytearray()
+    i = 0
+    while i < len(stored):
+        ch = stored[i]
+        if ch == "\\" and stored[i + 1:i + 2] == "\\":
+            out += b"\\"
+            i += 2
+        elif ch == "\\" and stored[i + 1:i + 2] == "x":
+            out.append(int(stored[i + 2:i + 4], 16))
+            i += 4
+        else:
+            out += ch.encode("utf-8")
+            i += 1
+    return bytes(out)

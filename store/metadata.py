@@ -1,15 +1,35 @@
-"""The store's metadata document (the root group's ``specstore`` attribute)."""
+"""The store's metadata document (the root group's ``specstore`` attribute), and loading it."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from .errors import StoreCorrupt, StoreError
+import zarr
+
+from .errors import StoreCorrupt, StoreError, StoreNotFound
 from .layout import ATTR_KEY, FORMAT_NAME, FORMAT_VERSION, LAYOUTS, empty_commit
+from .location import Location
 from .spec import FeatureSpec
 
-__all__ = ["StoreMetadata", "Commit"]
+__all__ = ["StoreMetadata", "Commit", "Corpus", "load_metadata", "open_root"]
+
+
+@dataclass(frozen=True)
+class Corpus:
+    """A corpus whose files the store indexes: its root folder and the prefix of its stored paths.
+
+    The first corpus extracted into a store has the prefix ``""``; one added
+    later (explicitly, ``--add-corpus``) stores its paths under its own
+    prefix, ``"<name>/"``, so that they cannot collide.
+    """
+
+    root: str
+    prefix: str = ""
+
+    def to_dict(self) -> dict[str, str]:
+        return {"root": self.root, "prefix": self.prefix}
 
 
 @dataclass(frozen=True)
@@ -22,17 +42,20 @@ class Commit:
     label_names: tuple[str, ...]
     n_clips: int
     n_errors: int
+    corpora: tuple[Corpus, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "generation": self.generation, "index": self.index, "shards": list(self.shards),
             "label_names": list(self.label_names), "n_clips": self.n_clips, "n_errors": self.n_errors,
+            "corpora": [c.to_dict() for c in self.corpora],
         }
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "Commit":
         return cls(int(d["generation"]), d["index"], tuple(d["shards"]), tuple(d["label_names"]),
-                   int(d["n_clips"]), int(d["n_errors"]))
+                   int(d["n_clips"]), int(d["n_errors"]),
+                   tuple(Corpus(str(c["root"]), str(c["prefix"])) for c in d.get("corpora", [])))
 
 
 @dataclass(frozen=True)
@@ -80,7 +103,10 @@ class StoreMetadata:
             raise StoreCorrupt(f"{where} is a zarr group but not a specstore store (no '{ATTR_KEY}' attributes)")
         version = doc.get("format_version")
         if version != FORMAT_VERSION:
-            raise StoreCorrupt(f"{where} has store format version {version}; this specstore reads version {FORMAT_VERSION}")
+            hint = (" (no chunk checksums, no writer lock): extract the corpus again into a new STORE path"
+                    if isinstance(version, int) and version < FORMAT_VERSION else "")
+            raise StoreCorrupt(f"{where} has store format version {version}; this specstore reads version "
+                               f"{FORMAT_VERSION}{hint}")
         try:
             return cls(
                 layout=doc["layout"],
@@ -94,3 +120,28 @@ class StoreMetadata:
 
     def with_commit(self, commit: Commit) -> "StoreMetadata":
         return StoreMetadata(self.layout, self.features, self.default_feature, commit, self.format_version)
+
+
+def load_metadata(loc: Location) -> StoreMetadata:
+    """Read and check the root document: :class:`StoreNotFound` if there is none, else :class:`StoreCorrupt`
+    for anything unreadable ("corrupt store metadata")."""
+    raw = loc.get("zarr.json")
+    if raw is None:
+        raise StoreNotFound(f"no store at {loc}")
+    try:
+        doc = json.loads(raw)
+    except ValueError as e:
+        raise StoreCorrupt(f"corrupt store metadata: {loc}/zarr.json is not valid JSON ({e})") from None
+    if not isinstance(doc, dict) or doc.get("node_type") != "group" or not isinstance(doc.get("attributes", {}), dict):
+        raise StoreCorrupt(f"corrupt store metadata: {loc}/zarr.json is not a zarr v3 group document")
+    return StoreMetadata.from_attrs(doc.get("attributes", {}), str(loc))
+
+
+def open_root(loc: Location, mode: str) -> tuple[zarr.Group, StoreMetadata]:
+    """The root group (``mode`` as for :func:`zarr.open_group`) and its checked metadata."""
+    meta = load_metadata(loc)
+    try:
+        root = loc.open_group(mode)
+    except (zarr.errors.GroupNotFoundError, FileNotFoundError, ValueError, KeyError) as e:
+        raise StoreCorrupt(f"corrupt store metadata at {loc}: {e}".splitlines()[0]) from None
+    return root, meta

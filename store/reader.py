@@ -8,21 +8,22 @@ committed shards are immutable and the index it loaded stays whole.
 Local stores in the raw layout are read through ``numpy.memmap`` of the
 chunk files, so a clip is a zero-copy view of the page cache; the
 compressed layout and remote stores go through zarr, to the same values.
+Either way a read returns what was written or raises :class:`StoreCorrupt`
+naming the shard (see :mod:`store.shards`).
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import zarr
 
-from .errors import StoreCorrupt, StoreNotFound
-from .layout import ERROR_COLUMNS, ERRORS_GROUP, INDEX_COLUMNS, shard_path
+from .layout import ERROR_COLUMNS, ERRORS_GROUP, INDEX_COLUMNS
 from .location import Location, as_location
-from .metadata import StoreMetadata
+from .metadata import StoreMetadata, open_root
+from .shards import ShardRecord, open_feature
 from .spec import FeatureSpec
 from .table import read_columns
 
@@ -83,10 +84,12 @@ class FeatureView:
 class Store:
     """A read-only snapshot of a committed store. Create it with :func:`open_store`."""
 
-    def __init__(self, loc: Location, root: zarr.Group, meta: StoreMetadata) -> None:
+    def __init__(self, loc: Location, root: zarr.Group, meta: StoreMetadata, *, verify: bool = False) -> None:
         self.location = loc
         self.metadata = meta
         self._root = root
+        self._verify = verify
+        self._records: dict[int, ShardRecord] = {}
         commit = meta.commit
         idx = read_columns(root, commit.index, INDEX_COLUMNS)
         err = read_columns(root, None if commit.index is None else f"{commit.index}/{ERRORS_GROUP}", ERROR_COLUMNS)
@@ -95,6 +98,7 @@ class Store:
         self.labels: np.ndarray = idx["label"].astype(np.int32)
         self.paths: list[str] = idx["path"].tolist()
         self.hashes: list[str] = idx["hash"].tolist()
+        self.groups: list[str] = idx["group"].tolist()
         self.label_names: list[str] = list(commit.label_names)
         self.shards: tuple[str, ...] = commit.shards
         self.errors: list[tuple[str, str]] = list(zip(err["path"].tolist(), err["reason"].tolist()))
@@ -148,26 +152,11 @@ class Store:
         return view
 
     def _open_shard_array(self, shard: int, feature: str) -> Any:
-        name = self.shards[shard]
-        spec = self.metadata.features[feature]
-        if self.location.local is not None and self.layout == "raw":
-            chunk = Path(self.location.local, shard_path(name, feature), "c", "0", "0")
-            try:
-                size = chunk.stat().st_size
-            except FileNotFoundError:
-                raise StoreCorrupt(f"shard {name} has no data file for {feature} ({chunk})") from None
-            row = spec.n_bins * np.dtype(spec.dtype).itemsize
-            if size % row:
-                raise StoreCorrupt(f"shard {name}/{feature} data file has {size} bytes, not whole frames of {row}")
-            if size == 0:
-                return np.zeros((0, spec.n_bins), dtype=spec.dtype)
-            mapped = np.memmap(chunk, dtype=np.dtype(spec.dtype).newbyteorder("<"), mode="r",
-                               shape=(size // row, spec.n_bins))
-            return mapped.view(np.ndarray)  # plain ndarray views; the mmap lives on as their base
-        try:
-            return self._root[shard_path(name, feature)]
-        except KeyError:
-            raise StoreCorrupt(f"committed shard {name} has no array {feature}") from None
+        record = self._records.get(shard)
+        if record is None:
+            record = self._records[shard] = ShardRecord.load(self.location, self.shards[shard], self.metadata.features)
+        return open_feature(self.location, self._root, self.layout, record, feature,
+                            self.metadata.features[feature], verify=self._verify)
 
     # -- display -------------------------------------------------------------------------
     def summary(self) -> str:
@@ -195,19 +184,16 @@ class Store:
                 f"{len(self.errors)} errors at {self.location}>")
 
 
-def open_store(where: "str | Location", storage_options: dict[str, Any] | None = None) -> Store:
+def open_store(where: "str | Location", storage_options: dict[str, Any] | None = None, *,
+               verify: bool = False) -> Store:
     """Open a store read-only: ``len(s)``, ``s.lengths``, ``s.labels``, ``s[i]``, ``s.feature("cqt")[i]``.
 
     ``where`` is a local path, a ``file://`` URL or any fsspec URL zarr
     accepts (``memory://``, ``s3://...``).  Raises :class:`StoreNotFound`
-    or :class:`StoreCorrupt` with a one-line message.
+    or :class:`StoreCorrupt` with a one-line message.  Reads check sizes
+    (raw) or every chunk's checksum (zstd, remote); ``verify`` also checks a
+    memory-mapped shard's checksum when it is first opened (one full read).
     """
     loc = as_location(where, storage_options)
-    if not loc.exists():
-        raise StoreNotFound(f"no store at {loc}")
-    try:
-        root = loc.open_group("r")
-    except (zarr.errors.GroupNotFoundError, FileNotFoundError, ValueError) as e:
-        raise StoreNotFound(f"no store at {loc}: {e}") from None
-    meta = StoreMetadata.from_attrs(dict(root.attrs), str(loc))
-    return Store(loc, root, meta)
+    root, meta = open_root(loc, "r")
+    return Store(loc, root, meta, verify=verify)

@@ -1,4 +1,4 @@
-"""Consistency checks of a committed store (``python -m store validate PATH``)."""
+"""Consistency checks of a committed store (``python -m store validate PATH [--deep]``)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from typing import Any
 import numpy as np
 
 from .errors import StoreError
-from .layout import SHARDS_GROUP
 from .reader import open_store
+from .shards import shard_problems
 
 __all__ = ["validate"]
 
@@ -16,11 +16,12 @@ __all__ = ["validate"]
 def validate(where: str, *, deep: bool = False, storage_options: dict[str, Any] | None = None) -> list[str]:
     """Return a list of problems (empty = valid) with the committed state at ``where``.
 
-    Checks the metadata, that index columns agree, that every row points
-    inside a committed, complete shard whose arrays have the spec's shape and
-    dtype, that paths are unique, labels in range, and that one content hash
-    always maps to one place.  ``deep`` also reads every clip and checks its
-    values are finite.  Uncommitted shards are reported as notes, not problems.
+    Checks the metadata, that index columns agree, that paths are unique,
+    labels in range, that one content hash always maps to one place, and
+    that every row points inside a committed, complete shard every chunk of
+    which exists with the size its record implies.  ``deep`` also reads every
+    chunk, checks its CRC-32C and that its values are finite.  Uncommitted
+    shards are not problems (the next writer removes them).
     """
     try:
         s = open_store(where, storage_options)
@@ -50,23 +51,8 @@ def validate(where: str, *, deep: bool = False, storage_options: dict[str, Any] 
     for sh, off, ln in zip(shard_ids.tolist(), s._offset.tolist(), s.lengths.tolist()):
         extents[sh] = max(extents.get(sh, 0), off + ln)
     for sh, name in enumerate(s.shards):
-        try:
-            group = s._root[f"{SHARDS_GROUP}/{name}"]
-        except KeyError:
-            problems.append(f"committed shard {name} is missing")
-            continue
-        if not group.attrs.get("complete"):
-            problems.append(f"committed shard {name} is not marked complete")
-        for feat, spec in s.specs.items():
-            try:
-                arr = s.feature(feat)._shard_array(sh)
-            except StoreError as e:
-                problems.append(str(e))
-                continue
-            if arr.shape[1] != spec.n_bins or np.dtype(arr.dtype) != np.dtype(spec.dtype):
-                problems.append(f"shard {name}/{feat} is {arr.shape}/{arr.dtype}, spec says {spec.n_bins} bins/{spec.dtype}")
-            if arr.shape[0] < extents.get(sh, 0):
-                problems.append(f"shard {name}/{feat} has {arr.shape[0]} frames; the index needs {extents[sh]}")
+        problems += shard_problems(s.location, s._root, s.layout, name, s.specs, deep=deep,
+                                   needed_frames=extents.get(sh, 0))
     if deep and not problems:
         for feat in s.specs:
             view = s.feature(feat)

@@ -1,75 +1,67 @@
-"""Writing a store: create it, write whole shards (in workers), commit them (in the driver).
+"""Committing to a store (in the driver) under the writer lock; shards are written by :mod:`store.shard_writer`.
 
 The protocol that makes a crash at any instant harmless:
 
-1. A worker writes one *whole* shard under ``shards/<random name>/`` and marks
-   it complete in the shard's attributes last.  Nobody else writes into that
+1. A worker writes one *whole* shard under ``shards/<random name>/``
+   (:class:`store.ShardWriter`) and marks it complete, with the checksums of
+   its chunks, in the shard's attributes last.  Nobody else writes into that
    shard, so zarr's lost-update problem with concurrent partial chunk writes
    cannot happen.  An unfinished or uncommitted shard is invisible to readers.
 2. The driver commits: it writes a complete new index generation
    ``index/gNNNNNN/`` and then rewrites the root metadata document (one atomic
    ``zarr.json`` write) to point at it.  Before that write, readers see the
    previous commit; after it, the new one.  There is no state in between.
-3. A rerun removes uncommitted shards (:meth:`StoreWriter.remove_orphans`)
-   and redoes only what the last commit lacks.
+3. A rerun removes uncommitted shards (:meth:`StoreWriter.remove_orphans`),
+   drops committed shards that are damaged (:meth:`StoreWriter.repair`) and
+   redoes only what the last commit lacks.
+
+Only one :class:`StoreWriter` may hold a store at a time (:mod:`store.lock`).
 """
 
 from __future__ import annotations
 
 import logging
-import uuid
+import time
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import zarr
-import zarr.codecs
 
-from .errors import SpecMismatch, StoreError, StoreNotFound
+from .errors import ConfigError, SpecMismatch, StoreError, StoreLocked
 from .layout import (
     ATTR_KEY, ERROR_COLUMNS, ERRORS_GROUP, INDEX_COLUMNS, INDEX_GROUP, KEEP_GENERATIONS, SHARDS_GROUP,
-    ZSTD_CHUNK_FRAMES, ZSTD_LEVEL, generation_name, index_path, shard_path,
+    generation_name, index_path,
 )
 from .location import Location, as_location
-from .metadata import Commit, StoreMetadata
+from .lock import LEASE_SECONDS, WriterLock
+from .metadata import Commit, Corpus, StoreMetadata, load_metadata, open_root
+from .shard_writer import ShardInfo, StoredClip, write_shard
+from .shards import shard_problems
 from .spec import FeatureSpec, spec_differences
 from .table import read_columns, write_columns
 
-__all__ = ["StoredClip", "ShardInfo", "IndexRow", "ErrorRow", "StoreWriter", "create_store", "write_shard"]
+__all__ = ["StoredClip", "ShardInfo", "IndexRow", "ErrorRow", "RepairReport", "StoreWriter", "create_store",
+           "write_shard"]
 
 log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
-class StoredClip:
-    """One distinct clip (content) inside a shard: its rows are ``offset : offset + n_frames``."""
-
-    hash: str
-    offset: int
-    n_frames: int
-    duration: float
-
-
-@dataclass(frozen=True)
-class ShardInfo:
-    """What a worker wrote: the shard's name and the clips it holds."""
-
-    name: str
-    clips: tuple[StoredClip, ...]
-
-    @property
-    def n_frames(self) -> int:
-        return sum(c.n_frames for c in self.clips)
-
-
-@dataclass(frozen=True)
 class IndexRow:
-    """One indexed path: which content it holds and its label name (``None`` = unlabelled)."""
+    """One indexed path: its content, label name (``None`` = unlabelled), group, and the source file's stamp.
+
+    ``size`` (bytes) and ``mtime_ns`` describe the source file whose bytes
+    have ``hash`` (-1 = unknown); ``group`` is e.g. the musical work ("" = none).
+    """
 
     path: str
     hash: str
     label: str | None = None
+    group: str = ""
+    size: int = -1
+    mtime_ns: int = -1
 
 
 @dataclass(frozen=True)
@@ -80,124 +72,90 @@ class ErrorRow:
     reason: str
 
 
-def _array_options(layout: str, n_frames: int, n_bins: int) -> dict[str, Any]:
-    """zarr ``create_array`` options for a shard feature array in ``layout``.
+@dataclass
+class RepairReport:
+    """What :meth:`StoreWriter.repair` found and did: damaged shards dropped and the paths they held."""
 
-    Raw: one uncompressed chunk holding the whole array, written even when it
-    is all zeros, so the chunk file is exactly the C-order float bytes and can
-    be memory-mapped.  zstd: chunks of ``ZSTD_CHUNK_FRAMES`` frames.
-    """
-    common: dict[str, Any] = dict(
-        fill_value=0, filters=None, config={"write_empty_chunks": True},
-        chunk_key_encoding={"name": "default", "separator": "/"},
-    )
-    if layout == "raw":
-        return dict(chunks=(max(n_frames, 1), n_bins), compressors=None, **common)
-    return dict(chunks=(min(max(n_frames, 1), ZSTD_CHUNK_FRAMES), n_bins),
-                compressors=zarr.codecs.ZstdCodec(level=ZSTD_LEVEL), **common)
+    problems: list[str] = field(default_factory=list)
+    dropped_shards: list[str] = field(default_factory=list)
+    dropped_paths: list[str] = field(default_factory=list)
 
-
-def _read_metadata(loc: Location) -> tuple[zarr.Group, StoreMetadata]:
-    if not loc.exists():
-        raise StoreNotFound(f"no store at {loc} (create it with `make features`)")
-    root = loc.open_group("r+")
-    return root, StoreMetadata.from_attrs(dict(root.attrs), str(loc))
-
-
-def write_shard(
-    where: "str | Location",
-    features: Mapping[str, Sequence[np.ndarray]],
-    hashes: Sequence[str],
-    durations: Sequence[float],
-    *,
-    storage_options: dict[str, Any] | None = None,
-) -> ShardInfo:
-    """Write one whole shard and return what it holds (it is not visible until committed).
-
-    ``features[name][k]`` is clip ``k``'s ``(n_frames, n_bins)`` array for
-    every feature of the store (cast to the spec's dtype here); ``hashes[k]``
-    and ``durations[k]`` (seconds) describe the same clip.  Safe to call from
-    many processes at once: each call writes a fresh, randomly named shard.
-    """
-    loc = as_location(where, storage_options)
-    _, meta = _read_metadata(loc)
-    n = len(hashes)
-    if len(durations) != n:
-        raise ValueError("hashes and durations differ in length")
-    if set(features) != set(meta.features):
-        raise ValueError(f"shard features {sorted(features)} differ from the store's {sorted(meta.features)}")
-    lengths: list[int] | None = None
-    for name, arrays in features.items():
-        spec = meta.features[name]
-        if len(arrays) != n:
-            raise ValueError(f"feature {name!r} has {len(arrays)} clips, expected {n}")
-        for a in arrays:
-            if a.ndim != 2 or a.shape[1] != spec.n_bins:
-                raise ValueError(f"feature {name!r} arrays must be (n_frames, {spec.n_bins}), got {a.shape}")
-        these = [int(a.shape[0]) for a in arrays]
-        if lengths is not None and these != lengths:
-            raise ValueError("features of one clip must have the same number of frames")
-        lengths = these
-    lengths = lengths or [0] * n
-    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
-    total = int(offsets[-1])
-
-    name = uuid.uuid4().hex[:16]
-    store = loc.zarr_store(read_only=False)
-    group = zarr.create_group(store, path=shard_path(name), zarr_format=3)
-    for feat, arrays in features.items():
-        spec = meta.features[feat]
-        data = np.empty((total, spec.n_bins), dtype=spec.dtype)
-        for k, a in enumerate(arrays):
-            data[offsets[k]:offsets[k + 1]] = a
-        arr = group.create_array(feat, shape=data.shape, dtype=spec.dtype,
-                                 **_array_options(meta.layout, total, spec.n_bins))
-        if total:
-            arr[...] = data
-        del data
-    clips = tuple(StoredClip(h, int(offsets[k]), int(lengths[k]), float(durations[k])) for k, h in enumerate(hashes))
-    # Written last: a shard without this marker was interrupted.
-    group.attrs.update({"clips": [vars(c) for c in clips], "n_frames": total, "complete": True})
-    return ShardInfo(name, clips)
+    def line(self) -> str:
+        if not self.dropped_shards:
+            return "no damaged shards"
+        return (f"dropped {len(self.dropped_shards)} damaged shard(s) holding {len(self.dropped_paths)} path(s); "
+                "the next extraction decodes them again")
 
 
 class StoreWriter:
-    """The driver's handle on a store: knows the committed state and commits new shards.
+    """The driver's handle on a store: holds the writer lock, knows the committed state, commits.
 
-    Only one writer (one driver process) may commit to a store at a time;
-    workers call :func:`write_shard` freely.
+    Only one writer may hold a store at a time; opening a second raises
+    :class:`StoreLocked` naming the holder.  Close it (or use ``with``) to
+    release the lock; a writer that is garbage-collected releases it too.
+    Workers write shards with :class:`store.ShardWriter` freely.
     """
 
-    def __init__(self, loc: Location, root: zarr.Group, meta: StoreMetadata) -> None:
+    def __init__(self, loc: Location, root: zarr.Group, meta: StoreMetadata, lock: WriterLock) -> None:
         self.location = loc
         self._root = root
         self.metadata = meta
+        self._lock: WriterLock | None = lock
         self._index: dict[str, np.ndarray] = read_columns(root, meta.commit.index, INDEX_COLUMNS)
         self._errors: dict[str, np.ndarray] = read_columns(
             root, None if meta.commit.index is None else f"{meta.commit.index}/{ERRORS_GROUP}", ERROR_COLUMNS)
 
-    # -- opening -------------------------------------------------------------------------
+    # -- opening and closing -------------------------------------------------------------
     @classmethod
     def open(cls, where: "str | Location", storage_options: dict[str, Any] | None = None) -> "StoreWriter":
-        """Open an existing store for appending."""
+        """Open an existing store for appending; takes the writer lock."""
         loc = as_location(where, storage_options)
-        root, meta = _read_metadata(loc)
-        return cls(loc, root, meta)
+        load_metadata(loc)  # StoreNotFound / StoreCorrupt before locking anything
+        lock = WriterLock.acquire(loc)
+        try:
+            root, meta = open_root(loc, "r+")
+            return cls(loc, root, meta, lock)
+        except BaseException:
+            lock.release()
+            raise
+
+    def close(self) -> None:
+        """Release the writer lock (the writer cannot commit afterwards)."""
+        lock, self._lock = self._lock, None
+        if lock is not None:
+            lock.release()
+
+    def __enter__(self) -> "StoreWriter":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        lock = getattr(self, "_lock", None)
+        if lock is not None:
+            try:
+                lock.release()
+            except Exception:  # noqa: BLE001 - at interpreter exit; the kernel drops a flock anyway
+                pass
+
+    @property
+    def lock(self) -> WriterLock:
+        if self._lock is None:
+            raise StoreError(f"the writer of {self.location} is closed")
+        return self._lock
 
     # -- the committed state -------------------------------------------------------------
     @property
     def commit_state(self) -> Commit:
         return self.metadata.commit
 
-    def committed_paths(self) -> dict[str, str]:
-        """``path -> content hash`` of every indexed path."""
-        return dict(zip(self._index["path"].tolist(), self._index["hash"].tolist()))
-
-    def committed_rows(self) -> dict[str, tuple[str, str | None]]:
-        """``path -> (content hash, label name or None)`` of every indexed path."""
+    def committed_rows(self) -> dict[str, IndexRow]:
+        """``path -> IndexRow`` of every indexed path."""
         names = self.metadata.commit.label_names
-        return {p: (h, names[lab] if lab >= 0 else None) for p, h, lab in
-                zip(self._index["path"].tolist(), self._index["hash"].tolist(), self._index["label"].tolist())}
+        idx = self._index
+        return {p: IndexRow(p, h, names[lab] if lab >= 0 else None, g, sz, mt) for p, h, lab, g, sz, mt in
+                zip(*(idx[c].tolist() for c in ("path", "hash", "label", "group", "size", "mtime_ns")))}
 
     def committed_hashes(self) -> set[str]:
         """Content hashes already stored (their paths can be indexed without decoding)."""
@@ -208,15 +166,64 @@ class StoreWriter:
         return dict(zip(self._errors["path"].tolist(), self._errors["reason"].tolist()))
 
     def remove_orphans(self) -> list[str]:
-        """Delete shards that were written but never committed (an interrupted run's work)."""
+        """Delete shards that were written but never committed (an interrupted run's work).
+
+        Only the lock holder calls this, so no live writer's shards are among
+        them.  Under a lease (object stores), where two writers could
+        overlap for a moment, only shards older than two lease periods go.
+        """
+        self.lock.check()
         committed = set(self.metadata.commit.shards)
         shards = self._root.require_group(SHARDS_GROUP)
         orphans = [k for k in shards.group_keys() if k not in committed]
+        if not self.lock.reliable:
+            cutoff = time.time() - 2 * LEASE_SECONDS
+            orphans = [k for k in orphans if float(shards[k].attrs.get("created", 0)) < cutoff]
         for k in orphans:
             del shards[k]
         if orphans:
             log.info("removed %d uncommitted shard(s) left by an interrupted run", len(orphans))
         return orphans
+
+    # -- damage ----------------------------------------------------------------------------
+    def damaged_shards(self, *, deep: bool = False) -> dict[str, list[str]]:
+        """Committed shards with problems (quick: missing or short chunks; ``deep``: checksums too)."""
+        needed: dict[int, int] = {}
+        for sh, off, n in zip(self._index["shard"].tolist(), self._index["offset"].tolist(),
+                              self._index["n_frames"].tolist()):
+            needed[sh] = max(needed.get(sh, 0), off + n)
+        out = {}
+        for i, name in enumerate(self.metadata.commit.shards):
+            problems = shard_problems(self.location, self._root, self.metadata.layout, name, self.metadata.features,
+                                      deep=deep, needed_frames=needed.get(i, 0))
+            if problems:
+                out[name] = problems
+        return out
+
+    def repair(self, *, deep: bool = True) -> RepairReport:
+        """Drop damaged shards from the index (one commit) and delete them; undamaged data is untouched.
+
+        The paths they held leave the index, so the next extraction decodes
+        their files again.  ``deep`` checks every checksum (reads the whole
+        store); otherwise only that every chunk exists with its size.
+        """
+        damaged = self.damaged_shards(deep=deep)
+        report = RepairReport(problems=[p for ps in damaged.values() for p in ps])
+        if not damaged:
+            return report
+        ids = {i for i, n in enumerate(self.metadata.commit.shards) if n in damaged}
+        report.dropped_paths = [p for p, sh in zip(self._index["path"].tolist(), self._index["shard"].tolist())
+                                if sh in ids]
+        report.dropped_shards = sorted(damaged)
+        self.commit(drop_shards=report.dropped_shards)
+        shards = self._root.require_group(SHARDS_GROUP)
+        for name in report.dropped_shards:
+            try:
+                del shards[name]
+            except (KeyError, OSError):
+                pass  # already gone, or left to the next orphan cleanup
+        log.warning("%s: %s", self.location, report.line())
+        return report
 
     # -- committing ----------------------------------------------------------------------
     def commit(
@@ -225,21 +232,40 @@ class StoreWriter:
         rows: Sequence[IndexRow] = (),
         errors: Sequence[ErrorRow] = (),
         clear_errors: Iterable[str] = (),
+        *,
+        remove: Iterable[str] = (),
+        drop_shards: Iterable[str] = (),
+        corpora: Sequence[Corpus] | None = None,
     ) -> Commit:
         """Make new shards, index rows and error rows visible in one atomic step.
 
         A row's content hash must be in one of ``shards`` or already committed.
         A row for an already indexed path replaces it; an indexed or cleared
-        path leaves the error table.  Rows are kept sorted by path, so the
-        committed content does not depend on the order work finished in.
+        path leaves the error table.  ``remove`` takes paths out of the index
+        and the error table; ``drop_shards`` takes committed shards out, with
+        every row pointing into them; ``corpora`` replaces the recorded corpus
+        roots.  Rows are kept sorted by path, so the committed content does
+        not depend on the order work finished in.  Raises
+        :class:`StoreLocked` if another writer committed meanwhile.
         """
         old = self.metadata.commit
-        shard_names = list(old.shards)
-        where_is: dict[str, tuple[int, int, int, float]] = {}
+        dropped = set(drop_shards)
+        keep = [i for i, n in enumerate(old.shards) if n not in dropped]
+        renumber = {i: j for j, i in enumerate(keep)}
+        shard_names = [old.shards[i] for i in keep]
+        cols = list(INDEX_COLUMNS)
+        at = {c: k for k, c in enumerate(cols)}
         idx = self._index
-        for h, s, o, n, d in zip(idx["hash"].tolist(), idx["shard"].tolist(), idx["offset"].tolist(),
-                                 idx["n_frames"].tolist(), idx["duration"].tolist()):
-            where_is.setdefault(h, (s, o, n, d))
+        by_path: dict[str, list[Any]] = {}
+        where_is: dict[str, tuple[int, int, int, float]] = {}
+        for values in zip(*(idx[c].tolist() for c in cols)):
+            row = list(values)
+            if row[at["shard"]] not in renumber:
+                continue
+            row[at["shard"]] = renumber[row[at["shard"]]]
+            by_path[row[at["path"]]] = row
+            where_is.setdefault(row[at["hash"]], (row[at["shard"]], row[at["offset"]], row[at["n_frames"]],
+                                                  row[at["duration"]]))
         for info in shards:
             if info.name in shard_names:
                 raise StoreError(f"shard {info.name} is already committed")
@@ -249,12 +275,10 @@ class StoreWriter:
 
         labels = list(old.label_names)
         label_id = {n: i for i, n in enumerate(labels)}
-        by_path: dict[str, tuple[Any, ...]] = {
-            p: (p, l, h, s, o, n, d) for p, l, h, s, o, n, d in zip(*(idx[c].tolist() for c in INDEX_COLUMNS))
-        }
         for r in rows:
             if r.hash not in where_is:
                 raise StoreError(f"cannot index {r.path}: its content {r.hash[:12]} is in no shard")
+            _check_text(r.path, "path")
             lab = -1
             if r.label is not None and r.label != "":
                 if r.label not in label_id:
@@ -262,13 +286,17 @@ class StoreWriter:
                     labels.append(r.label)
                 lab = label_id[r.label]
             s, o, n, d = where_is[r.hash]
-            by_path[r.path] = (r.path, lab, r.hash, s, o, n, d)
+            by_path[r.path] = [r.path, lab, r.hash, s, o, n, d, r.group or "", int(r.size), int(r.mtime_ns)]
 
         err = self.committed_errors()
-        for p in list(clear_errors) + [r.path for r in rows]:
+        gone = set(remove)
+        for p in list(clear_errors) + [r.path for r in rows] + list(gone):
             err.pop(p, None)
+        for p in gone:
+            by_path.pop(p, None)
         for e in errors:
-            err[e.path] = e.reason
+            _check_text(e.path, "path")
+            err[e.path] = " ".join(str(e.reason).split()) or "unreadable"
             by_path.pop(e.path, None)
 
         ordered = [by_path[p] for p in sorted(by_path)]
@@ -276,21 +304,33 @@ class StoreWriter:
         err_paths = sorted(err)
         err_cols = {"path": _column(err_paths, "str"), "reason": _column([err[p] for p in err_paths], "str")}
 
+        self._check_not_overtaken(old)
         gen = old.generation + 1
         write_columns(self._root, index_path(gen), columns, INDEX_COLUMNS)
         write_columns(self._root, f"{index_path(gen)}/{ERRORS_GROUP}", err_cols, ERROR_COLUMNS)
-        new = Commit(gen, index_path(gen), tuple(shard_names), tuple(labels), len(ordered), len(err_paths))
+        new = Commit(gen, index_path(gen), tuple(shard_names), tuple(labels), len(ordered), len(err_paths),
+                     old.corpora if corpora is None else tuple(corpora))
         meta = self.metadata.with_commit(new)
+        self._check_not_overtaken(old)
         self._root.attrs.update({ATTR_KEY: meta.to_attrs()})  # the atomic commit point
         self.metadata, self._index, self._errors = meta, columns, err_cols
         self._prune(gen)
         return new
 
+    def _check_not_overtaken(self, old: Commit) -> None:
+        """Refuse to commit when the lock is lost or the store moved on since this writer read it."""
+        self.lock.check()
+        now = load_metadata(self.location).commit.generation
+        if now != old.generation:
+            raise StoreLocked(f"another writer committed to {self.location} meanwhile (generation {now}, this "
+                              f"writer started from {old.generation}); nothing was committed by this one")
+
     def add_clips(self, rows: Sequence[Mapping[str, Any]], features: Mapping[str, Sequence[np.ndarray]]) -> Commit:
         """Write one shard from in-memory arrays and commit it (for tests and notebooks).
 
         ``rows[k]`` has ``path``, ``hash``, ``duration`` (seconds) and optional
-        ``label`` (a name, an index into the store's label names, or None).
+        ``label`` (a name, an index into the store's label names, or None)
+        and ``group``.
         """
         names = list(self.metadata.commit.label_names)
         info = write_shard(self.location, features, [r["hash"] for r in rows], [float(r["duration"]) for r in rows])
@@ -299,7 +339,7 @@ class StoreWriter:
             lab = r.get("label")
             if isinstance(lab, (int, np.integer)):
                 lab = names[int(lab)] if int(lab) >= 0 else None
-            idx_rows.append(IndexRow(str(r["path"]), str(r["hash"]), lab))
+            idx_rows.append(IndexRow(str(r["path"]), str(r["hash"]), lab, str(r.get("group") or "")))
         return self.commit([info], idx_rows)
 
     def _prune(self, generation: int) -> None:
@@ -309,6 +349,14 @@ class StoreWriter:
         for name in list(index.group_keys()):
             if name not in keep:
                 del index[name]
+
+
+def _check_text(value: str, what: str) -> None:
+    """A stored string must be valid Unicode (escape file names first: :func:`store.layout.escape_path`)."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ConfigError(f"{what} {value!r} is not valid UTF-8; escape it with store.escape_path") from None
 
 
 def _column(values: list[Any], dtype: str) -> np.ndarray:
@@ -326,36 +374,50 @@ def create_store(
     label_names: Sequence[str] = (),
     storage_options: dict[str, Any] | None = None,
 ) -> StoreWriter:
-    """Create a store, or open an existing one whose specs are the same.
+    """Create a store, or open an existing one whose specs are the same; returns its (locked) writer.
 
     ``layout`` is ``"raw"`` (uncompressed, memory-mapped reads; the default
     for local disks) or ``"zstd"`` (compressed chunks, for archives and object
     stores).  An existing store with different specs or layout is refused with
-    :class:`SpecMismatch`, never silently mixed.
+    :class:`SpecMismatch`, never silently mixed; a path that is a file, lies
+    under a file or holds other data is refused before anything is written.
     """
     loc = as_location(where, storage_options)
-    default = default_feature or next(iter(features))
+    loc.check_writable_path()
+    default = default_feature or next(iter(features), "")
     meta = StoreMetadata(layout=layout, features=dict(features), default_feature=default)
-    if loc.exists():
-        writer = StoreWriter.open(loc)
-        have = writer.metadata
-        problems = [f"layout: {have.layout!r} != {layout!r}"] if have.layout != layout else []
-        if set(have.features) != set(features):
-            problems.append(f"features: {sorted(have.features)} != {sorted(features)}")
-        else:
-            for k in features:
-                problems += [f"{k}.{d}" for d in spec_differences(have.features[k], features[k])]
-        if problems:
-            raise SpecMismatch(f"{loc} already holds a store made differently ({'; '.join(problems)}); "
-                               "use another STORE path or delete it")
-        return writer
-    if not loc.is_vacant():
-        raise StoreError(f"{loc} exists and is not a specstore store; choose another STORE path")
-    commit = Commit(0, None, (), tuple(label_names), 0, 0)
-    # The root document carries the metadata from its first write: a crash
-    # right after it leaves an empty, valid store.
-    root = zarr.create_group(loc.zarr_store(read_only=False), zarr_format=3, overwrite=True,
-                             attributes={ATTR_KEY: meta.with_commit(commit).to_attrs()})
-    root.require_group(SHARDS_GROUP)
-    root.require_group(INDEX_GROUP)
-    return StoreWriter.open(loc)
+    if not loc.exists():
+        if not loc.is_vacant():
+            raise StoreError(f"{loc} exists and is not a specstore store; choose another STORE path")
+        if loc.local is not None:
+            loc.local.mkdir(parents=True, exist_ok=True)
+        lock = WriterLock.acquire(loc)
+        try:
+            if not loc.exists():  # nobody created it while we took the lock
+                commit = Commit(0, None, (), tuple(label_names), 0, 0)
+                # The root document carries the metadata from its first write: a crash
+                # right after it leaves an empty, valid store.  No overwrite: that would
+                # delete the lock file we hold.
+                root = zarr.create_group(loc.zarr_store(read_only=False), zarr_format=3, overwrite=False,
+                                         attributes={ATTR_KEY: meta.with_commit(commit).to_attrs()})
+                root.require_group(SHARDS_GROUP)
+                root.require_group(INDEX_GROUP)
+                root, meta = open_root(loc, "r+")
+                return StoreWriter(loc, root, meta, lock)
+        except BaseException:
+            lock.release()
+            raise
+        lock.release()
+    writer = StoreWriter.open(loc)
+    have = writer.metadata
+    problems = [f"layout: {have.layout!r} != {layout!r}"] if have.layout != layout else []
+    if set(have.features) != set(features):
+        problems.append(f"features: {sorted(have.features)} != {sorted(features)}")
+    else:
+        for k in features:
+            problems += [f"{k}.{d}" for d in spec_differences(have.features[k], features[k])]
+    if problems:
+        writer.close()
+        raise SpecMismatch(f"{loc} already holds a store made differently ({'; '.join(problems)}); "
+                           "use another STORE path or delete it")
+    return writer

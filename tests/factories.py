@@ -26,7 +26,6 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.testing import write_music_like
 from store import FeatureSpec, IndexRow, create_store, open_store
 
 __all__ = [
@@ -51,6 +50,8 @@ def make_corpus(root: Path, n: int = 8, seconds: float = 2.0, *, step: float = 0
     File ``k`` lasts ``seconds + step * k`` seconds, cycles through wav, flac,
     ogg and mp3, 22 050 / 44 100 Hz, and is stereo when ``k % 3 == 1``.
     """
+    from pipeline.testing import write_music_like  # audio libraries only where audio is written
+
     return [write_music_like(root / labels[k % len(labels)] / f"t{k:02d}.{_FORMATS[k % 4]}", seconds + step * k,
                              seed=k, sr=(22050, 44100)[k % 2], channels=1 + (k % 3 == 1))
             for k in range(n)]
@@ -90,7 +91,8 @@ def make_store(
     frame = next(iter(specs.values())).frame_seconds
     rows = [{"path": f"{lab or 'none'}/c{k:03d}.wav", "hash": f"h{k}", "label": lab, "duration": int(m) * frame}
             for k, (lab, m) in enumerate(zip(labels, lengths))]
-    w.add_clips(rows, arrays)
+    with w:  # releases the writer lock
+        w.add_clips(rows, arrays)
     return Path(path)
 
 
@@ -114,10 +116,11 @@ def make_separable_store(path: Path | str, n: int = 48, *, seed: int = 0, labell
         arrays.append(a)
         rows.append({"path": f"{LABELS[lab]}/c{k:03d}.wav", "hash": f"content-{seed}-{k}",
                      "duration": length * spec.frame_seconds, "label": LABELS[lab] if labelled else None})
-    w.add_clips(rows, {"mel": arrays})
-    if duplicates:
-        w.commit(rows=[IndexRow(f"copies/d{j:03d}.wav", rows[j]["hash"], rows[j]["label"])
-                       for j in range(duplicates)])
+    with w:  # releases the writer lock
+        w.add_clips(rows, {"mel": arrays})
+        if duplicates:
+            w.commit(rows=[IndexRow(f"copies/d{j:03d}.wav", rows[j]["hash"], rows[j]["label"])
+                           for j in range(duplicates)])
     return Path(path)
 
 

@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 #: Figures every run must produce (the GPU ones are null without CUDA).
 EXPECTED = {
-    "extract_jobs1_time_vs_naive", "extract_jobs1_vs_decode_floor", "extract_memory_growth_60min",
+    "extract_jobs1_time_vs_naive", "extract_jobs1_vs_decode_floor", "extract_checksum_cost", "extract_memory_growth_2h",
     "plan_uniform_fixed4", "plan_uniform_bucketed", "plan_uniform_ours", "plan_uniform_training",
     "plan_uniform_training_reshuffle", "plan_lognormal_fixed4", "plan_lognormal_bucketed", "plan_lognormal_ours",
     "plan_lognormal_training", "plan_lognormal_training_reshuffle",

@@ -158,18 +158,16 @@ def test_bad_inputs_are_recorded_and_good_files_all_go_through(tmp_path: Path) -
 
 
 def test_unreadable_files_are_recorded(tmp_path: Path, monkeypatch) -> None:
-    import builtins
-
     from pipeline.extract import _hash_batch
     f = write_music_like(tmp_path / "locked.wav", 0.5)
-    real_open = builtins.open
+    real_open = os.open
 
     def deny(path, *a, **kw):
         if str(path) == str(f):
             raise PermissionError(errno.EACCES, "Permission denied", str(path))
         return real_open(path, *a, **kw)
 
-    monkeypatch.setattr(builtins, "open", deny)
+    monkeypatch.setattr(os, "open", deny)
     assert _hash_batch([str(f)]) == [(None, "unreadable: permission denied")]
 
 
@@ -177,21 +175,22 @@ def test_write_failure_stops_with_one_line_and_keeps_last_commit(tmp_path: Path,
     import pipeline.tasks as tasks_mod
     c = tmp_path / "c"
     make_corpus(c, n=6, seconds=1.0)
-    real = tasks_mod.write_shard
+    real = tasks_mod.ShardWriter
     calls = {"n": 0}
 
-    def failing(*a, **kw):
-        calls["n"] += 1
-        if calls["n"] >= 3:
-            raise OSError(errno.ENOSPC, "No space left on device")
-        return real(*a, **kw)
+    class Failing(real):  # the third shard hits a full disk
+        def close(self):
+            calls["n"] += 1
+            if calls["n"] >= 3:
+                raise OSError(errno.ENOSPC, "No space left on device")
+            return super().close()
 
-    monkeypatch.setattr(tasks_mod, "write_shard", failing)
+    monkeypatch.setattr(tasks_mod, "ShardWriter", Failing)
     with pytest.raises(ExtractError, match="No space left on device.*last commit"):
         extract(c, str(tmp_path / "s.zarr"), jobs=1, progress=False, commit_seconds=0.0)
     s = open_store(tmp_path / "s.zarr")
     assert len(s.shards) == 2 and 0 < len(s) < 6 and validate(str(tmp_path / "s.zarr")) == []
-    monkeypatch.setattr(tasks_mod, "write_shard", real)
+    monkeypatch.setattr(tasks_mod, "ShardWriter", real)
     done = extract(c, str(tmp_path / "s.zarr"), jobs=1, progress=False)
     assert done.decoded == 6 - len(s) and len(open_store(tmp_path / "s.zarr")) == 6
 

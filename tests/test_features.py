@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import os
 import tracemalloc
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -229,7 +230,8 @@ def test_unsupported_specs_are_value_errors(music) -> None:
 
 def test_min_samples_rule() -> None:
     assert min_samples({"mel": SPECS["mel"]}) == 2048  # one n_fft window
-    assert min_samples(SPECS) == 16384  # the CQT's lowest-octave window (256 samples at 1/64 rate)
+    assert min_samples(SPECS) == 2048  # the CQT's lower octaves zero-pad a short signal, as librosa's do
+    assert min_samples({"cqt": SPECS["cqt"]}) == 256  # its highest octave's window
 
 
 def test_shorter_than_one_frame(tmp_path: Path) -> None:
@@ -243,8 +245,21 @@ def test_shorter_than_one_frame(tmp_path: Path) -> None:
     assert ok.n_frames == 5
     mid = write_short_wav(tmp_path / "mid.wav", n_samples=10_000)
     assert compute_features(mid, mel).n_frames == 1 + 10_000 // 512
-    with pytest.raises(AudioError, match=r"shorter than one frame \(10000 samples < 16384\)"):
-        compute_features(mid, SPECS)
+    both = compute_features(mid, SPECS)  # shorter than the CQT's lowest-octave window (16384): padded
+    assert both.arrays["cqt"].shape == (1 + 10_000 // 512, SPECS["cqt"].n_bins)
+
+
+def test_half_second_clip_has_librosas_cqt(tmp_path: Path) -> None:
+    """0.5 s is long enough for the log-mel but shorter than the CQT's lowest octave: librosa pads, so do we."""
+    p = write_music_like(tmp_path / "half.wav", 0.5, seed=4)
+    y, _ = librosa.load(p, sr=22050, mono=True)
+    got = compute_features(p, SPECS)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # librosa: "n_fft=256 is too large for input signal of length=173"
+        ref = ref_cqt(y, SPECS["cqt"])
+    assert got.arrays["cqt"].shape == ref.shape == (22, 84)
+    assert_matches(got.arrays["cqt"], ref)
+    assert_matches(got.arrays["mel"], ref_mel(y, SPECS["mel"]))
 
 
 def test_short_rule_counts_samples_at_the_target_rate(tmp_path: Path) -> None:

@@ -14,13 +14,14 @@ from store import FeatureSpec, IndexRow, create_store
 
 READER = r'''
 import json, sys
+import google_crc32c
 import numpy as np
 import zarr
 
 path = sys.argv[1]
 g = zarr.open_group(path, mode="r")
 meta = g.attrs["specstore"]
-assert meta["format"] == "specstore" and meta["format_version"] == 1
+assert meta["format"] == "specstore" and meta["format_version"] == 2
 commit = meta["commit"]
 idx = g[commit["index"]]
 out = []
@@ -28,9 +29,17 @@ for i in range(idx["path"].shape[0]):
     shard = commit["shards"][int(idx["shard"][i])]
     off, n = int(idx["offset"][i]), int(idx["n_frames"][i])
     lab = int(idx["label"][i])
-    rec = {"path": str(idx["path"][i]), "label": commit["label_names"][lab] if lab >= 0 else None}
+    rec = {"path": str(idx["path"][i]), "label": commit["label_names"][lab] if lab >= 0 else None,
+           "group": str(idx["group"][i])}
     for feat in meta["features"]:
-        rec[feat] = np.asarray(g[f"shards/{shard}/{feat}"][off:off + n], dtype=np.float32).tolist()
+        arr = g[f"shards/{shard}/{feat}"]
+        rec[feat] = np.asarray(arr[off:off + n], dtype=np.float32).tolist()
+        # every chunk's CRC-32C (of its values, little-endian) is in the shard's attributes
+        sums = g[f"shards/{shard}"].attrs["checksums"][feat]
+        cf = sums["chunk_frames"]
+        for k, crc in enumerate(sums["crc32c"]):
+            values = np.ascontiguousarray(arr[k * cf:(k + 1) * cf], dtype=arr.dtype.newbyteorder("<"))
+            assert google_crc32c.value(values.tobytes()) == crc, (shard, feat, k)
     out.append(rec)
 errors = g[commit["index"] + "/errors"]
 assert "store" not in sys.modules and "pipeline" not in sys.modules
@@ -44,7 +53,7 @@ def test_plain_zarr_reads_what_format_md_describes(tmp_path: Path, layout: str) 
     specs = {"mel": FeatureSpec.mel(n_bins=8), "cqt": FeatureSpec.cqt(n_bins=6)}
     w = create_store(tmp_path / "s.zarr", specs, layout=layout)
     clips = {p: (rng.normal(-40, 9, (n, 8)), rng.normal(-30, 9, (n, 6))) for p, n in [("r/a.wav", 9), ("j/b.ogg", 5000)]}
-    w.add_clips([{"path": p, "hash": p, "duration": 1.0, "label": p[0]} for p in clips],
+    w.add_clips([{"path": p, "hash": p, "duration": 1.0, "label": p[0], "group": f"work-{p[0]}"} for p in clips],
                 {"mel": [c[0] for c in clips.values()], "cqt": [c[1] for c in clips.values()]})
     w.commit(rows=[IndexRow("u/copy.wav", "r/a.wav", None)])
     from store import ErrorRow
@@ -59,6 +68,7 @@ def test_plain_zarr_reads_what_format_md_describes(tmp_path: Path, layout: str) 
     by_path = {c["path"]: c for c in got["clips"]}
     assert sorted(by_path) == ["j/b.ogg", "r/a.wav", "u/copy.wav"]
     assert by_path["u/copy.wav"]["label"] is None and by_path["r/a.wav"]["label"] == "r"
+    assert by_path["r/a.wav"]["group"] == "work-r" and by_path["u/copy.wav"]["group"] == ""
     for p, (mel, cqt) in clips.items():
         np.testing.assert_array_equal(np.array(by_path[p]["mel"]), mel.astype(np.float16).astype(np.float32))
         np.testing.assert_array_equal(np.array(by_path[p]["cqt"]), cqt.astype(np.float16).astype(np.float32))
