@@ -29,13 +29,15 @@ import stat
 import time
 from dataclasses import dataclass
 
+from store import SpecstoreError
+
 __all__ = ["Fingerprint", "RECENT_SECONDS", "SourceChanged", "Stamp", "content_hash", "digest_fd", "fingerprint"]
 
 #: A file modified this close to when it was stamped is hashed again, whatever its stamp says.
 RECENT_SECONDS = 2.0
 
 
-class SourceChanged(OSError):
+class SourceChanged(SpecstoreError, OSError):
     """The file changed while it was being read (its stamp moved)."""
 
 

@@ -388,7 +388,8 @@ def render_clip(score: Score, clip: Clip) -> tuple[np.ndarray, dict[str, object]
 
 
 def encode(audio: np.ndarray, clip: Clip) -> bytes:
-    """File bytes (pipeline.demo_corpus's encoder: 16-bit PCM wav/flac, Vorbis with a fixed serial, MP3)."""
-    from pipeline.demo_corpus import encode_clip
+    """File bytes (the demo corpus encoder, democorpus.encode_clip: 16-bit PCM wav/flac, Vorbis with a fixed
+    serial, MP3)."""
+    from democorpus import encode_clip
 
     return encode_clip(audio, clip.sample_rate, clip.ext, serial=zlib.crc32(clip.relpath.encode("utf-8")))
