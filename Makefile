@@ -60,7 +60,7 @@ q = '$(subst ','\'',$(1))'
 # quiet machine, up to 10x faster training on a busy one.
 export OMP_WAIT_POLICY ?= PASSIVE
 
-.PHONY: help install features test test-fast corpus infer plan init-model train eval demo bench realcorpus realcorpus-deps gpu-check gpu-wheels
+.PHONY: help install features test test-fast corpus infer plan init-model train eval demo bench realcorpus realcorpus-deps gpu-check gpu-wheels lint
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 16
@@ -156,6 +156,10 @@ gpu-wheels:  ## download the wheels the GPU machine lacks (Python 3.12) into .wh
 
 test: install  ## run the whole test suite (as CI does)
 	$(PY) -m pytest -q tests
+
+lint: install  ## ruff and mypy, as CI runs them
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy
 
 test-fast: install  ## the inner loop: every test not marked slow (under 90 s on 2 cores)
 	$(PY) -m pytest -q -m "not slow" tests

@@ -18,7 +18,6 @@ import argparse
 import datetime
 import logging
 import shutil
-import sys
 import tempfile
 import time
 from collections.abc import Callable

@@ -10,6 +10,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from infer.budget import Budget, PlanError
@@ -68,7 +70,7 @@ def bucketed_batches(lengths: np.ndarray, budget: Budget, *, num_buckets: int = 
     cumulative = np.cumsum(sorted_lengths)
     total = cumulative[-1] if len(cumulative) else 0
     cut_positions = np.searchsorted(cumulative, total * np.arange(1, num_buckets) / num_buckets)
-    boundaries = sorted_lengths[np.minimum(cut_positions, max(len(sorted_lengths) - 1, 0))] if total else []
+    boundaries: Any = sorted_lengths[np.minimum(cut_positions, max(len(sorted_lengths) - 1, 0))] if total else []
     bucket_of = np.searchsorted(np.asarray(boundaries), fit_lengths, side="right")
     batches: list[np.ndarray] = []
     for bucket in np.unique(bucket_of):

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
 from .bench_common import CpuWindow, Figure, GroupResult, log, median, rotated, run_probe
 
 SR = 22050
@@ -74,8 +75,8 @@ def naive_one(src: str, out: str) -> float:
 
     s = FeatureSpec.mel()
     y, sr = librosa.load(src, sr=s.sample_rate, mono=True)
-    mel = librosa.feature.melspectrogram(y=y, sr=sr, n_fft=s.n_fft, hop_length=s.hop_length, n_mels=s.n_bins,
-                                         fmin=s.fmin, fmax=s.fmax, power=s.power)
+    mel = librosa.feature.melspectrogram(y=y, sr=sr, n_fft=int(s.n_fft or 2048), hop_length=s.hop_length,
+                                         n_mels=s.n_bins, fmin=s.fmin, fmax=s.fmax, power=s.power)
     np.save(out, librosa.power_to_db(mel, ref=s.db_ref, amin=s.amin, top_db=None))
     return len(y) / sr
 
@@ -186,10 +187,10 @@ def _bare_scaling(files: list[Path], jobs: int, repeats: int) -> dict[str, Any]:
     from joblib import Parallel, delayed
 
     alone = {str(f): 0.0 for f in files}
-    for f in files:
+    for path in files:
         t0 = time.perf_counter()
-        features_of([str(f)])
-        alone[str(f)] = time.perf_counter() - t0
+        features_of([str(path)])
+        alone[str(path)] = time.perf_counter() - t0
     groups: list[list[str]] = [[] for _ in range(jobs)]
     load = [0.0] * jobs
     for f, t in sorted(alone.items(), key=lambda x: -x[1]):
@@ -204,7 +205,7 @@ def _bare_scaling(files: list[Path], jobs: int, repeats: int) -> dict[str, Any]:
         t0 = time.perf_counter()
         cpu.append(sum(Parallel(n_jobs=jobs)(delayed(features_of)(g) for g in groups)))
         many.append(time.perf_counter() - t0)
-    return {"speedup": round(median([a / b for a, b in zip(one, many)]), 3),
+    return {"speedup": round(median([a / b for a, b in zip(one, many, strict=False)]), 3),
             "one_process_s": round(median(one), 3), f"{jobs}_processes_s": round(median(many), 3),
             "cpu_s_in_workers": round(median(cpu), 3), "group_balance_s": [round(x, 3) for x in load]}
 
@@ -215,7 +216,7 @@ def timed_run_task(*args: Any, **kwargs: Any) -> Any:
 
     t0 = time.time()
     res = run_task(*args, **kwargs)
-    res.bench_span = (t0, time.time(), os.getpid())
+    res.bench_span = (t0, time.time(), os.getpid())  # type: ignore[attr-defined]
     return res
 
 
@@ -226,7 +227,7 @@ def _timeline(runs: _Runs, jobs: int) -> dict[str, Any]:
     """
     import sys
 
-    mod = sys.modules["pipeline.extract"]
+    mod: Any = sys.modules["pipeline.extract"]
     spans: list[tuple[float, float, int]] = []
     orig_task, orig_collect = mod.run_task, mod._Run._collect
 
@@ -349,15 +350,15 @@ def run_speed(work: Path, *, n_files: int, mean_seconds: float, repeats: int) ->
             log.info("extraction repeat %d/%d: %s", r + 1, repeats,
                      ", ".join(f"{k} {audio / times[k][-1]:.0f}x" for k in variants))
 
-        ratio_j1 = [a / b for a, b in zip(times["ours_j1"], times["naive"])]
+        ratio_j1 = [a / b for a, b in zip(times["ours_j1"], times["naive"], strict=False)]
         # CPU seconds of this process tree: on a shared machine far steadier than wall time
-        cpu = {k: [o * t for o, t in zip(own[k], times[k])] for k in ("ours_j1", "ours_j1_nosum")}
-        sum_cost = [a / b for a, b in zip(cpu["ours_j1"], cpu["ours_j1_nosum"])]
-        sum_wall = [a / b for a, b in zip(times["ours_j1"], times["ours_j1_nosum"])]
+        cpu = {k: [o * t for o, t in zip(own[k], times[k], strict=False)] for k in ("ours_j1", "ours_j1_nosum")}
+        sum_cost = [a / b for a, b in zip(cpu["ours_j1"], cpu["ours_j1_nosum"], strict=False)]
+        sum_wall = [a / b for a, b in zip(times["ours_j1"], times["ours_j1_nosum"], strict=False)]
         crc_share = _checksum_share(runs)
-        floor_frac = [a / b for a, b in zip(times["floor"], times["ours_j1"])]
+        floor_frac = [a / b for a, b in zip(times["floor"], times["ours_j1"], strict=False)]
         speed = {k: round(audio / median(v), 1) for k, v in times.items()}
-        common = {
+        common: dict[str, Any] = {
             "files": len(files), "audio_seconds": round(audio, 1), "corpus_bytes": size,
             "formats": sorted({f.suffix.lstrip(".") for f in files}), "repeats": repeats, "jobs_all": jobs,
             "speed_x_realtime": speed, "times_s": {k: [round(x, 3) for x in v] for k, v in times.items()},
@@ -390,8 +391,8 @@ def run_speed(work: Path, *, n_files: int, mean_seconds: float, repeats: int) ->
         ]
         profile = ""
         if jobs > 1:
-            speedup = [a / b for a, b in zip(times["ours_j1"], times["ours_jN"])]
-            naive_par = [a / b for a, b in zip(times["naive_jN"], times["ours_jN"])]
+            speedup = [a / b for a, b in zip(times["ours_j1"], times["ours_jN"], strict=False)]
+            naive_par = [a / b for a, b in zip(times["naive_jN"], times["ours_jN"], strict=False)]
             target = round(0.9 * jobs, 2)
             fig = Figure(f"extract_jobs{jobs}_speedup", f"Extraction jobs={jobs}: speed-up over jobs=1",
                          round(median(speedup), 3), "x",
@@ -421,20 +422,27 @@ def run_speed(work: Path, *, n_files: int, mean_seconds: float, repeats: int) ->
                            f"(every task's start and end, wall clock):\n\n"
                            + "\n".join(f"  {k}: {v}" for k, v in timeline.items()))
                 if timeline:
-                    profile += (f"\n\nWhat the driver leaves on the table: {timeline['before_first_task_s (scan, hash, plan)']} s "
-                                f"before the first task starts (the whole corpus is hashed before any decoding; "
-                                f"overlapping the two would let the workers start at once) and "
-                                f"{timeline['worker_idle_in_tasks_phase_s']} s of worker idle time while the last "
-                                f"of {timeline['tasks']} unequal tasks finish (tasks shrinking towards the end "
-                                f"would even that out), out of a {timeline['wall_s']} s run.")
+                    profile += (
+                        "\n\nWhat the driver leaves on the table: "
+                        f"{timeline['before_first_task_s (scan, hash, plan)']} s "
+                        f"before the first task starts (the whole corpus is hashed before any decoding; "
+                        f"overlapping the two would let the workers start at once) and "
+                        f"{timeline['worker_idle_in_tasks_phase_s']} s of worker idle time while the last "
+                        f"of {timeline['tasks']} unequal tasks finish (tasks shrinking towards the end "
+                        f"would even that out), out of a {timeline['wall_s']} s run."
+                    )
         if not figures[0].met:
-            profile += ("\n\njobs=1 missed its target; profile of one jobs=1 run (top by own time):\n\n"
-                        + _profile_extract(runs, 1))
-    method = (f"{len(files)} generated files ({audio / 60:.1f} min of audio, {size / 2**20:.0f} MiB: "
-              f"wav/flac/ogg/mp3 x mono/stereo x 22.05/44.1 kHz), in the page cache (written just before). "
-              f"Warm: every variant ran once untimed first, so imports, librosa's caches and the loky "
-              f"worker pool ({jobs} workers, reused by joblib across calls) are warm; each timed "
-              f"extraction writes a fresh store. {repeats} interleaved repeats, variant order rotated.")
+            profile += (
+                "\n\njobs=1 missed its target; profile of one jobs=1 run (top by own time):\n\n"
+                + _profile_extract(runs, 1)
+            )
+    method = (
+        f"{len(files)} generated files ({audio / 60:.1f} min of audio, {size / 2**20:.0f} MiB: "
+        f"wav/flac/ogg/mp3 x mono/stereo x 22.05/44.1 kHz), in the page cache (written just before). "
+        f"Warm: every variant ran once untimed first, so imports, librosa's caches and the loky "
+        f"worker pool ({jobs} workers, reused by joblib across calls) are warm; each timed "
+        f"extraction writes a fresh store. {repeats} interleaved repeats, variant order rotated."
+    )
     return GroupResult("extraction speed", figures, method=method, profile=profile.strip())
 
 
@@ -462,21 +470,29 @@ def run_memory(work: Path, *, short_seconds: float, long_seconds: float, repeats
     for f in files.values():
         f.unlink()
     fig = Figure(
-        "extract_memory_growth_2h", f"Extraction worker peak memory: {long_seconds / 60:.3g}-min file vs "
-        f"{short_seconds / 60:.3g}-min file",
-        round(growth_mb, 1), "MB",
+        "extract_memory_growth_2h",
+        f"Extraction worker peak memory: {long_seconds / 60:.3g}-min file vs {short_seconds / 60:.3g}-min file",
+        round(growth_mb, 1),
+        "MB",
         f"VmHWM of a fresh process running pipeline.tasks.run_task (log-mel, one file, 44.1 kHz mono WAV "
         f"resampled to 22.05 kHz) on a {long_seconds / 60:.3g}-minute file minus the same on a "
         f"{short_seconds / 60:.3g}-minute file (MB = 10^6 bytes); features go to the shard block by block",
-        target=50.0, op="<=",
-        details={"short_seconds": short_seconds, "long_seconds": long_seconds, "repeats": repeats,
-                 "vm_hwm_mib": {"short": round(short / 2**20, 1), "long": round(long / 2**20, 1)},
-                 "vm_hwm_after_imports_mib": round(median([r["hwm_before_kib"] for r in raw["short"]]) / 1024, 1),
-                 "float16_output_mb": round((1 + long_seconds * SR // 512) * 128 * 2 / 1e6, 1),
-                 "float32_output_mb": round((1 + long_seconds * SR // 512) * 128 * 4 / 1e6, 1)},
+        target=50.0,
+        op="<=",
+        details={
+            "short_seconds": short_seconds,
+            "long_seconds": long_seconds,
+            "repeats": repeats,
+            "vm_hwm_mib": {"short": round(short / 2**20, 1), "long": round(long / 2**20, 1)},
+            "vm_hwm_after_imports_mib": round(median([r["hwm_before_kib"] for r in raw["short"]]) / 1024, 1),
+            "float16_output_mb": round((1 + long_seconds * SR // 512) * 128 * 2 / 1e6, 1),
+            "float32_output_mb": round((1 + long_seconds * SR // 512) * 128 * 4 / 1e6, 1),
+        },
     )
-    method = ("Each file is processed by the worker function in its own fresh interpreter "
-              "(python -m benchmarks.bench_probe extract-mem); VmHWM is the process's RSS high-water "
-              "mark, imports included, so the difference isolates what grows with the file's length. "
-              f"{repeats} repeat(s), median.")
+    method = (
+        "Each file is processed by the worker function in its own fresh interpreter "
+        "(python -m benchmarks.bench_probe extract-mem); VmHWM is the process's RSS high-water "
+        "mark, imports included, so the difference isolates what grows with the file's length. "
+        f"{repeats} repeat(s), median."
+    )
     return GroupResult("extraction memory", [fig], method=method)

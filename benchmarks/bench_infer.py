@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
 from .bench_common import CpuWindow, Figure, GroupResult, log, median, rotated, run_probe
 from .bench_plan import FPS, quantile_lengths
 
@@ -114,21 +115,23 @@ def run_fixed(store: Path, ckpt: Path, batch_size: int = 4, device: str = "cpu",
     import torch
 
     from infer.checkpoint import load_checkpoint
+    from infer.contract import time_stride
     from infer.data import PadCollate, StoreDataset, prefetch
-    from .baselines import fixed_batches
     from store import open_store
+
+    from .baselines import fixed_batches
 
     dev = torch.device(device)
     s = open_store(str(store))
     model = load_checkpoint(ckpt).build(dev)
     channels_last = dev.type == "cpu"
     if channels_last:
-        model = model.to(memory_format=torch.channels_last)
+        model = model.to(memory_format=torch.channels_last)  # type: ignore[call-overload]
     plan = fixed_batches(s.lengths, batch_size)
     out = np.zeros((len(s), len(LABELS)), dtype=np.float32)
     amp = torch.autocast(device_type=dev.type, dtype=autocast) if autocast is not None else contextlib.nullcontext()
     with torch.inference_mode(), amp:
-        for batch in prefetch(StoreDataset(s, "mel"), plan.batches, PadCollate(model.time_stride),
+        for batch in prefetch(StoreDataset(s, "mel"), plan.batches, PadCollate(time_stride(model)),
                               pin=dev.type == "cuda"):
             b = batch.to(dev, non_blocking=True)
             x = b.x.contiguous(memory_format=torch.channels_last) if channels_last else b.x
@@ -146,7 +149,7 @@ class DenseLimit:
         from store import open_store
 
         s = open_store(str(store))
-        self.model = load_checkpoint(ckpt).build("cpu").to(memory_format=torch.channels_last)
+        self.model = load_checkpoint(ckpt).build("cpu").to(memory_format=torch.channels_last)  # type: ignore[call-overload]
         flat = np.concatenate([np.asarray(s.feature("mel").frames(i), dtype=np.float32) for i in range(len(s))])
         total = flat.shape[0]
         per = batch * frames
@@ -221,11 +224,12 @@ class FixedCore:
         import torch
 
         from infer.checkpoint import load_checkpoint
-        from .baselines import fixed_batches
         from store import open_store
 
+        from .baselines import fixed_batches
+
         self.store = open_store(str(store))
-        self.model = load_checkpoint(ckpt).build("cpu").to(memory_format=torch.channels_last)
+        self.model = load_checkpoint(ckpt).build("cpu").to(memory_format=torch.channels_last)  # type: ignore[call-overload]
         self.plan = fixed_batches(self.store.lengths, batch_size)
 
     def __call__(self) -> np.ndarray:
@@ -294,8 +298,8 @@ def run_throughput(work: Path, *, n_clips: dict[str, int], repeats: int, model: 
                 foreign[name].append(w.foreign_cores)
             log.info("inference %s repeat %d/%d: %s", dist, r + 1, repeats,
                      ", ".join(f"{k} {audio / times[k][-1]:.0f}x" for k in variants))
-        vs_fixed = [f / o for f, o in zip(times["fixed4"], times["ours"])]
-        vs_dense = [d / o for d, o in zip(times["dense"], times["ours"])]
+        vs_fixed = [f / o for f, o in zip(times["fixed4"], times["ours"], strict=False)]
+        vs_dense = [d / o for d, o in zip(times["dense"], times["ours"], strict=False)]
         fixed_eff = variants["fixed4"].plan.efficiency  # type: ignore[attr-defined]
         details = {
             "clips": n, "audio_seconds": round(audio, 1), "repeats": repeats,
@@ -367,22 +371,31 @@ def run_memory(work: Path, *, sizes: tuple[int, int], repeats: int) -> GroupResu
     for p in stores.values():
         shutil.rmtree(p, ignore_errors=True)
     fig = Figure(
-        "infer_memory_growth", f"Inference peak anonymous memory: {sizes[1]:,} vs {sizes[0]:,} clips",
-        round(growth, 4), "fraction",
+        "infer_memory_growth",
+        f"Inference peak anonymous memory: {sizes[1]:,} vs {sizes[0]:,} clips",
+        round(growth, 4),
+        "fraction",
         f"peak RssAnon of infer.predict.predict (CPU, CSV written) on a {sizes[1]:,}-clip store / on a "
         f"{sizes[0]:,}-clip store, minus 1 (clips 1-5 s, 32 mel bins, small CNN); fresh process each",
-        target=0.10, op="<=",
-        details={"peak_rss_anon_mib": {str(n): round(median(peaks[n]) / 1024, 1) for n in sizes},
-                 "rss_anon_after_imports_mib": {str(n): round(median([x["rss_anon_base_kib"] for x in raw[n]]) / 1024, 1)
-                                                for n in sizes},
-                 "vm_hwm_mib (includes mmap page cache)": {str(n): round(median([x["vm_hwm_kib"] for x in raw[n]]) / 1024, 1)
-                                                           for n in sizes},
-                 "predict_seconds": {str(n): round(median([x["wall_seconds"] for x in raw[n]]), 2) for n in sizes},
-                 "repeats": repeats},
+        target=0.10,
+        op="<=",
+        details={
+            "peak_rss_anon_mib": {str(n): round(median(peaks[n]) / 1024, 1) for n in sizes},
+            "rss_anon_after_imports_mib": {
+                str(n): round(median([x["rss_anon_base_kib"] for x in raw[n]]) / 1024, 1) for n in sizes
+            },
+            "vm_hwm_mib (includes mmap page cache)": {
+                str(n): round(median([x["vm_hwm_kib"] for x in raw[n]]) / 1024, 1) for n in sizes
+            },
+            "predict_seconds": {str(n): round(median([x["wall_seconds"] for x in raw[n]]), 2) for n in sizes},
+            "repeats": repeats,
+        },
     )
-    method = ("Each store is predicted in its own fresh interpreter (python -m benchmarks.bench_probe "
-              "predict-mem); a thread samples RssAnon every 2 ms (with predict's own per-batch reading), so "
-              "file-backed pages of the memory-mapped store, which the kernel can drop, are not counted.")
+    method = (
+        "Each store is predicted in its own fresh interpreter (python -m benchmarks.bench_probe "
+        "predict-mem); a thread samples RssAnon every 2 ms (with predict's own per-batch reading), so "
+        "file-backed pages of the memory-mapped store, which the kernel can drop, are not counted."
+    )
     return GroupResult("inference memory", [fig], method=method)
 
 
@@ -390,13 +403,18 @@ def run_gpu(work: Path, *, n_clips: int, repeats: int) -> GroupResult:
     """CUDA: throughput vs a fixed batch of 4 under the same autocast, GPU memory high-water vs budget, OOMs."""
     import torch
 
-    keys = [("gpu_infer_vs_fixed4", "GPU inference throughput: ours vs fixed batch of 4", "x", 1.45, ">="),
-            ("gpu_memory_peak_vs_budget", "GPU memory high-water / planned budget", "fraction", 1.0, "<="),
-            ("gpu_oom_retries", "GPU out-of-memory retries", "count", 0.0, "<=")]
+    keys = [
+        ("gpu_infer_vs_fixed4", "GPU inference throughput: ours vs fixed batch of 4", "x", 1.45, ">="),
+        ("gpu_memory_peak_vs_budget", "GPU memory high-water / planned budget", "fraction", 1.0, "<="),
+        ("gpu_oom_retries", "GPU out-of-memory retries", "count", 0.0, "<="),
+    ]
     if not torch.cuda.is_available():
         reason = "not measured: no CUDA GPU on this machine (torch.cuda.is_available() is False)"
-        return GroupResult("GPU", [Figure(k, t, None, u, reason, target=None, op=None, note=reason)
-                                   for k, t, u, _, _ in keys], method=reason)
+        return GroupResult(
+            "GPU",
+            [Figure(k, t, None, u, reason, target=None, op=None, note=reason) for k, t, u, _, _ in keys],
+            method=reason,
+        )
     from infer.runtime import Engine, RunOptions
 
     work.mkdir(parents=True, exist_ok=True)
@@ -407,7 +425,10 @@ def run_gpu(work: Path, *, n_clips: int, repeats: int) -> GroupResult:
     amp = Engine(RunOptions(device="cuda", progress=False)).autocast
     run_ours(store, ckpt, "cuda")
     run_fixed(store, ckpt, device="cuda", autocast=amp)
-    t_ours, t_fixed, peaks, ooms = [], [], [], []
+    t_ours: list[float] = []
+    t_fixed: list[float] = []
+    peaks: list[float] = []
+    ooms: list[int] = []
     for r in range(repeats):
         for name in rotated(["ours", "fixed4"], r):
             torch.cuda.synchronize()
@@ -420,14 +441,37 @@ def run_gpu(work: Path, *, n_clips: int, repeats: int) -> GroupResult:
                 run_fixed(store, ckpt, device="cuda", autocast=amp)
             torch.cuda.synchronize()
             (t_ours if name == "ours" else t_fixed).append(time.perf_counter() - t0)
-    ratio = median([f / o for f, o in zip(t_fixed, t_ours)])
+    ratio = median([f / o for f, o in zip(t_fixed, t_ours, strict=False)])
     details = {"clips": n_clips, "autocast": str(amp), "gpu": torch.cuda.get_device_name(0), "repeats": repeats}
-    figs = [Figure(keys[0][0], keys[0][1], round(ratio, 3), "x", "clips/s ours / fixed batch of 4, same autocast",
-                   target=1.45, op=">=", details=details),
-            Figure(keys[1][0], keys[1][1], round(max(peaks), 4), "fraction",
-                   "torch.cuda.max_memory_allocated during predict / the planner's budget (free memory - margin)",
-                   target=1.0, op="<="),
-            Figure(keys[2][0], keys[2][1], float(sum(ooms)), "count", "CUDA OOMs that split a batch, all repeats",
-                   target=0.0, op="<=")]
+    figs = [
+        Figure(
+            keys[0][0],
+            keys[0][1],
+            round(ratio, 3),
+            "x",
+            "clips/s ours / fixed batch of 4, same autocast",
+            target=1.45,
+            op=">=",
+            details=details,
+        ),
+        Figure(
+            keys[1][0],
+            keys[1][1],
+            round(max(peaks), 4),
+            "fraction",
+            "torch.cuda.max_memory_allocated during predict / the planner's budget (free memory - margin)",
+            target=1.0,
+            op="<=",
+        ),
+        Figure(
+            keys[2][0],
+            keys[2][1],
+            float(sum(ooms)),
+            "count",
+            "CUDA OOMs that split a batch, all repeats",
+            target=0.0,
+            op="<=",
+        ),
+    ]
     shutil.rmtree(store, ignore_errors=True)
     return GroupResult("GPU", figs, method=f"CUDA run on {details['gpu']}, autocast {amp}.")

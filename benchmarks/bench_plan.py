@@ -16,6 +16,7 @@ from __future__ import annotations
 import time
 
 import numpy as np
+
 from .bench_common import Figure, GroupResult, median
 
 FPS = 22050 / 512
@@ -92,7 +93,7 @@ def run(*, n_clips: int, repeats: int) -> GroupResult:
             batches["fewest"].append(plan_batches(lengths, budget, batch_overhead_frames=float("inf")).n_batches)
             plans = [shuffled_training_plan(lengths, budget, seed=r, epoch=e) for e in range(EPOCHS)]
             eff["training"].append(min(p.efficiency for p in plans))
-            for a, b in zip(plans, plans[1:]):
+            for a, b in zip(plans, plans[1:], strict=False):
                 sa, sb = _batch_sets(a), _batch_sets(b)
                 fresh.append(len(sb - sa) / len(sb))
         med = {k: round(median(v), 4) for k, v in eff.items()}

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
 from .bench_common import Figure, GroupResult, log, median, rotated
 from .bench_infer import make_store, synthetic_features
 from .bench_plan import FPS
@@ -110,35 +111,69 @@ def run(work: Path, *, n_clips: int, n_reads: int, repeats: int) -> GroupResult:
         arr = arrays[int(zstd._shard[order_zstd[k]])]
         o = int(zstd._offset[order_zstd[k]])
         t0 = time.perf_counter()
-        arr[o:o + 1]
+        arr[o:o + 1]  # type: ignore[index]
         t.append(time.perf_counter() - t0)
     details["zstd_one_frame_read_p50_ms"] = round(float(np.percentile(t, 50)) * 1e3, 4)
     for p in (raw_path, zstd_path, npy_dir):
         shutil.rmtree(p, ignore_errors=True)
     figures = [
-        Figure("read_raw_p50_vs_npy", "Clip read p50: raw store (mmap) vs one .npy per clip",
-               round(p50["npy"] / p50["raw"], 3), "x (>1: faster than npy)",
-               "median latency of np.load(clip.npy) / median latency of copying a clip out of the raw store",
-               target=1.0, op=">=", details=details),
-        Figure("read_raw_p99_vs_npy", "Clip read p99: raw store (mmap) vs one .npy per clip",
-               round(p99["npy"] / p99["raw"], 3), "x (>1: faster than npy)", "99th-percentile latencies, same ratio",
-               target=1.0, op=">="),
-        Figure("scan_raw_vs_npy", "Scan throughput: raw store vs one .npy per clip",
-               round(mbps["raw"] / mbps["npy"], 3), "x (>1: faster than npy)", "MB/s reading every clip in order, raw / npy",
-               target=1.0, op=">="),
-        Figure("read_zstd_p50_vs_npy", "Clip read p50: zstd store (zarr) vs one .npy per clip",
-               round(p50["npy"] / p50["zstd"], 3), "x (>1: faster than npy)",
-               "compressed layout (archives, object stores), read through zarr; reading a single frame costs "
-               "about as much (zstd_one_frame_read_p50_ms in the details): the price is per chunk "
-               "(4096 frames, decompressed whole), not per byte of the clip"),
-        Figure("scan_zstd_vs_npy", "Scan throughput: zstd store vs one .npy per clip",
-               round(mbps["zstd"] / mbps["npy"], 3), "x (>1: faster than npy)", "MB/s, zstd / npy"),
-        Figure("size_zstd_vs_raw", "Store size: zstd vs raw", round(sizes["zstd"] / sizes["raw"], 3), "fraction",
-               "bytes on disk (synthetic features compress less than real ones)"),
+        Figure(
+            "read_raw_p50_vs_npy",
+            "Clip read p50: raw store (mmap) vs one .npy per clip",
+            round(p50["npy"] / p50["raw"], 3),
+            "x (>1: faster than npy)",
+            "median latency of np.load(clip.npy) / median latency of copying a clip out of the raw store",
+            target=1.0,
+            op=">=",
+            details=details,
+        ),
+        Figure(
+            "read_raw_p99_vs_npy",
+            "Clip read p99: raw store (mmap) vs one .npy per clip",
+            round(p99["npy"] / p99["raw"], 3),
+            "x (>1: faster than npy)",
+            "99th-percentile latencies, same ratio",
+            target=1.0,
+            op=">=",
+        ),
+        Figure(
+            "scan_raw_vs_npy",
+            "Scan throughput: raw store vs one .npy per clip",
+            round(mbps["raw"] / mbps["npy"], 3),
+            "x (>1: faster than npy)",
+            "MB/s reading every clip in order, raw / npy",
+            target=1.0,
+            op=">=",
+        ),
+        Figure(
+            "read_zstd_p50_vs_npy",
+            "Clip read p50: zstd store (zarr) vs one .npy per clip",
+            round(p50["npy"] / p50["zstd"], 3),
+            "x (>1: faster than npy)",
+            "compressed layout (archives, object stores), read through zarr; reading a single frame costs "
+            "about as much (zstd_one_frame_read_p50_ms in the details): the price is per chunk "
+            "(4096 frames, decompressed whole), not per byte of the clip",
+        ),
+        Figure(
+            "scan_zstd_vs_npy",
+            "Scan throughput: zstd store vs one .npy per clip",
+            round(mbps["zstd"] / mbps["npy"], 3),
+            "x (>1: faster than npy)",
+            "MB/s, zstd / npy",
+        ),
+        Figure(
+            "size_zstd_vs_raw",
+            "Store size: zstd vs raw",
+            round(sizes["zstd"] / sizes["raw"], 3),
+            "fraction",
+            "bytes on disk (synthetic features compress less than real ones)",
+        ),
     ]
-    method = (f"{n_clips} clips of 15-60 s (128 float16 bins; {bytes_total / 2**20:.0f} MiB of features) written as "
-              f"a raw store, a zstd store (64 clips per shard) and one .npy per clip. Warm page cache. "
-              f"{n_reads} random clips per repeat, the three readers taking turns on each; then a full scan of "
-              f"each; {repeats} repeats. The raw store's reader itself returns a zero-copy view "
-              f"(p50 {details['zero_copy_view_p50_ms']} ms); the figures copy it so every variant touches the data.")
+    method = (
+        f"{n_clips} clips of 15-60 s (128 float16 bins; {bytes_total / 2**20:.0f} MiB of features) written as "
+        f"a raw store, a zstd store (64 clips per shard) and one .npy per clip. Warm page cache. "
+        f"{n_reads} random clips per repeat, the three readers taking turns on each; then a full scan of "
+        f"each; {repeats} repeats. The raw store's reader itself returns a zero-copy view "
+        f"(p50 {details['zero_copy_view_p50_ms']} ms); the figures copy it so every variant touches the data."
+    )
     return GroupResult("store reads", figures, method=method)

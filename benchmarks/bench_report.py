@@ -96,7 +96,9 @@ def to_markdown(doc: dict[str, Any], groups: list[GroupResult]) -> str:
     for g in groups:
         lines += [f"### {g.name[:1].upper() + g.name[1:]} ({g.seconds:.0f} s)", "", g.method, ""]
         for f in g.figures:
-            lines.append(f"- `{f.key}`: {f.description}." + (f" {f.note}" if f.note and f.note != f.description else ""))
+            lines.append(
+                f"- `{f.key}`: {f.description}." + (f" {f.note}" if f.note and f.note != f.description else "")
+            )
             if f.details:
                 lines.append(f"  Details: {_details_line(f.details)}.")
         if g.profile:

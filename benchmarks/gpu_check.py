@@ -39,7 +39,6 @@ import argparse
 import datetime
 import json
 import logging
-import os
 import platform
 import shutil
 import subprocess
@@ -315,26 +314,41 @@ def run_figures(report: Report, work: Path, *, device: str, clips: int, repeats:
                   f"max_batch 4096 so the budget, not the batch size, binds); must stay <= 1 and use >= 0.7",
                   target=1.0, op="<=", details={"peak_mib": round(peak / MIB, 1), "batches": res_big.batches,
                                                 "efficiency": round(res_big.efficiency, 4), "seconds": round(big_s, 2)})
-    report.figure("gpu_budget_used", "peak allocated memory / planned budget (use)", round(peak / b_big.budget_bytes, 4),
-                  "fraction", "the same ratio against the lower target: a budget that is never used is a wasted GPU",
-                  target=0.7, op=">=")
+    report.figure(
+        "gpu_budget_used",
+        "peak allocated memory / planned budget (use)",
+        round(peak / b_big.budget_bytes, 4),
+        "fraction",
+        "the same ratio against the lower target: a budget that is never used is a wasted GPU",
+        target=0.7,
+        op=">=",
+    )
 
     # 3. the loader keeps the GPU busy: idle share between forwards, thread vs DataLoader workers
     idle = {"thread, budget-bound batches": idle_big}
     for workers in (4, 8):
         if time.perf_counter() > deadline:
             break
-        eng = Engine(RunOptions(device=device, progress=False, max_batch=4096, budget_mb=budget_mb,
-                                loader_workers=workers))
+        eng = Engine(
+            RunOptions(device=device, progress=False, max_batch=4096, budget_mb=budget_mb, loader_workers=workers)
+        )
         m = eng.prepare(net)
         tm = EventTimer(m, eng.device)
         eng.logits(m, store, rows, budget=b_big)
         idle[f"{workers} DataLoader workers"] = tm.idle_fraction()
         tm.remove()
     best = min(idle, key=lambda k: idle[k])
-    report.figure("gpu_idle_fraction", "GPU idle time between batches / loop time", round(idle[best], 4), "fraction",
-                  f"1 - (sum of CUDA-event times of every forward) / (first forward's start to last forward's end), "
-                  f"best loader: {best}", target=0.1, op="<=", details={k: round(v, 4) for k, v in idle.items()})
+    report.figure(
+        "gpu_idle_fraction",
+        "GPU idle time between batches / loop time",
+        round(idle[best], 4),
+        "fraction",
+        f"1 - (sum of CUDA-event times of every forward) / (first forward's start to last forward's end), "
+        f"best loader: {best}",
+        target=0.1,
+        op="<=",
+        details={k: round(v, 4) for k, v in idle.items()},
+    )
 
     # 4. forced out-of-memory: squeezed allocator, same probabilities, batches split
     if device == "cuda" and time.perf_counter() < deadline:
@@ -350,12 +364,20 @@ def run_figures(report: Report, work: Path, *, device: str, clips: int, repeats:
             torch.cuda.set_per_process_memory_fraction(1.0)
             torch.cuda.empty_cache()
         same = bool(np.allclose(squeezed.logits, ref, atol=5e-2)) and squeezed.oom_retries > 0
-        report.figure("gpu_forced_oom_recovered", "forced out-of-memory: split, retried, nothing lost",
-                      1.0 if same else 0.0, "yes=1",
-                      "prediction with the allocator capped at an eighth of the planned budget: batches must split "
-                      "and every clip keep its logits (bf16 tolerance 5e-2)", target=1.0, op=">=",
-                      details={"oom_retries": squeezed.oom_retries,
-                               "max_abs_logit_diff": float(np.abs(squeezed.logits - ref).max())})
+        report.figure(
+            "gpu_forced_oom_recovered",
+            "forced out-of-memory: split, retried, nothing lost",
+            1.0 if same else 0.0,
+            "yes=1",
+            "prediction with the allocator capped at an eighth of the planned budget: batches must split "
+            "and every clip keep its logits (bf16 tolerance 5e-2)",
+            target=1.0,
+            op=">=",
+            details={
+                "oom_retries": squeezed.oom_retries,
+                "max_abs_logit_diff": float(np.abs(squeezed.logits - ref).max()),
+            },
+        )
 
     # 5. training memory with and without gradient checkpointing (information)
     if time.perf_counter() < deadline:
@@ -382,12 +404,17 @@ def _train_ckpt_figure(device: str) -> tuple[Any, ...]:
             torch.cuda.reset_peak_memory_stats()
         F.cross_entropy(model(x, lengths), torch.arange(8, device=device) % 10).backward()
         peaks[flag] = (torch.cuda.max_memory_allocated() - base) if device == "cuda" else 1
-    return ("gpu_train_ckpt_memory", "training peak memory: gradient checkpointing / without",
-            round(peaks[True] / peaks[False], 3), "fraction",
-            "one training step of the ResNet on 8 x 2048 frames, torch.cuda.max_memory_allocated",)
+    return (
+        "gpu_train_ckpt_memory",
+        "training peak memory: gradient checkpointing / without",
+        round(peaks[True] / peaks[False], 3),
+        "fraction",
+        "one training step of the ResNet on 8 x 2048 frames, torch.cuda.max_memory_allocated",
+    )
 
 
 # -- merging into the docs --------------------------------------------------------------------------------
+
 
 def merge(report_json: Path, docs: Path) -> None:
     """Put a report's figures into docs/benchmarks.json (``gpu`` key) and docs/benchmarks.md (a GPU section)."""
@@ -407,19 +434,33 @@ def merge(report_json: Path, docs: Path) -> None:
 
 # -- the command -----------------------------------------------------------------------------------------
 
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m benchmarks.gpu_check", description=__doc__.split("\n\n")[0])
     p.add_argument("--out", type=Path, default=ROOT / "reports" / "gpu-check", help="report folder")
     p.add_argument("--clips", type=int, default=2000, help="clips in the synthetic store (default 2000)")
     p.add_argument("--repeats", type=int, default=3, help="interleaved repeats of the throughput figure")
-    p.add_argument("--budget-mb", type=float, default=8192.0,
-                   help="the budget of the memory figure, MiB (default 8192: one the planner can fill)")
-    p.add_argument("--time-limit", type=float, default=420.0,
-                   help="seconds after which optional steps are skipped (default 420: leaves room in 8 minutes)")
+    p.add_argument(
+        "--budget-mb",
+        type=float,
+        default=8192.0,
+        help="the budget of the memory figure, MiB (default 8192: one the planner can fill)",
+    )
+    p.add_argument(
+        "--time-limit",
+        type=float,
+        default=420.0,
+        help="seconds after which optional steps are skipped (default 420: leaves room in 8 minutes)",
+    )
     p.add_argument("--skip-tests", action="store_true", help="only the figures")
     p.add_argument("--dry-run", action="store_true", help="no CUDA needed: every step on the CPU at toy sizes")
-    p.add_argument("--merge", type=Path, default=None, metavar="REPORT_JSON",
-                   help="merge a report's figures into docs/benchmarks.md/json and exit")
+    p.add_argument(
+        "--merge",
+        type=Path,
+        default=None,
+        metavar="REPORT_JSON",
+        help="merge a report's figures into docs/benchmarks.md/json and exit",
+    )
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
     if args.merge is not None:
@@ -435,10 +476,14 @@ def main(argv: list[str] | None = None) -> int:
     device = "cuda" if cuda and not args.dry_run else "cpu"
     start = time.perf_counter()
     deadline = start + args.time_limit
-    meta = {"date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
-            "device": torch.cuda.get_device_name(0) if device == "cuda" else f"CPU ({platform.processor() or 'cpu'})",
-            "mode": "dry run on the CPU, toy sizes: values mean nothing" if args.dry_run else "full",
-            "torch": torch.__version__, "cuda": torch.version.cuda, "python": platform.python_version()}
+    meta = {
+        "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "device": torch.cuda.get_device_name(0) if device == "cuda" else f"CPU ({platform.processor() or 'cpu'})",
+        "mode": "dry run on the CPU, toy sizes: values mean nothing" if args.dry_run else "full",
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "python": platform.python_version(),
+    }
     report = Report(args.out, meta)
     steps: list[tuple[str, Callable[[], None]]] = []
     if not args.skip_tests:
@@ -446,8 +491,20 @@ def main(argv: list[str] | None = None) -> int:
     work = Path(tempfile.mkdtemp(prefix="gpu-check-"))
     clips = min(args.clips, 40) if args.dry_run else args.clips
     budget_mb = 64.0 if args.dry_run else args.budget_mb
-    steps.append(("figures", lambda: run_figures(report, work, device=device, clips=clips, repeats=1 if args.dry_run
-                                                 else args.repeats, budget_mb=budget_mb, deadline=deadline)))
+    steps.append(
+        (
+            "figures",
+            lambda: run_figures(
+                report,
+                work,
+                device=device,
+                clips=clips,
+                repeats=1 if args.dry_run else args.repeats,
+                budget_mb=budget_mb,
+                deadline=deadline,
+            ),
+        )
+    )
     failed = False
     try:
         for name, step in steps:
@@ -457,8 +514,12 @@ def main(argv: list[str] | None = None) -> int:
             except Exception as e:  # record it and go on: a partial report is still a report
                 failed = True
                 log.exception("step %s failed", name)
-                report.step(name + "-error", status="failed", error=f"{type(e).__name__}: {e}"[:500],
-                            seconds=round(time.perf_counter() - t, 1))
+                report.step(
+                    name + "-error",
+                    status="failed",
+                    error=f"{type(e).__name__}: {e}"[:500],
+                    seconds=round(time.perf_counter() - t, 1),
+                )
     finally:
         shutil.rmtree(work, ignore_errors=True)
     report.step("done", status="failed" if failed else "ok", seconds=round(time.perf_counter() - start, 1))

@@ -52,7 +52,17 @@ error handler; nothing else in the project imports it except tests and examples.
 from .cli import main
 from .encode import encode_clip
 from .generate import CorpusSummary, generate_corpus
-from .plan import FORMATS, MAX_SECONDS, MEDIAN_SECONDS, MIN_SECONDS, SAMPLE_RATES, STYLES, ClipPlan, DemoCorpusError, plan_corpus
+from .plan import (
+    FORMATS,
+    MAX_SECONDS,
+    MEDIAN_SECONDS,
+    MIN_SECONDS,
+    SAMPLE_RATES,
+    STYLES,
+    ClipPlan,
+    DemoCorpusError,
+    plan_corpus,
+)
 from .render import LOUDNESS_DBFS, render_clip
 
 __all__ = [

@@ -40,12 +40,38 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("out_dir", metavar="OUT_DIR", help="output directory (created if missing)")
     p.add_argument("--per-style", type=int, default=40, metavar="N", help="files per style (default: 40)")
     p.add_argument("--seed", type=int, default=0, metavar="S", help="corpus seed; same seed -> same bytes (default: 0)")
-    p.add_argument("--min-seconds", type=float, default=None, metavar="X", help=f"shortest file, s (default: min({MIN_SECONDS:g}, --max-seconds))")
-    p.add_argument("--max-seconds", type=float, default=MAX_SECONDS, metavar="X", help=f"longest file, s (default: {MAX_SECONDS:g})")
-    p.add_argument("--formats", type=_csv_list, default=list(FORMATS), metavar="LIST", help=f"comma-separated formats to cycle (default: {','.join(FORMATS)})")
-    p.add_argument("--styles", type=_csv_list, default=list(STYLES), metavar="LIST", help="comma-separated subset of styles (default: all)")
+    p.add_argument(
+        "--min-seconds",
+        type=float,
+        default=None,
+        metavar="X",
+        help=f"shortest file, s (default: min({MIN_SECONDS:g}, --max-seconds))",
+    )
+    p.add_argument(
+        "--max-seconds",
+        type=float,
+        default=MAX_SECONDS,
+        metavar="X",
+        help=f"longest file, s (default: {MAX_SECONDS:g})",
+    )
+    p.add_argument(
+        "--formats",
+        type=_csv_list,
+        default=list(FORMATS),
+        metavar="LIST",
+        help=f"comma-separated formats to cycle (default: {','.join(FORMATS)})",
+    )
+    p.add_argument(
+        "--styles",
+        type=_csv_list,
+        default=list(STYLES),
+        metavar="LIST",
+        help="comma-separated subset of styles (default: all)",
+    )
     p.add_argument("--jobs", "-j", type=int, default=None, metavar="N", help="worker processes (default: all CPUs)")
-    p.add_argument("--prune", action="store_true", help="delete stale <style>_<nnn>.<ext> files left by a larger corpus")
+    p.add_argument(
+        "--prune", action="store_true", help="delete stale <style>_<nnn>.<ext> files left by a larger corpus"
+    )
     p.add_argument("--quiet", "-q", action="store_true", help="no progress bar, warnings only")
     return p
 
@@ -53,7 +79,9 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """CLI entry point; returns the exit status: 0, or 2 with one ``specstore: error:`` line on bad input."""
     args = build_parser().parse_args(argv)
-    logging.basicConfig(level=logging.WARNING if args.quiet else logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=logging.WARNING if args.quiet else logging.INFO, format="%(levelname)s %(name)s: %(message)s"
+    )
 
     def body() -> int:
         if args.jobs is not None and args.jobs < 1:

@@ -129,7 +129,7 @@ def track(ctx: Ctx, hit: Audio, times: Audio, vels: Audio) -> Audio:
     idx = np.clip(np.round(times * ctx.sr).astype(np.int64), 0, ctx.n - 1)
     if len(idx) * len(hit) <= 30 * ctx.n:
         out = ctx.zeros()
-        for i, v in zip(idx.tolist(), vels.tolist()):
+        for i, v in zip(idx.tolist(), vels.tolist(), strict=False):
             end = min(ctx.n, i + len(hit))
             out[i:end] += v * hit[: end - i]
         return out

@@ -16,7 +16,18 @@ from scipy import fft as sfft
 from scipy import signal
 
 __all__ = [
-    "Audio", "Ctx", "add_at", "env_asr", "env_decay", "fftconv", "filt", "norm", "overdrive", "pink", "random_gain", "rms",
+    "Audio",
+    "Ctx",
+    "add_at",
+    "env_asr",
+    "env_decay",
+    "fftconv",
+    "filt",
+    "norm",
+    "overdrive",
+    "pink",
+    "random_gain",
+    "rms",
     "voice",
 ]
 
@@ -87,7 +98,9 @@ def _table(ctx: Ctx, amps: npt.ArrayLike, freq: float) -> Audio:
     return tab
 
 
-def _phase_index(freq: float, n: int, sr: int, phase0: float, vib: tuple[float, float] | None) -> npt.NDArray[np.uint32]:
+def _phase_index(
+    freq: float, n: int, sr: int, phase0: float, vib: tuple[float, float] | None
+) -> npt.NDArray[np.uint32]:
     """Wavetable indices for ``n`` samples at ``freq`` Hz, optional vibrato (rate Hz, relative depth).
 
     The phase is a 32-bit fixed-point accumulator (wraps for free in uint32 arithmetic);

@@ -138,13 +138,16 @@ def generate_corpus(
     pattern (``<style>_<digits>.<ext>``), e.g. left over from a larger corpus.
     """
     t_start = time.perf_counter()
-    plans = plan_corpus(n_per_style, seed=seed, min_seconds=min_seconds, max_seconds=max_seconds, formats=formats, styles=styles)
+    plans = plan_corpus(n_per_style, seed=seed, min_seconds=min_seconds, max_seconds=max_seconds, formats=formats,
+                        styles=styles)
     out = Path(out_dir)
     if out.exists() and not out.is_dir():
         raise DemoCorpusError(f"output path exists and is not a directory: {out}")
     foreign = _foreign_files(out, plans)
     if foreign and prune:
-        ours = [p for p in foreign if (m := _FILE_RE.match(p.name)) and m["style"] == p.parent.name and m["ext"] in FORMATS]
+        ours = [
+            p for p in foreign if (m := _FILE_RE.match(p.name)) and m["style"] == p.parent.name and m["ext"] in FORMATS
+        ]
         for p in ours:
             p.unlink()
         logger.info("pruned %d stale corpus files", len(ours))
@@ -170,8 +173,8 @@ def generate_corpus(
     logger.info("writing %d files (%.2f h of audio) to %s with %d job(s)", len(plans), total_s / 3600, out, n_jobs)
     if n_jobs == 1:
         with tqdm(total=round(total_s, 1), unit="s audio", desc="demo corpus", disable=not progress) as bar:
-            for p in order:
-                bar.update(round(_write_clip(p, str(out)), 1))
+            for clip in order:
+                bar.update(round(_write_clip(clip, str(out)), 1))
     else:
         with ProcessPoolExecutor(max_workers=n_jobs) as pool:
             # Submit (which starts the workers) before tqdm starts its monitor thread.

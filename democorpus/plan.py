@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 import zlib
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -109,7 +109,7 @@ def _durations(n: int, lo: float, hi: float, rng: np.random.Generator) -> npt.ND
     return np.asarray(rng.permutation(d), dtype=np.float64)
 
 
-def _names(given: Sequence[str], known: Sequence[str], noun: str) -> tuple[str, ...]:
+def _names(given: Sequence[str], known: Collection[str], noun: str) -> tuple[str, ...]:
     """``given`` as a tuple, refused unless it is non-empty, names only ``known`` ones and repeats none."""
     names = tuple(given)
     unknown = [s for s in names if s not in known]

@@ -63,7 +63,9 @@ def _mix(ctx: Ctx, arr: Arrangement, channels: int) -> npt.NDArray[np.float64]:
     return out
 
 
-def _master(rng: np.random.Generator, sr: int, x: npt.NDArray[np.float64], snr_db: tuple[float, float]) -> npt.NDArray[np.float32]:
+def _master(
+    rng: np.random.Generator, sr: int, x: npt.NDArray[np.float64], snr_db: tuple[float, float]
+) -> npt.NDArray[np.float32]:
     """Add full-band noise at a random SNR (dB), fade the ends, set a random RMS level
     (``LOUDNESS_DBFS``) and soft-clip below full scale.  ``x`` is (n, channels) at ``sr`` Hz."""
     n = len(x)

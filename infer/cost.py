@@ -204,14 +204,14 @@ def _largest_segment_saved(model: nn.Module, x: Tensor, lengths: Tensor, autocas
     for k, seg in enumerate(_segments(model)):
         handles.append(seg.register_forward_pre_hook(enter(k)))
         handles.append(seg.register_forward_hook(leave))
-    flag = model.grad_checkpoint  # type: ignore[attr-defined]
-    model.grad_checkpoint = False  # type: ignore[attr-defined]
+    flag = getattr(model, "grad_checkpoint", False)
+    setattr(model, "grad_checkpoint", False)  # noqa: B010 - a plain attribute of any model, see infer.contract
     try:
         with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), amp(x.device.type, autocast):
             out = model(x, lengths)
         del out
     finally:
-        model.grad_checkpoint = flag  # type: ignore[attr-defined]
+        setattr(model, "grad_checkpoint", flag)  # noqa: B010
         for h in handles:
             h.remove()
     return max(per_segment.values(), default=0)
@@ -295,7 +295,8 @@ def measure_cost_per_frame(
         x_host = torch.randn(probe_batch, 1, n_bins, t, generator=generator) * 20.0 - 40.0
         lengths = torch.full((probe_batch,), t, dtype=torch.int64)
         if device.type == "cuda":
-            points.append((probe_batch * t, float(_cuda_peak(model, x_host, lengths, device, dtype, autocast, training))))
+            peak = _cuda_peak(model, x_host, lengths, device, dtype, autocast, training)
+            points.append((probe_batch * t, float(peak)))
         else:
             x = x_host.to(device=device, dtype=dtype)
             peaks = live_bytes(model, x, lengths.to(device), autocast=autocast, training=training)

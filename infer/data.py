@@ -38,7 +38,7 @@ import logging
 import math
 import queue
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -90,8 +90,9 @@ class StoreDataset(Dataset[Item]):
     and epoch; ``seed``: with the epoch and the index, every random draw.
     """
 
-    def __init__(self, store: str | Store, feature: str | None = None, *, rows: Sequence[int] | None = None,
-                 labelled_only: bool = False, crop_seconds: float | None = None, crop_frames: int | None = None,
+    def __init__(self, store: str | Store, feature: str | None = None, *,
+                 rows: Sequence[int] | np.ndarray | None = None, labelled_only: bool = False,
+                 crop_seconds: float | None = None, crop_frames: int | None = None,
                  spec_augment: SpecAugment | None = None, seed: int = 0) -> None:
         s = store if isinstance(store, Store) else open_store(store)
         self._where = s.location
@@ -355,7 +356,7 @@ def _split_for_replicas(batches: list[list[int]], replicas: int, lengths: np.nda
 _DONE = object()
 
 
-def prefetch(dataset: Dataset[Item], batches: Sequence[Sequence[int]], collate_fn: Any, *,
+def prefetch(dataset: Any, batches: Iterable[Sequence[int]] | Iterable[np.ndarray], collate_fn: Any, *,
              ahead: int = 2, pin: bool = False) -> Iterator[Batch]:
     """Yield ``collate_fn([dataset[i] for i in batch])`` for each batch, read ``ahead`` batches early.
 

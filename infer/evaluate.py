@@ -223,19 +223,38 @@ def evaluate(
         keys = split_keys(s)
         n_trained_on = int((~rule.is_val([keys[int(r)] for r in rows])).sum())
     report = Report(
-        accuracy=metrics["accuracy"], topk_accuracy=float(_topk_hits(probs, truth, k).mean()), topk=k,
-        macro_precision=metrics["macro_precision"], macro_recall=metrics["macro_recall"],
-        macro_f1=metrics["macro_f1"], weighted_f1=metrics["weighted_f1"], per_class=metrics["per_class"],
-        confusion=confusion(truth, pred, len(names)).tolist(), label_names=names, n_clips=len(rows), n_unlabelled=n_unlabelled,
-        n_unknown_label=int((truth >= n_classes).sum()), unknown_labels=unknown_names, split=split,
-        store=str(s.location), model=ckpt.name,
-        n_trained_on=n_trained_on, misclassified=misclassified,
+        accuracy=metrics["accuracy"],
+        topk_accuracy=float(_topk_hits(probs, truth, k).mean()),
+        topk=k,
+        macro_precision=metrics["macro_precision"],
+        macro_recall=metrics["macro_recall"],
+        macro_f1=metrics["macro_f1"],
+        weighted_f1=metrics["weighted_f1"],
+        per_class=metrics["per_class"],
+        confusion=confusion(truth, pred, len(names)).tolist(),
+        label_names=names,
+        n_clips=len(rows),
+        n_unlabelled=n_unlabelled,
+        n_unknown_label=int((truth >= n_classes).sum()),
+        unknown_labels=unknown_names,
+        split=split,
+        store=str(s.location),
+        model=ckpt.name,
+        n_trained_on=n_trained_on,
+        misclassified=misclassified,
     )
     if n_trained_on:
-        log.warning("%d of the %d clips scored were training clips: the figures are optimistic", n_trained_on,
-                    len(rows))
-    log.info("evaluated %d clips (%d distinct) in %d batches, padding efficiency %.3f, %d windowed",
-             len(rows), res.distinct, res.batches, res.efficiency, res.windowed)
+        log.warning(
+            "%d of the %d clips scored were training clips: the figures are optimistic", n_trained_on, len(rows)
+        )
+    log.info(
+        "evaluated %d clips (%d distinct) in %d batches, padding efficiency %.3f, %d windowed",
+        len(rows),
+        res.distinct,
+        res.batches,
+        res.efficiency,
+        res.windowed,
+    )
     report.seconds = time.perf_counter() - t0
     if out_dir is not None:
         write_report(report, out_dir)
@@ -252,9 +271,14 @@ def write_report(report: Report, out_dir: str | os.PathLike[str]) -> dict[str, s
     d = Path(out_dir)
     files: dict[str, str] = {}
     try:
-        files["confusion"] = str(plot_confusion(np.asarray(report.confusion), report.label_names,
-                                                d / "confusion.png", title=f"{Path(report.model).name} "
-                                                f"on split {report.split!r}"))
+        files["confusion"] = str(
+            plot_confusion(
+                np.asarray(report.confusion),
+                report.label_names,
+                d / "confusion.png",
+                title=f"{Path(report.model).name} on split {report.split!r}",
+            )
+        )
     except PlotError as e:
         log.warning("%s", e)
     files["json"] = str(d / "report.json")

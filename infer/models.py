@@ -15,7 +15,8 @@ mode, up to float rounding).  How that is guaranteed:
 * Every op that mixes time steps (a conv with time kernel > 1, a time-strided
   conv, time pooling) reads only zeros beyond a clip's length: the activations
   are re-masked after every conv stage (conv -> BN -> zero the frames
-  ``>= length`` -> [pool] -> ReLU, or conv -> BN -> ReLU -> zero).  For a conv of kernel ``k`` (odd), padding ``k // 2`` and
+  ``>= length`` -> [pool] -> ReLU, or conv -> BN -> ReLU -> zero).  For a conv of kernel ``k`` (odd),
+  padding ``k // 2`` and
   stride ``s``, output frame ``j < ceil(L / s)`` reads input frames up to
   ``j * s + k // 2 <= L - 1 + k // 2``; those ``>= L`` are zeros in the batch
   (masked) and zeros alone (the conv's own padding), so the values agree and
@@ -44,6 +45,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -181,9 +183,6 @@ def _relu(x: Tensor) -> Tensor:
 
 
 class MaskedBatchNorm2d(nn.BatchNorm2d):
-    recomputing: bool = False
-    """True while gradient checkpointing re-runs the forward: the running statistics were already updated."""
-
     """BatchNorm2d whose training statistics cover real frames only.
 
     ``forward(x, lengths)``: in training, the per-channel mean and (biased)
@@ -198,6 +197,7 @@ class MaskedBatchNorm2d(nn.BatchNorm2d):
     """
 
     recomputing: bool = False
+    """True while gradient checkpointing re-runs the forward: the running statistics were already updated."""
 
     def folded(self, conv_weight: Tensor) -> tuple[Tensor, Tensor]:
         """Eval-mode BN folded into the preceding bias-free conv: ``(weight, bias)``."""
@@ -209,7 +209,7 @@ class MaskedBatchNorm2d(nn.BatchNorm2d):
             shift = shift * self.weight + self.bias
         return conv_weight * scale.to(conv_weight.dtype)[:, None, None, None], shift.to(conv_weight.dtype)
 
-    def forward(self, x: Tensor, lengths: Tensor | None = None) -> Tensor:  # type: ignore[override]
+    def forward(self, x: Tensor, lengths: Tensor | None = None) -> Tensor:
         if not self.training or lengths is None:
             return super().forward(x)
         xf = x.float()
@@ -218,11 +218,16 @@ class MaskedBatchNorm2d(nn.BatchNorm2d):
         mean = (xf * mask).sum(dim=(0, 2, 3)) / count
         centred = xf - mean[None, :, None, None]
         var = (centred.square() * mask).sum(dim=(0, 2, 3)) / count
-        if (self.track_running_stats and self.running_mean is not None and self.running_var is not None
-                and not self.recomputing):
+        if (
+            self.track_running_stats
+            and self.running_mean is not None
+            and self.running_var is not None
+            and not self.recomputing
+        ):
             with torch.no_grad():
-                self.num_batches_tracked.add_(1)  # type: ignore[union-attr,operator]
-                momentum = self.momentum if self.momentum is not None else 1.0 / float(self.num_batches_tracked)
+                tracked: Tensor = self.num_batches_tracked  # type: ignore[assignment]
+                tracked.add_(1)
+                momentum = self.momentum if self.momentum is not None else 1.0 / float(tracked)
                 unbiased = var * (count / torch.clamp(count - 1, min=1.0))
                 self.running_mean.lerp_(mean.to(self.running_mean.dtype), momentum)
                 self.running_var.lerp_(unbiased.to(self.running_var.dtype), momentum)
@@ -233,6 +238,11 @@ class MaskedBatchNorm2d(nn.BatchNorm2d):
         if self.affine:
             y = y + self.bias[None, :, None, None]
         return y.to(x.dtype)
+
+
+def _recompute_context(block: nn.Module) -> Callable[[], tuple[Any, Any]]:
+    """``checkpoint``'s ``context_fn``: nothing special in the forward, :class:`_Recomputing` in the recompute."""
+    return lambda: (contextlib.nullcontext(), _Recomputing(block))
 
 
 class _Recomputing:
@@ -291,9 +301,7 @@ class MaskedClassifier(nn.Module):
     def _prepare(self, x: Tensor, lengths: Tensor | Any) -> tuple[Tensor, Tensor]:
         """Validate, normalise, mask and pad ``x`` to a multiple of the time stride."""
         if x.ndim != 4 or x.shape[1] != 1 or x.shape[2] != self.config.n_bins:
-            raise ValueError(
-                f"expected input (B, 1, {self.config.n_bins}, T), got {tuple(x.shape)}"
-            )
+            raise ValueError(f"expected input (B, 1, {self.config.n_bins}, T), got {tuple(x.shape)}")
         lengths = torch.as_tensor(lengths, device=x.device).long()
         if lengths.shape != (x.shape[0],):
             raise ValueError(f"lengths must have shape ({x.shape[0]},), got {tuple(lengths.shape)}")
@@ -316,8 +324,13 @@ class MaskedClassifier(nn.Module):
         recompute = self.grad_checkpoint and self.training and torch.is_grad_enabled()
         for block in self.blocks:
             if recompute:
-                h, lengths = checkpoint(block, h, lengths, use_reentrant=False,
-                                        context_fn=lambda b=block: (contextlib.nullcontext(), _Recomputing(b)))
+                h, lengths = checkpoint(
+                    block,
+                    h,
+                    lengths,
+                    use_reentrant=False,
+                    context_fn=_recompute_context(block),
+                )
             else:
                 h, lengths = block(h, lengths)
         return h, lengths
@@ -499,4 +512,3 @@ def build_model(config: ModelConfig) -> MaskedClassifier:
 def count_parameters(model: nn.Module) -> int:
     """Number of trainable parameters."""
     return sum(p.numel() for p in model.parameters() if p.requires_grad)
-

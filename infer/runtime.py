@@ -24,7 +24,7 @@ import copy
 import logging
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -40,6 +40,7 @@ from .contract import exact_windows, masks_padding, time_stride, window_frames
 from .cost import measure_cost_per_frame
 from .data import BudgetBatchSampler, Item, PadCollate, StoreDataset, prefetch
 from .device import PRECISIONS, amp, anon_rss_bytes, autocast_dtype, choose_device, memory_bytes, set_cpu_threads
+from .models import MaskedClassifier
 from .planner import Plan, plan_batches
 from .windows import run_windowed
 
@@ -150,7 +151,7 @@ class Engine:
         """``model`` on the device, in the engine's memory layout, in eval (or train) mode."""
         model = model.to(self.device)
         if self.channels_last:
-            model = model.to(memory_format=torch.channels_last)
+            model = model.to(memory_format=torch.channels_last)  # type: ignore[call-overload]
         return model.train(train)
 
     def memory(self) -> tuple[int, str]:
@@ -267,7 +268,8 @@ class Engine:
             x = dataset.window(index, 0, int(dataset.lengths[index]))
             with torch.inference_mode():
                 if exact:
-                    logit = run_windowed(model, x, budget.max_window, device=self.device, autocast=self.autocast)
+                    logit = run_windowed(cast(MaskedClassifier, model), x, budget.max_window, device=self.device,
+                                         autocast=self.autocast)
                 else:
                     logit = self._mean_of_windows(model, x, budget.max_window, time_stride(model))
             parts.append((np.array([index]), logit.float().cpu().numpy()[None]))

@@ -16,8 +16,8 @@ import math
 import os
 import stat
 import time
-from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Iterable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,8 +28,17 @@ from joblib.parallel import get_active_backend
 from tqdm.auto import tqdm
 
 from store import (
-    ConfigError, Corpus, ErrorRow, FeatureSpec, IndexRow, ShardInfo, SpecstoreError, StoreWriter, create_store,
-    default_specs, escape_path,
+    ConfigError,
+    Corpus,
+    ErrorRow,
+    FeatureSpec,
+    IndexRow,
+    ShardInfo,
+    SpecstoreError,
+    StoreWriter,
+    create_store,
+    default_specs,
+    escape_path,
 )
 from store.location import as_location
 
@@ -357,8 +366,8 @@ def _hash_all(items: list[CorpusItem], progress: bool) -> tuple[dict[str, Finger
     with ThreadPoolExecutor(max_workers=threads) as pool, \
             tqdm(total=len(items), unit="file", desc="hashing", disable=not progress, leave=False) as bar:
         results = pool.map(_hash_batch, ([str(it.source) for it in b] for b in batches))
-        for batch, res in zip(batches, results):
-            for it, (fp, reason) in zip(batch, res):
+        for batch, res in zip(batches, results, strict=False):
+            for it, (fp, reason) in zip(batch, res, strict=False):
                 if fp is not None:
                     fps[it.path] = fp
                 else:

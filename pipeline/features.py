@@ -47,6 +47,7 @@ from dataclasses import dataclass
 
 import librosa
 import numpy as np
+import numpy.typing as npt
 import scipy.fft
 import scipy.signal
 import scipy.sparse
@@ -179,7 +180,7 @@ class _Output:
     computed and forgets them, so memory does not grow with the file.
     """
 
-    def __init__(self, n_bins: int, frames_hint: int, dtype: np.dtype | str = np.float32,
+    def __init__(self, n_bins: int, frames_hint: int, dtype: npt.DTypeLike = np.float32,
                  sink: Callable[[np.ndarray], None] | None = None) -> None:
         self.sink = sink
         self.base = 0  # first frame held
@@ -355,7 +356,7 @@ def _mel_plan(spec: FeatureSpec) -> _MelPlan:
 class _MelStream:
     """Streams one mel feature: frames are computed as soon as their samples arrive."""
 
-    def __init__(self, plan: _MelPlan, frames_hint: int, dtype: np.dtype | str = np.float32,
+    def __init__(self, plan: _MelPlan, frames_hint: int, dtype: npt.DTypeLike = np.float32,
                  sink: Callable[[np.ndarray], None] | None = None) -> None:
         self.plan = plan
         self.sig = _Signal()
@@ -477,7 +478,7 @@ def _cqt_plan(spec: FeatureSpec) -> _CqtPlan:
         start = max(0, stop - n_filters)
         basis, blen = librosa.filters.wavelet(
             freqs=freqs[start:stop], sr=my_sr, filter_scale=1, norm=1, pad_fft=True,
-            window="hann", gamma=0.0, alpha=alpha[start:stop],
+            window="hann", gamma=0.0, alpha=alpha[start:stop],  # type: ignore[arg-type]
         )
         n_fft = basis.shape[1]
         basis *= blen[:, np.newaxis] / float(n_fft)
@@ -515,7 +516,7 @@ class _CqtStream:
     level as soon as their samples arrive.
     """
 
-    def __init__(self, plan: _CqtPlan, frames_hint: int, dtype: np.dtype | str = np.float32,
+    def __init__(self, plan: _CqtPlan, frames_hint: int, dtype: npt.DTypeLike = np.float32,
                  sink: Callable[[np.ndarray], None] | None = None) -> None:
         self.plan = plan
         self.out = _Output(plan.n_bins, frames_hint, dtype, sink)  # float32 octave results cast on assignment
@@ -550,7 +551,7 @@ class _CqtStream:
             sig = self.levels[octv.level]
             final_len = None if n_frames is None else sig.end
             f1 = n_frames if n_frames is not None else _ready_frames(sig, octv.hop, octv.n_fft)
-            if final_len is not None and 1 + final_len // octv.hop < n_frames:
+            if final_len is not None and n_frames is not None and 1 + final_len // octv.hop < n_frames:
                 raise AssertionError(f"octave {j} has {1 + final_len // octv.hop} frames, expected {n_frames}")
             for f0 in range(self.done[j], f1, _CQT_BATCH):
                 fb = min(f1, f0 + _CQT_BATCH)
@@ -566,7 +567,7 @@ class _CqtStream:
             self.done[j] = max(self.done[j], f1)
             need = self.done[j] * octv.hop - octv.n_fft // 2
             keep[octv.level] = min(keep[octv.level], need)
-        for sig, k in zip(self.levels, keep):
+        for sig, k in zip(self.levels, keep, strict=False):
             sig.drop_before(k)
         if n_frames is None:  # rows every octave has filled in are final
             self.out.release(min(self.done))

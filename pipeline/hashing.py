@@ -28,6 +28,7 @@ import os
 import stat
 import time
 from dataclasses import dataclass
+from typing import Any
 
 from store import SpecstoreError
 
@@ -52,7 +53,7 @@ class Stamp:
     ctime_ns: int
 
     @classmethod
-    def of(cls, st: os.stat_result) -> "Stamp":
+    def of(cls, st: os.stat_result) -> Stamp:
         return cls(st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
     def recent(self, at_ns: int) -> bool:
@@ -74,7 +75,7 @@ class Fingerprint:
         return not self.stamp.recent(self.taken_ns)
 
 
-def _new_hash() -> "hashlib._Hash":
+def _new_hash() -> Any:
     return hashlib.blake2b(digest_size=16)
 
 

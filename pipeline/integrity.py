@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import os
 import struct
+from typing import BinaryIO
 
 __all__ = ["truncation_reason"]
 
@@ -43,7 +44,7 @@ def truncation_reason(path: str | os.PathLike[str]) -> str | None:
         return _mp3(f, size)
 
 
-def _wav(f, size: int, endian: str) -> str | None:  # type: ignore[no-untyped-def]
+def _wav(f: BinaryIO, size: int, endian: str) -> str | None:
     pos = 12
     while pos + 8 <= size:
         f.seek(pos)
@@ -62,7 +63,7 @@ def _wav(f, size: int, endian: str) -> str | None:  # type: ignore[no-untyped-de
     return None
 
 
-def _ogg(f, size: int) -> str | None:  # type: ignore[no-untyped-def]
+def _ogg(f: BinaryIO, size: int) -> str | None:
     start = max(0, size - _OGG_TAIL)
     f.seek(start)
     tail = f.read()
@@ -89,7 +90,7 @@ def _id3v2_size(head: bytes) -> int:
     return 10 + ((b[0] & 0x7F) << 21 | (b[1] & 0x7F) << 14 | (b[2] & 0x7F) << 7 | (b[3] & 0x7F)) + footer
 
 
-def _mp3(f, size: int) -> str | None:  # type: ignore[no-untyped-def]
+def _mp3(f: BinaryIO, size: int) -> str | None:
     f.seek(0)
     start = _id3v2_size(f.read(10))
     f.seek(start)

@@ -164,7 +164,7 @@ def write_music_like(
         signs = np.where(np.arange(gains.size) % 2, -1.0, 1.0)
         blocks = (
             (loop[: min(len(loop), n - s)] * np.float32(g * sgn))
-            for s, g, sgn in zip(range(0, n, len(loop)), gains, signs)
+            for s, g, sgn in zip(range(0, n, len(loop)), gains, signs, strict=False)
         )
     return _write_blocks(Path(path), sr, channels, format, subtype, blocks)
 

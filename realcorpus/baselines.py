@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -40,7 +41,7 @@ def clip_stats(store, feature: str, parts: Sequence[str]) -> np.ndarray:
     return np.asarray(rows)
 
 
-def baselines(train_path: str, test_path: str) -> tuple[list[tuple[str, str, float, float]], dict[str, object]]:
+def baselines(train_path: str, test_path: str) -> tuple[list[tuple[str, str, float, float]], dict[str, Any]]:
     """[(stats, features, LR accuracy, kNN accuracy), ...] and the LR confusion (mel, mean+std+delta)."""
     from sklearn.linear_model import LogisticRegression
     from sklearn.metrics import confusion_matrix
@@ -87,7 +88,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         labels = conf["labels"]
         print("\nconfusion, LR on mel mean+std+delta (rows: truth, columns: predicted)")
         print(" " * 12 + " ".join(f"{lab[:6]:>6s}" for lab in labels))
-        for lab, row in zip(labels, conf["matrix"]):
+        for lab, row in zip(labels, conf["matrix"], strict=False):
             print(f"{lab:12s}" + " ".join(f"{v:6d}" for v in row))
         return 0
 

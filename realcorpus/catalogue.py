@@ -76,7 +76,7 @@ def rng_for(seed: int, *key: str | int) -> np.random.Generator:
 
 
 def _hash(seed: int, text: str) -> int:
-    return zlib.crc32(f"{seed}:{text}".encode("utf-8"))
+    return zlib.crc32(f"{seed}:{text}".encode())
 
 
 @lru_cache(maxsize=1)
@@ -85,7 +85,9 @@ def corpus_root() -> Path:
     try:
         from music21 import corpus
     except ImportError:
-        raise RealCorpusError("music21 is not installed: pip install 'specstore[realcorpus]' (or make realcorpus-deps)") from None
+        raise RealCorpusError(
+            "music21 is not installed: pip install 'specstore[realcorpus]' (or make realcorpus-deps)"
+        ) from None
     return Path(corpus.__file__).parent
 
 
@@ -185,7 +187,7 @@ def _medieval(root: Path) -> list[Work]:
 
 def _palestrina_mass(path: Path) -> str | None:
     with open(path, encoding="utf-8", errors="replace") as f:
-        for _, line in zip(range(12), f):
+        for _, line in zip(range(12), f, strict=False):
             if line.startswith("!!!OPR:"):
                 return line.split(":", 1)[1].strip()
     return None
@@ -204,7 +206,14 @@ def _renaissance(root: Path) -> list[Work]:
         works.append(Work("renaissance", "palestrina:" + _slug(mass), pieces, min(p.stat().st_size for p in files)))
     for p in _files(root, "monteverdi", "madrigal.*.mxl") + _files(root, "lusitano", "*.mxl"):
         w = _slug(f"{p.parent.name}-{p.stem}")
-        works.append(Work("renaissance", f"{p.parent.name}:{_slug(p.stem)}", (Piece(w, _rel(root, p), tactus=2.0),), p.stat().st_size))
+        works.append(
+            Work(
+                "renaissance",
+                f"{p.parent.name}:{_slug(p.stem)}",
+                (Piece(w, _rel(root, p), tactus=2.0),),
+                p.stat().st_size,
+            )
+        )
     return works
 
 
@@ -218,15 +227,25 @@ def _baroque(root: Path) -> list[Work]:
         if m:  # skip the alternative versions (-a, -sc, -lz, ...)
             groups.setdefault(m.group(1), []).append(p)
     return [
-        Work("baroque", f"bach:bwv{g}", tuple(Piece(_slug(f"bach-{p.stem}"), _rel(root, p)) for p in files),
-             min(p.stat().st_size for p in files))
+        Work(
+            "baroque",
+            f"bach:bwv{g}",
+            tuple(Piece(_slug(f"bach-{p.stem}"), _rel(root, p)) for p in files),
+            min(p.stat().st_size for p in files),
+        )
         for g, files in groups.items()
     ]
 
 
 # Whole string quartets in one file: several excerpts each, spread over the movements.
-_CLASSICAL_WHOLE = {"beethoven/opus18no3.mxl": 3, "beethoven/opus18no4.mxl": 3, "beethoven/opus18no5.mxl": 3,
-                    "beethoven/opus74.mxl": 3, "beethoven/opus132.mxl": 3, "beethoven/opus133.mxl": 2}
+_CLASSICAL_WHOLE = {
+    "beethoven/opus18no3.mxl": 3,
+    "beethoven/opus18no4.mxl": 3,
+    "beethoven/opus18no5.mxl": 3,
+    "beethoven/opus74.mxl": 3,
+    "beethoven/opus132.mxl": 3,
+    "beethoven/opus133.mxl": 2,
+}
 
 
 def _classical(root: Path) -> list[Work]:
@@ -244,9 +263,30 @@ def _classical(root: Path) -> list[Work]:
 
 
 # German-language collections of the Essen folk song database (not the Chinese, Irish or test files).
-_ESSEN = ("altdeu10", "altdeu20", "ballad10", "ballad20", "ballad30", "ballad40", "ballad50", "ballad60",
-          "ballad70", "ballad80", "boehme10", "boehme20", "dva0", "erk10", "erk20", "erk30", "erk5", "fink0",
-          "kinder0", "lot", "lux", "zuccal0")
+_ESSEN = (
+    "altdeu10",
+    "altdeu20",
+    "ballad10",
+    "ballad20",
+    "ballad30",
+    "ballad40",
+    "ballad50",
+    "ballad60",
+    "ballad70",
+    "ballad80",
+    "boehme10",
+    "boehme20",
+    "dva0",
+    "erk10",
+    "erk20",
+    "erk30",
+    "erk5",
+    "fink0",
+    "kinder0",
+    "lot",
+    "lux",
+    "zuccal0",
+)
 
 
 def _folksong(root: Path) -> list[Work]:
@@ -265,12 +305,20 @@ def _folksong(root: Path) -> list[Work]:
 def _fiddle(root: Path) -> list[Work]:
     works = []
     for p in _files(root, "ryansMammoth", "*.abc"):
-        works.append(Work("fiddle", "ryans:" + _slug(p.stem), (Piece(_slug(f"ryans-{p.stem}"), _rel(root, p), number=None),),
-                          p.stat().st_size))
+        works.append(
+            Work(
+                "fiddle",
+                "ryans:" + _slug(p.stem),
+                (Piece(_slug(f"ryans-{p.stem}"), _rel(root, p), number=None),),
+                p.stat().st_size,
+            )
+        )
     for p in _files(root, "oneills1850", "*.abc"):
         per = max(1, p.stat().st_size // max(1, len(_abc_numbers(p))))
         for n in _abc_numbers(p):
-            works.append(Work("fiddle", f"oneills:{n}", (Piece(_slug(f"oneills-{p.stem}-{n}"), _rel(root, p), number=n),), per))
+            works.append(
+                Work("fiddle", f"oneills:{n}", (Piece(_slug(f"oneills-{p.stem}-{n}"), _rel(root, p), number=n),), per)
+            )
     # O'Neill's files overlap at their edges (0981-1000 and 0951-0981): one entry per tune number.
     seen: set[str] = set()
     out = []
@@ -281,8 +329,14 @@ def _fiddle(root: Path) -> list[Work]:
     return out
 
 
-_SOURCES = {"medieval": _medieval, "renaissance": _renaissance, "baroque": _baroque, "classical": _classical,
-            "folksong": _folksong, "fiddle": _fiddle}
+_SOURCES = {
+    "medieval": _medieval,
+    "renaissance": _renaissance,
+    "baroque": _baroque,
+    "classical": _classical,
+    "folksong": _folksong,
+    "fiddle": _fiddle,
+}
 
 # Per class, sub-collections that get a fixed share of the works (so one big source does not crowd out the rest).
 _QUOTAS: dict[str, dict[str, float]] = {
@@ -376,8 +430,9 @@ def plan_corpus(size: str = "full", *, seed: int = 0, classes: Sequence[str] = C
             ext, sr, ch = encs[perm[i]]
             seconds = float(np.round(rng_for(seed, "length", piece.id, k).uniform(lo, hi), 2))
             relpath = f"{label}/{piece.id}-{k}.{ext}"
-            clips.append(Clip(label, w.group, split[w.group], piece, k, relpath, seconds, ext, sr, ch,
-                              fonts[font_perm[i]], seed))
+            clips.append(
+                Clip(label, w.group, split[w.group], piece, k, relpath, seconds, ext, sr, ch, fonts[font_perm[i]], seed)
+            )
     return clips
 
 

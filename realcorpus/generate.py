@@ -165,13 +165,56 @@ def _write_index(out: Path, clips: list[Clip], size: str, seed: int) -> float:
     rows = []
     for c in clips:
         s = states[c.id]
-        rows.append([c.relpath, c.label, c.group, c.split, c.piece.source, str(c.piece.number or ""), str(c.excerpt),
-                     f"{s['start_s']}", f"{s['seconds']}", c.soundfont, s["ensemble"], " ".join(map(str, s["programs"])),
-                     str(s["transpose"]), str(s["cents"]), str(s["qpm"]), str(c.sample_rate), str(c.channels), c.ext,
-                     s["sha256"]])
-    _atomic_write(out / "clips.csv", _csv(rows, ["path", "label", "group", "split", "source", "tune", "excerpt", "start_s",
-                                                 "seconds", "soundfont", "ensemble", "programs", "transpose", "cents",
-                                                 "qpm", "sample_rate", "channels", "format", "sha256"]))
+        rows.append(
+            [
+                c.relpath,
+                c.label,
+                c.group,
+                c.split,
+                c.piece.source,
+                str(c.piece.number or ""),
+                str(c.excerpt),
+                f"{s['start_s']}",
+                f"{s['seconds']}",
+                c.soundfont,
+                s["ensemble"],
+                " ".join(map(str, s["programs"])),
+                str(s["transpose"]),
+                str(s["cents"]),
+                str(s["qpm"]),
+                str(c.sample_rate),
+                str(c.channels),
+                c.ext,
+                s["sha256"],
+            ]
+        )
+    _atomic_write(
+        out / "clips.csv",
+        _csv(
+            rows,
+            [
+                "path",
+                "label",
+                "group",
+                "split",
+                "source",
+                "tune",
+                "excerpt",
+                "start_s",
+                "seconds",
+                "soundfont",
+                "ensemble",
+                "programs",
+                "transpose",
+                "cents",
+                "qpm",
+                "sample_rate",
+                "channels",
+                "format",
+                "sha256",
+            ],
+        ),
+    )
     total = sum(states[c.id]["seconds"] for c in clips)
     fonts = sorted({c.soundfont for c in clips})
     versions = _versions(fonts)
@@ -182,9 +225,13 @@ def _write_index(out: Path, clips: list[Clip], size: str, seed: int) -> float:
         "Scores: the corpus bundled with music21 (see docs/realcorpus.md for sources and licences).",
         "Versions: " + ", ".join(f"{k} {v}" for k, v in versions.items()),
         "SoundFonts: " + ", ".join(f"{f} ({SOUNDFONTS[f].path}, {SOUNDFONTS[f].licence})" for f in fonts),
-        "Per class: " + "; ".join(f"{k} train {d['train']} ({d['train_works']} works) test {d['test']} "
-                                 f"({d['test_works']} works)" for k, d in counts.items()),
-        "manifest.csv: path,label,group,split (group = work; no work is in both splits); train.csv/test.csv: their rows.",
+        "Per class: "
+        + "; ".join(
+            f"{k} train {d['train']} ({d['train_works']} works) test {d['test']} ({d['test_works']} works)"
+            for k, d in counts.items()
+        ),
+        "manifest.csv: path,label,group,split (group = work; no work is in both splits); "
+        "train.csv/test.csv: their rows.",
         "For research and development on this machine: the score encodings carry their own terms (some",
         "non-commercial); do not redistribute the audio without checking them.",
         "Regenerate with the same arguments and versions to get byte-identical files.",
@@ -193,8 +240,16 @@ def _write_index(out: Path, clips: list[Clip], size: str, seed: int) -> float:
     return float(total)
 
 
-def generate(out_dir: str | os.PathLike[str], *, size: str = "full", seed: int = 0, jobs: int | None = None,
-             classes: Sequence[str] = CLASSES, prune: bool = False, progress: bool = True) -> Summary:
+def generate(
+    out_dir: str | os.PathLike[str],
+    *,
+    size: str = "full",
+    seed: int = 0,
+    jobs: int | None = None,
+    classes: Sequence[str] = CLASSES,
+    prune: bool = False,
+    progress: bool = True,
+) -> Summary:
     """Render the corpus into ``out_dir`` (resumable); returns what is there and how long this run took."""
     t0 = time.perf_counter()
     if jobs is not None and (isinstance(jobs, bool) or jobs < 1):
@@ -216,8 +271,13 @@ def generate(out_dir: str | os.PathLike[str], *, size: str = "full", seed: int =
     # Longest first: whole quartets (slow to parse, several excerpts) do not end the run alone.
     tasks = sorted(by_piece.values(), key=lambda cs: (-len(cs), -sum(c.seconds for c in cs), cs[0].id))
     n_jobs = max(1, min(jobs or os.cpu_count() or 1, len(tasks) or 1))
-    logger.info("%d clips planned, %d already there; rendering %d pieces with %d job(s)",
-                len(clips), len(clips) - len(todo), len(tasks), n_jobs)
+    logger.info(
+        "%d clips planned, %d already there; rendering %d pieces with %d job(s)",
+        len(clips),
+        len(clips) - len(todo),
+        len(tasks),
+        n_jobs,
+    )
     failures: list[str] = []
     bar = tqdm(total=len(todo), unit="clip", desc="realcorpus", disable=not progress or not todo)
     try:
@@ -244,10 +304,14 @@ def generate(out_dir: str | os.PathLike[str], *, size: str = "full", seed: int =
     if failures:
         for f in failures:
             logger.error("%s", f)
-        raise RealCorpusError(f"{len(failures)} piece(s) could not be rendered (first: {failures[0]}); no manifest written")
+        raise RealCorpusError(
+            f"{len(failures)} piece(s) could not be rendered (first: {failures[0]}); no manifest written"
+        )
     total = _write_index(out, clips, size, seed)
     summary = Summary(out, tuple(clips), len(todo), total, time.perf_counter() - t0)
-    logger.info("%d clips (%.2f h) in %s; %d rendered in %.1f s", len(clips), total / 3600, out, len(todo), summary.elapsed_s)
+    logger.info(
+        "%d clips (%.2f h) in %s; %d rendered in %.1f s", len(clips), total / 3600, out, len(todo), summary.elapsed_s
+    )
     return summary
 
 
@@ -269,16 +333,27 @@ rendered again. Same arguments and versions give byte-identical files.
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="specstore-realcorpus", formatter_class=argparse.RawDescriptionHelpFormatter, epilog=EPILOG,
-        description=("Render a realistic music-style development corpus: real compositions from music21's corpus "
-                     f"({', '.join(CLASSES)}) played by FluidSynth with several General-MIDI SoundFonts, varied "
-                     "instruments, tempo, key, room, EQ, noise, loudness, format, sample rate and channels; split "
-                     "into train and test by work (manifest.csv, train.csv, test.csv)."))
+        prog="specstore-realcorpus",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=EPILOG,
+        description=(
+            "Render a realistic music-style development corpus: real compositions from music21's corpus "
+            f"({', '.join(CLASSES)}) played by FluidSynth with several General-MIDI SoundFonts, varied "
+            "instruments, tempo, key, room, EQ, noise, loudness, format, sample rate and channels; split "
+            "into train and test by work (manifest.csv, train.csv, test.csv)."
+        ),
+    )
     p.add_argument("out_dir", metavar="OUT", help="output folder (created if missing)")
-    p.add_argument("--size", choices=sorted(SIZES), default="full", help="full: the development corpus (default); "
-                   "tiny: 2 works per class, 3-5 s clips, one small SoundFont")
+    p.add_argument(
+        "--size",
+        choices=sorted(SIZES),
+        default="full",
+        help="full: the development corpus (default); tiny: 2 works per class, 3-5 s clips, one small SoundFont",
+    )
     p.add_argument("--tiny", action="store_const", const="tiny", dest="size", help="same as --size tiny")
-    p.add_argument("--seed", type=int, default=0, help="corpus seed: which works, split, every rendering choice (default 0)")
+    p.add_argument(
+        "--seed", type=int, default=0, help="corpus seed: which works, split, every rendering choice (default 0)"
+    )
     p.add_argument("--jobs", "-j", type=int, default=None, help="worker processes (default: all cores)")
     p.add_argument("--classes", default=",".join(CLASSES), help="comma-separated subset of the classes (default: all)")
     p.add_argument("--prune", action="store_true", help="delete clips of another size or seed found in OUT")
@@ -295,13 +370,21 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     def body() -> int:
         classes = [c.strip() for c in args.classes.split(",") if c.strip()]
-        summary = generate(args.out_dir, size=args.size, seed=args.seed, jobs=args.jobs, classes=classes,
-                           prune=args.prune, progress=not args.quiet)
+        summary = generate(
+            args.out_dir,
+            size=args.size,
+            seed=args.seed,
+            jobs=args.jobs,
+            classes=classes,
+            prune=args.prune,
+            progress=not args.quiet,
+        )
         print(summary.report())
         return 0
 
-    return run_cli(body, interrupted="interrupted; finished clips are kept, rerun the same command to resume",
-                   verbose=args.verbose)
+    return run_cli(
+        body, interrupted="interrupted; finished clips are kept, rerun the same command to resume", verbose=args.verbose
+    )
 
 
 if __name__ == "__main__":

@@ -144,7 +144,8 @@ def _programs(ensemble: str, n_parts: int, rng: np.random.Generator) -> list[int
     return out
 
 
-def instrument(score_parts: tuple[tuple[Note, ...], ...], label: str, rng: np.random.Generator) -> tuple[str, list[Channel]]:
+def instrument(score_parts: tuple[tuple[Note, ...], ...], label: str,
+               rng: np.random.Generator) -> tuple[str, list[Channel]]:
     """The ensemble drawn for this clip and one MIDI channel per part (plus doublings, drones)."""
     ensemble = _pick(rng, PALETTES[label])
     parts = list(score_parts)
@@ -152,29 +153,54 @@ def instrument(score_parts: tuple[tuple[Note, ...], ...], label: str, rng: np.ra
     width = float(rng.uniform(0.2, 1.0))
     positions = rng.permutation(len(parts))
     channels = []
-    for i, (notes, prog) in enumerate(zip(parts, progs)):
+    for i, (notes, prog) in enumerate(zip(parts, progs, strict=False)):
         pos = (positions[i] / max(1, len(parts) - 1) - 0.5) * 2 if len(parts) > 1 else 0.0
         pan = int(np.clip(64 + 60 * width * pos + rng.normal(0, 4), 0, 127))
-        channels.append(Channel(prog, notes, int(rng.integers(88, 122)), pan, int(rng.integers(20, 110)),
-                                int(rng.integers(0, 50))))
+        channels.append(
+            Channel(prog, notes, int(rng.integers(88, 122)), pan, int(rng.integers(20, 110)), int(rng.integers(0, 50)))
+        )
     bass = parts[-1]
     if "double" in ENSEMBLES[ensemble] and len(parts) > 1:  # basso continuo
-        channels.append(Channel(int(rng.choice(ENSEMBLES[ensemble]["double"])), bass, int(rng.integers(70, 100)),
-                                int(rng.integers(44, 84)), int(rng.integers(20, 90)), 0))
+        channels.append(
+            Channel(
+                int(rng.choice(ENSEMBLES[ensemble]["double"])),
+                bass,
+                int(rng.integers(70, 100)),
+                int(rng.integers(44, 84)),
+                int(rng.integers(20, 90)),
+                0,
+            )
+        )
     if len(parts) == 1 and label in ("folksong", "fiddle"):
         if rng.random() < 0.35:  # a second instrument doubles the tune (an octave down for some)
             other = _pick(rng, {k: v for k, v in PALETTES[label].items() if k != ensemble})
             shift = -12 if rng.random() < 0.3 else 0
             dbl = tuple(Note(n.onset, n.duration, n.pitch + shift, max(20, n.velocity - 10)) for n in parts[0])
-            channels.append(Channel(_programs(other, 1, rng)[0], dbl, int(rng.integers(70, 105)),
-                                    int(rng.integers(24, 104)), int(rng.integers(20, 90)), int(rng.integers(0, 40))))
+            channels.append(
+                Channel(
+                    _programs(other, 1, rng)[0],
+                    dbl,
+                    int(rng.integers(70, 105)),
+                    int(rng.integers(24, 104)),
+                    int(rng.integers(20, 90)),
+                    int(rng.integers(0, 40)),
+                )
+            )
         if rng.random() < 0.2:  # a drone on the final's pitch class (pipes, harmonium, hurdy-gurdy)
             final = parts[0][-1].pitch % 12
             drone_p = 36 + final + (12 if final < 7 else 0)
             end = max(n.onset + n.duration for n in parts[0])
             drone = (Note(0.0, end, drone_p, 60), Note(0.0, end, drone_p + 7, 54))
-            channels.append(Channel(int(rng.choice([109, 20, 21, 48])), drone, int(rng.integers(50, 80)), 64,
-                                    int(rng.integers(30, 90)), 0))
+            channels.append(
+                Channel(
+                    int(rng.choice([109, 20, 21, 48])),
+                    drone,
+                    int(rng.integers(50, 80)),
+                    64,
+                    int(rng.integers(30, 90)),
+                    0,
+                )
+            )
     return ensemble, channels
 
 
@@ -229,8 +255,14 @@ def _vlq(n: int) -> bytes:
     return bytes(reversed(out))
 
 
-def midi_bytes(channels: list[Channel], seconds: float, transpose: int, cents: float,
-               rng: np.random.Generator, legato: tuple[float, float]) -> bytes:
+def midi_bytes(
+    channels: list[Channel],
+    seconds: float,
+    transpose: int,
+    cents: float,
+    rng: np.random.Generator,
+    legato: tuple[float, float],
+) -> bytes:
     """A format-0 SMF playing ``channels``; ends (End of Track) at ``seconds``."""
     events: list[tuple[int, int, bytes]] = []  # (tick, order, data); order: setup 0, note-off 1, note-on 2
     bend = int(np.clip(8192 + cents / 200.0 * 8192, 0, 16383))
@@ -240,16 +272,19 @@ def midi_bytes(channels: list[Channel], seconds: float, transpose: int, cents: f
     for i, ch in enumerate(channels[: len(free)]):
         c = free[i]
         events += [
-            (0, 0, bytes([0xB0 | c, 0, 0])), (0, 0, bytes([0xC0 | c, ch.program])),
-            (0, 0, bytes([0xB0 | c, 7, ch.volume])), (0, 0, bytes([0xB0 | c, 10, ch.pan])),
-            (0, 0, bytes([0xB0 | c, 91, ch.reverb])), (0, 0, bytes([0xB0 | c, 93, ch.chorus])),
+            (0, 0, bytes([0xB0 | c, 0, 0])),
+            (0, 0, bytes([0xC0 | c, ch.program])),
+            (0, 0, bytes([0xB0 | c, 7, ch.volume])),
+            (0, 0, bytes([0xB0 | c, 10, ch.pan])),
+            (0, 0, bytes([0xB0 | c, 91, ch.reverb])),
+            (0, 0, bytes([0xB0 | c, 93, ch.chorus])),
             (0, 0, bytes([0xE0 | c, bend & 0x7F, bend >> 7])),
         ]
         # Same pitch on one channel: end each note before the next one starts.
         by_pitch: dict[int, list[tuple[int, int, int]]] = {}
         jit = rng.normal(0.0, 0.008, len(ch.notes))
         vj = rng.integers(-6, 7, len(ch.notes))
-        for n, j, v in zip(ch.notes, jit, vj):
+        for n, j, v in zip(ch.notes, jit, vj, strict=False):
             p = n.pitch + transpose
             if not 0 <= p <= 127:
                 continue
@@ -285,16 +320,42 @@ def fluidsynth(midi: bytes, soundfont: str, sample_rate: int, rng: np.random.Gen
     if exe is None:
         raise RealCorpusError("fluidsynth is not installed: run `make realcorpus-deps` (apt-get install fluidsynth)")
     sf = SOUNDFONTS[soundfont].path
-    room = [("synth.reverb.room-size", rng.uniform(0.1, 0.9)), ("synth.reverb.damp", rng.uniform(0.0, 0.7)),
-            ("synth.reverb.width", rng.uniform(0.3, 1.0)), ("synth.reverb.level", rng.uniform(0.2, 0.9)),
-            ("synth.chorus.level", rng.uniform(0.0, 2.0)), ("synth.chorus.depth", rng.uniform(2.0, 10.0))]
+    room = [
+        ("synth.reverb.room-size", rng.uniform(0.1, 0.9)),
+        ("synth.reverb.damp", rng.uniform(0.0, 0.7)),
+        ("synth.reverb.width", rng.uniform(0.3, 1.0)),
+        ("synth.reverb.level", rng.uniform(0.2, 0.9)),
+        ("synth.chorus.level", rng.uniform(0.0, 2.0)),
+        ("synth.chorus.depth", rng.uniform(2.0, 10.0)),
+    ]
     with tempfile.TemporaryDirectory(prefix="realcorpus-") as tmp:
         mid = Path(tmp, "in.mid")
         raw = Path(tmp, "out.raw")
         mid.write_bytes(midi)
-        cmd = [exe, "-n", "-i", "-q", "-F", str(raw), "-T", "raw", "-O", "float", "-E", "little",
-               "-r", str(sample_rate), "-g", "0.3", "-o", "synth.cpu-cores=1", "-o", "synth.polyphony=512",
-               "-o", "synth.dynamic-sample-loading=1"]
+        cmd = [
+            exe,
+            "-n",
+            "-i",
+            "-q",
+            "-F",
+            str(raw),
+            "-T",
+            "raw",
+            "-O",
+            "float",
+            "-E",
+            "little",
+            "-r",
+            str(sample_rate),
+            "-g",
+            "0.3",
+            "-o",
+            "synth.cpu-cores=1",
+            "-o",
+            "synth.polyphony=512",
+            "-o",
+            "synth.dynamic-sample-loading=1",
+        ]
         for k, v in room:
             cmd += ["-o", f"{k}={v:.3f}"]
         cmd += [sf, str(mid)]
@@ -324,18 +385,24 @@ def _biquad_shelf(kind: str, f0: float, gain_db: float, sr: int) -> np.ndarray:
 def _pink(n: int, rng: np.random.Generator) -> np.ndarray:
     """Pink-ish noise (Paul Kellet's economy filter), unit RMS."""
     w = rng.standard_normal(n)
-    y = signal.lfilter([0.049922035, -0.095993537, 0.050612699, -0.004408786], [1, -2.494956002, 2.017265875, -0.522189400], w)
+    y = signal.lfilter(
+        [0.049922035, -0.095993537, 0.050612699, -0.004408786], [1, -2.494956002, 2.017265875, -0.522189400], w
+    )
     return y / (np.sqrt(np.mean(y**2)) + 1e-12)
 
 
-def post_process(x: np.ndarray, sr: int, n_out: int, fade_in: bool, fade_out: bool, rng: np.random.Generator) -> np.ndarray:
+def post_process(
+    x: np.ndarray, sr: int, n_out: int, fade_in: bool, fade_out: bool, rng: np.random.Generator
+) -> np.ndarray:
     """EQ, noise, level, fades on (n, 2) float audio; returns exactly ``n_out`` frames, float32."""
     x = x.astype(np.float64)
     if len(x) < n_out:
         x = np.concatenate([x, np.zeros((n_out - len(x), 2))])
     x = x[:n_out]
-    sos = [_biquad_shelf("low", rng.uniform(80, 250), rng.uniform(-6, 4), sr),
-           _biquad_shelf("high", rng.uniform(2500, 6000), rng.uniform(-10, 3), sr)]
+    sos = [
+        _biquad_shelf("low", rng.uniform(80, 250), rng.uniform(-6, 4), sr),
+        _biquad_shelf("high", rng.uniform(2500, 6000), rng.uniform(-10, 3), sr),
+    ]
     if rng.random() < 0.3:  # a dull recording
         sos.append(signal.butter(2, min(rng.uniform(4500, 11000), 0.45 * sr), "low", fs=sr, output="sos")[0])
     if rng.random() < 0.5:  # rumble filter
@@ -351,7 +418,7 @@ def post_process(x: np.ndarray, sr: int, n_out: int, fade_in: bool, fade_out: bo
         x[:k] *= np.linspace(0, 1, k)[:, None]
     if fade_out:
         k = min(len(x), int(rng.uniform(0.5, 2.0) * sr))
-        x[len(x) - k:] *= np.linspace(1, 0, k)[:, None] ** 2
+        x[len(x) - k :] *= np.linspace(1, 0, k)[:, None] ** 2
     target = 10 ** (rng.uniform(-30, -14) / 20)
     x *= target / (float(np.sqrt(np.mean(x**2))) + 1e-12)
     peak = float(np.max(np.abs(x)))
@@ -366,8 +433,10 @@ def render_clip(score: Score, clip: Clip) -> tuple[np.ndarray, dict[str, object]
     start, length, plays = excerpt_window(score, clip, rng)
     ensemble, channels = instrument(score.parts, clip.label, rng)
     period = score.seconds
-    channels = [Channel(c.program, excerpt_notes(c.notes, start, length, plays, period), c.volume, c.pan, c.reverb, c.chorus)
-                for c in channels]
+    channels = [
+        Channel(c.program, excerpt_notes(c.notes, start, length, plays, period), c.volume, c.pan, c.reverb, c.chorus)
+        for c in channels
+    ]
     channels = [c for c in channels if c.notes]
     if not channels:
         raise RealCorpusError(f"{clip.id}: the excerpt at {start:.1f} s holds no notes")
@@ -382,8 +451,15 @@ def render_clip(score: Score, clip: Clip) -> tuple[np.ndarray, dict[str, object]
     audio = post_process(audio, clip.sample_rate, n_out, start > 0, ends_early, rng)
     if clip.channels == 1:
         audio = audio.mean(axis=1, keepdims=True, dtype=np.float32)
-    info = {"ensemble": ensemble, "programs": [c.program for c in channels], "start_s": round(start, 2),
-            "plays": plays, "transpose": transpose, "cents": round(cents, 1), "qpm": round(score.qpm, 1)}
+    info = {
+        "ensemble": ensemble,
+        "programs": [c.program for c in channels],
+        "start_s": round(start, 2),
+        "plays": plays,
+        "transpose": transpose,
+        "cents": round(cents, 1),
+        "qpm": round(score.qpm, 1),
+    }
     return audio, info
 
 

@@ -174,10 +174,10 @@ def load_score(piece: Piece, label: str, rng: np.random.Generator) -> Score:
                 else:
                     open_.pop(m, None)
         notes: list[Note] = []
-        for on, end, m, vel in merged:
+        for on, end, pitch, vel in merged:
             t0 = to_s(on)
             t1 = to_s(end) if end > on else t0 + 0.07
-            notes.append(Note(t0, max(t1 - t0, 0.05), int(m), int(np.clip(vel, 20, 124))))
+            notes.append(Note(t0, max(t1 - t0, 0.05), int(pitch), int(np.clip(vel, 20, 124))))
         if notes:
             parts.append(tuple(sorted(notes, key=lambda x: (x.onset, x.pitch))))
     if not parts:

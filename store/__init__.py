@@ -6,7 +6,15 @@ or torch.  The format is documented in ``store/FORMAT.md``.
 
 from .atomic import atomic_path, check_output_path, write_atomic
 from .errors import (
-    PROG, ConfigError, OutputPathError, SpecMismatch, SpecstoreError, StoreCorrupt, StoreError, StoreLocked, StoreNotFound,
+    PROG,
+    ConfigError,
+    OutputPathError,
+    SpecMismatch,
+    SpecstoreError,
+    StoreCorrupt,
+    StoreError,
+    StoreLocked,
+    StoreNotFound,
     run_cli,
 )
 from .layout import FORMAT_VERSION, escape_path, unescape_path

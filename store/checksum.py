@@ -53,7 +53,7 @@ class ChunkSums:
                 "nbytes": list(self.nbytes)}
 
     @classmethod
-    def from_dict(cls, d: Any, where: str) -> "ChunkSums":
+    def from_dict(cls, d: Any, where: str) -> ChunkSums:
         """Parse a shard's checksum record; :class:`StoreCorrupt` naming ``where`` if it is unusable."""
         try:
             if d["algorithm"] != CHECKSUM_ALGORITHM:

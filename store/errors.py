@@ -16,8 +16,17 @@ import sys
 from collections.abc import Callable
 
 __all__ = [
-    "PROG", "ConfigError", "OutputPathError", "SpecMismatch", "SpecstoreError", "StoreCorrupt", "StoreError", "StoreLocked",
-    "StoreNotFound", "one_line", "run_cli",
+    "PROG",
+    "ConfigError",
+    "OutputPathError",
+    "SpecMismatch",
+    "SpecstoreError",
+    "StoreCorrupt",
+    "StoreError",
+    "StoreLocked",
+    "StoreNotFound",
+    "one_line",
+    "run_cli",
 ]
 
 #: The prefix of every command's one-line error messages.

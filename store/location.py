@@ -10,12 +10,13 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import zarr
+from zarr.abc.store import Store as ZarrStore
 from zarr.core.buffer import default_buffer_prototype
 from zarr.core.sync import sync
-from zarr.storage import FsspecStore, LocalStore, StoreLike
+from zarr.storage import FsspecStore, LocalStore
 
 from .errors import ConfigError, OutputPathError
 
@@ -35,7 +36,7 @@ class Location:
     local: Path | None
     storage_options: dict[str, Any] = field(default_factory=dict)
 
-    def zarr_store(self, *, read_only: bool) -> StoreLike:
+    def zarr_store(self, *, read_only: bool) -> ZarrStore:
         """A zarr store object for this location."""
         if self.local is not None:
             return LocalStore(self.local, read_only=read_only)
@@ -100,7 +101,7 @@ class Location:
                     raise OutputPathError(f"store path {self.local} lies under {parent}, which is a file")
                 break
 
-    def open_group(self, mode: str) -> zarr.Group:
+    def open_group(self, mode: Literal["r", "r+", "a", "w", "w-"]) -> zarr.Group:
         """Open the root group (``mode`` as for :func:`zarr.open_group`)."""
         return zarr.open_group(self.zarr_store(read_only=(mode == "r")), mode=mode, zarr_format=3)
 
@@ -135,7 +136,7 @@ class Location:
         return self.url
 
 
-def as_location(where: "str | os.PathLike[str] | Location", storage_options: dict[str, Any] | None = None) -> Location:
+def as_location(where: str | os.PathLike[str] | Location, storage_options: dict[str, Any] | None = None) -> Location:
     """Turn a path, ``file://`` URL or other fsspec URL into a :class:`Location`."""
     if isinstance(where, Location):
         return where

@@ -97,7 +97,7 @@ class WriterLock:
 
     # -- acquiring ---------------------------------------------------------------------------------
     @classmethod
-    def acquire(cls, loc: Location) -> "WriterLock":
+    def acquire(cls, loc: Location) -> WriterLock:
         """Take the store's lock or raise :class:`StoreLocked` naming its holder."""
         if loc.local is not None:
             fd = cls._flock(loc)

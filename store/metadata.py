@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import zarr
 
@@ -52,7 +52,7 @@ class Commit:
         }
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "Commit":
+    def from_dict(cls, d: dict[str, Any]) -> Commit:
         return cls(int(d["generation"]), d["index"], tuple(d["shards"]), tuple(d["label_names"]),
                    int(d["n_clips"]), int(d["n_errors"]),
                    tuple(Corpus(str(c["root"]), str(c["prefix"])) for c in d.get("corpora", [])))
@@ -96,7 +96,7 @@ class StoreMetadata:
         }
 
     @classmethod
-    def from_attrs(cls, attrs: dict[str, Any], where: str) -> "StoreMetadata":
+    def from_attrs(cls, attrs: dict[str, Any], where: str) -> StoreMetadata:
         """Parse and check the root attributes; a one-line error when they are not a store's."""
         doc = attrs.get(ATTR_KEY)
         if not isinstance(doc, dict) or doc.get("format") != FORMAT_NAME:
@@ -118,7 +118,7 @@ class StoreMetadata:
         except (KeyError, TypeError, ValueError) as e:
             raise StoreCorrupt(f"{where} has unreadable store metadata: {e}") from None
 
-    def with_commit(self, commit: Commit) -> "StoreMetadata":
+    def with_commit(self, commit: Commit) -> StoreMetadata:
         return StoreMetadata(self.layout, self.features, self.default_feature, commit, self.format_version)
 
 
@@ -137,7 +137,7 @@ def load_metadata(loc: Location) -> StoreMetadata:
     return StoreMetadata.from_attrs(doc.get("attributes", {}), str(loc))
 
 
-def open_root(loc: Location, mode: str) -> tuple[zarr.Group, StoreMetadata]:
+def open_root(loc: Location, mode: Literal["r", "r+", "a", "w", "w-"]) -> tuple[zarr.Group, StoreMetadata]:
     """The root group (``mode`` as for :func:`zarr.open_group`) and its checked metadata."""
     meta = load_metadata(loc)
     try:

@@ -14,6 +14,7 @@ naming the shard (see :mod:`store.shards`).
 
 from __future__ import annotations
 
+import os
 from collections import OrderedDict
 from typing import Any
 
@@ -36,7 +37,7 @@ _OPEN_SHARDS = 256
 class FeatureView:
     """One feature of a store, indexed by row: ``view[i]`` is ``(n_bins, n_frames)``."""
 
-    def __init__(self, store: "Store", name: str) -> None:
+    def __init__(self, store: Store, name: str) -> None:
         self._store = store
         self.name = name
         self.spec: FeatureSpec = store.specs[name]
@@ -101,7 +102,7 @@ class Store:
         self.groups: list[str] = idx["group"].tolist()
         self.label_names: list[str] = list(commit.label_names)
         self.shards: tuple[str, ...] = commit.shards
-        self.errors: list[tuple[str, str]] = list(zip(err["path"].tolist(), err["reason"].tolist()))
+        self.errors: list[tuple[str, str]] = list(zip(err["path"].tolist(), err["reason"].tolist(), strict=False))
         self._shard = idx["shard"].astype(np.int64)
         self._offset = idx["offset"].astype(np.int64)
         for name in ("lengths", "durations", "labels", "_shard", "_offset"):
@@ -162,8 +163,8 @@ class Store:
     def summary(self) -> str:
         """A few readable lines: clips, hours, labels, features, layout, errors."""
         feats = ", ".join(f"{k} ({v.n_bins} bins, {v.dtype})" for k, v in self.metadata.features.items())
-        counts = np.bincount(self.labels[self.labels >= 0], minlength=len(self.label_names)) if len(self) else []
-        labels = ", ".join(f"{n} {c}" for n, c in zip(self.label_names, counts)) or "none"
+        counts: Any = np.bincount(self.labels[self.labels >= 0], minlength=len(self.label_names)) if len(self) else []
+        labels = ", ".join(f"{n} {c}" for n, c in zip(self.label_names, counts, strict=False)) or "none"
         unlabelled = int((self.labels < 0).sum())
         lines = [
             f"specstore at {self.location}",
@@ -184,7 +185,7 @@ class Store:
                 f"{len(self.errors)} errors at {self.location}>")
 
 
-def open_store(where: "str | Location", storage_options: dict[str, Any] | None = None, *,
+def open_store(where: str | os.PathLike[str] | Location, storage_options: dict[str, Any] | None = None, *,
                verify: bool = False) -> Store:
     """Open a store read-only: ``len(s)``, ``s.lengths``, ``s.labels``, ``s[i]``, ``s.feature("cqt")[i]``.
 

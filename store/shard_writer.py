@@ -16,6 +16,7 @@ driver commits it (:meth:`store.StoreWriter.commit`).
 from __future__ import annotations
 
 import logging
+import os
 import tempfile
 import time
 import uuid
@@ -195,7 +196,7 @@ class ShardWriter:
     that nobody else touches.
     """
 
-    def __init__(self, where: "str | Location", *, storage_options: dict[str, Any] | None = None,
+    def __init__(self, where: str | os.PathLike[str] | Location, *, storage_options: dict[str, Any] | None = None,
                  metadata: StoreMetadata | None = None) -> None:
         self.location = loc = as_location(where, storage_options)
         if metadata is None:
@@ -222,7 +223,7 @@ class ShardWriter:
         self._start = 0
         self._closed = False
 
-    def __enter__(self) -> "ShardWriter":
+    def __enter__(self) -> ShardWriter:
         return self
 
     def __exit__(self, exc_type: object, *exc: object) -> None:
@@ -305,7 +306,7 @@ class ShardWriter:
 
 
 def write_shard(
-    where: "str | Location",
+    where: str | os.PathLike[str] | Location,
     features: Mapping[str, Sequence[np.ndarray]],
     hashes: Sequence[str],
     durations: Sequence[float],
@@ -327,7 +328,8 @@ def write_shard(
             raise ConfigError(f"feature {name!r} has {len(arrays)} clips, expected {n}")
     with ShardWriter(where, storage_options=storage_options) as w:
         if set(features) != set(w.metadata.features):
-            raise ConfigError(f"shard features {sorted(features)} differ from the store's {sorted(w.metadata.features)}")
+            raise ConfigError(f"shard features {sorted(features)} differ from the store's "
+                              f"{sorted(w.metadata.features)}")
         for k in range(n):
             for name, arrays in features.items():
                 w.append(name, np.asarray(arrays[k]))

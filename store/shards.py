@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import zarr
@@ -56,7 +56,7 @@ class ShardRecord:
     sums: dict[str, ChunkSums]
 
     @classmethod
-    def load(cls, loc: Location, name: str, features: dict[str, FeatureSpec]) -> "ShardRecord":
+    def load(cls, loc: Location, name: str, features: dict[str, FeatureSpec]) -> ShardRecord:
         """Read and check a shard's record; :class:`StoreCorrupt` naming the shard when it is missing or bad."""
         import json
 
@@ -89,7 +89,7 @@ class VerifiedArray:
         self._loc, self._record, self._feature, self._spec = loc, record, feature, spec
         self.sums = record.sums[feature]
         try:
-            self._arr = root[shard_path(record.name, feature)]
+            self._arr: Any = cast(Any, root[shard_path(record.name, feature)])
         except KeyError:
             raise StoreCorrupt(f"committed shard {record.name} has no array {feature}; {_repair_hint(loc)}") from None
         self.shape = (record.n_frames, spec.n_bins)

@@ -63,17 +63,17 @@ class FeatureSpec:
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "FeatureSpec":
+    def from_dict(cls, d: dict[str, Any]) -> FeatureSpec:
         """Inverse of :meth:`to_dict`; unknown keys are an error, not ignored."""
         return from_record(cls, d, "feature spec")
 
     @classmethod
-    def mel(cls, **overrides: Any) -> "FeatureSpec":
+    def mel(cls, **overrides: Any) -> FeatureSpec:
         """Log-mel defaults: 22 050 Hz, n_fft 2048, hop 512, 128 mels, 0-8000 Hz, power dB."""
         return cls(kind="mel", **overrides)
 
     @classmethod
-    def cqt(cls, **overrides: Any) -> "FeatureSpec":
+    def cqt(cls, **overrides: Any) -> FeatureSpec:
         """CQT defaults: 22 050 Hz, hop 512, 84 bins (7 octaves from C1), magnitude dB."""
         base: dict[str, Any] = dict(
             kind="cqt", n_bins=84, n_fft=None, fmin=32.70319566257483, fmax=None,

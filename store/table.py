@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 import zarr
@@ -37,8 +38,8 @@ def read_columns(root: zarr.Group, path: str | None, schema: Mapping[str, str]) 
     if path is None:
         return {name: empty_column(dt) for name, dt in schema.items()}
     try:
-        group = root[path]
-        out = {name: np.asarray(group[name][...]) for name in schema}  # type: ignore[index]
+        group: Any = root[path]
+        out = {name: np.asarray(group[name][...]) for name in schema}
     except KeyError as e:
         raise StoreCorrupt(f"the committed table {path} is missing column {e}") from None
     lengths = {len(v) for v in out.values()}

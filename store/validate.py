@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import numpy as np
@@ -13,7 +14,8 @@ from .shards import shard_problems
 __all__ = ["validate"]
 
 
-def validate(where: str, *, deep: bool = False, storage_options: dict[str, Any] | None = None) -> list[str]:
+def validate(where: str | os.PathLike[str], *, deep: bool = False,
+             storage_options: dict[str, Any] | None = None) -> list[str]:
     """Return a list of problems (empty = valid) with the committed state at ``where``.
 
     Checks the metadata, that index columns agree, that paths are unique,
@@ -44,11 +46,11 @@ def validate(where: str, *, deep: bool = False, storage_options: dict[str, Any] 
         problems.append("a row points at a shard outside the commit")
         return problems
     place: dict[str, tuple[int, int, int]] = {}
-    for h, sh, off, ln in zip(s.hashes, shard_ids.tolist(), s._offset.tolist(), s.lengths.tolist()):
+    for h, sh, off, ln in zip(s.hashes, shard_ids.tolist(), s._offset.tolist(), s.lengths.tolist(), strict=False):
         if place.setdefault(h, (sh, off, ln)) != (sh, off, ln):
             problems.append(f"content {h[:12]} is indexed at two different places")
     extents: dict[int, int] = {}
-    for sh, off, ln in zip(shard_ids.tolist(), s._offset.tolist(), s.lengths.tolist()):
+    for sh, off, ln in zip(shard_ids.tolist(), s._offset.tolist(), s.lengths.tolist(), strict=False):
         extents[sh] = max(extents.get(sh, 0), off + ln)
     for sh, name in enumerate(s.shards):
         problems += shard_problems(s.location, s._root, s.layout, name, s.specs, deep=deep,

@@ -21,6 +21,7 @@ Only one :class:`StoreWriter` may hold a store at a time (:mod:`store.lock`).
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -31,8 +32,15 @@ import zarr
 
 from .errors import ConfigError, SpecMismatch, StoreError, StoreLocked
 from .layout import (
-    ATTR_KEY, ERROR_COLUMNS, ERRORS_GROUP, INDEX_COLUMNS, INDEX_GROUP, KEEP_GENERATIONS, SHARDS_GROUP,
-    generation_name, index_path,
+    ATTR_KEY,
+    ERROR_COLUMNS,
+    ERRORS_GROUP,
+    INDEX_COLUMNS,
+    INDEX_GROUP,
+    KEEP_GENERATIONS,
+    SHARDS_GROUP,
+    generation_name,
+    index_path,
 )
 from .location import Location, as_location
 from .lock import LEASE_SECONDS, WriterLock
@@ -107,7 +115,7 @@ class StoreWriter:
 
     # -- opening and closing -------------------------------------------------------------
     @classmethod
-    def open(cls, where: "str | Location", storage_options: dict[str, Any] | None = None) -> "StoreWriter":
+    def open(cls, where: str | Location, storage_options: dict[str, Any] | None = None) -> StoreWriter:
         """Open an existing store for appending; takes the writer lock."""
         loc = as_location(where, storage_options)
         load_metadata(loc)  # StoreNotFound / StoreCorrupt before locking anything
@@ -125,7 +133,7 @@ class StoreWriter:
         if lock is not None:
             lock.release()
 
-    def __enter__(self) -> "StoreWriter":
+    def __enter__(self) -> StoreWriter:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -155,7 +163,7 @@ class StoreWriter:
         names = self.metadata.commit.label_names
         idx = self._index
         return {p: IndexRow(p, h, names[lab] if lab >= 0 else None, g, sz, mt) for p, h, lab, g, sz, mt in
-                zip(*(idx[c].tolist() for c in ("path", "hash", "label", "group", "size", "mtime_ns")))}
+                zip(*(idx[c].tolist() for c in ("path", "hash", "label", "group", "size", "mtime_ns")), strict=False)}
 
     def committed_hashes(self) -> set[str]:
         """Content hashes already stored (their paths can be indexed without decoding)."""
@@ -163,7 +171,7 @@ class StoreWriter:
 
     def committed_errors(self) -> dict[str, str]:
         """``path -> reason`` of the files recorded as bad."""
-        return dict(zip(self._errors["path"].tolist(), self._errors["reason"].tolist()))
+        return dict(zip(self._errors["path"].tolist(), self._errors["reason"].tolist(), strict=False))
 
     def remove_orphans(self) -> list[str]:
         """Delete shards that were written but never committed (an interrupted run's work).
@@ -178,7 +186,7 @@ class StoreWriter:
         orphans = [k for k in shards.group_keys() if k not in committed]
         if not self.lock.reliable:
             cutoff = time.time() - 2 * LEASE_SECONDS
-            orphans = [k for k in orphans if float(shards[k].attrs.get("created", 0)) < cutoff]
+            orphans = [k for k in orphans if _created(shards[k]) < cutoff]
         for k in orphans:
             del shards[k]
         if orphans:
@@ -190,7 +198,7 @@ class StoreWriter:
         """Committed shards with problems (quick: missing or short chunks; ``deep``: checksums too)."""
         needed: dict[int, int] = {}
         for sh, off, n in zip(self._index["shard"].tolist(), self._index["offset"].tolist(),
-                              self._index["n_frames"].tolist()):
+                              self._index["n_frames"].tolist(), strict=False):
             needed[sh] = max(needed.get(sh, 0), off + n)
         out = {}
         for i, name in enumerate(self.metadata.commit.shards):
@@ -212,8 +220,9 @@ class StoreWriter:
         if not damaged:
             return report
         ids = {i for i, n in enumerate(self.metadata.commit.shards) if n in damaged}
-        report.dropped_paths = [p for p, sh in zip(self._index["path"].tolist(), self._index["shard"].tolist())
-                                if sh in ids]
+        report.dropped_paths = [
+            p for p, sh in zip(self._index["path"].tolist(), self._index["shard"].tolist(), strict=False) if sh in ids
+        ]
         report.dropped_shards = sorted(damaged)
         self.commit(drop_shards=report.dropped_shards)
         shards = self._root.require_group(SHARDS_GROUP)
@@ -258,14 +267,15 @@ class StoreWriter:
         idx = self._index
         by_path: dict[str, list[Any]] = {}
         where_is: dict[str, tuple[int, int, int, float]] = {}
-        for values in zip(*(idx[c].tolist() for c in cols)):
+        for values in zip(*(idx[c].tolist() for c in cols), strict=False):
             row = list(values)
             if row[at["shard"]] not in renumber:
                 continue
             row[at["shard"]] = renumber[row[at["shard"]]]
             by_path[row[at["path"]]] = row
-            where_is.setdefault(row[at["hash"]], (row[at["shard"]], row[at["offset"]], row[at["n_frames"]],
-                                                  row[at["duration"]]))
+            where_is.setdefault(
+                row[at["hash"]], (row[at["shard"]], row[at["offset"]], row[at["n_frames"]], row[at["duration"]])
+            )
         for info in shards:
             if info.name in shard_names:
                 raise StoreError(f"shard {info.name} is already committed")
@@ -308,8 +318,15 @@ class StoreWriter:
         gen = old.generation + 1
         write_columns(self._root, index_path(gen), columns, INDEX_COLUMNS)
         write_columns(self._root, f"{index_path(gen)}/{ERRORS_GROUP}", err_cols, ERROR_COLUMNS)
-        new = Commit(gen, index_path(gen), tuple(shard_names), tuple(labels), len(ordered), len(err_paths),
-                     old.corpora if corpora is None else tuple(corpora))
+        new = Commit(
+            gen,
+            index_path(gen),
+            tuple(shard_names),
+            tuple(labels),
+            len(ordered),
+            len(err_paths),
+            old.corpora if corpora is None else tuple(corpora),
+        )
         meta = self.metadata.with_commit(new)
         self._check_not_overtaken(old)
         self._root.attrs.update({ATTR_KEY: meta.to_attrs()})  # the atomic commit point
@@ -322,8 +339,10 @@ class StoreWriter:
         self.lock.check()
         now = load_metadata(self.location).commit.generation
         if now != old.generation:
-            raise StoreLocked(f"another writer committed to {self.location} meanwhile (generation {now}, this "
-                              f"writer started from {old.generation}); nothing was committed by this one")
+            raise StoreLocked(
+                f"another writer committed to {self.location} meanwhile (generation {now}, this "
+                f"writer started from {old.generation}); nothing was committed by this one"
+            )
 
     def add_clips(self, rows: Sequence[Mapping[str, Any]], features: Mapping[str, Sequence[np.ndarray]]) -> Commit:
         """Write one shard from in-memory arrays and commit it (for tests and notebooks).
@@ -359,14 +378,21 @@ def _check_text(value: str, what: str) -> None:
         raise ConfigError(f"{what} {value!r} is not valid UTF-8; escape it with store.escape_path") from None
 
 
+def _created(group: Any) -> float:
+    """When a shard was created (seconds since the epoch; 0 if it does not say)."""
+    return float(group.attrs.get("created", 0))
+
+
 def _column(values: list[Any], dtype: str) -> np.ndarray:
     if dtype == "str":
-        return np.array(values, dtype=np.dtypes.StringDType()) if values else np.array([], dtype=np.dtypes.StringDType())
+        return (
+            np.array(values, dtype=np.dtypes.StringDType()) if values else np.array([], dtype=np.dtypes.StringDType())
+        )
     return np.asarray(values, dtype=dtype)
 
 
 def create_store(
-    where: "str | Location",
+    where: str | os.PathLike[str] | Location,
     features: Mapping[str, FeatureSpec],
     *,
     layout: str = "raw",
@@ -398,8 +424,12 @@ def create_store(
                 # The root document carries the metadata from its first write: a crash
                 # right after it leaves an empty, valid store.  No overwrite: that would
                 # delete the lock file we hold.
-                root = zarr.create_group(loc.zarr_store(read_only=False), zarr_format=3, overwrite=False,
-                                         attributes={ATTR_KEY: meta.with_commit(commit).to_attrs()})
+                root = zarr.create_group(
+                    loc.zarr_store(read_only=False),
+                    zarr_format=3,
+                    overwrite=False,
+                    attributes={ATTR_KEY: meta.with_commit(commit).to_attrs()},
+                )
                 root.require_group(SHARDS_GROUP)
                 root.require_group(INDEX_GROUP)
                 root, meta = open_root(loc, "r+")
@@ -418,6 +448,7 @@ def create_store(
             problems += [f"{k}.{d}" for d in spec_differences(have.features[k], features[k])]
     if problems:
         writer.close()
-        raise SpecMismatch(f"{loc} already holds a store made differently ({'; '.join(problems)}); "
-                           "use another STORE path or delete it")
+        raise SpecMismatch(
+            f"{loc} already holds a store made differently ({'; '.join(problems)}); use another STORE path or delete it"
+        )
     return writer

@@ -13,7 +13,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
 from factories import LABELS, make_checkpoint, make_corpus, make_store
 
 

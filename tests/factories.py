@@ -90,7 +90,7 @@ def make_store(
               for k, s in specs.items()}
     frame = next(iter(specs.values())).frame_seconds
     rows = [{"path": f"{lab or 'none'}/c{k:03d}.wav", "hash": f"h{k}", "label": lab, "duration": int(m) * frame}
-            for k, (lab, m) in enumerate(zip(labels, lengths))]
+            for k, (lab, m) in enumerate(zip(labels, lengths, strict=False))]
     with w:  # releases the writer lock
         w.add_clips(rows, arrays)
     return Path(path)
@@ -163,7 +163,8 @@ def assert_same_content(got: dict[str, tuple[Any, ...]], expected: dict[str, tup
     names = ("hash", "label", "n_frames", "duration")
     differ = {}
     for p, want in expected.items():
-        fields = {names[k] if k < len(names) else "features" for k, (a, b) in enumerate(zip(got[p], want)) if a != b}
+        fields = {names[k] if k < len(names) else "features"
+                  for k, (a, b) in enumerate(zip(got[p], want, strict=False)) if a != b}
         if fields:
             differ[p] = sorted(fields)
     assert not differ, f"rows differ: {differ}"

@@ -7,16 +7,22 @@ import os
 import tracemalloc
 from pathlib import Path
 
+import librosa
 import numpy as np
 import pytest
 import soundfile as sf
 
-import librosa
-from pipeline.testing import (
-    write_corrupt_flac, write_empty, write_music_like, write_short_wav, write_text_as_wav, write_truncated_mp3,
-    write_truncated_wav, write_zero_length_wav,
-)
 from pipeline.audio import AudioError, StreamResampler, probe, stream_mono
+from pipeline.testing import (
+    write_corrupt_flac,
+    write_empty,
+    write_music_like,
+    write_short_wav,
+    write_text_as_wav,
+    write_truncated_mp3,
+    write_truncated_wav,
+    write_zero_length_wav,
+)
 
 SR = 22050
 

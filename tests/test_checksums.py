@@ -14,8 +14,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from factories import store_content
+
 from store import FeatureSpec, ShardWriter, StoreCorrupt, StoreWriter, create_store, open_store, validate
 from store.__main__ import main as store_main
 from store.checksum import crc32c, values_bytes
@@ -135,8 +135,10 @@ def test_a_clip_dropped_half_way_leaves_no_trace(tmp_path: Path, layout: str) ->
         sw.append("mel", c[4000:])
         sw.end_clip("hc", 2.0)
         info = sw.close()
-    assert info is not None and [(x.hash, x.offset, x.n_frames) for x in info.clips] == [("ha", 0, 100), ("hc", 100, 4500)]
+    assert info is not None
+    assert [(x.hash, x.offset, x.n_frames) for x in info.clips] == [("ha", 0, 100), ("hc", 100, 4500)]
     from store import IndexRow
+
     w.commit([info], [IndexRow("a.wav", "ha"), IndexRow("c.wav", "hc")])
     s = open_store(tmp_path / "s.zarr")
     np.testing.assert_array_equal(s.feature("mel").frames(0), a.astype(np.float16))
@@ -148,6 +150,7 @@ def test_a_clip_dropped_half_way_leaves_no_trace(tmp_path: Path, layout: str) ->
 
 def test_rerun_of_extraction_repairs_a_damaged_store(tmp_path: Path) -> None:
     from factories import SMALL_SPECS, make_corpus
+
     from pipeline.extract import extract
 
     make_corpus(tmp_path / "c", n=4, seconds=1.0)

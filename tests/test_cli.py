@@ -15,8 +15,8 @@ import tomllib
 from pathlib import Path
 
 import pytest
-
 from factories import make_checkpoint, make_separable_store, make_store
+
 from infer.cli import COMMANDS
 from infer.cli import main as infer_main
 from infer.train import TrainConfig, config_path_for, metrics_path_for

@@ -12,9 +12,10 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from torch.utils.data import DataLoader
-
 from factories import SPEC16, make_separable_store, make_store
+from torch.utils.data import DataLoader
+from user_models import PoolsOverPadding, TinyUserNet
+
 from infer.augment import SpecAugment
 from infer.budget import Budget, CostModel
 from infer.checkpoint import load_checkpoint
@@ -22,13 +23,11 @@ from infer.cli import main as infer_main
 from infer.contract import ModelSpec, spec_of
 from infer.cost import measure_cost_per_frame
 from infer.data import BudgetBatchSampler, PadCollate, StoreDataset, pad_collate
-from infer.evaluate import evaluate
 from infer.models import ModelConfig, build_model
 from infer.planner import plan_batches
 from infer.predict import predict
 from infer.train import TrainConfig, train
 from store import ConfigError, IndexRow, create_store, open_store
-from user_models import PoolsOverPadding, TinyUserNet
 
 COST = CostModel(bytes_per_frame=1000.0, fixed_bytes=0)
 

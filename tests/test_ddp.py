@@ -10,8 +10,8 @@ import pytest
 import torch
 import torch.multiprocessing as mp
 import torch.nn.functional as F
-
 from factories import make_separable_store
+
 from infer.budget import Budget
 from infer.data import BudgetBatchSampler, PadCollate, StoreDataset
 from infer.models import ModelConfig, build_model

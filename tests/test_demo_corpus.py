@@ -135,7 +135,8 @@ def test_every_format_present_and_decodable_as_planned(tiny: tuple[Path, list[Cl
     assert len({(p.ext, p.sample_rate, p.channels) for p in plans}) == 16
 
 
-def test_same_seed_gives_identical_bytes_in_any_number_of_processes(tiny: tuple[Path, list[ClipPlan]], tmp_path: Path) -> None:
+def test_same_seed_gives_identical_bytes_in_any_number_of_processes(tiny: tuple[Path, list[ClipPlan]],
+                                                                     tmp_path: Path) -> None:
     """Regenerate two styles (every encoding occurs in each) in 2 worker processes."""
     out, plans = tiny
     again = generate_corpus(tmp_path, jobs=2, styles=("jazz", "techno"), **TINY)
@@ -147,7 +148,9 @@ def test_same_seed_gives_identical_bytes_in_any_number_of_processes(tiny: tuple[
 def test_other_seed_gives_other_audio(tiny: tuple[Path, list[ClipPlan]]) -> None:
     out, plans = tiny
     p = next(p for p in plans if p.ext == "wav")
-    other = render_clip(ClipPlan(p.style, p.index, p.relpath, p.duration_s, p.ext, p.sample_rate, p.channels, p.seed + 1))
+    other = render_clip(
+        ClipPlan(p.style, p.index, p.relpath, p.duration_s, p.ext, p.sample_rate, p.channels, p.seed + 1)
+    )
     mine, _ = sf.read(str(out / p.relpath), dtype="float32", always_2d=True)
     assert other.shape == mine.shape
     assert np.abs(other - mine).max() > 0.05
@@ -213,7 +216,9 @@ def _band_features(x: np.ndarray, sr: int) -> np.ndarray:
     power = np.abs(np.fft.rfft(frames, axis=1)) ** 2
     freqs = np.fft.rfftfreq(n_fft, 1.0 / sr)
     edges = np.geomspace(40.0, 8000.0, 25)
-    bands = np.stack([power[:, (freqs >= lo) & (freqs < hi)].sum(1) for lo, hi in zip(edges[:-1], edges[1:])], axis=1)
+    bands = np.stack(
+        [power[:, (freqs >= lo) & (freqs < hi)].sum(1) for lo, hi in zip(edges[:-1], edges[1:], strict=False)], axis=1
+    )
     db = 10 * np.log10(bands + 1e-10)
     db -= db.mean()
     flux = np.maximum(np.diff(db, axis=0), 0.0).sum(1)
@@ -268,7 +273,19 @@ def test_cli_help() -> None:
 
 def test_cli_writes_tiny_corpus(tmp_path: Path) -> None:
     out = tmp_path / "demo"
-    r = _cli(str(out), "--per-style", "2", "--max-seconds", "0.5", "--styles", "jazz,techno", "--formats", "ogg,mp3", "-j", "1")
+    r = _cli(
+        str(out),
+        "--per-style",
+        "2",
+        "--max-seconds",
+        "0.5",
+        "--styles",
+        "jazz,techno",
+        "--formats",
+        "ogg,mp3",
+        "-j",
+        "1",
+    )
     assert r.returncode == 0, r.stderr
     files = _audio_files(out)
     assert len(files) == 4
@@ -289,9 +306,15 @@ def test_cli_bad_input_is_one_line_exit_2(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     "args, word",
-    [(("--formats", "aiff"), "aiff"), (("--max-seconds", "1", "--min-seconds", "2"), "min_seconds"), (("-j", "0"), "--jobs")],
+    [
+        (("--formats", "aiff"), "aiff"),
+        (("--max-seconds", "1", "--min-seconds", "2"), "min_seconds"),
+        (("-j", "0"), "--jobs"),
+    ],
 )
-def test_main_bad_input_exits_2_with_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str], args: tuple[str, ...], word: str) -> None:
+def test_main_bad_input_exits_2_with_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], args: tuple[str, ...], word: str
+) -> None:
     assert main([str(tmp_path / "x"), "--quiet", *args]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("specstore: error: ") and word in err[0]

@@ -12,11 +12,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from factories import SMALL_SPECS as SMALL
+from factories import assert_same_content, make_corpus, store_content
 
 from pipeline.extract import ExtractError, extract
 from store import open_store, validate
-from factories import SMALL_SPECS as SMALL
-from factories import assert_same_content, make_corpus, store_content
 
 pytestmark = pytest.mark.slow
 

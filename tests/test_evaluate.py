@@ -7,18 +7,16 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
+from factories import make_checkpoint as _make_checkpoint
+from factories import make_store
 
-from infer.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
+from infer.checkpoint import load_checkpoint
 from infer.cli import main as infer_main
 from infer.evaluate import EvaluateError, evaluate
 from infer.explore import metrics_from_confusion, plot_confusion
-from infer.models import ModelConfig, build_model
 from infer.predict import predict
 from infer.split import SplitRule
-from factories import make_checkpoint as _make_checkpoint
-from factories import make_store
-from store import FeatureSpec, create_store, open_store
+from store import FeatureSpec, open_store
 
 SPEC = FeatureSpec.mel(n_bins=16)
 MODEL_LABELS = ["ambient", "jazz", "rock"]
@@ -90,20 +88,20 @@ def test_report_matches_predictions_by_label_name(tmp_path: Path) -> None:
     evaluated = [i for i in range(len(s)) if s.labels[i] >= 0]
     truth_names = [s.label_names[s.labels[i]] for i in evaluated]
     pred_names = [MODEL_LABELS[int(np.argmax(pred.probs[i]))] for i in evaluated]
-    correct = sum(t == p for t, p in zip(truth_names, pred_names))
+    correct = sum(t == p for t, p in zip(truth_names, pred_names, strict=False))
     assert report.n_clips == len(evaluated) == 23
     assert report.n_unlabelled == 5
     assert report.n_unknown_label == truth_names.count("pop") == 5 and report.unknown_labels == ["pop"]
     assert report.label_names == MODEL_LABELS + ["pop"]
     assert report.accuracy == pytest.approx(correct / len(evaluated))
     top = np.argsort(-pred.probs, axis=1)[:, :3]
-    top_hits = sum(t in [MODEL_LABELS[j] for j in top[i]] for i, t in zip(evaluated, truth_names))
+    top_hits = sum(t in [MODEL_LABELS[j] for j in top[i]] for i, t in zip(evaluated, truth_names, strict=False))
     assert report.topk_accuracy == pytest.approx(top_hits / len(evaluated)) and report.topk == 3
     assert report.topk_accuracy < 1.0  # "pop" clips can never be right
     cm = np.array(report.confusion)
     for a, name_a in enumerate(report.label_names):
         for b, name_b in enumerate(report.label_names):
-            expected = sum(t == name_a and p == name_b for t, p in zip(truth_names, pred_names))
+            expected = sum(t == name_a and p == name_b for t, p in zip(truth_names, pred_names, strict=False))
             assert cm[a, b] == expected, (name_a, name_b)
     assert cm[:, 3].sum() == 0  # the model never predicts a label it does not know
     assert len(report.misclassified) == len(evaluated) - correct

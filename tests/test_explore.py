@@ -10,25 +10,27 @@ from pathlib import Path
 import librosa
 import numpy as np
 import pytest
+from factories import make_store as _make_store
 from matplotlib.figure import Figure
 
 from infer.checkpoint import load_checkpoint
 from infer.explore import (
     ExploreError,
     Outcomes,
+    Predictions,
     confusion_figure,
     load_outcomes,
+    metrics_from_confusion,
     most_confused,
     outcomes_from_csv,
     outcomes_from_predictions,
     per_class_table,
     quick_train,
     read_predictions_csv,
+    write_predictions_csv,
 )
-from infer.explore import Predictions, metrics_from_confusion, write_predictions_csv
 from infer.explore import confusion_matrix_figure as draw_confusion
 from infer.explore import figures as plots
-from factories import make_store as _make_store
 from store import FeatureSpec, create_store, open_store
 
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -181,7 +183,7 @@ def test_outcomes_from_predictions_match_a_hand_count(labelled) -> None:
     assert o.label_names == MODEL_LABELS + ["pop"]
     assert len(o) == 7 and o.n_unlabelled == 1
     by_path = {p: k for k, p in enumerate(o.paths)}
-    assert all(s.paths[int(r)] == p for r, p in zip(o.rows, o.paths))
+    assert all(s.paths[int(r)] == p for r, p in zip(o.rows, o.paths, strict=False))
     # rows: truth ambient, jazz, rock, pop; columns: prediction
     expected = np.array([[2, 0, 1, 0],
                          [0, 0, 0, 0],
@@ -242,7 +244,7 @@ def test_csv_predictions_give_the_same_outcomes(labelled, tmp_path: Path) -> Non
     assert o.n_unlabelled == 1 and sorted(o.paths) == sorted(full.paths)
 
     def named(x: Outcomes) -> dict[str, tuple[str, str]]:
-        return {p: (x.label_names[t], x.label_names[q]) for p, t, q in zip(x.paths, x.truth, x.pred)}
+        return {p: (x.label_names[t], x.label_names[q]) for p, t, q in zip(x.paths, x.truth, x.pred, strict=False)}
 
     assert named(o) == named(full)
     assert o.accuracy == pytest.approx(full.accuracy)

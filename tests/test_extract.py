@@ -13,16 +13,22 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
-from pipeline.testing import (
-    write_corrupt_flac, write_empty, write_music_like, write_short_wav, write_text_as_wav, write_truncated_mp3,
-    write_truncated_wav, write_zero_length_wav,
-)
 from factories import SMALL_SPECS, make_corpus, store_content
+
 from pipeline.cli import main as features_main
 from pipeline.corpus import CorpusError, scan_corpus
 from pipeline.extract import ExtractError, extract, plan_tasks
 from pipeline.tasks import TaskItem
+from pipeline.testing import (
+    write_corrupt_flac,
+    write_empty,
+    write_music_like,
+    write_short_wav,
+    write_text_as_wav,
+    write_truncated_mp3,
+    write_truncated_wav,
+    write_zero_length_wav,
+)
 from store import FeatureSpec, open_store, validate
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -38,7 +44,13 @@ def test_scan_folder_labels_and_relative_paths(tmp_path: Path) -> None:
     write_music_like(tmp_path / "c" / ".hidden" / "x.wav", 1.0)
     root, items = scan_corpus(tmp_path / "c")
     assert root == (tmp_path / "c").absolute()
-    assert [it.path for it in items] == ["ambient/t02.ogg", "jazz/t01.flac", "loose.wav", "rock/t00.wav", "rock/t03.mp3"]
+    assert [it.path for it in items] == [
+        "ambient/t02.ogg",
+        "jazz/t01.flac",
+        "loose.wav",
+        "rock/t00.wav",
+        "rock/t03.mp3",
+    ]
     assert [it.label for it in items] == ["ambient", "jazz", None, "rock", "rock"]
 
 
@@ -79,6 +91,7 @@ def test_plan_tasks_bounds_and_order() -> None:
 # -- extraction -----------------------------------------------------------------------------------------
 def test_extract_matches_librosa_reference(tmp_path: Path) -> None:
     import librosa
+
     files = make_corpus(tmp_path / "c", n=4)
     summary = extract(tmp_path / "c", str(tmp_path / "s.zarr"), jobs=1, progress=False)
     assert summary.decoded == 4 and not summary.errors
@@ -87,8 +100,11 @@ def test_extract_matches_librosa_reference(tmp_path: Path) -> None:
     for f in files:
         i = s.paths.index(f.relative_to(tmp_path / "c").as_posix())
         y, _ = librosa.load(f, sr=22050, mono=True)
-        ref = librosa.power_to_db(librosa.feature.melspectrogram(y=y, sr=22050, n_fft=2048, hop_length=512,
-                                                                 n_mels=128, fmax=8000.0), ref=1.0, top_db=None)
+        ref = librosa.power_to_db(
+            librosa.feature.melspectrogram(y=y, sr=22050, n_fft=2048, hop_length=512, n_mels=128, fmax=8000.0),
+            ref=1.0,
+            top_db=None,
+        )
         got = np.asarray(s[i], dtype=np.float32)
         assert got.shape == ref.shape
         # float16 storage: half a float16 step (<= 0.0313 dB below 64 dB magnitude) plus the decode tolerance
@@ -159,6 +175,7 @@ def test_bad_inputs_are_recorded_and_good_files_all_go_through(tmp_path: Path) -
 
 def test_unreadable_files_are_recorded(tmp_path: Path, monkeypatch) -> None:
     from pipeline.extract import _hash_batch
+
     f = write_music_like(tmp_path / "locked.wav", 0.5)
     real_open = os.open
 
@@ -173,6 +190,7 @@ def test_unreadable_files_are_recorded(tmp_path: Path, monkeypatch) -> None:
 
 def test_write_failure_stops_with_one_line_and_keeps_last_commit(tmp_path: Path, monkeypatch) -> None:
     import pipeline.tasks as tasks_mod
+
     c = tmp_path / "c"
     make_corpus(c, n=6, seconds=1.0)
     real = tasks_mod.ShardWriter
@@ -201,6 +219,7 @@ def test_commit_failure_leaves_previous_commit(tmp_path: Path, monkeypatch) -> N
     extract(c, str(tmp_path / "s.zarr"), jobs=1, progress=False)
     write_music_like(c / "rock" / "more.wav", 1.0, seed=5)
     import store.writer as writer_mod
+
     real = writer_mod.write_columns
 
     def full(*a, **kw):
@@ -221,6 +240,7 @@ def test_workers_run_single_threaded_blas() -> None:
 
     def threads() -> list[int]:
         from threadpoolctl import threadpool_info
+
         return [p["num_threads"] for p in threadpool_info()]
 
     with ExitStack() as stack:
@@ -231,8 +251,20 @@ def test_workers_run_single_threaded_blas() -> None:
 
 # -- crash safety ---------------------------------------------------------------------------------------
 def _cli(corpus: Path, store: Path, jobs: int = 2) -> list[str]:
-    return [sys.executable, "-m", "pipeline.cli", str(corpus), str(store), "--jobs", str(jobs), "--no-progress",
-            "--features", "mel", "--commit-seconds", "0"]
+    return [
+        sys.executable,
+        "-m",
+        "pipeline.cli",
+        str(corpus),
+        str(store),
+        "--jobs",
+        str(jobs),
+        "--no-progress",
+        "--features",
+        "mel",
+        "--commit-seconds",
+        "0",
+    ]
 
 
 @pytest.mark.slow
@@ -249,8 +281,14 @@ def test_kill_9_at_several_points_then_resume_equals_uninterrupted(tmp_path: Pat
     seen_sizes = []
     # kill before anything is committed, then after the 1st, 2nd, ... commit
     for wait_generation in (None, 1, 2, 3):
-        proc = subprocess.Popen(_cli(c, target), env=env, cwd=ROOT, start_new_session=True,
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        proc = subprocess.Popen(
+            _cli(c, target),
+            env=env,
+            cwd=ROOT,
+            start_new_session=True,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         deadline = time.monotonic() + 120
         start_gen = open_store(target).generation if (target / "zarr.json").exists() else 0
         while time.monotonic() < deadline and proc.poll() is None:

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from factories import SMALL_SPECS, make_corpus, store_content
+
 from pipeline.cli import main as features_main
 from pipeline.corpus import CorpusError, scan_corpus
 from pipeline.extract import extract
@@ -293,7 +293,8 @@ def test_manifest_with_bom_groups_and_other_separators(tmp_path: Path) -> None:
                                      "audio/jazz/t01.flac,jazz,,\n".encode("utf-8"))
     _, items = scan_corpus(tmp_path / "m.csv")
     assert [(it.path, it.label, it.group) for it in items] == [
-        ("audio/jazz/t01.flac", "jazz", ""), ("audio/rock/t00.wav", "rock", "op. 1"), ("audio/same.wav", "rock", "op. 2")]
+        ("audio/jazz/t01.flac", "jazz", ""), ("audio/rock/t00.wav", "rock", "op. 1"),
+        ("audio/same.wav", "rock", "op. 2")]
     _run(tmp_path / "m.csv", tmp_path / "s.zarr")
     s = open_store(tmp_path / "s.zarr")
     assert s.groups == ["", "op. 1", "op. 2"]  # identical files keep their own row's group
@@ -308,11 +309,21 @@ def test_makefile_requires_store_and_model_and_quotes_values(tmp_path: Path) -> 
         pytest.skip("make is not installed")
 
     def dry(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(["make", "-n", "--no-print-directory", "-C", str(ROOT), *args, "VENV=/nonexistent"],
-                              capture_output=True, text=True, timeout=60)
+        return subprocess.run(
+            ["make", "-n", "--no-print-directory", "-C", str(ROOT), *args, "VENV=/nonexistent"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
 
-    for target, var in [("features", "STORE"), ("plan", "STORE"), ("infer", "MODEL"), ("train", "MODEL"),
-                        ("eval", "MODEL"), ("init-model", "MODEL")]:
+    for target, var in [
+        ("features", "STORE"),
+        ("plan", "STORE"),
+        ("infer", "MODEL"),
+        ("train", "MODEL"),
+        ("eval", "MODEL"),
+        ("init-model", "MODEL"),
+    ]:
         res = dry(target, *(["STORE=x.zarr"] if var == "MODEL" else []))
         assert res.returncode == 2 and f"make {target} needs {var}=" in res.stderr, (target, res.stderr)
         assert "/nonexistent/bin/pip" not in res.stdout  # stopped before installing anything

@@ -24,17 +24,22 @@ import tracemalloc
 import warnings
 from pathlib import Path
 
+import librosa
 import numpy as np
 import pytest
 
-import librosa
-from pipeline.testing import (
-    write_corrupt_flac, write_empty, write_music_like, write_short_wav, write_text_as_wav, write_truncated_wav,
-    write_zero_length_wav,
-)
 from pipeline import features as feat
 from pipeline.audio import AudioError, stream_mono
 from pipeline.features import FeatureResult, compute_features, min_samples
+from pipeline.testing import (
+    write_corrupt_flac,
+    write_empty,
+    write_music_like,
+    write_short_wav,
+    write_text_as_wav,
+    write_truncated_wav,
+    write_zero_length_wav,
+)
 from store.spec import FeatureSpec, default_specs
 
 EPS_DB = 2e-3

@@ -52,16 +52,26 @@ def test_plain_zarr_reads_what_format_md_describes(tmp_path: Path, layout: str) 
     rng = np.random.default_rng(0)
     specs = {"mel": FeatureSpec.mel(n_bins=8), "cqt": FeatureSpec.cqt(n_bins=6)}
     w = create_store(tmp_path / "s.zarr", specs, layout=layout)
-    clips = {p: (rng.normal(-40, 9, (n, 8)), rng.normal(-30, 9, (n, 6))) for p, n in [("r/a.wav", 9), ("j/b.ogg", 5000)]}
-    w.add_clips([{"path": p, "hash": p, "duration": 1.0, "label": p[0], "group": f"work-{p[0]}"} for p in clips],
-                {"mel": [c[0] for c in clips.values()], "cqt": [c[1] for c in clips.values()]})
+    clips = {
+        p: (rng.normal(-40, 9, (n, 8)), rng.normal(-30, 9, (n, 6))) for p, n in [("r/a.wav", 9), ("j/b.ogg", 5000)]
+    }
+    w.add_clips(
+        [{"path": p, "hash": p, "duration": 1.0, "label": p[0], "group": f"work-{p[0]}"} for p in clips],
+        {"mel": [c[0] for c in clips.values()], "cqt": [c[1] for c in clips.values()]},
+    )
     w.commit(rows=[IndexRow("u/copy.wav", "r/a.wav", None)])
     from store import ErrorRow
+
     w.commit(errors=[ErrorRow("bad.wav", "empty file")])
     script = tmp_path / "read.py"
     script.write_text(READER)
-    res = subprocess.run([sys.executable, str(script), str(tmp_path / "s.zarr")], capture_output=True, text=True,
-                         cwd=tmp_path, timeout=120)
+    res = subprocess.run(
+        [sys.executable, str(script), str(tmp_path / "s.zarr")],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=120,
+    )
     assert res.returncode == 0, res.stderr
     got = json.loads(res.stdout)
     assert got["errors"] == ["bad.wav"]
@@ -81,5 +91,7 @@ def test_raw_chunk_file_is_plain_c_order_floats(tmp_path: Path) -> None:
     w.add_clips([{"path": "a.wav", "hash": "h", "duration": 1.0}], {"mel": [a]})
     meta = json.loads((tmp_path / "s.zarr" / "zarr.json").read_text())["attributes"]["specstore"]
     shard = meta["commit"]["shards"][0]
-    raw = np.memmap(tmp_path / "s.zarr" / "shards" / shard / "mel" / "c" / "0" / "0", dtype="<f2", mode="r").reshape(-1, 8)
+    raw = np.memmap(tmp_path / "s.zarr" / "shards" / shard / "mel" / "c" / "0" / "0", dtype="<f2", mode="r").reshape(
+        -1, 8
+    )
     np.testing.assert_array_equal(raw, a.astype(np.float16))

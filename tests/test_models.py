@@ -7,8 +7,8 @@ import pytest
 import torch
 from torch import nn
 
-from infer.collate import Batch, CollateError, collate
 from infer.budget import Budget, CostModel
+from infer.collate import Batch, CollateError, collate
 from infer.cost import activation_peak_bytes, measure_cost_per_frame
 from infer.models import (
     MaskedBatchNorm2d,

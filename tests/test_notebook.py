@@ -10,12 +10,12 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from pipeline.testing import write_music_like
 from nbclient import NotebookClient
 from nbformat import NotebookNode
 
 import pipeline
 from infer.cli import main as infer_main
+from pipeline.testing import write_music_like
 
 pytestmark = pytest.mark.slow
 

@@ -30,7 +30,9 @@ def corpus(kind: str, n: int, seed: int = 0) -> np.ndarray:
     return np.maximum(1, np.round(seconds * FRAMES_PER_SECOND)).astype(np.int64)
 
 
-def check_plan(plan: Plan, lengths: np.ndarray, *, budget: int, cost: float, max_batch: int, overhead: int, align: int) -> None:
+def check_plan(
+    plan: Plan, lengths: np.ndarray, *, budget: int, cost: float, max_batch: int, overhead: int, align: int
+) -> None:
     """The invariants every budgeted plan must satisfy."""
     padded = -(-lengths // align) * align
     seen = np.concatenate([*plan.batches, plan.too_long]) if plan.batches else plan.too_long
@@ -40,7 +42,9 @@ def check_plan(plan: Plan, lengths: np.ndarray, *, budget: int, cost: float, max
         longest = int(padded[batch].max())
         assert len(batch) * longest * cost + overhead <= budget
     alone = padded * cost + overhead
-    assert np.array_equal(np.sort(plan.too_long), np.flatnonzero(alone > budget)), "too_long = exactly the clips that fit nowhere"
+    assert np.array_equal(np.sort(plan.too_long), np.flatnonzero(alone > budget)), (
+        "too_long = exactly the clips that fit nowhere"
+    )
     assert plan.max_window % align == 0
     assert plan.max_window * cost + overhead <= budget
     assert (plan.max_window + align) * cost + overhead > budget, "max_window is the largest aligned window"
@@ -57,7 +61,9 @@ budget_cases = st.tuples(
 
 
 @settings(max_examples=150, deadline=None)
-@given(budget_cases, st.sampled_from(["sorted", "training", "bucketed"]), st.sampled_from([0.0, 64.0, 1024.0, math.inf]))
+@given(
+    budget_cases, st.sampled_from(["sorted", "training", "bucketed"]), st.sampled_from([0.0, 64.0, 1024.0, math.inf])
+)
 def test_budget_never_exceeded_and_every_clip_once(case: tuple, planner: str, overhead_frames: float) -> None:
     lengths_list, max_batch, cost, align, overhead, frames = case
     lengths = np.array(lengths_list, dtype=np.int64)

@@ -8,6 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from factories import make_checkpoint as _make_checkpoint
+from factories import make_store as _make_store
 
 from infer.checkpoint import Checkpoint, CheckpointError, check_store_matches, load_checkpoint, save_checkpoint
 from infer.cli import main as infer_main
@@ -15,9 +17,6 @@ from infer.collate import collate
 from infer.predict import predict
 from infer.runtime import RunOptions, distinct_rows
 from store import FeatureSpec, IndexRow, create_store, open_store
-
-from factories import make_checkpoint as _make_checkpoint
-from factories import make_store as _make_store
 
 SPEC = FeatureSpec.mel(n_bins=16)
 LABELS = ["ambient", "jazz", "rock"]
@@ -113,7 +112,7 @@ def test_predictions_equal_alone_and_csv_contents(tmp_path: Path) -> None:
     with open(tmp_path / "p.csv", newline="") as f:
         rows = list(csv.DictReader(f))
     assert [r["path"] for r in rows] == s.paths
-    for r, p, lab in zip(rows, ref, s.labels):
+    for r, p, lab in zip(rows, ref, s.labels, strict=False):
         order = np.argsort(-p)
         assert r["pred"] == LABELS[order[0]]
         assert float(r["prob"]) == pytest.approx(p[order[0]], abs=1e-4)
@@ -161,11 +160,27 @@ def test_duplicates_predicted_once_and_unlabelled_truth_empty(tmp_path: Path) ->
 def test_cli_init_plan_predict(tmp_path: Path, capsys) -> None:
     store = make_store(tmp_path / "s.zarr", list(range(20, 400, 15)))
     assert infer_main(["init", str(store), str(tmp_path / "m.pt")]) == 0
-    assert infer_main(["plan", str(store), "--model", str(tmp_path / "m.pt"), "--budget-mb", "8", "--device", "cpu"]) == 0
+    assert infer_main(["plan", str(store), "--model", str(tmp_path / "m.pt"), "--budget-mb", "8",
+                       "--device", "cpu"]) == 0
     out = capsys.readouterr().out
     assert "efficiency" in out and "budget 8 MiB" in out
-    assert infer_main(["predict", str(store), str(tmp_path / "m.pt"), "--out", str(tmp_path / "p.csv"),
-                       "--device", "cpu", "--budget-mb", "16", "--no-progress"]) == 0
+    assert (
+        infer_main(
+            [
+                "predict",
+                str(store),
+                str(tmp_path / "m.pt"),
+                "--out",
+                str(tmp_path / "p.csv"),
+                "--device",
+                "cpu",
+                "--budget-mb",
+                "16",
+                "--no-progress",
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     assert "clips/s" in out and "padding efficiency" in out and "OOM retries 0" in out
     assert sum(1 for _ in open(tmp_path / "p.csv")) == len(open_store(store)) + 1

@@ -216,8 +216,9 @@ def test_seed_changes_the_choice() -> None:
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "realcorpus", *args], capture_output=True, text=True, cwd=REPO, check=False,
-                          timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "realcorpus", *args], capture_output=True, text=True, cwd=REPO, check=False, timeout=120
+    )
 
 
 def test_cli_help_and_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

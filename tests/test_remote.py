@@ -13,14 +13,21 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from factories import SMALL_SPECS, assert_same_content, make_corpus, store_content
 from fsspec.core import url_to_fs
 
-from pipeline.testing import write_music_like
-from factories import SMALL_SPECS, assert_same_content, make_corpus, store_content
 from pipeline.cli import main as features_main
 from pipeline.extract import ExtractError, extract
 from store import (
-    FeatureSpec, IndexRow, SpecMismatch, StoreError, StoreNotFound, StoreWriter, create_store, open_store, validate,
+    FeatureSpec,
+    IndexRow,
+    SpecMismatch,
+    StoreError,
+    StoreNotFound,
+    StoreWriter,
+    create_store,
+    open_store,
+    validate,
     write_shard,
 )
 

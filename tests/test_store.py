@@ -14,7 +14,14 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
 from store import (
-    FeatureSpec, IndexRow, SpecMismatch, StoreCorrupt, StoreNotFound, create_store, open_store, validate,
+    FeatureSpec,
+    IndexRow,
+    SpecMismatch,
+    StoreCorrupt,
+    StoreNotFound,
+    create_store,
+    open_store,
+    validate,
     write_shard,
 )
 from store.__main__ import main as store_main
@@ -23,14 +30,17 @@ SPECS = {"mel": FeatureSpec.mel(n_bins=16), "cqt": FeatureSpec.cqt(n_bins=12)}
 
 
 def _clip(rng: np.random.Generator, n: int) -> dict[str, np.ndarray]:
-    return {"mel": rng.normal(-40, 15, (n, 16)).astype(np.float32), "cqt": rng.normal(-50, 10, (n, 12)).astype(np.float32)}
+    return {
+        "mel": rng.normal(-40, 15, (n, 16)).astype(np.float32),
+        "cqt": rng.normal(-50, 10, (n, 12)).astype(np.float32),
+    }
 
 
 def _add(writer, rng, names_lengths, label="rock"):
     clips = [_clip(rng, n) for _, n in names_lengths]
     rows = [{"path": p, "hash": f"h-{p}", "duration": n * 512 / 22050, "label": label} for p, n in names_lengths]
     writer.add_clips(rows, {k: [c[k] for c in clips] for k in SPECS})
-    return {p: c for (p, _), c in zip(names_lengths, clips)}
+    return {p: c for (p, _), c in zip(names_lengths, clips, strict=False)}
 
 
 @pytest.mark.parametrize("layout", ["raw", "zstd"])
@@ -59,6 +69,7 @@ def test_raw_local_reads_are_zero_copy_mmap(tmp_path: Path) -> None:
     while getattr(base, "base", None) is not None:
         base = base.base
     import mmap
+
     assert isinstance(base, mmap.mmap)
     assert not a.flags.writeable
 
@@ -83,7 +94,7 @@ def test_duplicates_share_data_and_labels_are_per_path(tmp_path: Path) -> None:
     assert s.paths == ["jazz/copy.wav", "rock/a.wav"]
     np.testing.assert_array_equal(s[0], s[1])
     np.testing.assert_array_equal(s[1], data["rock/a.wav"]["mel"].astype(np.float16).T)
-    assert [s.label_names[l] for l in s.labels] == ["jazz", "rock"]
+    assert [s.label_names[k] for k in s.labels] == ["jazz", "rock"]
     assert s.hashes[0] == s.hashes[1]
 
 
@@ -139,6 +150,7 @@ def test_reader_snapshot_is_stable_while_writer_commits(tmp_path: Path) -> None:
 
 def test_errors_table_and_recovery(tmp_path: Path) -> None:
     from store import ErrorRow
+
     w = create_store(tmp_path / "s.zarr", SPECS)
     w.commit(errors=[ErrorRow("bad.wav", "empty file"), ErrorRow("x.mp3", "broken symlink")])
     assert open_store(tmp_path / "s.zarr").errors == [("bad.wav", "empty file"), ("x.mp3", "broken symlink")]
@@ -200,6 +212,7 @@ def test_opening_reads_no_feature_data(tmp_path: Path, monkeypatch) -> None:
         _add(w, rng, [(f"{k}-{j}.wav", 5) for j in range(20)])
     opened: list[str] = []
     import zarr.storage._local as local
+
     real = local._get
 
     def spy(path, *a, **kw):
@@ -219,6 +232,7 @@ class StoreModel(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
         import tempfile
+
         self.dir = Path(tempfile.mkdtemp())
         self.rng = np.random.default_rng(0)
         self.model: dict[str, tuple[str, np.ndarray, str | None]] = {}
@@ -228,9 +242,12 @@ class StoreModel(RuleBasedStateMachine):
     def create(self, layout: str) -> None:
         self.writer = create_store(self.dir / "s.zarr", {"mel": SPECS["mel"]}, layout=layout)
 
-    @rule(n=st.integers(1, 4), lengths=st.lists(st.integers(1, 60), min_size=4, max_size=4),
-          names=st.lists(st.sampled_from("abcdefgh"), min_size=4, max_size=4, unique=True),
-          label=st.sampled_from([None, "rock", "jazz"]))
+    @rule(
+        n=st.integers(1, 4),
+        lengths=st.lists(st.integers(1, 60), min_size=4, max_size=4),
+        names=st.lists(st.sampled_from("abcdefgh"), min_size=4, max_size=4, unique=True),
+        label=st.sampled_from([None, "rock", "jazz"]),
+    )
     def add(self, n: int, lengths: list[int], names: list[str], label: str | None) -> None:
         arrays, hashes = [], []
         for k in range(n):
@@ -267,5 +284,6 @@ class StoreModel(RuleBasedStateMachine):
 
 
 TestStoreModel = StoreModel.TestCase
-TestStoreModel.settings = settings(max_examples=12, stateful_step_count=6, deadline=None,
-                                   suppress_health_check=[HealthCheck.too_slow])
+TestStoreModel.settings = settings(
+    max_examples=12, stateful_step_count=6, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)

@@ -10,23 +10,31 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from factories import make_separable_store
 
+from infer.augment import SpecAugment
+from infer.budget import Budget
 from infer.checkpoint import load_checkpoint
 from infer.cli import main as infer_main
 from infer.cost import measure_cost_per_frame
+from infer.data import Item, PadCollate
+from infer.device import DEFAULT_CPU_BUDGET_MB
 from infer.models import ModelConfig, build_model
 from infer.predict import predict
 from infer.split import RULE, SplitRule, split_score
-from infer.augment import SpecAugment
-from infer.budget import Budget
-from infer.data import Item, PadCollate
-from infer.device import DEFAULT_CPU_BUDGET_MB
 from infer.train import (
-    MIN_TRAINING_EFFICIENCY as MIN_EFFICIENCY, TrainConfig, TrainError, lr_at, resume_path_for,
-    train, training_plan, training_rows,
+    MIN_TRAINING_EFFICIENCY as MIN_EFFICIENCY,
 )
-from store import FeatureSpec, IndexRow, create_store, open_store
-from factories import make_separable_store
+from infer.train import (
+    TrainConfig,
+    TrainError,
+    lr_at,
+    resume_path_for,
+    train,
+    training_plan,
+    training_rows,
+)
+from store import FeatureSpec, open_store
 
 SPEC = FeatureSpec.mel(n_bins=16)
 LABELS = ["ambient", "jazz", "rock"]
@@ -181,8 +189,8 @@ def test_lr_schedule_and_spec_augment() -> None:
     lrs = [lr_at(p, cfg) for p in np.linspace(0, 10, 101)]
     peak = int(np.argmax(lrs))
     assert lrs[0] == pytest.approx(4e-4) and lrs[peak] == pytest.approx(1e-2) and 15 <= peak <= 25
-    assert all(a <= b for a, b in zip(lrs[:peak], lrs[1:peak + 1]))
-    assert all(a >= b for a, b in zip(lrs[peak:], lrs[peak + 1:]))
+    assert all(a <= b for a, b in zip(lrs[:peak], lrs[1:peak + 1], strict=False))
+    assert all(a >= b for a, b in zip(lrs[peak:], lrs[peak + 1:], strict=False))
     assert lrs[-1] == pytest.approx(1e-4)
 
     rng = np.random.default_rng(0)

@@ -56,7 +56,9 @@ def full_logits(model: MaskedClassifier, clip: np.ndarray) -> torch.Tensor:
     align=st.sampled_from([1, 2, 4, 16]),
     hop_fraction=st.floats(min_value=0.0, max_value=1.0),
 )
-def test_windows_cover_the_clip_and_owned_spans_partition_it(length: int, window: int, align: int, hop_fraction: float) -> None:
+def test_windows_cover_the_clip_and_owned_spans_partition_it(
+    length: int, window: int, align: int, hop_fraction: float
+) -> None:
     rounded = window // align * align
     if rounded < align:
         with pytest.raises(WindowError):

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from factories import make_corpus
+
 from pipeline.cli import main as features_main
 from store import FeatureSpec, IndexRow, ShardWriter, StoreLocked, StoreWriter, create_store, open_store, validate
 
@@ -40,7 +40,9 @@ def _holder(store: Path) -> subprocess.Popen[str]:
     """A separate process that takes the store's writer lock and keeps it."""
     proc = subprocess.Popen([sys.executable, "-c", HOLDER, str(store)], cwd=ROOT, text=True,
                             env=dict(os.environ, PYTHONPATH=str(ROOT)), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    assert proc.stdout is not None and proc.stdout.readline().strip() == "locked", proc.stderr.read() if proc.stderr else ""
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "locked", (
+        proc.stderr.read() if proc.stderr else ""
+    )
     return proc
 
 
@@ -53,8 +55,11 @@ def _one_shard(store: Path | str, n: int = 7) -> object:
 
 def test_second_writer_in_this_process_is_refused_then_admitted(tmp_path: Path) -> None:
     w = create_store(tmp_path / "s.zarr", SPECS)
-    with pytest.raises(StoreLocked, match=rf"locked by another writer: pid {os.getpid()} on host "
-                                          rf"{socket.gethostname()} since \d{{4}}-"):
+    with pytest.raises(
+        StoreLocked,
+        match=rf"locked by another writer: pid {os.getpid()} on host "
+        rf"{socket.gethostname()} since \d{{4}}-",
+    ):
         StoreWriter.open(tmp_path / "s.zarr")
     with pytest.raises(StoreLocked):
         create_store(tmp_path / "s.zarr", SPECS)
@@ -90,9 +95,23 @@ def test_other_process_refused_while_this_one_writes(tmp_path: Path) -> None:
     make_corpus(tmp_path / "c", n=2, seconds=0.5)
     w = create_store(tmp_path / "s.zarr", SPECS)
     info = _one_shard(tmp_path / "s.zarr")
-    res = subprocess.run([sys.executable, "-m", "pipeline.cli", str(tmp_path / "c"), str(tmp_path / "s.zarr"),
-                          "--features", "mel", "--no-progress"], cwd=ROOT, capture_output=True, text=True,
-                         env=dict(os.environ, PYTHONPATH=str(ROOT)), timeout=120)
+    res = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pipeline.cli",
+            str(tmp_path / "c"),
+            str(tmp_path / "s.zarr"),
+            "--features",
+            "mel",
+            "--no-progress",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, PYTHONPATH=str(ROOT)),
+        timeout=120,
+    )
     assert res.returncode == 2
     assert res.stderr.strip().splitlines() == [res.stderr.strip()] and f"pid {os.getpid()}" in res.stderr
     assert "Traceback" not in res.stderr
@@ -129,6 +148,7 @@ def _forge_lease(url: str, **holder: object) -> None:
     import json
 
     from store.location import as_location
+
     doc = {"host": "elsewhere", "pid": 1, "since": time.time(), "token": "other", "expires": time.time() + 60}
     doc.update(holder)
     as_location(url).put(".specstore-lock", json.dumps(doc).encode())

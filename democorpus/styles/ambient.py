@@ -53,8 +53,13 @@ def arrange(ctx: Ctx) -> Arrangement:
         times = np.sort(rng.uniform(0.0, ctx.seconds, count))
         penta = [scale[i] for i in (0, 1, 2, 4, 5)]
         ratio, index, decay = rng.uniform(2.5, 4.1), rng.uniform(1.0, 3.0), rng.uniform(1.5, 4.0)
-        bells = [(float(tt), 0.1, root + 24 + 12 * int(rng.integers(0, 2)) + int(rng.choice(penta)), rng.uniform(0.4, 1.0)) for tt in times]
-        bell_sig = render_notes(ctx, bells, lambda f, n, h: fm_bell(ctx, f, n, decay=decay, ratio=ratio, index=index), 2.5 * decay)
+        bells = [
+            (float(tt), 0.1, root + 24 + 12 * int(rng.integers(0, 2)) + int(rng.choice(penta)), rng.uniform(0.4, 1.0))
+            for tt in times
+        ]
+        bell_sig = render_notes(
+            ctx, bells, lambda f, n, h: fm_bell(ctx, f, n, decay=decay, ratio=ratio, index=index), 2.5 * decay
+        )
         stems.append(Stem(norm(bell_sig, random_gain(-12, -4, rng)), rng.uniform(-0.6, 0.6), 1.0))
 
     # Wind: band-passed pink noise with a slow swell.

@@ -58,7 +58,7 @@ def arrange(ctx: Ctx) -> Arrangement:
     rhythms = [[1.0], [0.5, 0.5], [0.75, 0.25], [2.0], [0.5, 0.25, 0.25], [1.5, 0.5]]
     mel: list[Note] = []
     step = walk(ctx, 7, 0, 13, [-2, -1, 1, 2, 0], [0.15, 0.3, 0.3, 0.15, 0.1])
-    for t, d in chords:
+    for t, _d in chords:
         pos = 0.0
         while pos < meter - 1e-6:
             r = rhythms[int(rng.integers(0, len(rhythms)))]
@@ -66,7 +66,14 @@ def arrange(ctx: Ctx) -> Arrangement:
                 r = [meter - pos]
             for dur in r:
                 deg = step()
-                mel.append((t + pos * beat, dur * beat * 0.98, into_range([scale_midi(root, scale, deg)], mel_lo, mel_lo + 20)[0], rng.uniform(0.6, 1.0)))
+                mel.append(
+                    (
+                        t + pos * beat,
+                        dur * beat * 0.98,
+                        into_range([scale_midi(root, scale, deg)], mel_lo, mel_lo + 20)[0],
+                        rng.uniform(0.6, 1.0),
+                    )
+                )
                 pos += dur
 
     def melody(f: float, n: int, hold: int) -> Audio:

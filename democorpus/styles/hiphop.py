@@ -26,13 +26,21 @@ def arrange(ctx: Ctx) -> Arrangement:
     kick_pat = str(rng.choice(["X......x..X.....", "X.........X..x..", "X..x......X.....", "X......X.xX....."]))
     k_t, k_v = drums.events(ctx, kick_pat, bar, swing=swing, jitter=0.004)
     s_t, s_v = drums.events(ctx, "....X.......X...", bar, jitter=0.004)
-    h_t, h_v = drums.events(ctx, str(rng.choice(["x.o.x.o.x.o.x.o.", "xgoxxgoxxgoxxgox", "xgxgxgxgxgxgxgxg"])), bar, swing=swing, jitter=0.006, vel_jitter=0.25)
+    h_t, h_v = drums.events(
+        ctx,
+        str(rng.choice(["x.o.x.o.x.o.x.o.", "xgoxxgoxxgoxxgox", "xgxgxgxgxgxgxgxg"])),
+        bar,
+        swing=swing,
+        jitter=0.006,
+        vel_jitter=0.25,
+    )
     kick = drums.kick(ctx, f_hi=rng.uniform(90, 130), f_lo=rng.uniform(45, 60), decay=rng.uniform(0.15, 0.3), click=0.3)
     snare = drums.snare(ctx, tone=rng.uniform(160, 220), decay=rng.uniform(0.12, 0.25), band=(800.0, 5000.0))
     kit = (
         drums.track(ctx, kick, k_t, k_v)
         + drums.track(ctx, snare, s_t, s_v) * random_gain(-2, 1, rng)
-        + drums.track(ctx, drums.hat(ctx, decay=rng.uniform(0.02, 0.05), cutoff=5000.0), h_t, h_v) * random_gain(-14, -7, rng)
+        + drums.track(ctx, drums.hat(ctx, decay=rng.uniform(0.02, 0.05), cutoff=5000.0), h_t, h_v)
+        * random_gain(-14, -7, rng)
     )
     stems.append(Stem(norm(filt(kit, "lowpass", rng.uniform(6000.0, 9000.0), sr), random_gain(-1, 0, rng)), 0.0, 0.2))
 
@@ -71,7 +79,9 @@ def arrange(ctx: Ctx) -> Arrangement:
     def keys_inst(f: float, n: int, hold: int) -> Audio:
         if use_ep:
             return fm_bell(loop_ctx, f, n, decay=tau, ratio=1.0, index=1.2) * env_decay(n, sr, 10.0, hold / sr, 0.1)
-        return voice(loop_ctx, 1.0 / np.arange(1, 13) ** 1.4, f, n, dark=DARK, bright_tau=0.1) * env_decay(n, sr, tau, hold / sr, 0.1)
+        return voice(loop_ctx, 1.0 / np.arange(1, 13) ** 1.4, f, n, dark=DARK, bright_tau=0.1) * env_decay(
+            n, sr, tau, hold / sr, 0.1
+        )
 
     loop = render_notes(loop_ctx, keys, keys_inst, 0.1)
     loop[: loop_ctx.n - loop_len] += loop[loop_len:]  # ringing past the loop end wraps to its start
@@ -83,6 +93,8 @@ def arrange(ctx: Ctx) -> Arrangement:
     crackle = np.zeros(ctx.n)
     pops = rng.integers(0, ctx.n, int(ctx.seconds * rng.uniform(5.0, 30.0)))
     crackle[pops] = rng.uniform(-1.0, 1.0, len(pops))
-    vinyl = filt(crackle, "bandpass", (1000.0, 6000.0), sr) * 8.0 + 0.3 * filt(ctx.rng.standard_normal(ctx.n), "bandpass", (2000.0, 8000.0), sr)
+    vinyl = filt(crackle, "bandpass", (1000.0, 6000.0), sr) * 8.0 + 0.3 * filt(
+        ctx.rng.standard_normal(ctx.n), "bandpass", (2000.0, 8000.0), sr
+    )
     stems.append(Stem(norm(vinyl, random_gain(-28, -18, rng)), 0.0, 0.0))
     return Arrangement(stems, rng.uniform(0.4, 1.0), rng.uniform(0.08, 0.2), (30.0, 50.0))

@@ -30,7 +30,9 @@ def arrange(ctx: Ctx) -> Arrangement:
     ride = drums.track(ctx, drums.ride(ctx, decay=rng.uniform(0.6, 1.4)), ride_t, ride_v)
     stems.append(Stem(norm(ride, random_gain(-10, -4, rng)), rng.uniform(0.2, 0.6), 0.6))
     hat_t, hat_v = drums.events(ctx, "...x.....x..", bar, jitter=0.004)
-    stems.append(Stem(norm(drums.track(ctx, drums.hat(ctx, decay=0.03), hat_t, hat_v), random_gain(-18, -10, rng)), -0.3, 0.3))
+    stems.append(
+        Stem(norm(drums.track(ctx, drums.hat(ctx, decay=0.03), hat_t, hat_v), random_gain(-18, -10, rng)), -0.3, 0.3)
+    )
     # Snare comping: random ghost notes on triplet positions; feathered kick.
     comp = "".join(rng.choice(["g", "o", "."], p=[0.12, 0.05, 0.83]) for _ in range(12 * 8))
     sn_t, sn_v = drums.events(ctx, comp, 8 * bar, jitter=0.006)
@@ -70,11 +72,13 @@ def arrange(ctx: Ctx) -> Arrangement:
     positions = [0.0, 1.0 + 2 / 3, 2.0, 3.0 + 2 / 3, 2.0 + 2 / 3, 1.0]
     for t, d in chords:
         voicing = into_range(chord_midi(root, scale, d, 4)[1:] + [scale_midi(root, scale, d + 8)], 55, 74)
-        n_beats = per_chord / beat
+        beats = per_chord / beat
         for pos in positions:
-            if pos < n_beats and rng.random() < 0.45:
+            if pos < beats and rng.random() < 0.45:
                 for m in voicing:
-                    comps.append((t + pos * beat + rng.normal(0, 0.006), rng.uniform(0.2, 0.6) * beat, m, rng.uniform(0.3, 0.6)))
+                    comps.append(
+                        (t + pos * beat + rng.normal(0, 0.006), rng.uniform(0.2, 0.6) * beat, m, rng.uniform(0.3, 0.6))
+                    )
     sig = render_notes(ctx, comps, piano, 0.1)
     stems.append(Stem(norm(sig, random_gain(-6, -1, rng)), rng.uniform(-0.4, 0.0), 0.6))
 

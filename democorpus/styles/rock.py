@@ -32,11 +32,14 @@ def arrange(ctx: Ctx) -> Arrangement:
     f_t, f_v = drums.events(ctx, "............xxxx", 8 * bar, t0=7 * bar)
     h_t, h_v = drums.events(ctx, hat_pat, bar)
     c_t, c_v = drums.events(ctx, "X", 8 * bar, jitter=0.002)
-    kick = drums.kick(ctx, f_hi=rng.uniform(110, 160), f_lo=rng.uniform(48, 62), decay=rng.uniform(0.12, 0.22), click=0.5)
+    kick = drums.kick(
+        ctx, f_hi=rng.uniform(110, 160), f_lo=rng.uniform(48, 62), decay=rng.uniform(0.12, 0.22), click=0.5
+    )
     snare = drums.snare(ctx, tone=rng.uniform(170, 240), decay=rng.uniform(0.12, 0.22))
     kit = (
         drums.track(ctx, kick, k_t, k_v) * random_gain(-2, 0, rng)
-        + drums.track(ctx, snare, np.concatenate([s_t, f_t]), np.concatenate([s_v, 0.7 * f_v])) * random_gain(-3, 0, rng)
+        + drums.track(ctx, snare, np.concatenate([s_t, f_t]), np.concatenate([s_v, 0.7 * f_v]))
+        * random_gain(-3, 0, rng)
         + drums.track(ctx, drums.hat(ctx, decay=rng.uniform(0.03, 0.07)), h_t, h_v) * random_gain(-12, -6, rng)
         + drums.track(ctx, drums.ride(ctx, decay=1.2), c_t, c_v) * random_gain(-10, -4, rng)
     )
@@ -60,7 +63,9 @@ def arrange(ctx: Ctx) -> Arrangement:
 
     def gtr(f: float, n: int, hold: int) -> Audio:
         tau = 5.0 if sustained else mute + 0.15
-        return (voice(ctx, gtr_amps, f * 0.998, n) + voice(ctx, gtr_amps, f * 1.002, n)) * env_decay(n, sr, tau, hold / sr, 0.02)
+        return (voice(ctx, gtr_amps, f * 0.998, n) + voice(ctx, gtr_amps, f * 1.002, n)) * env_decay(
+            n, sr, tau, hold / sr, 0.02
+        )
 
     raw = render_notes(ctx, notes, gtr, 0.02)
     dist = overdrive(raw, drive)
@@ -72,9 +77,15 @@ def arrange(ctx: Ctx) -> Arrangement:
     stems.append(Stem(double * random_gain(-3, 0, rng), spread, 0.3))
 
     # Bass: roots in eighths, slightly driven.
-    bass = [(t + k * beat / 2, beat / 2 * 0.9, into_range([scale_midi(root, scale, d)], 28, 40)[0], 0.9) for t, d in chords for k in range(int(round(per_chord / (beat / 2))))]
+    bass = [
+        (t + k * beat / 2, beat / 2 * 0.9, into_range([scale_midi(root, scale, d)], 28, 40)[0], 0.9)
+        for t, d in chords
+        for k in range(int(round(per_chord / (beat / 2))))
+    ]
     b_amps = np.array([1.0, 0.6, 0.35, 0.2, 0.1])
-    sig = render_notes(ctx, bass, lambda f, n, h: np.tanh(2.0 * voice(ctx, b_amps, f, n)) * env_decay(n, sr, 0.4, h / sr), 0.03)
+    sig = render_notes(
+        ctx, bass, lambda f, n, h: np.tanh(2.0 * voice(ctx, b_amps, f, n)) * env_decay(n, sr, 0.4, h / sr), 0.03
+    )
     stems.append(Stem(norm(sig, random_gain(-6, -2, rng)), 0.0, 0.1))
 
     # Lead guitar: pentatonic phrases with vibrato, some files.
@@ -90,7 +101,9 @@ def arrange(ctx: Ctx) -> Arrangement:
                 t += dur
             t += bar * rng.uniform(0.5, 2.0)
         vib = (rng.uniform(5.0, 7.0), 0.006)
-        sig = render_notes(ctx, lead, lambda f, n, h: voice(ctx, saw(30), f, n, vib=vib) * env_asr(n, sr, 0.01, h / sr, 0.1), 0.1)
+        sig = render_notes(
+            ctx, lead, lambda f, n, h: voice(ctx, saw(30), f, n, vib=vib) * env_asr(n, sr, 0.01, h / sr, 0.1), 0.1
+        )
         sig = filt(overdrive(sig, 8.0), "lowpass", 5000.0, sr)
         stems.append(Stem(norm(sig, random_gain(-6, -2, rng)), rng.uniform(-0.3, 0.3), 0.6))
     return Arrangement(stems, rng.uniform(0.6, 1.3), rng.uniform(0.1, 0.25), (35.0, 55.0))

@@ -101,7 +101,7 @@ def label_counts(store: Store) -> dict[str, int]:
     """Clips per label name, in the store's label order; unlabelled clips under ``"(unlabelled)"`` if any."""
     labels = np.asarray(store.labels)
     counts = np.bincount(labels[labels >= 0], minlength=len(store.label_names))
-    out = {name: int(c) for name, c in zip(store.label_names, counts)}
+    out = {name: int(c) for name, c in zip(store.label_names, counts, strict=False)}
     unlabelled = int((labels < 0).sum())
     if unlabelled:
         out[UNLABELLED] = unlabelled
@@ -181,7 +181,7 @@ def show_clip(store: Store, i: int, features: Sequence[str] | None = None, *,
         show_feature(store, i, name, ax=a, cmap=cmap, title=t, db_limits=(db_limits or {}).get(name))
     for a in axes[:-1]:
         a.set_xlabel("")
-    return axes[0].figure  # type: ignore[return-value]
+    return axes[0].figure
 
 
 def plot_durations(store: Store, *, bins: int = 30, ax: Axes | None = None, log: bool | None = None) -> Figure:
@@ -198,7 +198,7 @@ def plot_durations(store: Store, *, bins: int = 30, ax: Axes | None = None, log:
         return ax.figure  # type: ignore[return-value]
     lo, hi = float(d.min()), float(d.max())
     use_log = log if log is not None else (lo > 0 and hi / lo > 20)
-    edges = np.geomspace(lo, hi, bins + 1) if use_log and hi > lo else bins
+    edges: Any = np.geomspace(lo, hi, bins + 1) if use_log and hi > lo else bins
     ax.hist(d, bins=edges, color="tab:blue", alpha=0.8)
     if use_log:
         ax.set_xscale("log")

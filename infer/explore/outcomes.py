@@ -114,7 +114,10 @@ def classification_metrics(truth: np.ndarray, pred: np.ndarray, label_names: Seq
 
 
 def metrics_from_confusion(cm: np.ndarray, label_names: Sequence[str]) -> dict[str, Any]:
-    """:func:`classification_metrics` of the clips a confusion matrix counts (``cm[i, j]``: true ``i``, predicted ``j``)."""
+    """:func:`classification_metrics` of the clips a confusion matrix counts.
+
+    ``cm[i, j]`` counts clips of true class ``i`` predicted as ``j``.
+    """
     m = np.asarray(cm)
     n = len(label_names)
     if m.shape != (n, n):
@@ -127,6 +130,7 @@ def metrics_from_confusion(cm: np.ndarray, label_names: Sequence[str]) -> dict[s
 
 
 # -- outcomes ------------------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class Outcomes:
@@ -172,9 +176,11 @@ class Outcomes:
     def describe(self) -> str:
         """One line: accuracy, clips, skipped unlabelled clips, where the predictions came from."""
         m = self.metrics()
-        return (f"accuracy {m['accuracy']:.1%}, macro F1 {m['macro_f1']:.3f} on {len(self)} labelled clips"
-                + (f" ({self.n_unlabelled} unlabelled skipped)" if self.n_unlabelled else "")
-                + (f"; predictions from {self.source}" if self.source else ""))
+        return (
+            f"accuracy {m['accuracy']:.1%}, macro F1 {m['macro_f1']:.3f} on {len(self)} labelled clips"
+            + (f" ({self.n_unlabelled} unlabelled skipped)" if self.n_unlabelled else "")
+            + (f"; predictions from {self.source}" if self.source else "")
+        )
 
 
 def _store_rows(store: Store, paths: Sequence[str], what: str) -> np.ndarray:
@@ -184,8 +190,10 @@ def _store_rows(store: Store, paths: Sequence[str], what: str) -> np.ndarray:
     index = {p: i for i, p in enumerate(store.paths)}
     missing = [p for p in paths if p not in index]
     if missing:
-        raise ExploreError(f"{what} lists {len(missing)} path(s) not in the store {store.location} "
-                           f"(e.g. {missing[0]!r}); were they made from another store?")
+        raise ExploreError(
+            f"{what} lists {len(missing)} path(s) not in the store {store.location} "
+            f"(e.g. {missing[0]!r}); were they made from another store?"
+        )
     return np.fromiter((index[p] for p in paths), dtype=np.int64, count=len(paths))
 
 
@@ -196,21 +204,34 @@ def _class_names(first: Sequence[str], more: Sequence[str]) -> list[str]:
     return names
 
 
-def _build(store: Store, rows: np.ndarray, names: list[str], pred_names: Sequence[str], pred_prob: np.ndarray,
-           truth_prob: np.ndarray, truth_exact: np.ndarray, source: str) -> Outcomes:
+def _build(
+    store: Store,
+    rows: np.ndarray,
+    names: list[str],
+    pred_names: Sequence[str],
+    pred_prob: np.ndarray,
+    truth_prob: np.ndarray,
+    truth_exact: np.ndarray,
+    source: str,
+) -> Outcomes:
     labels = store.labels[rows]
     keep = labels >= 0
     index = {n: k for k, n in enumerate(names)}
-    truth = np.array([index[store.label_names[int(l)]] for l in labels[keep]], dtype=np.int64)
-    pred = np.array([index[n] for n, k in zip(pred_names, keep) if k], dtype=np.int64)
+    truth = np.array([index[store.label_names[int(k)]] for k in labels[keep]], dtype=np.int64)
+    pred = np.array([index[n] for n, k in zip(pred_names, keep, strict=False) if k], dtype=np.int64)
     kept = rows[keep]
     return Outcomes(
-        label_names=names, rows=kept, paths=[store.paths[int(r)] for r in kept], truth=truth, pred=pred,
+        label_names=names,
+        rows=kept,
+        paths=[store.paths[int(r)] for r in kept],
+        truth=truth,
+        pred=pred,
         pred_prob=np.asarray(pred_prob, dtype=np.float64)[keep],
         truth_prob=np.asarray(truth_prob, dtype=np.float64)[keep],
         truth_exact=np.asarray(truth_exact, dtype=bool)[keep],
         durations=np.asarray(store.durations, dtype=np.float64)[kept],
-        n_unlabelled=int((~keep).sum()), source=source,
+        n_unlabelled=int((~keep).sum()),
+        source=source,
     )
 
 
@@ -218,8 +239,10 @@ def outcomes_from_predictions(pred: Predictions, store: Store, *, source: str = 
     """Outcomes of ``pred`` (from :func:`infer.predict`) for the labelled clips of ``store`` (joined by path)."""
     probs = np.asarray(pred.probs, dtype=np.float64)
     if probs.shape != (len(pred.paths), len(pred.label_names)):
-        raise ExploreError(f"predictions hold probabilities of shape {probs.shape} for {len(pred.paths)} paths "
-                           f"and {len(pred.label_names)} labels")
+        raise ExploreError(
+            f"predictions hold probabilities of shape {probs.shape} for {len(pred.paths)} paths "
+            f"and {len(pred.label_names)} labels"
+        )
     rows = _store_rows(store, pred.paths, "the predictions")
     names = _class_names(pred.label_names, store.label_names)
     model_index = {n: k for k, n in enumerate(pred.label_names)}
@@ -246,7 +269,7 @@ def outcomes_from_csv(path: str | os.PathLike[str], store: Store) -> Outcomes:
     names = _class_names(store.label_names, predicted)
     truth_prob = np.zeros(len(recs), dtype=np.float64)
     exact = np.ones(len(recs), dtype=bool)
-    for j, (rec, r) in enumerate(zip(recs, rows.tolist())):
+    for j, (rec, r) in enumerate(zip(recs, rows.tolist(), strict=False)):
         label = int(store.labels[r])
         if label < 0:
             continue
@@ -257,8 +280,9 @@ def outcomes_from_csv(path: str | os.PathLike[str], store: Store) -> Outcomes:
         else:
             exact[j] = False
             truth_prob[j] = max(0.0, min(min(listed.values()), 1.0 - sum(listed.values())))
-    return _build(store, rows, names, [r.pred for r in recs], np.array([r.prob for r in recs]), truth_prob,
-                  exact, str(path))
+    return _build(
+        store, rows, names, [r.pred for r in recs], np.array([r.prob for r in recs]), truth_prob, exact, str(path)
+    )
 
 
 def load_outcomes(store: Store, predictions: Predictions | str | os.PathLike[str]) -> Outcomes:
@@ -269,6 +293,7 @@ def load_outcomes(store: Store, predictions: Predictions | str | os.PathLike[str
 
 
 # -- tables and figures --------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class Table:
@@ -296,8 +321,8 @@ class Table:
         cells = [[self.cell(i, c) for c in self.columns] for i in range(len(self))]
         widths = [max([len(c)] + [len(r[k]) for r in cells]) for k, c in enumerate(self.columns)]
         lines = [self.caption] if self.caption else []
-        lines.append("  ".join(c.ljust(w) for c, w in zip(self.columns, widths)).rstrip())
-        lines += ["  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip() for r in cells]
+        lines.append("  ".join(c.ljust(w) for c, w in zip(self.columns, widths, strict=False)).rstrip())
+        lines += ["  ".join(v.ljust(w) for v, w in zip(r, widths, strict=False)).rstrip() for r in cells]
         if not cells:
             lines.append("(no rows)")
         return "\n".join(lines)
@@ -311,8 +336,9 @@ class Table:
     def _repr_html_(self) -> str:
         e = html.escape
         head = "".join(f"<th>{e(c)}</th>" for c in self.columns)
-        body = "".join("<tr>" + "".join(f"<td>{e(self.cell(i, c))}</td>" for c in self.columns) + "</tr>"
-                       for i in range(len(self)))
+        body = "".join(
+            "<tr>" + "".join(f"<td>{e(self.cell(i, c))}</td>" for c in self.columns) + "</tr>" for i in range(len(self))
+        )
         cap = f"<caption>{e(self.caption)}</caption>" if self.caption else ""
         empty = "" if self.records else f"<tr><td colspan='{len(self.columns)}'>(no rows)</td></tr>"
         return f"<table>{cap}<thead><tr>{head}</tr></thead><tbody>{body}{empty}</tbody></table>"
@@ -342,30 +368,42 @@ def most_confused(outcomes: Outcomes, n: int = 10, *, by: str = "truth") -> Tabl
         order = wrong[np.lexsort((paths[wrong], o.truth_prob[wrong], -o.pred_prob[wrong]))] if len(wrong) else wrong
         caption = f"{min(n, len(wrong))} of {len(wrong)} misclassified clips, most confident first"
     chosen = order[:n]
-    records = tuple({
-        "row": int(o.rows[i]),
-        "path": o.paths[i],
-        "seconds": float(o.durations[i]),
-        "truth": o.label_names[int(o.truth[i])],
-        "pred": o.label_names[int(o.pred[i])],
-        "p(pred)": float(o.pred_prob[i]),
-        "p(truth)": f"{o.truth_prob[i]:.3f}" if o.truth_exact[i] else f"<={o.truth_prob[i]:.3f}",
-    } for i in chosen.tolist())
-    return Table(columns=("row", "path", "seconds", "truth", "pred", "p(pred)", "p(truth)"), records=records,
-                 rows=tuple(int(o.rows[i]) for i in chosen.tolist()), caption=caption,
-                 formats={"seconds": ".1f", "p(pred)": ".3f"})
+    records = tuple(
+        {
+            "row": int(o.rows[i]),
+            "path": o.paths[i],
+            "seconds": float(o.durations[i]),
+            "truth": o.label_names[int(o.truth[i])],
+            "pred": o.label_names[int(o.pred[i])],
+            "p(pred)": float(o.pred_prob[i]),
+            "p(truth)": f"{o.truth_prob[i]:.3f}" if o.truth_exact[i] else f"<={o.truth_prob[i]:.3f}",
+        }
+        for i in chosen.tolist()
+    )
+    return Table(
+        columns=("row", "path", "seconds", "truth", "pred", "p(pred)", "p(truth)"),
+        records=records,
+        rows=tuple(int(o.rows[i]) for i in chosen.tolist()),
+        caption=caption,
+        formats={"seconds": ".1f", "p(pred)": ".3f"},
+    )
 
 
 def per_class_table(outcomes: Outcomes) -> Table:
     """Precision, recall, F1, support and predicted count per class (from :meth:`Outcomes.metrics`)."""
     m = outcomes.metrics()
-    records = tuple({"label": name, **{k: m["per_class"][name][k] for k in
-                                       ("precision", "recall", "f1", "support", "predicted")}}
-                    for name in outcomes.label_names)
-    return Table(columns=("label", "precision", "recall", "f1", "support", "predicted"), records=records,
-                 caption=outcomes.describe(), formats={"precision": ".3f", "recall": ".3f", "f1": ".3f"})
+    records = tuple(
+        {"label": name, **{k: m["per_class"][name][k] for k in ("precision", "recall", "f1", "support", "predicted")}}
+        for name in outcomes.label_names
+    )
+    return Table(
+        columns=("label", "precision", "recall", "f1", "support", "predicted"),
+        records=records,
+        caption=outcomes.describe(),
+        formats={"precision": ".3f", "recall": ".3f", "f1": ".3f"},
+    )
 
 
 def confusion_figure(outcomes: Outcomes, *, title: str = "Confusion matrix", ax: Axes | None = None) -> Figure:
-    """The confusion matrix of ``outcomes`` drawn by :func:`infer.explore.figures.confusion_matrix_figure` (inline-ready)."""
+    """The confusion matrix of ``outcomes``, drawn by :func:`infer.explore.figures.confusion_matrix_figure`."""
     return confusion_matrix_figure(outcomes.confusion(), outcomes.label_names, title=title, ax=ax)

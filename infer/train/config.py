@@ -183,7 +183,7 @@ def _flag(name: str) -> str:
 def _parser_for(f: dataclasses.Field[Any]) -> Callable[[str], Any]:
     parse = f.metadata.get("parse")
     if parse is not None:
-        return parse  # type: ignore[no-any-return]
+        return parse  # type: ignore[no-any-return,unused-ignore]
     kind = f.type if isinstance(f.type, str) else getattr(f.type, "__name__", str(f.type))
     if kind.startswith("int"):
         return int

@@ -147,7 +147,8 @@ def _fit_normalisation(view: FeatureView, rows: np.ndarray, seed: int, max_clips
 
 
 def _param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict[str, Any]]:
-    decay, no_decay = [], []
+    decay: list[torch.Tensor] = []
+    no_decay: list[torch.Tensor] = []
     for p in model.parameters():
         (decay if p.ndim > 1 else no_decay).append(p)
     return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
@@ -346,7 +347,7 @@ def train(
         if not hasattr(net, "grad_checkpoint"):
             raise TrainError(f"{type(net).__name__} has no grad_checkpoint attribute: it does not support "
                              "gradient checkpointing")
-        net.grad_checkpoint = True
+        setattr(net, "grad_checkpoint", True)  # noqa: B010 - a plain attribute, see infer.contract
     optimizer = torch.optim.AdamW(_param_groups(net, cfg.weight_decay), lr=cfg.lr)
     scaler = torch.amp.GradScaler(device.type, enabled=engine.autocast == torch.float16)
     history: list[dict[str, Any]] = []
