@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import pickle
 import zipfile
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -46,9 +47,19 @@ class Checkpoint:
     model: ModelSpec
     label_names: list[str]
     feature: str
-    spec: FeatureSpec
+    specs: dict[str, FeatureSpec]
     state_dict: dict[str, torch.Tensor]
     extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def spec(self) -> FeatureSpec:
+        """The spec of the (first) feature; :attr:`specs` has every part of a ``"mel+cqt"`` feature."""
+        return next(iter(self.specs.values()))
+
+    @property
+    def n_bins(self) -> int:
+        """Rows of the model's input: the bins of every part of the feature."""
+        return sum(s.n_bins for s in self.specs.values())
 
     @property
     def config(self) -> ModelConfig | None:
@@ -68,12 +79,17 @@ class Checkpoint:
         return model.to(device).eval()
 
     @classmethod
-    def from_model(cls, model: nn.Module, label_names: list[str], feature: str, spec: FeatureSpec,
-                   extra: dict[str, Any] | None = None, *, model_spec: ModelSpec | None = None) -> Checkpoint:
-        """A checkpoint of ``model``'s current weights; ``model_spec`` says how to rebuild a user model
-        (default: :func:`infer.contract.spec_of`)."""
+    def from_model(cls, model: nn.Module, label_names: list[str], feature: str,
+                   spec: FeatureSpec | Mapping[str, FeatureSpec], extra: dict[str, Any] | None = None, *,
+                   model_spec: ModelSpec | None = None) -> Checkpoint:
+        """A checkpoint of ``model``'s current weights; ``spec``: the feature's spec (or every part's, for a
+        ``"mel+cqt"`` feature); ``model_spec`` says how to rebuild a user model (default:
+        :func:`infer.contract.spec_of`)."""
         state = {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
-        return cls(model_spec or spec_of(model), list(label_names), feature, spec, state, dict(extra or {}))
+        specs = {feature: spec} if isinstance(spec, FeatureSpec) else dict(spec)
+        if list(specs) != feature.split("+"):
+            raise ConfigError(f"feature {feature!r} needs the specs of {feature.split('+')}, got {list(specs)}")
+        return cls(model_spec or spec_of(model), list(label_names), feature, specs, state, dict(extra or {}))
 
 
 def save_torch_file(payload: dict[str, Any], path: str | os.PathLike[str]) -> Path:
@@ -110,7 +126,7 @@ def save_checkpoint(ckpt: Checkpoint, path: str | os.PathLike[str]) -> Path:
     payload = {
         "format": FORMAT, "version": VERSION,
         "model": ckpt.model.to_dict(), "label_names": list(ckpt.label_names),
-        "feature": ckpt.feature, "feature_spec": ckpt.spec.to_dict(),
+        "feature": ckpt.feature, "feature_specs": {k: v.to_dict() for k, v in ckpt.specs.items()},
         "state_dict": ckpt.state_dict, "extra": ckpt.extra,
     }
     return save_torch_file(payload, path)
@@ -133,7 +149,9 @@ def load_checkpoint(path: str | os.PathLike[str]) -> Checkpoint:
             model = ModelSpec.from_dict(raw["model"])
         return Checkpoint(
             model=model, label_names=list(raw["label_names"]),
-            feature=str(raw["feature"]), spec=FeatureSpec.from_dict(raw["feature_spec"]),
+            feature=str(raw["feature"]),
+            specs=({k: FeatureSpec.from_dict(v) for k, v in raw["feature_specs"].items()} if "feature_specs" in raw
+                   else {str(raw["feature"]): FeatureSpec.from_dict(raw["feature_spec"])}),
             state_dict=dict(raw["state_dict"]), extra=dict(raw.get("extra") or {}),
         )
     except (KeyError, TypeError, ValueError, ModelConfigError, ConfigError) as e:
@@ -141,11 +159,13 @@ def load_checkpoint(path: str | os.PathLike[str]) -> Checkpoint:
 
 
 def check_store_matches(ckpt: Checkpoint, store: Store) -> None:
-    """Refuse a store whose feature differs from the one the checkpoint was trained on."""
-    if ckpt.feature not in store.specs:
+    """Refuse a store whose features differ from the ones the checkpoint was trained on."""
+    missing = [name for name in ckpt.specs if name not in store.specs]
+    if missing:
         raise CheckpointError(f"the checkpoint needs feature {ckpt.feature!r}; the store has "
                               f"{', '.join(store.specs)}")
-    diff = spec_differences(ckpt.spec, store.specs[ckpt.feature])
-    if diff:
-        raise CheckpointError(f"store feature {ckpt.feature!r} differs from the checkpoint's "
-                              f"(checkpoint != store): {'; '.join(diff)}")
+    for name, spec in ckpt.specs.items():
+        diff = spec_differences(spec, store.specs[name])
+        if diff:
+            raise CheckpointError(f"store feature {name!r} differs from the checkpoint's "
+                                  f"(checkpoint != store): {'; '.join(diff)}")

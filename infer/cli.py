@@ -65,7 +65,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if args.model:
         ckpt = load_checkpoint(args.model)
         model = ckpt.build()
-        n_bins = ckpt.spec.n_bins
+        n_bins = ckpt.n_bins
     else:
         n_bins = s.spec.n_bins
         model = build_model(ModelConfig(n_bins=n_bins, n_classes=max(len(s.label_names), 1)))

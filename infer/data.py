@@ -46,7 +46,7 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset, Sampler
 
-from store import ConfigError, Store, open_store
+from store import ConfigError, FeatureSpec, Store, open_store
 
 from .augment import SpecAugment
 from .budget import Budget, CostModel
@@ -54,7 +54,8 @@ from .collate import Batch, collate
 from .planner import Plan, plan_batches, training_plan
 
 __all__ = [
-    "BudgetBatchSampler", "Item", "PadCollate", "SpecAugment", "StoreDataset", "pad_collate", "prefetch",
+    "BudgetBatchSampler", "Item", "PadCollate", "SpecAugment", "StoreDataset", "feature_specs", "pad_collate",
+    "prefetch",
 ]
 
 log = logging.getLogger(__name__)
@@ -62,6 +63,18 @@ log = logging.getLogger(__name__)
 _MIB = 1 << 20
 _CROP_STREAM = 0xC209
 _MASK_STREAM = 0x5A5C
+
+
+def feature_specs(store: Store, feature: str | None = None) -> dict[str, FeatureSpec]:
+    """The stored features a feature name stands for, in order: ``"mel"``, or ``"mel+cqt"`` for several
+    stacked along the bin axis (they share the store's frame grid).  Default: the store's default feature."""
+    name = feature or store.default_feature
+    parts = [p.strip() for p in name.split("+")]
+    missing = [p for p in parts if p not in store.specs]
+    if missing or not all(parts) or len(set(parts)) != len(parts):
+        raise ConfigError(f"feature {name!r} is not one of the store's features ({', '.join(store.specs)}) or "
+                          "a '+'-joined list of them, each once")
+    return {p: store.specs[p] for p in parts}
 
 
 def _rng(seed: int, epoch: int, index: int, stream: int) -> np.random.Generator:
@@ -83,7 +96,8 @@ class StoreDataset(Dataset[Item]):
     """A map-style dataset over a store's clips; see the module docstring.
 
     ``store``: a path/URL or an open :class:`~store.Store`; ``feature``: which
-    feature (default: the store's default); ``rows``: the store rows to use
+    feature (default: the store's default; ``"mel+cqt"`` stacks several along
+    the bin axis, frame by frame, see :func:`feature_specs`); ``rows``: the store rows to use
     (default all, or the labelled ones with ``labelled_only``);
     ``crop_seconds``/``crop_frames``: a random window of at most that length
     per item and epoch (None: whole clips); ``spec_augment``: masks per item
@@ -98,10 +112,9 @@ class StoreDataset(Dataset[Item]):
         self._where = s.location
         self._generation = s.generation
         self._store: Store | None = s
-        self.feature = feature or s.default_feature
-        if self.feature not in s.specs:
-            raise ConfigError(f"store has no feature {self.feature!r}; it has {', '.join(s.specs)}")
-        self.spec = s.specs[self.feature]
+        self.specs = feature_specs(s, feature)
+        self.feature = "+".join(self.specs)
+        self.spec = next(iter(self.specs.values()))  # the frame grid all parts share
         if rows is None:
             chosen = np.flatnonzero(s.labels >= 0) if labelled_only else np.arange(len(s))
         else:
@@ -144,8 +157,8 @@ class StoreDataset(Dataset[Item]):
     # -- the Dataset protocol ---------------------------------------------------------------------
     @property
     def n_bins(self) -> int:
-        """Rows of each item's features (mel or CQT bins)."""
-        return self.spec.n_bins
+        """Rows of each item's features (mel and/or CQT bins)."""
+        return sum(spec.n_bins for spec in self.specs.values())
 
     @property
     def lengths(self) -> np.ndarray:
@@ -163,8 +176,15 @@ class StoreDataset(Dataset[Item]):
 
     def window(self, index: int, start: int, stop: int) -> np.ndarray:
         """Frames ``[start, stop)`` of item ``index`` as a ``(n_bins, stop - start)`` float32 copy."""
-        frames = self._open().feature(self.feature).frames(int(self.rows[index]))
-        return np.array(frames[start:stop].T, dtype=np.float32)
+        s, row = self._open(), int(self.rows[index])
+        if len(self.specs) == 1:
+            return np.array(s.feature(self.feature).frames(row)[start:stop].T, dtype=np.float32)
+        out = np.empty((self.n_bins, stop - start), dtype=np.float32)
+        b = 0
+        for name, spec in self.specs.items():
+            out[b:b + spec.n_bins] = s.feature(name).frames(row)[start:stop].T
+            b += spec.n_bins
+        return out
 
     def __getitem__(self, index: int) -> Item:
         index = int(index)

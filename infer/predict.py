@@ -27,6 +27,7 @@ from store import ConfigError, Store, check_output_path, open_store
 
 from .checkpoint import Checkpoint, check_store_matches, load_checkpoint
 from .contract import ModelSpec
+from .data import feature_specs
 from .explore.predictions import Predictions, write_predictions_csv
 from .runtime import Engine, RunOptions
 
@@ -89,13 +90,12 @@ def load_model(model: ModelLike, store: Store, *, feature: str | None = None,
     constructor takes them.
     """
     if isinstance(model, nn.Module) or (isinstance(model, str) and ":" in model and not Path(model).exists()):
-        name = feature or store.default_feature
-        if name not in store.specs:
-            raise ConfigError(f"store has no feature {name!r}; it has {', '.join(store.specs)}")
+        specs = feature_specs(store, feature)
+        name = "+".join(specs)
         if isinstance(model, nn.Module):
             module, label = model, type(model).__name__
         else:
-            module = ModelSpec.for_class(model, model_args, n_bins=store.specs[name].n_bins,
+            module = ModelSpec.for_class(model, model_args, n_bins=sum(s.n_bins for s in specs.values()),
                                          n_classes=len(store.label_names)).build()
             label = model
         return LoadedModel(module, list(store.label_names), name, {}, label)

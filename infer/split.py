@@ -137,7 +137,8 @@ def training_fingerprint(store: Store, rule: SplitRule, feature: str) -> str:
     the label names and the feature spec.  Equal digests mean a model saw the same data."""
     train_rows, val_rows = training_rows(store, rule)
     h = hashlib.blake2b(digest_size=16)
-    h.update(repr((store.label_names, feature, sorted(store.specs[feature].to_dict().items()))).encode())
+    specs = [sorted(store.specs[part].to_dict().items()) for part in feature.split("+")]
+    h.update(repr((store.label_names, feature, specs if "+" in feature else specs[0])).encode())
     for tag, rows in (("train", train_rows), ("val", val_rows)):
         h.update(tag.encode())
         for key in sorted((store.hashes[int(r)], store.label_names[int(store.labels[r])]) for r in rows):

@@ -23,6 +23,7 @@ from infer.cli import main as infer_main
 from infer.contract import ModelSpec, spec_of
 from infer.cost import measure_cost_per_frame
 from infer.data import BudgetBatchSampler, PadCollate, StoreDataset, pad_collate
+from infer.evaluate import evaluate
 from infer.models import ModelConfig, build_model
 from infer.planner import plan_batches
 from infer.predict import predict
@@ -325,3 +326,28 @@ def test_training_with_grad_checkpoint_option(tmp_path: Path) -> None:
     with pytest.raises(Exception, match="gradient checkpointing"):
         train(store, tmp_path / "u.pt", TrainConfig(epochs=1, device="cpu", grad_checkpoint=True),
               model="user_models:TinyUserNet", progress=False)
+
+
+def test_stacked_features_train_predict_and_evaluate(tmp_path: Path) -> None:
+    """feature="mel+cqt": both features of every frame stacked along the bins, through train -> predict -> eval."""
+    from store import FeatureSpec
+
+    specs = {"mel": FeatureSpec.mel(n_bins=16), "cqt": FeatureSpec.cqt(n_bins=12)}
+    store = make_store(tmp_path / "s.zarr", lengths=[30, 50, 70, 90, 40, 60] * 4, specs=specs)
+    s = open_store(store)
+    ds = StoreDataset(s, "mel+cqt")
+    assert ds.n_bins == 28 and ds.feature == "mel+cqt"
+    item = ds[3]
+    np.testing.assert_array_equal(item.features[:16], np.asarray(s.feature("mel")[item.row], dtype=np.float32))
+    np.testing.assert_array_equal(item.features[16:], np.asarray(s.feature("cqt")[item.row], dtype=np.float32))
+    with pytest.raises(ConfigError, match="joined list of them"):
+        StoreDataset(s, "mel+chroma")
+    res = train(store, tmp_path / "m.pt", TrainConfig(epochs=1, width=4, depth=2, crop_seconds=None, device="cpu",
+                                                     feature="mel+cqt", val_fraction=0.25), progress=False)
+    ck = load_checkpoint(res.model_path)
+    assert ck.feature == "mel+cqt" and list(ck.specs) == ["mel", "cqt"] and ck.n_bins == 28
+    assert predict(s, ck, device="cpu", progress=False).probs.shape == (len(s), 3)
+    assert evaluate(s, res.model_path, device="cpu", progress=False).split == "val"
+    mel_only = make_store(tmp_path / "m.zarr", lengths=[30, 40], specs={"mel": specs["mel"]})
+    with pytest.raises(Exception, match="needs feature 'mel\\+cqt'"):
+        predict(mel_only, ck, device="cpu", progress=False)

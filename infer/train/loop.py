@@ -45,13 +45,13 @@ from torch import Tensor, nn
 from torch.utils.data import DataLoader
 from tqdm.auto import tqdm
 
-from store import ConfigError, FeatureView, Store, check_output_path, open_store, write_atomic
+from store import ConfigError, Store, check_output_path, open_store, write_atomic
 
 from ..augment import SpecAugment
 from ..budget import Budget
 from ..checkpoint import Checkpoint, load_checkpoint, save_checkpoint
 from ..contract import ModelSpec, masks_padding, spec_of, time_stride, window_frames
-from ..data import BudgetBatchSampler, PadCollate, StoreDataset, prefetch
+from ..data import BudgetBatchSampler, PadCollate, StoreDataset, feature_specs, prefetch
 from ..models import count_parameters
 from ..runtime import Engine, RunOptions
 from ..split import SplitError, SplitRule, training_fingerprint, training_rows
@@ -124,26 +124,36 @@ def _epoch_seed(seed: int, epoch: int, stream: int) -> int:
     return int.from_bytes(digest, "big") >> 1
 
 
-def _fit_normalisation(view: FeatureView, rows: np.ndarray, seed: int, max_clips: int = 128,
-                       max_frames: int = 2048) -> tuple[float, float]:
-    """Mean and standard deviation (dB) of a sample of training frames (float64 accumulation)."""
+@dataclass(frozen=True)
+class FrameStats:
+    """Mean and standard deviation (dB) of a sample of training frames: overall, and per bin."""
+
+    mean: float
+    std: float
+    bin_mean: np.ndarray
+    bin_std: np.ndarray
+
+
+def frame_stats(dataset: StoreDataset, seed: int, max_clips: int = 128, max_frames: int = 2048) -> FrameStats:
+    """:class:`FrameStats` of up to ``max_clips`` items (a window of ``max_frames`` each), float64 sums."""
     rng = np.random.default_rng(_epoch_seed(seed, 0, 99))
-    pick = rows if len(rows) <= max_clips else rng.choice(rows, size=max_clips, replace=False)
-    total = 0.0
-    total_sq = 0.0
+    n = len(dataset)
+    pick = np.arange(n) if n <= max_clips else rng.choice(n, size=max_clips, replace=False)
+    total = np.zeros(dataset.n_bins)
+    total_sq = np.zeros(dataset.n_bins)
     count = 0
-    for r in pick.tolist():
-        frames = view.frames(int(r))
-        if len(frames) > max_frames:
-            start = int(rng.integers(0, len(frames) - max_frames + 1))
-            frames = frames[start:start + max_frames]
-        a = np.asarray(frames, dtype=np.float64)
-        total += float(a.sum())
-        total_sq += float(np.square(a).sum())
-        count += a.size
-    mean = total / count
-    std = math.sqrt(max(total_sq / count - mean * mean, 0.0))
-    return mean, max(std, 1e-3)
+    for i in pick.tolist():
+        length = int(dataset.full_lengths[i])
+        start = int(rng.integers(0, length - max_frames + 1)) if length > max_frames else 0
+        a = dataset.window(i, start, min(length, start + max_frames)).astype(np.float64)
+        total += a.sum(axis=1)
+        total_sq += np.square(a).sum(axis=1)
+        count += a.shape[1]
+    bin_mean = total / count
+    bin_std = np.sqrt(np.maximum(total_sq / count - bin_mean**2, 0.0))
+    mean = float(total.sum() / (count * dataset.n_bins))
+    std = math.sqrt(max(float(total_sq.sum() / (count * dataset.n_bins)) - mean * mean, 0.0))
+    return FrameStats(mean, max(std, 1e-3), bin_mean, np.maximum(bin_std, 1e-3))
 
 
 def _param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict[str, Any]]:
@@ -305,10 +315,13 @@ def train(
     t0 = time.perf_counter()
     model_path = check_output_path(model_path, what="MODEL")
     s = store if isinstance(store, Store) else open_store(store)
-    feature = cfg.feature or s.default_feature
-    if feature not in s.specs:
-        raise TrainError(f"store has no feature {feature!r}; it has {', '.join(s.specs)}")
-    spec = s.specs[feature]
+    try:
+        specs = feature_specs(s, cfg.feature)
+    except ConfigError as e:
+        raise TrainError(str(e)) from None
+    feature = "+".join(specs)
+    spec = next(iter(specs.values()))  # the frame grid every part shares
+    n_bins = sum(p.n_bins for p in specs.values())
     rule = SplitRule(cfg.val_fraction, cfg.seed)
     try:
         train_rows, val_rows = training_rows(s, rule)
@@ -334,12 +347,13 @@ def train(
     state = _resumable(load_resume(resume_path), cfg, fingerprint, model_path, overwrite)
 
     # -- the model: resumed or fresh ---------------------------------------------------------------
-    mean, std = _fit_normalisation(s.feature(feature), train_rows, cfg.seed)
+    stats = frame_stats(StoreDataset(s, feature, rows=train_rows), cfg.seed)
+    mean, std = stats.mean, stats.std
     if state is not None:
         model_spec = ModelSpec.from_dict(state.model_spec)
     else:
         model_spec = _model_spec(cfg, model, model_args, {
-            "n_bins": spec.n_bins, "n_classes": n_classes, "input_mean": round(mean, 4), "input_std": round(std, 4)})
+            "n_bins": n_bins, "n_classes": n_classes, "input_mean": round(mean, 4), "input_std": round(std, 4)})
     torch.manual_seed(cfg.seed)
     net = model if isinstance(model, nn.Module) else model_spec.build()
     net = net.to(device)
@@ -367,8 +381,8 @@ def train(
 
     # -- budget, data ------------------------------------------------------------------------------
     stride = time_stride(net)
-    budget: Budget = engine.budget(net, spec.n_bins, training=True)
-    eval_budget: Budget = engine.budget(net, spec.n_bins)
+    budget: Budget = engine.budget(net, n_bins, training=True)
+    eval_budget: Budget = engine.budget(net, n_bins)
     train_lengths = s.lengths[train_rows].astype(np.int64)
     if masks_padding(net):
         limit = budget.max_window
@@ -464,7 +478,7 @@ def train(
             score = _score(entry)
             if best_score is None or score > best_score:
                 best_score, best_epoch = score, epoch + 1
-                save_checkpoint(Checkpoint.from_model(net, s.label_names, feature, spec, extra={
+                save_checkpoint(Checkpoint.from_model(net, s.label_names, feature, specs, extra={
                     **base_extra, "epoch": epoch + 1, "best_epoch": epoch + 1,
                     "val_accuracy": entry["val_accuracy"], "history": history}, model_spec=model_spec), model_path)
             save_resume(ResumeState(
