@@ -33,6 +33,8 @@ ARGS        ?=
 OVERWRITE   ?=
 OUT_DIR     ?= reports
 SPLIT       ?= auto
+BASELINES   ?=
+BASELINE_STORE ?=
 GPU_OUT     ?= reports/gpu-check
 # What `import store, infer` needs that the GPU machine's image lacks (it has torch, numpy, scipy, scikit-learn,
 # pytest, fsspec, tqdm, pyyaml); pinned to what `make install` resolves here.
@@ -106,10 +108,11 @@ train: install  ## STORE MODEL (required) EPOCHS ARCH WIDTH CROP (s; 0 = whole) 
 		--precision $(call q,$(PRECISION)) --max-batch $(call q,$(MAX_BATCH)) \
 		$(if $(BUDGET_MB),--budget-mb $(call q,$(BUDGET_MB))) $(if $(OVERWRITE),--overwrite) $(ARGS)
 
-eval: install  ## STORE MODEL (required) OUT_DIR=reports SPLIT=auto|all|val|train: report.json, report.txt, confusion.png
+eval: install  ## STORE MODEL (required) OUT_DIR SPLIT=auto|all|val|train BASELINES=1 [BASELINE_STORE=train.zarr]
 	$(PY) -m infer eval $(call q,$(STORE)) $(call q,$(MODEL)) --out-dir $(call q,$(OUT_DIR)) \
 		--split $(call q,$(SPLIT)) --device $(call q,$(DEVICE)) --precision $(call q,$(PRECISION)) \
-		--max-batch $(call q,$(MAX_BATCH)) $(if $(BUDGET_MB),--budget-mb $(call q,$(BUDGET_MB)))
+		--max-batch $(call q,$(MAX_BATCH)) $(if $(BUDGET_MB),--budget-mb $(call q,$(BUDGET_MB))) \
+		$(if $(BASELINES),--baselines) $(if $(BASELINE_STORE),--baseline-store $(call q,$(BASELINE_STORE)))
 
 demo: install  ## the whole system on the synthetic demo corpus: features, train, predict, evaluate
 	@$(MAKE) --no-print-directory features CORPUS=$(DEMO_CORPUS) STORE=$(DEMO_STORE)

@@ -104,7 +104,8 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    report = evaluate(args.store, args.model, args.out_dir, split=args.split, options=_run_options(args))
+    report = evaluate(args.store, args.model, args.out_dir, split=args.split, baselines=args.baselines,
+                      baseline_store=args.baseline_store, options=_run_options(args))
     print(report.summary())
     if report.n_unlabelled or report.n_unknown_label:
         print(f"skipped {report.n_unlabelled} unlabelled clips; {report.n_unknown_label} clips have labels the "
@@ -169,6 +170,12 @@ def _eval_parser(p: argparse.ArgumentParser) -> None:
     p.add_argument("--split", default="auto", choices=EVAL_SPLITS,
                    help="auto: the held-out split on the store the model was trained on, every clip elsewhere; "
                         "all, or the training / held-out split the checkpoint recorded (default auto)")
+    p.add_argument("--baselines", action="store_true",
+                   help="also fit simple baselines (logistic regression, 5-NN on per-band mean/std/delta) on the "
+                        "model's training clips and report them beside the model, with bootstrap intervals")
+    p.add_argument("--baseline-store", default=None, metavar="STORE",
+                   help="the store whose labelled clips the baselines learn from (default: the model's training "
+                        "store, its training split)")
     _add_run_args(p)
 
 

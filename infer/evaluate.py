@@ -32,13 +32,14 @@ from typing import Any
 import numpy as np
 import torch
 
-from store import SpecstoreError, Store, write_atomic
+from store import SpecstoreError, Store, open_store, write_atomic
 
+from .baselines import BaselineResult, bootstrap_ci, fit_baselines
 from .explore.figures import PlotError, plot_confusion
 from .explore.outcomes import classification_metrics, confusion
 from .predict import LoadedModel, ModelLike, open_inputs
 from .runtime import Engine, RunOptions
-from .split import SPLITS, SplitError, SplitRule, split_keys, training_fingerprint
+from .split import SPLITS, SplitError, SplitRule, split_keys, training_fingerprint, training_rows
 
 __all__ = ["EVAL_SPLITS", "EvaluateError", "Report", "evaluate", "resolve_split", "write_report"]
 
@@ -65,7 +66,10 @@ class Report:
     skipped for lack of a label; ``n_unknown_label``: evaluated rows whose
     label the model lacks; ``split``: the split scored (``auto`` resolved);
     ``n_trained_on``: evaluated rows the model was trained on (None when the
-    store is not the one the model was trained on).
+    store is not the one the model was trained on); ``accuracy_ci``: the 95%
+    bootstrap interval of ``accuracy`` over the clips; ``baselines``: simple
+    baselines fitted on the model's training clips and scored on the same
+    clips (:mod:`infer.baselines`), when asked for.
     """
 
     accuracy: float
@@ -86,6 +90,8 @@ class Report:
     store: str
     model: str
     n_trained_on: int | None = None
+    accuracy_ci: tuple[float, float] = (0.0, 0.0)
+    baselines: list[dict[str, Any]] = field(default_factory=list)
     seconds: float = 0.0
     misclassified: list[dict[str, Any]] = field(default_factory=list)
     files: dict[str, str] = field(default_factory=dict)
@@ -118,6 +124,8 @@ class Report:
             f"{self.macro_f1:8.3f}  {self.n_clips:7d}",
             f"{'weighted avg':>{width}}  {'':9}  {'':6}  {self.weighted_f1:8.3f}  {self.n_clips:7d}",
             f"{f'top-{self.topk} acc.':>{width}}  {'':9}  {'':6}  {self.topk_accuracy:8.3f}  {self.n_clips:7d}",
+            f"{'95% CI (acc.)':>{width}}  {self.accuracy_ci[0]:.3f} .. {self.accuracy_ci[1]:.3f} "
+            "(bootstrap over clips)",
             "",
             "confusion matrix (rows: true label, columns: predicted label):",
         ]
@@ -126,6 +134,16 @@ class Report:
         lines.append(f"{'':>{width}} " + "".join(f"{s:>{cell}}" for s in short))
         for name, row in zip(self.label_names, self.confusion, strict=True):
             lines.append(f"{name:>{width}} " + "".join(f"{v:>{cell}d}" for v in row))
+        if self.baselines:
+            lines += ["", "the model against simple baselines on the same clips (accuracy, 95% bootstrap interval):",
+                      f"  {'model':<52} {self.accuracy:.3f}  [{self.accuracy_ci[0]:.3f}, {self.accuracy_ci[1]:.3f}]"
+                      f"  macro F1 {self.macro_f1:.3f}"]
+            for b in self.baselines:
+                lo, hi = b["accuracy_ci"]
+                lines.append(f"  {b['name']:<52} {b['accuracy']:.3f}  [{lo:.3f}, {hi:.3f}]  macro F1 "
+                             f"{b['macro_f1']:.3f}")
+            best = max(b["accuracy"] for b in self.baselines)
+            lines.append(f"  margin over the best baseline: {self.accuracy - best:+.3f}")
         return "\n".join(lines) + "\n"
 
     def summary(self) -> str:
@@ -177,6 +195,8 @@ def evaluate(
     *,
     split: str = "auto",
     model_args: dict[str, Any] | None = None,
+    baselines: bool = False,
+    baseline_store: str | Store | None = None,
     options: RunOptions | None = None,
     **overrides: Any,
 ) -> Report:
@@ -187,6 +207,10 @@ def evaluate(
     :class:`infer.runtime.RunOptions` (device,
     budget_mb, max_batch, precision, threads, progress).  With ``out_dir``,
     writes ``report.json``, ``report.txt`` and ``confusion.png`` there.
+    ``baselines``: also fit the simple baselines of :mod:`infer.baselines` on
+    the model's training clips (those of ``baseline_store``, by default the
+    store recorded in the checkpoint, restricted to its training split when
+    it is the model's training data) and score them on the same clips.
     Raises :class:`EvaluateError` when the selection holds no labelled clip,
     ``StoreError``/``CheckpointError`` for bad inputs.
     """
@@ -243,6 +267,10 @@ def evaluate(
         n_trained_on=n_trained_on,
         misclassified=misclassified,
     )
+    report.accuracy_ci = bootstrap_ci(pred == truth)
+    if baselines:
+        report.baselines = [b.to_dict() for b in _baselines(ckpt, s, rows, [names[t] for t in truth], rule,
+                                                            baseline_store)]
     if n_trained_on:
         log.warning(
             "%d of the %d clips scored were training clips: the figures are optimistic", n_trained_on, len(rows)
@@ -259,6 +287,23 @@ def evaluate(
     if out_dir is not None:
         write_report(report, out_dir)
     return report
+
+
+def _baselines(ckpt: LoadedModel, s: Store, rows: np.ndarray, truth: list[str], rule: SplitRule | None,
+               baseline_store: str | Store | None) -> list[BaselineResult]:
+    """Fit the baselines on the model's training clips and score them on ``rows`` of ``s``."""
+    source = baseline_store if baseline_store is not None else ckpt.extra.get("store")
+    if source is None:
+        raise EvaluateError("the baselines need training clips: give baseline_store (--baseline-store); the "
+                            "checkpoint records no training store")
+    train_store = source if isinstance(source, Store) else open_store(source)
+    train_rows = np.flatnonzero(train_store.labels >= 0)
+    if rule is not None and _trained_on(ckpt, train_store):
+        train_rows = training_rows(train_store, rule)[0]  # what the model learned from, nothing held out
+    if str(train_store.location) == str(s.location) and set(train_rows.tolist()) & set(rows.tolist()):
+        log.warning("the baselines are fitted on some of the clips they are scored on (split 'all' on the training "
+                    "store): their figures are optimistic too")
+    return fit_baselines(train_store, train_rows, s, rows, truth)
 
 
 def write_report(report: Report, out_dir: str | os.PathLike[str]) -> dict[str, str]:

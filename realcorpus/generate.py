@@ -322,7 +322,7 @@ examples:
   specstore-realcorpus data/realcorpus --jobs 2        # the development corpus (about 10 min on 2 cores)
   specstore-realcorpus /tmp/rc-tiny --tiny             # 12 short clips, seconds (the test suite's)
   python -c "import pipeline; print(pipeline.extract('data/realcorpus/train.csv', 'data/rc-train.zarr').report())"
-  python -m realcorpus.baselines data/rc-train.zarr data/rc-test.zarr   # LR / kNN on band statistics
+  make eval STORE=data/rc-test.zarr MODEL=models/rc.pt SPLIT=all BASELINES=1 BASELINE_STORE=data/rc-train.zarr
 
 Needs fluidsynth and the SoundFont packages (make realcorpus-deps; the tiny size
 only fluidsynth and csound-soundfont) and music21 (pip install 'specstore[realcorpus]').
