@@ -6,8 +6,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from factories import make_separable_store, make_store
+
 from infer.baselines import bootstrap_ci, clip_stats, fit_baselines
 from infer.cli import main as infer_main
 from infer.evaluate import evaluate
