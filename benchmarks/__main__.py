@@ -27,7 +27,7 @@ from typing import Any
 from . import bench_common
 from .bench_common import GroupResult, load_average, log, machine_info, wait_for_quiet
 
-GROUPS = ("extract", "extract-mem", "plan", "infer", "infer-mem", "reads", "gpu")
+GROUPS = ("extract", "extract-mem", "plan", "infer", "infer-mem", "reads", "gpu", "model")
 
 #: Sizes: full run (about 6-8 minutes on 2 cores) and the smoke run.
 FULL: dict[str, dict[str, Any]] = {
@@ -38,6 +38,7 @@ FULL: dict[str, dict[str, Any]] = {
     "infer-mem": dict(sizes=(1000, 20000), repeats=1),
     "reads": dict(n_clips=400, n_reads=1000, repeats=3),
     "gpu": dict(n_clips=64, repeats=3),
+    "model": dict(quick=False),
 }
 QUICK: dict[str, dict[str, Any]] = {
     "extract": dict(n_files=8, mean_seconds=3.0, repeats=1),
@@ -47,6 +48,7 @@ QUICK: dict[str, dict[str, Any]] = {
     "infer-mem": dict(sizes=(100, 400), repeats=1),
     "reads": dict(n_clips=30, n_reads=100, repeats=1),
     "gpu": dict(n_clips=4, repeats=1),
+    "model": dict(quick=True),
 }
 
 NOTES = [
@@ -92,6 +94,10 @@ def _runner(name: str, work: Path, sizes: dict[str, Any]) -> Callable[[], GroupR
         from . import bench_infer
 
         return lambda: bench_infer.run_gpu(work / "gpu", **sizes)
+    if name == "model":
+        from . import bench_model
+
+        return lambda: bench_model.run(work / "model", **sizes)
     raise ValueError(name)
 
 
