@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import queue
 import threading
 from collections.abc import Iterable, Iterator, Sequence
@@ -104,7 +105,7 @@ class StoreDataset(Dataset[Item]):
     and epoch; ``seed``: with the epoch and the index, every random draw.
     """
 
-    def __init__(self, store: str | Store, feature: str | None = None, *,
+    def __init__(self, store: str | os.PathLike[str] | Store, feature: str | None = None, *,
                  rows: Sequence[int] | np.ndarray | None = None, labelled_only: bool = False,
                  crop_seconds: float | None = None, crop_frames: int | None = None,
                  spec_augment: SpecAugment | None = None, seed: int = 0) -> None:

@@ -189,14 +189,14 @@ def _topk_hits(probs: np.ndarray, truth: np.ndarray, k: int) -> np.ndarray:
 
 
 def evaluate(
-    store: str | Store,
+    store: str | os.PathLike[str] | Store,
     model: ModelLike,
     out_dir: str | os.PathLike[str] | None = None,
     *,
     split: str = "auto",
     model_args: dict[str, Any] | None = None,
     baselines: bool = False,
-    baseline_store: str | Store | None = None,
+    baseline_store: str | os.PathLike[str] | Store | None = None,
     options: RunOptions | None = None,
     **overrides: Any,
 ) -> Report:
@@ -290,7 +290,7 @@ def evaluate(
 
 
 def _baselines(ckpt: LoadedModel, s: Store, rows: np.ndarray, truth: list[str], rule: SplitRule | None,
-               baseline_store: str | Store | None) -> list[BaselineResult]:
+               baseline_store: str | os.PathLike[str] | Store | None) -> list[BaselineResult]:
     """Fit the baselines on the model's training clips and score them on ``rows`` of ``s``."""
     source = baseline_store if baseline_store is not None else ckpt.extra.get("store")
     if source is None:

@@ -105,7 +105,7 @@ def load_model(model: ModelLike, store: Store, *, feature: str | None = None,
                        "<checkpoint>" if isinstance(model, Checkpoint) else str(model))
 
 
-def open_inputs(store: str | Store, model: ModelLike, options: RunOptions | None,
+def open_inputs(store: str | os.PathLike[str] | Store, model: ModelLike, options: RunOptions | None,
                 overrides: dict[str, Any], model_args: dict[str, Any] | None = None,
                 ) -> tuple[RunOptions, Store, LoadedModel]:
     """Options (``options`` updated by keyword ``overrides``), the store and the model resolved against it."""
@@ -120,7 +120,7 @@ def open_inputs(store: str | Store, model: ModelLike, options: RunOptions | None
 
 
 def predict(
-    store: str | Store,
+    store: str | os.PathLike[str] | Store,
     checkpoint: ModelLike,
     out: str | os.PathLike[str] | None = None,
     *,

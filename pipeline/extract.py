@@ -242,7 +242,7 @@ def _choose_corpus(writer: StoreWriter, root: Path, add_corpus: bool) -> tuple[i
 
 def extract(
     corpus: str | os.PathLike[str],
-    store: str,
+    store: str | os.PathLike[str],
     *,
     features: Iterable[str] = ("mel", "cqt"),
     jobs: int | None = None,

@@ -12,7 +12,8 @@ from ..train import TrainConfig, TrainResult, train
 __all__ = ["quick_train"]
 
 
-def quick_train(store: str | Store, model_path: str | os.PathLike[str], *, epochs: int = 20, width: int = 8,
+def quick_train(store: str | os.PathLike[str] | Store, model_path: str | os.PathLike[str], *, epochs: int = 20,
+                width: int = 8,
                 crop_seconds: float | None = 4.0, seed: int = 0, progress: bool = False,
                 **overrides: Any) -> TrainResult:
     """A tiny model (``width`` channels, ``crop_seconds`` crops, ``epochs`` passes) for a quick look.

@@ -280,7 +280,7 @@ def _resumable(state: ResumeState | None, cfg: TrainConfig, fingerprint: str, mo
 
 
 def train(
-    store: str | Store,
+    store: str | os.PathLike[str] | Store,
     model_path: str | os.PathLike[str],
     config: TrainConfig | None = None,
     *,
