@@ -143,6 +143,7 @@ def train_throughput(work: Path, *, n_clips: int, median_s: float, budget_mb: fl
     times: dict[str, list[float]] = {"ours": [], "plain": []}
     foreign: dict[str, list[float]] = {"ours": [], "plain": []}
     stats: dict[str, list[dict[str, Any]]] = {"ours": [], "plain": []}
+    cpu: dict[str, list[float]] = {"ours": [], "plain": []}
     for r in range(repeats):
         variants = {"ours": ours(r), "plain": plain(r)}
         for name in rotated(list(variants), r):
@@ -150,6 +151,7 @@ def train_throughput(work: Path, *, n_clips: int, median_s: float, budget_mb: fl
                 st = variants[name]()
             times[name].append(w.wall)
             foreign[name].append(w.foreign_cores)
+            cpu[name].append(w.own_cores * w.wall)
             stats[name].append(st)
         log.info("training repeat %d/%d: ours %.1f clips/s, plain (batch %d) %.1f clips/s", r + 1, repeats,
                  n_clips / times["ours"][-1], plain_bs, n_clips / times["plain"][-1])
@@ -164,6 +166,9 @@ def train_throughput(work: Path, *, n_clips: int, median_s: float, budget_mb: fl
         "clips_per_s": {k: round(n_clips / median(v), 2) for k, v in times.items()},
         "times_s": {k: [round(x, 2) for x in v] for k, v in times.items()},
         "foreign_cores": {k: round(median(v), 2) for k, v in foreign.items()},
+        "cpu_seconds": {k: [round(x, 2) for x in v] for k, v in cpu.items()},
+        "ratio_of_cpu_seconds (less sensitive to other load)": round(
+            median([p / o for p, o in zip(cpu["plain"], cpu["ours"], strict=True)]), 3),
         "padding_efficiency": eff, "ideal_ratio (efficiency ratio)": round(eff["ours"] / eff["plain"], 3),
         "batches_per_epoch": {k: v[0]["batches"] for k, v in stats.items()},
         "worst_batch_vs_budget": {k: round(max(s["worst"] for s in v), 3) for k, v in stats.items()},

@@ -181,3 +181,26 @@ def test_hf_datasets_export_holds_the_store_values(tmp_path: Path, examples: Non
     np.testing.assert_array_equal(got["features"], np.asarray(s.feature("mel").frames(int(got["row"])), np.float32))
     with pytest.raises(ConfigError, match="dtype"):
         recipe.to_hf_dataset(store, dtype="int8")
+
+
+# -- the reader thread in a loop that stops early ------------------------------------------------------------
+
+def test_prefetch_closes_at_once_when_the_loop_stops_early(tmp_path: Path) -> None:
+    """A user's loop that ``break``s: the reader thread must not hang on a full queue (it used to, for 5 s)."""
+    import threading
+    import time
+
+    from infer.data import PadCollate, StoreDataset, prefetch
+
+    ds = StoreDataset(make_store(tmp_path / "s.zarr", lengths=[10, 20, 30, 40]))
+    for batches in ([[0], [1], [2]], [[0], [1], [2], [3]]):
+        gen = prefetch(ds, batches, PadCollate(), ahead=2)
+        first = next(gen)
+        assert first.ids.tolist() == [0]
+        time.sleep(0.3)  # the reader has filled the queue (and is done, for three batches)
+        t0 = time.perf_counter()
+        gen.close()
+        assert time.perf_counter() - t0 < 1.0
+        assert not [t for t in threading.enumerate() if t.name == "specstore-prefetch" and t.is_alive()]
+    # a full pass still yields every batch, then stops
+    assert [b.ids.tolist() for b in prefetch(ds, [[0, 1], [2], [3]], PadCollate(), ahead=1)] == [[0, 1], [2], [3]]
