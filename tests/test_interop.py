@@ -77,7 +77,6 @@ def test_train_your_own_loop_checkpoint_and_predict(tmp_path: Path, examples: No
     assert (tmp_path / "p.csv").read_text().count("\n") == len(s) + 1
 
 
-@pytest.mark.slow
 def test_train_your_own_runs_as_a_script_with_workers(tmp_path: Path) -> None:
     """``python examples/train_your_own.py`` (module ``__main__``): the checkpoint still names an importable class."""
     store = make_separable_store(tmp_path / "s.zarr", n=24)
