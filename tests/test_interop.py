@@ -77,6 +77,7 @@ def test_train_your_own_loop_checkpoint_and_predict(tmp_path: Path, examples: No
     assert (tmp_path / "p.csv").read_text().count("\n") == len(s) + 1
 
 
+@pytest.mark.slow  # a fresh interpreter and 2 worker processes: 5-10 s on 2 cores
 def test_train_your_own_runs_as_a_script_with_workers(tmp_path: Path) -> None:
     """``python examples/train_your_own.py`` (module ``__main__``): the checkpoint still names an importable class."""
     store = make_separable_store(tmp_path / "s.zarr", n=24)
