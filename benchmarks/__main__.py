@@ -8,7 +8,7 @@ Writes ``benchmarks.json`` and ``benchmarks.md`` into ``--out-dir``
 ``--quick`` is a smoke run (tiny sizes, one repeat,
 under a minute) that exercises every benchmark and writes the same files;
 its values are not meaningful.  Groups (``--only``): extract, extract-mem,
-plan, infer, infer-mem, reads, gpu.  Nothing here is collected by pytest
+plan, infer, infer-mem, reads, gpu, library.  Nothing here is collected by pytest
 (no ``test_`` names); ``tests/test_bench_quick.py`` runs the quick mode.
 """
 
@@ -27,7 +27,7 @@ from typing import Any
 from . import bench_common
 from .bench_common import GroupResult, load_average, log, machine_info, wait_for_quiet
 
-GROUPS = ("extract", "extract-mem", "plan", "infer", "infer-mem", "reads", "gpu", "model")
+GROUPS = ("extract", "extract-mem", "plan", "infer", "infer-mem", "reads", "gpu", "library", "model")
 
 #: Sizes: full run (about 6-8 minutes on 2 cores) and the smoke run.
 FULL: dict[str, dict[str, Any]] = {
@@ -38,6 +38,10 @@ FULL: dict[str, dict[str, Any]] = {
     "infer-mem": dict(sizes=(1000, 20000), repeats=1),
     "reads": dict(n_clips=400, n_reads=1000, repeats=3),
     "gpu": dict(n_clips=64, repeats=3),
+    "library": dict(train=dict(n_clips=48, median_s=4.0, budget_mb=512, repeats=5, model={}),
+                    sampler=dict(n_clips=5000, epochs=4),
+                    memory=dict(median_s=30.0, n_base=64, tiles=(2, 12), workers=4, budget_mb=512, repeats=2),
+                    loader=dict(n_clips=24, median_s=60.0, repeats=3, model={})),
     "model": dict(quick=False),
 }
 QUICK: dict[str, dict[str, Any]] = {
@@ -48,6 +52,10 @@ QUICK: dict[str, dict[str, Any]] = {
     "infer-mem": dict(sizes=(100, 400), repeats=1),
     "reads": dict(n_clips=30, n_reads=100, repeats=1),
     "gpu": dict(n_clips=4, repeats=1),
+    "library": dict(train=dict(n_clips=8, median_s=3.0, budget_mb=64, repeats=1, model=dict(width=8, depth=2)),
+                    sampler=dict(n_clips=300, epochs=1),
+                    memory=dict(median_s=3.0, n_base=16, tiles=(2, 6), workers=4, budget_mb=64, repeats=1),
+                    loader=dict(n_clips=4, median_s=3.0, repeats=1, model=dict(width=8, depth=2))),
     "model": dict(quick=True),
 }
 
@@ -94,6 +102,10 @@ def _runner(name: str, work: Path, sizes: dict[str, Any]) -> Callable[[], GroupR
         from . import bench_infer
 
         return lambda: bench_infer.run_gpu(work / "gpu", **sizes)
+    if name == "library":
+        from . import bench_library
+
+        return lambda: bench_library.run(work / "library", **sizes)
     if name == "model":
         from . import bench_model
 

@@ -388,6 +388,15 @@ def prefetch(dataset: Any, batches: Iterable[Sequence[int]] | Iterable[np.ndarra
     q: queue.Queue[Any] = queue.Queue(maxsize=max(1, ahead))
     stop = threading.Event()
 
+    def put(item: Any) -> None:
+        """Hand ``item`` over; give up once the consumer has gone (a blocking put would hang the close)."""
+        while not stop.is_set():
+            try:
+                q.put(item, timeout=0.1)
+                return
+            except queue.Full:
+                continue
+
     def produce() -> None:
         try:
             for ids in batches:
@@ -396,16 +405,11 @@ def prefetch(dataset: Any, batches: Iterable[Sequence[int]] | Iterable[np.ndarra
                 batch = collate_fn([dataset[int(i)] for i in ids])
                 if pin and torch.cuda.is_available():
                     batch = batch.pin_memory()
-                while not stop.is_set():
-                    try:
-                        q.put(batch, timeout=0.1)
-                        break
-                    except queue.Full:
-                        continue
+                put(batch)
         except BaseException as e:  # handed to the consumer
-            q.put(e)
+            put(e)
             return
-        q.put(_DONE)
+        put(_DONE)
 
     thread = threading.Thread(target=produce, name="specstore-prefetch", daemon=True)
     thread.start()

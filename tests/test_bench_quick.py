@@ -31,6 +31,9 @@ EXPECTED = {
     "infer_memory_growth", "read_raw_p50_vs_npy", "read_raw_p99_vs_npy", "scan_raw_vs_npy",
     "read_zstd_p50_vs_npy", "scan_zstd_vs_npy", "size_zstd_vs_raw",
     "gpu_infer_vs_fixed4", "gpu_memory_peak_vs_budget", "gpu_oom_retries",
+    "library_train_vs_plain", "library_sampler_vs_lhotse", "library_lhotse_over_budget",
+    "library_sampler_over_budget", "library_workers_anon_per_store_byte", "library_workers_anon_vs_store",
+    "library_prefetch_vs_workers1", "library_prefetch_vs_workers2",
     "model_realcorpus_accuracy", "model_realcorpus_margin", "model_realcorpus_macro_f1",
     "model_realcorpus_best_baseline", "model_realcorpus_train_minutes",
 }
