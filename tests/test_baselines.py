@@ -47,6 +47,7 @@ def test_baselines_learn_separable_classes_on_both_features(tmp_path: Path) -> N
         assert 0.0 <= r.accuracy_ci[0] <= r.accuracy <= r.accuracy_ci[1] <= 1.0 and r.n_train == 30
 
 
+@pytest.mark.slow
 def test_eval_reports_baselines_beside_the_model(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     store = make_separable_store(tmp_path / "s.zarr", n=40)
     model = tmp_path / "m.pt"

@@ -43,6 +43,7 @@ def test_every_make_target_has_a_console_command_with_help() -> None:
 
 @pytest.mark.parametrize("argv", [["-m", "infer", "--help"], ["-m", "infer", "train", "--help"],
                                   ["-m", "store", "--help"], ["-m", "pipeline.cli", "--help"]])
+@pytest.mark.slow
 def test_python_dash_m_works(argv: list[str]) -> None:
     proc = subprocess.run([sys.executable, *argv], cwd=ROOT, capture_output=True, text=True, timeout=120,
                           check=False)

@@ -316,6 +316,7 @@ def test_gradient_checkpointing_same_gradients_less_memory_larger_batches() -> N
     assert max(len(b) for b in packed.batches) > max(len(b) for b in plain.batches)
 
 
+@pytest.mark.slow
 def test_training_with_grad_checkpoint_option(tmp_path: Path) -> None:
     store = make_separable_store(tmp_path / "s.zarr", n=30)
     res = train(store, tmp_path / "m.pt", TrainConfig(epochs=2, width=4, depth=2, crop_seconds=None, lr=0.03,

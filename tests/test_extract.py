@@ -114,6 +114,7 @@ def test_extract_matches_librosa_reference(tmp_path: Path) -> None:
     assert validate(str(tmp_path / "s.zarr")) == []
 
 
+@pytest.mark.slow
 def test_dedup_resume_and_grown_corpus(tmp_path: Path) -> None:
     c = tmp_path / "c"
     files = make_corpus(c, n=6)

@@ -325,6 +325,7 @@ def _traced_peak(path: Path) -> tuple[int, int]:
     return peak, sum(a.nbytes for a in r.arrays.values())
 
 
+@pytest.mark.slow
 def test_memory_does_not_grow_with_length(tmp_path: Path) -> None:
     """A 10-minute file must not need more working memory than a 1-minute one.
 

@@ -68,6 +68,7 @@ def tiny(tmp_path_factory: pytest.TempPathFactory):
 # ---- the rendered tiny corpus ----------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_same_bytes_in_another_run_and_process_count(tiny, tmp_path: Path) -> None:
     from realcorpus import generate
 
@@ -221,6 +222,7 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.slow
 def test_cli_help_and_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from realcorpus import main
 

@@ -52,6 +52,7 @@ class Interrupt(Exception):
     """Stands in for Ctrl-C after an epoch."""
 
 
+@pytest.mark.slow
 def test_loss_decreases_and_best_checkpoint_reloads_to_same_predictions(store: Path, tmp_path: Path) -> None:
     model_path = tmp_path / "m.pt"
     res = train(store, model_path, TrainConfig(epochs=6, **TINY), progress=False)
@@ -83,6 +84,7 @@ def test_loss_decreases_and_best_checkpoint_reloads_to_same_predictions(store: P
     np.testing.assert_array_equal(probs, again)
 
 
+@pytest.mark.slow
 def test_resume_continues_where_it_stopped(store: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     config = TrainConfig(epochs=4, **TINY)
     seen: list[dict[str, Any]] = []
@@ -209,6 +211,7 @@ def test_lr_schedule_and_spec_augment() -> None:
         TrainConfig.from_dict({"epochs": 3, "colour": "red"})
 
 
+@pytest.mark.slow
 def test_cli_train_then_eval_on_the_held_out_split(store: Path, tmp_path: Path,
                                                    capsys: pytest.CaptureFixture[str]) -> None:
     model = tmp_path / "cli.pt"
@@ -229,6 +232,7 @@ def test_cli_train_then_eval_on_the_held_out_split(store: Path, tmp_path: Path,
     assert {p.name for p in reports.iterdir()} >= {"report.json", "report.txt", "confusion.png"}
 
 
+@pytest.mark.slow
 def test_eval_is_honest_by_default(store: Path, tmp_path: Path) -> None:
     """On the store a model was trained on, eval scores the held-out split unless told otherwise, and says how
     many training clips a requested split holds; on other data it scores everything."""
