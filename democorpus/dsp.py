@@ -176,8 +176,9 @@ def _sos(kind: str, cutoff: float | tuple[float, float], sr: int, order: int = 2
 
 
 def filt(x: Audio, kind: str, cutoff: float | tuple[float, float], sr: int, order: int = 2) -> Audio:
-    """Butterworth low/high/band-pass (cutoffs in Hz, clamped below Nyquist)."""
-    return np.asarray(signal.sosfilt(_sos(kind, cutoff, sr, order), x))
+    """Butterworth low/high/band-pass (cutoffs in Hz, clamped below Nyquist) along the first axis
+    (time; an ``(n, channels)`` array filters every channel)."""
+    return np.asarray(signal.sosfilt(_sos(kind, cutoff, sr, order), x, axis=0))
 
 
 def pink(rng: np.random.Generator, n: int) -> Audio:

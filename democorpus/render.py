@@ -1,9 +1,14 @@
-"""From a plan to samples: arrange the style, mix the stems with pan and reverb, resample, master.
+"""From a plan to samples: arrange the style, mix the stems (form, balance, pan, reverb), record, resample,
+master.
 
 Instruments are synthesised at :data:`SYNTH_SR` (22 050 Hz, the rate the
-features use); 44.1 kHz files are upsampled (polyphase) before the full-band
-noise floor is added.  Mastering sets the RMS level to a random value in
-:data:`LOUDNESS_DBFS` (dB relative to full scale) and soft-clips below 0.977.
+features use).  The mix applies the song form (stems muted and unmuted by role,
+section levels), moves every stem's level by up to +-4 dB and the reverb's by
+up to +-6 dB; the recording chain (:mod:`~democorpus.recording`: EQ,
+compression, clipping, hum, hiss, band limits) follows; 44.1 kHz files are then
+upsampled (polyphase) before the full-band noise floor is added.  Mastering sets
+the RMS level to a random value in :data:`LOUDNESS_DBFS` (dB relative to full
+scale) and soft-clips below 0.977.
 """
 
 from __future__ import annotations
@@ -15,8 +20,10 @@ import numpy.typing as npt
 from scipy import signal
 
 from .arrangement import Arrangement
-from .dsp import Audio, Ctx, fftconv, filt, pink, rms
+from .dsp import Audio, Ctx, fftconv, filt, pink, random_gain, rms
+from .form import stem_gains
 from .plan import ClipPlan, rng_for
+from .recording import record
 from .styles import RECIPES
 
 __all__ = ["LOUDNESS_DBFS", "SYNTH_SR", "render_clip"]
@@ -40,22 +47,25 @@ def _reverb_ir(rng: np.random.Generator, sr: int, rt60: float) -> Audio:
 
 
 def _mix(ctx: Ctx, arr: Arrangement, channels: int) -> npt.NDArray[np.float64]:
-    """Pan stems and add a shared reverb; returns (n, channels).
+    """Apply the form, balance and pan the stems and add a shared reverb; returns (n, channels).
 
     One convolution serves both channels: the right channel's reverb is the left's delayed
     by 7-17 ms, enough to decorrelate the tails.
     """
     out = np.zeros((ctx.n, channels))
     send = ctx.zeros()
-    for st in arr.stems:
+    for st, gain in zip(arr.stems, stem_gains(arr.form, arr.stems, ctx.n, ctx.sr), strict=True):
+        audio = st.audio * random_gain(-4.0, 4.0, ctx.rng)
+        if gain is not None:
+            audio *= gain
         if channels == 1:
-            out[:, 0] += st.audio
+            out[:, 0] += audio
         else:
             ang = (st.pan + 1.0) * np.pi / 4.0
-            out[:, 0] += math.cos(ang) * math.sqrt(2.0) * st.audio
-            out[:, 1] += math.sin(ang) * math.sqrt(2.0) * st.audio
-        send += st.send * st.audio
-    wet = arr.wet * fftconv(send, _reverb_ir(ctx.rng, ctx.sr, arr.rt60), ctx.n)
+            out[:, 0] += math.cos(ang) * math.sqrt(2.0) * audio
+            out[:, 1] += math.sin(ang) * math.sqrt(2.0) * audio
+        send += st.send * audio
+    wet = arr.wet * random_gain(-6.0, 6.0, ctx.rng) * fftconv(send, _reverb_ir(ctx.rng, ctx.sr, arr.rt60), ctx.n)
     out[:, 0] += wet
     if channels == 2:
         d = min(int(ctx.rng.uniform(0.007, 0.017) * ctx.sr), ctx.n)
@@ -88,16 +98,17 @@ def _master(
 def render_clip(plan: ClipPlan) -> npt.NDArray[np.float32]:
     """Synthesise one file's audio: float32 array (plan.n_frames, plan.channels), |x| < 1.
 
-    Pure function of the plan.  Instruments are synthesised at ``SYNTH_SR`` (22 050 Hz,
-    the rate the features use); 44.1 kHz files are upsampled (polyphase) before the
-    full-band noise floor is added, which keeps them as cheap as 22.05 kHz ones.
+    Pure function of the plan.  Instruments are synthesised, mixed and recorded at
+    ``SYNTH_SR`` (22 050 Hz, the rate the features use); 44.1 kHz files are upsampled
+    (polyphase) before the full-band noise floor is added, which keeps them as cheap as
+    22.05 kHz ones.
     """
     rng = rng_for(plan.seed, plan.style, 0, plan.index)
     n_out = max(plan.n_frames, 1)
     n_syn = -(-n_out * SYNTH_SR // plan.sample_rate)
     ctx = Ctx(rng, SYNTH_SR, n_syn, 2.0 ** (rng.uniform(-25.0, 25.0) / 1200.0))
     arr = RECIPES[plan.style](ctx)
-    x = _mix(ctx, arr, plan.channels)
+    x = record(ctx, _mix(ctx, arr, plan.channels))
     if plan.sample_rate != SYNTH_SR:
         g = math.gcd(plan.sample_rate, SYNTH_SR)
         x = np.asarray(signal.resample_poly(x, plan.sample_rate // g, SYNTH_SR // g, axis=0))

@@ -1,4 +1,4 @@
-"""Tests for democorpus: plan, layout, formats, determinism, style separability, CLI."""
+"""Tests for democorpus: plan, layout, formats, determinism, song form, recording chain, style overlap, CLI."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ import soundfile as sf
 from democorpus import (
     FORMATS,
     LOUDNESS_DBFS,
+    MEDIA,
     SAMPLE_RATES,
     STYLES,
     ClipPlan,
@@ -27,6 +28,12 @@ from democorpus import (
     plan_corpus,
     render_clip,
 )
+from democorpus.arrangement import ROLES, Arrangement, Section, Stem
+from democorpus.dsp import Ctx
+from democorpus.form import SECTION_KINDS, stem_gains
+from democorpus.plan import rng_for
+from democorpus.recording import through_medium
+from democorpus.styles import RECIPES
 
 REPO = Path(__file__).resolve().parents[1]
 FORMATS_FIRST = next(iter(FORMATS))
@@ -137,12 +144,25 @@ def test_every_format_present_and_decodable_as_planned(tiny: tuple[Path, list[Cl
 
 def test_same_seed_gives_identical_bytes_in_any_number_of_processes(tiny: tuple[Path, list[ClipPlan]],
                                                                      tmp_path: Path) -> None:
-    """Regenerate two styles (every encoding occurs in each) in 2 worker processes."""
+    """Regenerate every style (every encoding occurs in each) in 2 worker processes, and a subset of the
+    styles in 3: the same bytes as the fixture's single-process corpus."""
     out, plans = tiny
-    again = generate_corpus(tmp_path, jobs=2, styles=("jazz", "techno"), **TINY)
-    assert {p.ext for p in again.clips} == set(FORMATS)
+    again = generate_corpus(tmp_path / "two", jobs=2, **TINY)
+    assert {p.relpath for p in again.clips} == {p.relpath for p in plans}
     for p in again.clips:
-        assert (tmp_path / p.relpath).read_bytes() == (out / p.relpath).read_bytes(), p.relpath
+        assert (tmp_path / "two" / p.relpath).read_bytes() == (out / p.relpath).read_bytes(), p.relpath
+    third = generate_corpus(tmp_path / "three", jobs=3, styles=("jazz", "techno"), **TINY)
+    assert {p.ext for p in third.clips} == set(FORMATS)
+    for p in third.clips:
+        assert (tmp_path / "three" / p.relpath).read_bytes() == (out / p.relpath).read_bytes(), p.relpath
+
+
+def test_render_is_a_pure_function_of_the_plan() -> None:
+    """Long enough for several sections of the song form and every step of the recording chain."""
+    for style in STYLES:
+        plan = ClipPlan(style, 3, f"{style}/x", 9.0, "wav", 44100, 2, 5)
+        a, b = render_clip(plan), render_clip(plan)
+        assert a.tobytes() == b.tobytes(), style
 
 
 def test_other_seed_gives_other_audio(tiny: tuple[Path, list[ClipPlan]]) -> None:
@@ -227,9 +247,14 @@ def _band_features(x: np.ndarray, sr: int) -> np.ndarray:
     return np.concatenate([db.mean(0), db.std(0), ac])
 
 
-def test_styles_are_separable_by_a_nearest_centroid() -> None:
-    """Leave-one-out nearest centroid on cheap spectral/rhythm features of 6 s renders."""
-    per_style = 4
+def test_styles_are_learnable_but_overlap() -> None:
+    """Leave-one-out nearest centroid on cheap spectral/rhythm features of 6 s renders.
+
+    Well above chance (1/7): the styles have not degenerated into one another.  Well below
+    1.0: neighbouring styles share instruments, tempi and sections and the recordings vary,
+    as real genres do (the corpus before that scored 1.0 here, and so did every model).
+    """
+    per_style = 6
     feats, labels = [], []
     for s_idx, style in enumerate(STYLES):
         for i in range(per_style):
@@ -243,7 +268,80 @@ def test_styles_are_separable_by_a_nearest_centroid() -> None:
         rest = np.arange(len(x)) != k
         cents = np.stack([x[rest & (y == c)].mean(0) for c in range(len(STYLES))])
         correct += int(np.argmin(((cents - x[k]) ** 2).sum(1)) == y[k])
-    assert correct / len(x) >= 0.8, f"leave-one-out accuracy {correct / len(x):.2f}"
+    acc = correct / len(x)
+    assert acc >= 0.45, f"leave-one-out accuracy {acc:.2f}: the styles are (nearly) indistinguishable"
+    assert acc <= 0.9, f"leave-one-out accuracy {acc:.2f}: the styles are trivially separable again"
+
+
+def _arrangement(style: str, index: int, seconds: float) -> Arrangement:
+    rng = rng_for(0, style, 0, index)
+    return RECIPES[style](Ctx(rng, 22050, int(seconds * 22050), 1.0))
+
+
+def test_every_style_has_roles_and_a_varied_song_form() -> None:
+    for style in STYLES:
+        kinds: set[frozenset[str]] = set()
+        n_stems: set[int] = set()
+        for i in range(6):
+            arr = _arrangement(style, i, 20.0)
+            assert arr.stems and all(st.role in ROLES for st in arr.stems), style
+            assert all(st.audio.shape == (20 * 22050,) and np.isfinite(st.audio).all() for st in arr.stems)
+            assert arr.form and arr.form[0].start_s == 0.0, style
+            starts = [s.start_s for s in arr.form]
+            assert starts == sorted(starts) and starts[-1] < 20.0
+            assert all(s.roles in SECTION_KINDS.values() for s in arr.form)
+            kinds |= {s.roles for s in arr.form}
+            n_stems.add(len(arr.stems))
+        # Sections change what plays, and optional instruments change the band, within every style.
+        assert len(kinds) >= 2 and len(n_stems) >= 2, (style, kinds, n_stems)
+
+
+def test_stem_gains_follow_the_form() -> None:
+    sr, n = 1000, 3000
+    stems = [Stem(np.ones(n), 0.0, 0.0, "drums"), Stem(np.ones(n), 0.0, 0.0, "chords"),
+             Stem(np.zeros(n), 0.0, 0.0, "lead")]
+    form = [Section(0.0, SECTION_KINDS["full"], 0.0), Section(1.0, SECTION_KINDS["intro"], -6.0),
+            Section(2.0, SECTION_KINDS["solo"], 0.0)]
+    drums, chords, _lead = stem_gains(form, stems, n, sr, ramp_s=0.01)
+    assert drums is not None and chords is not None
+    # Every change is a 10 ms linear ramp starting at the section's start.
+    assert np.allclose(drums[:1000], 1.0) and np.allclose(drums[1010:2000], 0.0)
+    assert np.allclose(chords[1010:2000], 10 ** (-6 / 20)) and np.all(np.diff(chords[999:1010]) < 0)
+    # "solo" wants drums, bass, lead: the lead is silent and there is no bass, so drums alone would
+    # play; the section still plays (drums), and the chords rest.
+    assert np.allclose(drums[2010:], 1.0) and np.allclose(chords[2010:], 0.0)
+    # A section in which nothing that sounds would play lets every stem play.
+    only_lead = [Section(0.0, frozenset({"lead"}), 0.0)]
+    gains = stem_gains(only_lead, stems, n, sr)[:2]  # (the silent lead's gain does not matter)
+    assert [g is None or np.allclose(g, 1.0) for g in gains] == [True, True]
+    assert stem_gains([], stems, n, sr) == [None, None, None]
+
+
+def _band_db(y: np.ndarray, sr: int, inside: tuple[float, float], outside: tuple[float, float]) -> float:
+    """Mean power (dB) of the first channel of ``y`` in band ``inside`` relative to band ``outside`` (Hz)."""
+    spec = np.abs(np.fft.rfft(y[:, 0])) ** 2
+    f = np.fft.rfftfreq(len(y), 1.0 / sr)
+    return float(10 * np.log10(spec[(f > inside[0]) & (f < inside[1])].mean()
+                               / spec[(f > outside[0]) & (f < outside[1])].mean()))
+
+
+def test_media_band_limit_and_keep_the_shape() -> None:
+    sr = 22050
+    x = np.random.default_rng(0).standard_normal((4 * sr, 2))
+    assert set(MEDIA) == {"clean", "bitrate", "tape", "lofi", "radio", "phone"}
+    assert abs(sum(MEDIA.values()) - 1.0) < 1e-9
+    out = {m: through_medium(x.copy(), m, np.random.default_rng(k), sr) for k, m in enumerate(MEDIA)}
+    for m, y in out.items():
+        assert y.shape == x.shape and np.isfinite(y).all(), m
+    assert out["clean"].tobytes() == x.tobytes()
+    # Telephone and AM radio: fixed bands; the rest: at least the highest octave is cut.
+    assert _band_db(out["phone"], sr, (600.0, 2500.0), (6000.0, 11000.0)) > 30.0
+    assert _band_db(out["phone"], sr, (600.0, 2500.0), (20.0, 100.0)) > 20.0
+    assert _band_db(out["radio"], sr, (400.0, 3000.0), (8000.0, 11000.0)) > 30.0
+    for m in ("bitrate", "tape", "lofi"):
+        assert _band_db(out[m], sr, (500.0, 3000.0), (10500.0, 11000.0)) > 6.0, m
+    with pytest.raises(ValueError, match="unknown medium"):
+        through_medium(x, "wax cylinder", np.random.default_rng(1), sr)
 
 
 def test_render_is_bounded_and_short_clips_work() -> None:

@@ -1,9 +1,12 @@
 """The seven style recipes, one module each: ``arrange(ctx) -> Arrangement``.
 
 A recipe draws everything about a file from ``ctx.rng`` (tempo, key,
-progression, instruments, balance, room) and synthesises its stems at
-``ctx.sr``.  The order of the draws is part of the corpus: reordering them, or
-drawing once more, changes every later sample of the file.
+progression, arrangement variant, optional instruments, balance, room, song
+form) and synthesises its stems at ``ctx.sr``, each tagged with its role in the
+band (drums, bass, chords, lead, texture) for the song form.  Instruments and
+parts that neighbouring styles share come from :mod:`democorpus.parts`.  The
+order of the draws is part of the corpus: reordering them, or drawing once more,
+changes every later sample of the file.
 """
 
 from __future__ import annotations
