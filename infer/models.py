@@ -75,6 +75,7 @@ __all__ = [
     "MaskedBatchNorm2d",
     "MaskedClassifier",
     "ModelConfig",
+    "FREQ_POOLINGS",
     "POOLINGS",
     "ModelConfigError",
     "SpectrogramCNN",
@@ -86,6 +87,7 @@ __all__ = [
 
 ARCHS = ("cnn", "resnet")
 POOLINGS = ("mean", "meanstd", "attention")
+FREQ_POOLINGS = ("mean", "keep")
 ATTENTION_BOUND = 5.0
 """Attention pooling scores lie in ``[-5, 5]``: frame weights within ``e**±5``, no overflow in any sum."""
 MIN_FRAMES = 1
@@ -115,6 +117,10 @@ class ModelConfig:
     real frames) or ``"attention"`` (see the module docstring).  ``input_time_pool``:
     average this many input frames into one before the first conv (after
     normalisation and masking), which divides the cost of every layer by it.
+    ``freq_pooling``: ``"mean"`` averages the last activations over
+    frequency; ``"keep"`` keeps every (channel, frequency row) pair as a
+    feature of its own (the head then sees where in the spectrum, e.g. which
+    register, a pattern occurs).
     """
 
     arch: str = "cnn"
@@ -135,6 +141,7 @@ class ModelConfig:
     bin_std: tuple[float, ...] | None = None
     pooling: str = "mean"
     input_time_pool: int = 1
+    freq_pooling: str = "mean"
 
     def __post_init__(self) -> None:
         if self.arch not in ARCHS:
@@ -153,6 +160,8 @@ class ModelConfig:
             raise ModelConfigError("bn_momentum must be in (0, 1] and bn_eps positive")
         if self.pooling not in POOLINGS:
             raise ModelConfigError(f"unknown pooling {self.pooling!r}; expected one of {POOLINGS}")
+        if self.freq_pooling not in FREQ_POOLINGS:
+            raise ModelConfigError(f"unknown freq_pooling {self.freq_pooling!r}; expected one of {FREQ_POOLINGS}")
         if (self.bin_mean is None) != (self.bin_std is None):
             raise ModelConfigError("give bin_mean and bin_std together (or neither)")
         for name in ("bin_mean", "bin_std"):
@@ -347,13 +356,14 @@ class MaskedClassifier(nn.Module):
     ``self._receptive_field`` (frames of input one output frame depends on).
     """
 
-    def __init__(self, config: ModelConfig, out_channels: int) -> None:
+    def __init__(self, config: ModelConfig, out_channels: int, out_rows: int = 1) -> None:
         super().__init__()
         self.config = config
         self.blocks = nn.ModuleList()
         self.dropout = nn.Dropout(config.dropout)
-        self.head = nn.Linear(out_channels * (2 if config.pooling == "meanstd" else 1), config.n_classes)
-        self.attention: nn.Linear | None = nn.Linear(out_channels, 1) if config.pooling == "attention" else None
+        features = out_channels * (out_rows if config.freq_pooling == "keep" else 1)
+        self.head = nn.Linear(features * (2 if config.pooling == "meanstd" else 1), config.n_classes)
+        self.attention: nn.Linear | None = nn.Linear(features, 1) if config.pooling == "attention" else None
         self.bin_shift: Tensor | None
         self.bin_scale: Tensor | None
         if config.bin_mean is not None and config.bin_std is not None:
@@ -442,7 +452,8 @@ class MaskedClassifier(nn.Module):
         of a long clip each contribute only the part they own.
         """
         h, out_lengths = self.features(x, lengths)
-        per_frame = h.float().mean(dim=2)  # (B, C, T')
+        # (B, C, T'): the mean over frequency, or every (channel, frequency row) as a feature of its own
+        per_frame = h.float().flatten(1, 2) if self.config.freq_pooling == "keep" else h.float().mean(dim=2)
         steps = torch.arange(per_frame.shape[-1], device=per_frame.device)[None, :]
         keep = steps < out_lengths[:, None]
         if pool_start is not None:
@@ -511,7 +522,7 @@ class SpectrogramCNN(MaskedClassifier):
 
     def __init__(self, config: ModelConfig) -> None:
         channels = config.channels
-        super().__init__(config, channels[-1])
+        super().__init__(config, channels[-1], _halved(config.n_bins, config.depth))
         c_in = 1
         rf = jump = config.input_time_pool
         for c_out in channels:
@@ -582,7 +593,7 @@ class SpectrogramResNet(MaskedClassifier):
 
     def __init__(self, config: ModelConfig) -> None:
         channels = config.channels
-        super().__init__(config, channels[-1])
+        super().__init__(config, channels[-1], _halved(config.n_bins, config.depth))
         kt = config.time_kernel
         stem = Stem(channels[0], config)
         self.blocks.append(stem)
@@ -601,6 +612,13 @@ class SpectrogramResNet(MaskedClassifier):
                 c_in = c_out
         self._time_stride = jump
         self._receptive_field = rf
+
+
+def _halved(n: int, times: int) -> int:
+    """Frequency rows left after ``times`` halvings (2x2 pools or stride-2 convs): ceil(n / 2) each time."""
+    for _ in range(times):
+        n = -(-n // 2)
+    return n
 
 
 def build_model(config: ModelConfig) -> MaskedClassifier:

@@ -27,7 +27,7 @@ from store import ConfigError
 from store.records import from_record
 
 from ..device import PRECISIONS
-from ..models import ARCHS, POOLINGS
+from ..models import ARCHS, FREQ_POOLINGS, POOLINGS
 
 __all__ = ["RUNTIME_FIELDS", "TrainConfig", "TrainError", "add_config_arguments", "config_from_args"]
 
@@ -110,6 +110,9 @@ class TrainConfig:
     dropout: float = _opt(0.1, "dropout before the head (built-in models)")
     pooling: str = _opt("mean", "pooling over time (built-in models): mean, meanstd (mean and standard "
                                 "deviation), attention", choices=POOLINGS)
+    freq_pooling: str = _opt("mean", "frequency at the end of the built-in models: mean (averaged) or keep (each "
+                                     "frequency row a feature of its own: the head sees the register)",
+                             choices=FREQ_POOLINGS)
     input_time_pool: int = _opt(1, "average this many frames into one at the model's input, dividing every "
                                    "layer's cost by it (built-in models)")
     normalization: str = _opt("global", "input normalisation fitted on training frames (built-in models): global "
@@ -150,6 +153,8 @@ class TrainConfig:
             raise TrainError(f"mixup must be >= 0 (0 disables), got {self.mixup!r}")
         if self.input_time_pool < 1:
             raise TrainError(f"input_time_pool must be >= 1, got {self.input_time_pool}")
+        if self.freq_pooling not in FREQ_POOLINGS:
+            raise TrainError(f"freq_pooling must be one of {', '.join(FREQ_POOLINGS)}, not {self.freq_pooling!r}")
         if self.pooling not in POOLINGS:
             raise TrainError(f"pooling must be one of {', '.join(POOLINGS)}, not {self.pooling!r}")
         if self.normalization not in ("global", "bin"):

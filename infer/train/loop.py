@@ -637,7 +637,7 @@ def _model_spec(cfg: TrainConfig, model: nn.Module | str | None, model_args: dic
     args = model_args if model_args is not None else cfg.model_args
     if target in ("cnn", "resnet"):
         kwargs = {**available, "width": cfg.width, "depth": cfg.depth, "dropout": cfg.dropout, "pooling": cfg.pooling,
-                  "input_time_pool": cfg.input_time_pool}
+                  "input_time_pool": cfg.input_time_pool, "freq_pooling": cfg.freq_pooling}
         if cfg.normalization == "bin" and stats is not None:
             kwargs["bin_mean"] = [round(float(v), 3) for v in stats.bin_mean]
             kwargs["bin_std"] = [round(float(v), 3) for v in stats.bin_std]
