@@ -120,7 +120,10 @@ class ModelConfig:
     ``freq_pooling``: ``"mean"`` averages the last activations over
     frequency; ``"keep"`` keeps every (channel, frequency row) pair as a
     feature of its own (the head then sees where in the spectrum, e.g. which
-    register, a pattern occurs).
+    register, a pattern occurs).  ``stem_freq_kernel`` (odd): the first
+    conv's kernel size along frequency (3 like the others by default; 13
+    spans an octave of CQT bins, so the first layer sees every interval
+    before any pooling blurs semitones).
     """
 
     arch: str = "cnn"
@@ -142,6 +145,7 @@ class ModelConfig:
     pooling: str = "mean"
     input_time_pool: int = 1
     freq_pooling: str = "mean"
+    stem_freq_kernel: int = 3
 
     def __post_init__(self) -> None:
         if self.arch not in ARCHS:
@@ -152,6 +156,8 @@ class ModelConfig:
                 raise ModelConfigError(f"{name} must be a positive integer, got {value!r}")
         if not isinstance(self.time_kernel, int) or self.time_kernel < 1 or self.time_kernel % 2 == 0:
             raise ModelConfigError(f"time_kernel must be a positive odd integer, got {self.time_kernel!r}")
+        if not isinstance(self.stem_freq_kernel, int) or self.stem_freq_kernel < 1 or self.stem_freq_kernel % 2 == 0:
+            raise ModelConfigError(f"stem_freq_kernel must be a positive odd integer, got {self.stem_freq_kernel!r}")
         if not 0.0 <= self.dropout < 1.0:
             raise ModelConfigError(f"dropout must be in [0, 1), got {self.dropout!r}")
         if not self.input_std > 0:
@@ -501,10 +507,10 @@ class ConvBlock(nn.Module):
     ``ceil(L / 2)``.
     """
 
-    def __init__(self, c_in: int, c_out: int, config: ModelConfig) -> None:
+    def __init__(self, c_in: int, c_out: int, config: ModelConfig, freq_kernel: int = 3) -> None:
         super().__init__()
         kt = config.time_kernel
-        self.conv = nn.Conv2d(c_in, c_out, (3, kt), padding=(1, kt // 2), bias=False)
+        self.conv = nn.Conv2d(c_in, c_out, (freq_kernel, kt), padding=(freq_kernel // 2, kt // 2), bias=False)
         self.bn = MaskedBatchNorm2d(c_out, eps=config.bn_eps, momentum=config.bn_momentum)
         self.stride = 2 if config.time_pool else 1
 
@@ -526,7 +532,7 @@ class SpectrogramCNN(MaskedClassifier):
         c_in = 1
         rf = jump = config.input_time_pool
         for c_out in channels:
-            block = ConvBlock(c_in, c_out, config)
+            block = ConvBlock(c_in, c_out, config, config.stem_freq_kernel if c_in == 1 else 3)
             self.blocks.append(block)
             rf += (config.time_kernel - 1) * jump
             rf += (block.stride - 1) * jump
@@ -541,7 +547,7 @@ class Stem(nn.Module):
 
     def __init__(self, c_out: int, config: ModelConfig) -> None:
         super().__init__()
-        self.block = ConvBlock(1, c_out, config)
+        self.block = ConvBlock(1, c_out, config, config.stem_freq_kernel)
         self.stride = self.block.stride
 
     def forward(self, x: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor]:

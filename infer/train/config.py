@@ -81,6 +81,8 @@ class TrainConfig:
     weight_decay: float = _opt(1e-2, "AdamW weight decay (not applied to BatchNorm weights and biases)")
     warmup_fraction: float = _opt(0.1, "share of the epochs spent warming the learning rate up from lr/25")
     final_lr_ratio: float = _opt(0.01, "learning rate at the end, as a share of lr")
+    ema: float = _opt(0.0, "validate and save an exponential moving average of the weights, with this decay per "
+                           "step (e.g. 0.99; 0 disables)")
     label_smoothing: float = _opt(0.0, "cross-entropy label smoothing")
     class_weighted: bool = _opt(False, "weight the loss by inverse class frequency")
     max_batch: int = _opt(16, "most clips in one batch")
@@ -113,6 +115,8 @@ class TrainConfig:
     freq_pooling: str = _opt("mean", "frequency at the end of the built-in models: mean (averaged) or keep (each "
                                      "frequency row a feature of its own: the head sees the register)",
                              choices=FREQ_POOLINGS)
+    stem_freq_kernel: int = _opt(3, "the first conv's kernel along frequency, bins (odd; 13 spans an octave of "
+                                    "CQT bins) (built-in models)")
     input_time_pool: int = _opt(1, "average this many frames into one at the model's input, dividing every "
                                    "layer's cost by it (built-in models)")
     normalization: str = _opt("global", "input normalisation fitted on training frames (built-in models): global "
@@ -135,6 +139,8 @@ class TrainConfig:
             raise TrainError(f"lr must be positive, got {self.lr!r}")
         if self.weight_decay < 0 or not 0 <= self.warmup_fraction < 1 or not 0 < self.final_lr_ratio <= 1:
             raise TrainError("weight_decay must be >= 0, warmup_fraction in [0, 1), final_lr_ratio in (0, 1]")
+        if not 0 <= self.ema < 1:
+            raise TrainError(f"ema must be in [0, 1) (0 disables), got {self.ema!r}")
         if not 0 <= self.label_smoothing < 1:
             raise TrainError(f"label_smoothing must be in [0, 1), got {self.label_smoothing!r}")
         if self.crops_per_clip < 1:

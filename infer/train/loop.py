@@ -25,6 +25,7 @@ resume file) is refused unless ``overwrite=True``.
 
 from __future__ import annotations
 
+import copy
 import csv
 import ctypes
 import hashlib
@@ -234,6 +235,40 @@ def _mixup(x: Tensor, lengths: Tensor, y: Tensor, alpha: float, generator: torch
     return mixed, torch.minimum(lengths, lengths[perm]), y, _Mix(lam, perm)
 
 
+class WeightAverage:
+    """An exponential moving average of a model's weights and buffers, updated after every optimiser step.
+
+    ``decay`` per step, warmed up as ``min(decay, (1 + t) / (10 + t))`` so the
+    first steps do not drag the random initial weights along.  BatchNorm
+    running statistics are averaged alike (``num_batches_tracked`` is copied).
+    """
+
+    def __init__(self, model: nn.Module, decay: float) -> None:
+        self.model = copy.deepcopy(model).eval()
+        for p in self.model.parameters():
+            p.requires_grad_(False)
+        self.decay = decay
+        self.steps = 0
+
+    @torch.no_grad()
+    def update(self, model: nn.Module) -> None:
+        self.steps += 1
+        keep = min(self.decay, (1.0 + self.steps) / (10.0 + self.steps))
+        mine = self.model.state_dict()
+        for name, value in model.state_dict().items():
+            if value.dtype.is_floating_point:
+                mine[name].lerp_(value, 1.0 - keep)
+            else:
+                mine[name].copy_(value)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"steps": self.steps, "model": {k: v.detach().cpu() for k, v in self.model.state_dict().items()}}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.steps = int(state["steps"])
+        self.model.load_state_dict(state["model"])
+
+
 def _forward_backward(model: torch.nn.Module, engine: Engine, x: Tensor, lengths: Tensor, y: Tensor, *,
                       weights: Tensor | None, label_smoothing: float, scaler: torch.amp.GradScaler,
                       mix: _Mix | None = None) -> _Step:
@@ -431,6 +466,8 @@ def train(
                              "gradient checkpointing")
         setattr(net, "grad_checkpoint", True)  # noqa: B010 - a plain attribute, see infer.contract
     optimizer = torch.optim.AdamW(_param_groups(net, cfg.weight_decay), lr=cfg.lr)
+    averaged = WeightAverage(net, cfg.ema) if cfg.ema > 0 else None
+    scored = averaged.model if averaged is not None else net  # what is validated and saved
     scaler = torch.amp.GradScaler(device.type, enabled=engine.autocast == torch.float16)
     history: list[dict[str, Any]] = []
     best_score: tuple[float, float] | None = None
@@ -442,6 +479,8 @@ def train(
         if state.scaler:
             scaler.load_state_dict(state.scaler)
         history = list(state.history)
+        if averaged is not None and state.averaged:
+            averaged.load_state_dict(state.averaged)
         start_epoch = int(state.epoch)
         best_epoch = int(state.best_epoch)
         best_score = (float(state.best_score[0]), float(state.best_score[1])) if state.best_score else None
@@ -523,6 +562,8 @@ def train(
                     raise TrainError(f"training diverged (loss {step.loss}) in epoch {epoch + 1}; lower the LR")
                 scaler.step(optimizer)  # skips the step if fp16 gradients overflowed
                 scaler.update()
+                if averaged is not None:
+                    averaged.update(net)
                 oom_splits += step.oom_splits
                 if math.isfinite(step.loss):
                     loss_sum += step.loss * len(batch)
@@ -538,7 +579,7 @@ def train(
                 "efficiency": plan_efficiency, "oom_splits": oom_splits,
             }
             if len(val_rows):
-                res = engine.logits(net, s, val_rows, feature=feature, budget=eval_budget)
+                res = engine.logits(scored, s, val_rows, feature=feature, budget=eval_budget)
                 vl = torch.from_numpy(res.logits)
                 vy = torch.from_numpy(val_labels)
                 entry["val_accuracy"] = float((vl.argmax(1) == vy).float().mean())
@@ -549,7 +590,7 @@ def train(
             score = _score(entry)
             if best_score is None or score > best_score:
                 best_score, best_epoch = score, epoch + 1
-                save_checkpoint(Checkpoint.from_model(net, s.label_names, feature, specs, extra={
+                save_checkpoint(Checkpoint.from_model(scored, s.label_names, feature, specs, extra={
                     **base_extra, "epoch": epoch + 1, "best_epoch": epoch + 1,
                     "val_accuracy": entry["val_accuracy"], "history": history}, model_spec=model_spec), model_path)
             save_resume(ResumeState(
@@ -557,7 +598,8 @@ def train(
                 model_spec=model_spec.to_dict(), epoch=epoch + 1, complete=epoch + 1 == cfg.epochs,
                 model={k: v.detach().cpu() for k, v in net.state_dict().items()},
                 optimizer=optimizer.state_dict(), scaler=scaler.state_dict(), history=history,
-                best_epoch=best_epoch, best_score=list(best_score) if best_score is not None else None), resume_path)
+                best_epoch=best_epoch, best_score=list(best_score) if best_score is not None else None,
+                averaged=averaged.state_dict() if averaged is not None else None), resume_path)
             write_atomic(metrics_path_for(model_path), _metrics_csv(history))
             scalars.add(entry)
             epochs_run += 1
@@ -637,7 +679,8 @@ def _model_spec(cfg: TrainConfig, model: nn.Module | str | None, model_args: dic
     args = model_args if model_args is not None else cfg.model_args
     if target in ("cnn", "resnet"):
         kwargs = {**available, "width": cfg.width, "depth": cfg.depth, "dropout": cfg.dropout, "pooling": cfg.pooling,
-                  "input_time_pool": cfg.input_time_pool, "freq_pooling": cfg.freq_pooling}
+                  "input_time_pool": cfg.input_time_pool, "freq_pooling": cfg.freq_pooling,
+                  "stem_freq_kernel": cfg.stem_freq_kernel}
         if cfg.normalization == "bin" and stats is not None:
             kwargs["bin_mean"] = [round(float(v), 3) for v in stats.bin_mean]
             kwargs["bin_std"] = [round(float(v), 3) for v in stats.bin_std]
