@@ -7,8 +7,9 @@ uninterrupted single-process run would.  Masks stay inside each clip's real
 frames: padding is added later by the collate and stays zero.
 
 * :class:`SpecAugment`: time and frequency masks;
-* :class:`Augment`: a gain offset (dB), a pitch shift as a roll of the CQT
-  rows (one bin = one semitone at 12 bins per octave), then SpecAugment.
+* :class:`Augment`: a gain offset (dB), a spectral tilt (an equaliser's
+  shelves: a ramp across each feature's bins), a pitch shift as a roll of the
+  CQT rows (one bin = one semitone at 12 bins per octave), then SpecAugment.
 """
 
 from __future__ import annotations
@@ -67,17 +68,23 @@ class SpecAugment:
 
 @dataclass(frozen=True)
 class Augment:
-    """Per-item augmentation: gain, pitch roll, then SpecAugment (each off when 0 / None).
+    """Per-item augmentation: gain, tilt, pitch roll, then SpecAugment (each off when 0 / None).
 
     ``gain_db``: add one offset drawn uniformly in ``[-gain_db, gain_db]`` dB
     to every value (a louder or quieter recording: the store holds absolute
-    dB).  ``pitch_bins``: roll rows ``pitch_rows = (start, stop)`` (the CQT
-    part of the stacked features) by a whole number of bins drawn uniformly
+    dB).  ``tilt_db``: add a linear ramp from ``a`` dB at the lowest bin to
+    ``b`` dB at the highest of each part (``parts``: the row ranges of the
+    stacked features), ``a`` and ``b`` drawn uniformly in ``[-tilt_db,
+    tilt_db]`` once per item (a recording's equalisation).  ``pitch_bins``:
+    roll rows ``pitch_rows = (start, stop)`` (the CQT part of the stacked
+    features) by a whole number of bins drawn uniformly
     in ``[-pitch_bins, pitch_bins]``; rows rolled in from outside are set to
     ``fill``.  ``spec_augment``: masks, last.
     """
 
     gain_db: float = 0.0
+    tilt_db: float = 0.0
+    parts: tuple[tuple[int, int], ...] = ()
     pitch_bins: int = 0
     pitch_rows: tuple[int, int] | None = None
     fill: float | tuple[float, ...] = -40.0
@@ -87,6 +94,10 @@ class Augment:
         """Augment ``x`` ``(n_bins, n_frames)`` in place; returns it."""
         if self.gain_db > 0:
             x += np.float32(rng.uniform(-self.gain_db, self.gain_db))
+        if self.tilt_db > 0:
+            low, high = rng.uniform(-self.tilt_db, self.tilt_db, size=2)
+            for lo, hi in self.parts or ((0, x.shape[0]),):
+                x[lo:hi] += np.linspace(low, high, hi - lo, dtype=np.float32)[:, None]
         if self.pitch_bins > 0 and self.pitch_rows is not None:
             shift = int(rng.integers(-self.pitch_bins, self.pitch_bins + 1))
             lo, hi = self.pitch_rows

@@ -97,6 +97,8 @@ class TrainConfig:
     freq_masks: int = _opt(2, "SpecAugment frequency masks per clip (0 disables)")
     freq_mask_bins: int = _opt(12, "widest frequency mask, bins")
     gain_db: float = _opt(0.0, "random gain per clip and epoch, uniform in +-this many dB (0 disables)")
+    tilt_db: float = _opt(0.0, "random spectral tilt per clip and epoch: a ramp across each feature's bins between "
+                               "two gains uniform in +-this many dB (an equaliser; 0 disables)")
     pitch_shift: int = _opt(0, "random pitch shift per clip and epoch, uniform in +-this many semitones, as a "
                                "roll of the CQT bins (stores with a CQT; 0 disables)")
     mixup: float = _opt(0.0, "mixup: mix each batch with itself shuffled, weight ~ Beta(a, a) (0 disables)")
@@ -153,8 +155,9 @@ class TrainConfig:
             raise TrainError(f"crop_seconds must be positive (or None for whole clips), got {self.crop_seconds}")
         if min(self.time_masks, self.time_mask_frames, self.freq_masks, self.freq_mask_bins) < 0:
             raise TrainError("SpecAugment mask counts and widths must be >= 0")
-        if not (self.gain_db >= 0 and math.isfinite(self.gain_db)) or self.pitch_shift < 0:
-            raise TrainError("gain_db and pitch_shift must be >= 0")
+        if not (self.gain_db >= 0 and math.isfinite(self.gain_db)) or self.pitch_shift < 0 or not (
+                self.tilt_db >= 0 and math.isfinite(self.tilt_db)):
+            raise TrainError("gain_db, tilt_db and pitch_shift must be >= 0")
         if not (self.mixup >= 0 and math.isfinite(self.mixup)):
             raise TrainError(f"mixup must be >= 0 (0 disables), got {self.mixup!r}")
         if self.input_time_pool < 1:

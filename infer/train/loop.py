@@ -644,17 +644,19 @@ def _augment(cfg: TrainConfig, model_spec: ModelSpec, specs: dict[str, Any], mea
     pitch_rows: tuple[int, int] | None = None
     pitch_bins = 0
     start = 0
+    parts: list[tuple[int, int]] = []
     for part in specs.values():
         if part.kind == "cqt" and cfg.pitch_shift:
             pitch_rows = (start, start + part.n_bins)
             pitch_bins = int(round(cfg.pitch_shift * (part.bins_per_octave or 12) / 12))
+        parts.append((start, start + part.n_bins))
         start += part.n_bins
     if cfg.pitch_shift and pitch_rows is None:
         log.warning("pitch_shift needs a CQT in the training feature (%s); no pitch shift", "+".join(specs))
-    if spec_augment is None and not cfg.gain_db and not pitch_bins:
+    if spec_augment is None and not cfg.gain_db and not cfg.tilt_db and not pitch_bins:
         return None
-    return Augment(gain_db=cfg.gain_db, pitch_bins=pitch_bins, pitch_rows=pitch_rows, fill=fill,
-                   spec_augment=spec_augment)
+    return Augment(gain_db=cfg.gain_db, tilt_db=cfg.tilt_db, parts=tuple(parts), pitch_bins=pitch_bins,
+                   pitch_rows=pitch_rows, fill=fill, spec_augment=spec_augment)
 
 
 def _model_spec(cfg: TrainConfig, model: nn.Module | str | None, model_args: dict[str, Any] | None,
