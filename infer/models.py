@@ -321,8 +321,10 @@ class MaskedBatchNorm2d(nn.BatchNorm2d):
             tracked: Tensor = self.num_batches_tracked  # type: ignore[assignment]
             tracked.add_(1)
             momentum = self.momentum if self.momentum is not None else 1.0 / float(tracked)
-        y = F.batch_norm(x.float(), self.running_mean if update else None, self.running_var if update else None,
-                         self.weight, self.bias, True, momentum, self.eps)
+        # The buffers are passed even when not updated (momentum 0 leaves them as they are), so a
+        # gradient-checkpointing recompute saves the same tensors as the first pass.
+        y = F.batch_norm(x.float(), self.running_mean, self.running_var, self.weight, self.bias, True, momentum,
+                         self.eps)
         return y.to(x.dtype)
 
 

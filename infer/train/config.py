@@ -76,7 +76,7 @@ class TrainConfig:
     --help`` lists them with their defaults).
     """
 
-    epochs: int = _opt(30, "passes over the training clips")
+    epochs: int = _opt(15, "passes over the training clips")
     lr: float = _opt(3e-3, "peak learning rate of AdamW (after warm-up, then cosine decay)")
     weight_decay: float = _opt(1e-2, "AdamW weight decay (not applied to BatchNorm weights and biases)")
     warmup_fraction: float = _opt(0.1, "share of the epochs spent warming the learning rate up from lr/25")
@@ -90,16 +90,16 @@ class TrainConfig:
                                          "a 1.5 GiB margin)", parse=_optional_mb, metavar="MIB")
     crop_seconds: float | None = _opt(10.0, "random crop per clip and epoch, seconds; 0 = whole clips",
                                       parse=_optional_seconds, metavar="SECONDS")
-    crops_per_clip: int = _opt(1, "random crops of every training clip per epoch (each with its own crop and "
+    crops_per_clip: int = _opt(3, "random crops of every training clip per epoch (each with its own crop and "
                                   "augmentation): more steps per epoch, fewer validations")
     time_masks: int = _opt(2, "SpecAugment time masks per clip (0 disables)")
     time_mask_frames: int = _opt(24, "widest time mask, frames")
     freq_masks: int = _opt(2, "SpecAugment frequency masks per clip (0 disables)")
     freq_mask_bins: int = _opt(12, "widest frequency mask, bins")
-    gain_db: float = _opt(0.0, "random gain per clip and epoch, uniform in +-this many dB (0 disables)")
+    gain_db: float = _opt(6.0, "random gain per clip and epoch, uniform in +-this many dB (0 disables)")
     tilt_db: float = _opt(0.0, "random spectral tilt per clip and epoch: a ramp across each feature's bins between "
                                "two gains uniform in +-this many dB (an equaliser; 0 disables)")
-    pitch_shift: int = _opt(0, "random pitch shift per clip and epoch, uniform in +-this many semitones, as a "
+    pitch_shift: int = _opt(2, "random pitch shift per clip and epoch, uniform in +-this many semitones, as a "
                                "roll of the CQT bins (stores with a CQT; 0 disables)")
     mixup: float = _opt(0.0, "mixup: mix each batch with itself shuffled, weight ~ Beta(a, a) (0 disables)")
     val_fraction: float = _opt(0.2, "share of works (groups) or contents held out for validation")
@@ -112,16 +112,16 @@ class TrainConfig:
     width: int = _opt(32, "channels of the first block (built-in models)")
     depth: int = _opt(4, "blocks / stages (built-in models)")
     dropout: float = _opt(0.1, "dropout before the head (built-in models)")
-    pooling: str = _opt("mean", "pooling over time (built-in models): mean, meanstd (mean and standard "
+    pooling: str = _opt("meanstd", "pooling over time (built-in models): mean, meanstd (mean and standard "
                                 "deviation), attention", choices=POOLINGS)
-    freq_pooling: str = _opt("mean", "frequency at the end of the built-in models: mean (averaged) or keep (each "
+    freq_pooling: str = _opt("keep", "frequency at the end of the built-in models: mean (averaged) or keep (each "
                                      "frequency row a feature of its own: the head sees the register)",
                              choices=FREQ_POOLINGS)
-    stem_freq_kernel: int = _opt(3, "the first conv's kernel along frequency, bins (odd; 13 spans an octave of "
+    stem_freq_kernel: int = _opt(13, "the first conv's kernel along frequency, bins (odd; 13 spans an octave of "
                                     "CQT bins) (built-in models)")
-    input_time_pool: int = _opt(1, "average this many frames into one at the model's input, dividing every "
+    input_time_pool: int = _opt(2, "average this many frames into one at the model's input, dividing every "
                                    "layer's cost by it (built-in models)")
-    normalization: str = _opt("global", "input normalisation fitted on training frames (built-in models): global "
+    normalization: str = _opt("bin", "input normalisation fitted on training frames (built-in models): global "
                                         "(one mean and std) or bin (per frequency bin)",
                               choices=("global", "bin"))
     grad_checkpoint: bool = _opt(False, "gradient checkpointing: recompute activations in backward, so the "
