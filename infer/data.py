@@ -49,7 +49,7 @@ from torch.utils.data import Dataset, Sampler
 
 from store import ConfigError, FeatureSpec, Store, open_store
 
-from .augment import SpecAugment
+from .augment import Augment, SpecAugment
 from .budget import Budget, CostModel
 from .collate import Batch, collate
 from .planner import Plan, plan_batches, training_plan
@@ -102,13 +102,14 @@ class StoreDataset(Dataset[Item]):
     (default all, or the labelled ones with ``labelled_only``);
     ``crop_seconds``/``crop_frames``: a random window of at most that length
     per item and epoch (None: whole clips); ``spec_augment``: masks per item
-    and epoch; ``seed``: with the epoch and the index, every random draw.
+    and epoch (or an :class:`~infer.augment.Augment`: gain, pitch roll and masks); ``seed``: with the epoch
+    and the index, every random draw.
     """
 
     def __init__(self, store: str | os.PathLike[str] | Store, feature: str | None = None, *,
                  rows: Sequence[int] | np.ndarray | None = None, labelled_only: bool = False,
                  crop_seconds: float | None = None, crop_frames: int | None = None,
-                 spec_augment: SpecAugment | None = None, seed: int = 0) -> None:
+                 spec_augment: SpecAugment | Augment | None = None, seed: int = 0) -> None:
         s = store if isinstance(store, Store) else open_store(store)
         self._where = s.location
         self._generation = s.generation

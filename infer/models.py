@@ -6,10 +6,15 @@ that **a clip's logits in a padded batch equal its logits run alone** (eval
 mode, up to float rounding).  How that is guaranteed:
 
 * Input normalisation is a fixed affine map ``(x - input_mean) / input_std``
-  taken from the config (dB in, roughly unit scale out).  It is per value, so
+  taken from the config (dB in, roughly unit scale out), or per frequency bin
+  ``(x - bin_mean[f]) / bin_std[f]`` when the config holds ``bin_mean`` /
+  ``bin_std``.  It is per value, so
   it does not depend on padding or on where a long clip is cut into windows;
-  a trainer may fit ``input_mean``/``input_std`` on a store's real frames and
-  save them in the config.  After it the input is re-masked (zeros beyond each
+  a trainer fits these on a store's real frames and
+  saves them in the config.  ``input_time_pool = p > 1`` then averages
+  every ``p`` frames into one: frames beyond a clip's length are zeros, so the
+  window straddling its end averages the same values in a batch as alone,
+  and lengths become ``ceil(L / p)``.  After it the input is re-masked (zeros beyond each
   length) and zero-padded in time up to a multiple of the model's total time
   stride, so every time-strided op below sees an even length.
 * Every op that mixes time steps (a conv with time kernel > 1, a time-strided
@@ -35,6 +40,12 @@ mode, up to float rounding).  How that is guaranteed:
   over real frames, divided by the real frame count at the final resolution.
   :meth:`MaskedClassifier.pooled_sum` exposes the (sums, counts) pair so a
   clip cut into windows combines as ``classify(sum(sums), sum(counts))``.
+  ``pooling="meanstd"`` also sums the squares (the head sees each channel's
+  mean and standard deviation over real frames); ``pooling="attention"``
+  weighs each real frame by ``exp(a_t)`` with a learnt, bounded score
+  ``a_t = 5 tanh(w . h_t / 5)`` of that frame alone, and its "counts" are the
+  weights' sum.  All three are sums over real frames, so batched == alone
+  and exact windowing hold for them alike.
 
 Masks multiply by a ``(B, 1, 1, T)`` tensor, which works for contiguous and
 channels-last activations alike and under bf16 autocast (pooled sums are
@@ -45,6 +56,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -63,6 +75,8 @@ __all__ = [
     "MaskedBatchNorm2d",
     "MaskedClassifier",
     "ModelConfig",
+    "FREQ_POOLINGS",
+    "POOLINGS",
     "ModelConfigError",
     "SpectrogramCNN",
     "SpectrogramResNet",
@@ -72,6 +86,10 @@ __all__ = [
 ]
 
 ARCHS = ("cnn", "resnet")
+POOLINGS = ("mean", "meanstd", "attention")
+FREQ_POOLINGS = ("mean", "keep")
+ATTENTION_BOUND = 5.0
+"""Attention pooling scores lie in ``[-5, 5]``: frame weights within ``e**±5``, no overflow in any sum."""
 MIN_FRAMES = 1
 """Shortest clip (frames) the models accept: lengths shrink as ceil(L/stride)."""
 
@@ -93,7 +111,19 @@ class ModelConfig:
     1 gives a model with a one-frame receptive field in time, used to test
     windowing).  ``time_pool=False`` keeps full time resolution (no striding
     in time).  ``input_mean``/``input_std`` (dB) define the fixed input
-    normalisation ``(x - input_mean) / input_std``.
+    normalisation ``(x - input_mean) / input_std``; ``bin_mean``/``bin_std``
+    (``n_bins`` values each, dB) replace it with a per-bin one.  ``pooling``:
+    ``"mean"`` (MaskedGAP), ``"meanstd"`` (mean and standard deviation over
+    real frames) or ``"attention"`` (see the module docstring).  ``input_time_pool``:
+    average this many input frames into one before the first conv (after
+    normalisation and masking), which divides the cost of every layer by it.
+    ``freq_pooling``: ``"mean"`` averages the last activations over
+    frequency; ``"keep"`` keeps every (channel, frequency row) pair as a
+    feature of its own (the head then sees where in the spectrum, e.g. which
+    register, a pattern occurs).  ``stem_freq_kernel`` (odd): the first
+    conv's kernel size along frequency (3 like the others by default; 13
+    spans an octave of CQT bins, so the first layer sees every interval
+    before any pooling blurs semitones).
     """
 
     arch: str = "cnn"
@@ -110,22 +140,50 @@ class ModelConfig:
     input_std: float = 40.0
     bn_momentum: float = 0.1
     bn_eps: float = 1e-5
+    bin_mean: tuple[float, ...] | None = None
+    bin_std: tuple[float, ...] | None = None
+    pooling: str = "mean"
+    input_time_pool: int = 1
+    freq_pooling: str = "mean"
+    stem_freq_kernel: int = 3
 
     def __post_init__(self) -> None:
         if self.arch not in ARCHS:
             raise ModelConfigError(f"unknown arch {self.arch!r}; expected one of {ARCHS}")
-        for name in ("n_bins", "n_classes", "width", "depth", "blocks_per_stage", "max_width"):
+        for name in ("n_bins", "n_classes", "width", "depth", "blocks_per_stage", "max_width", "input_time_pool"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ModelConfigError(f"{name} must be a positive integer, got {value!r}")
         if not isinstance(self.time_kernel, int) or self.time_kernel < 1 or self.time_kernel % 2 == 0:
             raise ModelConfigError(f"time_kernel must be a positive odd integer, got {self.time_kernel!r}")
+        if not isinstance(self.stem_freq_kernel, int) or self.stem_freq_kernel < 1 or self.stem_freq_kernel % 2 == 0:
+            raise ModelConfigError(f"stem_freq_kernel must be a positive odd integer, got {self.stem_freq_kernel!r}")
         if not 0.0 <= self.dropout < 1.0:
             raise ModelConfigError(f"dropout must be in [0, 1), got {self.dropout!r}")
         if not self.input_std > 0:
             raise ModelConfigError(f"input_std must be positive, got {self.input_std!r}")
         if not 0.0 < self.bn_momentum <= 1.0 or not self.bn_eps > 0:
             raise ModelConfigError("bn_momentum must be in (0, 1] and bn_eps positive")
+        if self.pooling not in POOLINGS:
+            raise ModelConfigError(f"unknown pooling {self.pooling!r}; expected one of {POOLINGS}")
+        if self.freq_pooling not in FREQ_POOLINGS:
+            raise ModelConfigError(f"unknown freq_pooling {self.freq_pooling!r}; expected one of {FREQ_POOLINGS}")
+        if (self.bin_mean is None) != (self.bin_std is None):
+            raise ModelConfigError("give bin_mean and bin_std together (or neither)")
+        for name in ("bin_mean", "bin_std"):
+            values = getattr(self, name)
+            if values is None:
+                continue
+            try:
+                values = tuple(float(v) for v in values)
+            except (TypeError, ValueError):
+                raise ModelConfigError(f"{name} must be a list of {self.n_bins} numbers") from None
+            if len(values) != self.n_bins or not all(math.isfinite(v) for v in values):
+                raise ModelConfigError(f"{name} must hold {self.n_bins} finite numbers (one per bin), "
+                                       f"got {len(values)}")
+            if name == "bin_std" and min(values) <= 0:
+                raise ModelConfigError("bin_std must be positive")
+            object.__setattr__(self, name, values)
 
     @property
     def channels(self) -> list[int]:
@@ -148,8 +206,19 @@ def time_mask(lengths: Tensor, n_frames: int, dtype: torch.dtype) -> Tensor:
     return (steps[None, :] < lengths[:, None]).to(dtype)[:, None, None, :]
 
 
+def _all_real(x: Tensor, lengths: Tensor) -> bool:
+    """True when ``x`` (on the CPU) has no padded frame: every length reaches its time size.
+
+    Equal-length training crops are the common case; masking them is a no-op,
+    so it is skipped.  Not checked on accelerators (it would synchronise).
+    """
+    return x.device.type == "cpu" and bool(lengths.numel()) and int(lengths.min()) >= x.shape[-1]
+
+
 def _remask(x: Tensor, lengths: Tensor) -> Tensor:
     """Zero every frame at or beyond each clip's length (in place when no grad is tracked)."""
+    if _all_real(x, lengths):
+        return x
     mask = time_mask(lengths, x.shape[-1], x.dtype)
     if torch.is_grad_enabled() and x.requires_grad:
         return x * mask
@@ -170,6 +239,8 @@ def _max_pool(x: Tensor, time_stride: int) -> Tensor:
     odd frequency size keeps its last row alone (ceil mode: -inf padding);
     the time size is always a multiple of the stride here.
     """
+    if torch.is_grad_enabled() and x.requires_grad:  # training: max_pool2d's backward is far cheaper
+        return F.max_pool2d(x, (2, time_stride), ceil_mode=True)
     if x.shape[2] % 2:
         x = F.pad(x, (0, 0, 0, 1), value=float("-inf"))
     h = torch.maximum(x[:, :, 0::2], x[:, :, 1::2])
@@ -212,6 +283,8 @@ class MaskedBatchNorm2d(nn.BatchNorm2d):
     def forward(self, x: Tensor, lengths: Tensor | None = None) -> Tensor:
         if not self.training or lengths is None:
             return super().forward(x)
+        if _all_real(x, lengths):  # no padding: the fused kernel computes the same statistics
+            return self._unmasked(x)
         xf = x.float()
         mask = time_mask(lengths, x.shape[-1], torch.float32)
         count = mask.sum() * x.shape[2]
@@ -237,6 +310,21 @@ class MaskedBatchNorm2d(nn.BatchNorm2d):
         y = centred * scale[None, :, None, None]
         if self.affine:
             y = y + self.bias[None, :, None, None]
+        return y.to(x.dtype)
+
+
+    def _unmasked(self, x: Tensor) -> Tensor:
+        """Training-mode batch norm of a batch without padding (running stats as in :meth:`forward`)."""
+        update = self.track_running_stats and self.running_mean is not None and not self.recomputing
+        momentum = 0.0
+        if update:
+            tracked: Tensor = self.num_batches_tracked  # type: ignore[assignment]
+            tracked.add_(1)
+            momentum = self.momentum if self.momentum is not None else 1.0 / float(tracked)
+        # The buffers are passed even when not updated (momentum 0 leaves them as they are), so a
+        # gradient-checkpointing recompute saves the same tensors as the first pass.
+        y = F.batch_norm(x.float(), self.running_mean, self.running_var, self.weight, self.bias, True, momentum,
+                         self.eps)
         return y.to(x.dtype)
 
 
@@ -276,12 +364,23 @@ class MaskedClassifier(nn.Module):
     ``self._receptive_field`` (frames of input one output frame depends on).
     """
 
-    def __init__(self, config: ModelConfig, out_channels: int) -> None:
+    def __init__(self, config: ModelConfig, out_channels: int, out_rows: int = 1) -> None:
         super().__init__()
         self.config = config
         self.blocks = nn.ModuleList()
         self.dropout = nn.Dropout(config.dropout)
-        self.head = nn.Linear(out_channels, config.n_classes)
+        features = out_channels * (out_rows if config.freq_pooling == "keep" else 1)
+        self.head = nn.Linear(features * (2 if config.pooling == "meanstd" else 1), config.n_classes)
+        self.attention: nn.Linear | None = nn.Linear(features, 1) if config.pooling == "attention" else None
+        self.bin_shift: Tensor | None
+        self.bin_scale: Tensor | None
+        if config.bin_mean is not None and config.bin_std is not None:
+            # Not in the state dict: the config holds them (checkpoints stay loadable without them).
+            self.register_buffer("bin_shift", torch.tensor(config.bin_mean)[None, None, :, None], persistent=False)
+            self.register_buffer("bin_scale", 1.0 / torch.tensor(config.bin_std)[None, None, :, None],
+                                 persistent=False)
+        else:
+            self.bin_shift = self.bin_scale = None
         self._time_stride = 1
         self._receptive_field = 1
         self.grad_checkpoint = False
@@ -307,7 +406,10 @@ class MaskedClassifier(nn.Module):
             raise ValueError(f"lengths must have shape ({x.shape[0]},), got {tuple(lengths.shape)}")
         if lengths.numel() and (int(lengths.min()) < MIN_FRAMES or int(lengths.max()) > x.shape[-1]):
             raise ValueError(f"lengths must lie in [{MIN_FRAMES}, {x.shape[-1]}] frames")
-        h = (x - self.config.input_mean) * (1.0 / self.config.input_std)
+        if self.bin_shift is not None and self.bin_scale is not None:
+            h = (x - self.bin_shift.to(x.dtype)) * self.bin_scale.to(x.dtype)
+        else:
+            h = (x - self.config.input_mean) * (1.0 / self.config.input_std)
         h = _remask(h, lengths)
         extra = -x.shape[-1] % self.time_stride
         if extra:
@@ -321,6 +423,10 @@ class MaskedClassifier(nn.Module):
     def features(self, x: Tensor, lengths: Tensor | Any) -> tuple[Tensor, Tensor]:
         """Backbone: ``(B, C, F', T')`` masked activations and their lengths ``(B,)``."""
         h, lengths = self._prepare(x, lengths)
+        pool = self.config.input_time_pool
+        if pool > 1:  # frames beyond a length are zeros: the straddling window averages as it does alone
+            h = F.avg_pool2d(h, (1, pool))
+            lengths = _strided_lengths(lengths, pool)
         recompute = self.grad_checkpoint and self.training and torch.is_grad_enabled()
         for block in self.blocks:
             if recompute:
@@ -345,14 +451,17 @@ class MaskedClassifier(nn.Module):
         """MaskedGAP numerator and denominator: ``(sums (B, C) float32, counts (B,) float32)``.
 
         ``sums`` is the sum over real output frames of the frequency-mean
-        activations, ``counts`` the number of those frames.  With
+        activations, ``counts`` the number of those frames (``"meanstd"``
+        pooling appends the sums of squares: ``(B, 2C)``; ``"attention"``
+        weighs each frame and counts the weights).  With
         ``pool_start``/``pool_stop`` (input frames, ``(B,)``; the start a
         multiple of :attr:`time_stride`) only output frames covering
         ``[pool_start, pool_stop)`` are pooled, which lets overlapping windows
         of a long clip each contribute only the part they own.
         """
         h, out_lengths = self.features(x, lengths)
-        per_frame = h.float().mean(dim=2)  # (B, C, T')
+        # (B, C, T'): the mean over frequency, or every (channel, frequency row) as a feature of its own
+        per_frame = h.float().flatten(1, 2) if self.config.freq_pooling == "keep" else h.float().mean(dim=2)
         steps = torch.arange(per_frame.shape[-1], device=per_frame.device)[None, :]
         keep = steps < out_lengths[:, None]
         if pool_start is not None:
@@ -362,12 +471,24 @@ class MaskedClassifier(nn.Module):
             stop = _strided_lengths(torch.as_tensor(pool_stop, device=h.device).long(), self.time_stride)
             keep = keep & (steps < stop[:, None])
         weights = keep.to(per_frame.dtype)
+        if self.attention is not None:
+            score = self.attention(per_frame.transpose(1, 2))[..., 0].float()  # (B, T'), each frame alone
+            weights = weights * torch.exp(ATTENTION_BOUND * torch.tanh(score / ATTENTION_BOUND))
         sums = (per_frame * weights[:, None, :]).sum(dim=-1)
+        if self.config.pooling == "meanstd":
+            sums = torch.cat([sums, (per_frame.square() * weights[:, None, :]).sum(dim=-1)], dim=1)
         return sums, weights.sum(dim=-1)
 
     def classify(self, sums: Tensor, counts: Tensor) -> Tensor:
-        """Logits ``(B, n_classes)`` from pooled sums and counts (MaskedGAP then head)."""
-        pooled = sums / counts.clamp(min=1.0)[:, None]
+        """Logits ``(B, n_classes)`` from pooled sums and counts (the pooling's statistics, then the head)."""
+        if self.config.pooling == "attention":
+            pooled = sums / counts.clamp(min=1e-30)[:, None]
+        else:
+            pooled = sums / counts.clamp(min=1.0)[:, None]
+        if self.config.pooling == "meanstd":
+            mean, square = pooled.chunk(2, dim=1)
+            std = torch.sqrt((square - mean.square()).clamp(min=0.0) + 1e-6)
+            pooled = torch.cat([mean, std], dim=1)
         return self.head(self.dropout(pooled.to(self.head.weight.dtype)))
 
     def forward(self, x: Tensor, lengths: Tensor | Any) -> Tensor:
@@ -388,10 +509,10 @@ class ConvBlock(nn.Module):
     ``ceil(L / 2)``.
     """
 
-    def __init__(self, c_in: int, c_out: int, config: ModelConfig) -> None:
+    def __init__(self, c_in: int, c_out: int, config: ModelConfig, freq_kernel: int = 3) -> None:
         super().__init__()
         kt = config.time_kernel
-        self.conv = nn.Conv2d(c_in, c_out, (3, kt), padding=(1, kt // 2), bias=False)
+        self.conv = nn.Conv2d(c_in, c_out, (freq_kernel, kt), padding=(freq_kernel // 2, kt // 2), bias=False)
         self.bn = MaskedBatchNorm2d(c_out, eps=config.bn_eps, momentum=config.bn_momentum)
         self.stride = 2 if config.time_pool else 1
 
@@ -409,11 +530,11 @@ class SpectrogramCNN(MaskedClassifier):
 
     def __init__(self, config: ModelConfig) -> None:
         channels = config.channels
-        super().__init__(config, channels[-1])
+        super().__init__(config, channels[-1], _halved(config.n_bins, config.depth))
         c_in = 1
-        rf, jump = 1, 1
+        rf = jump = config.input_time_pool
         for c_out in channels:
-            block = ConvBlock(c_in, c_out, config)
+            block = ConvBlock(c_in, c_out, config, config.stem_freq_kernel if c_in == 1 else 3)
             self.blocks.append(block)
             rf += (config.time_kernel - 1) * jump
             rf += (block.stride - 1) * jump
@@ -428,7 +549,7 @@ class Stem(nn.Module):
 
     def __init__(self, c_out: int, config: ModelConfig) -> None:
         super().__init__()
-        self.block = ConvBlock(1, c_out, config)
+        self.block = ConvBlock(1, c_out, config, config.stem_freq_kernel)
         self.stride = self.block.stride
 
     def forward(self, x: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor]:
@@ -480,12 +601,13 @@ class SpectrogramResNet(MaskedClassifier):
 
     def __init__(self, config: ModelConfig) -> None:
         channels = config.channels
-        super().__init__(config, channels[-1])
+        super().__init__(config, channels[-1], _halved(config.n_bins, config.depth))
         kt = config.time_kernel
         stem = Stem(channels[0], config)
         self.blocks.append(stem)
-        rf = 1 + (kt - 1) + (stem.stride - 1)
-        jump = stem.stride
+        p = config.input_time_pool
+        rf = p + (kt - 1) * p + (stem.stride - 1) * p
+        jump = stem.stride * p
         c_in = channels[0]
         for i, c_out in enumerate(channels):
             for j in range(config.blocks_per_stage):
@@ -498,6 +620,13 @@ class SpectrogramResNet(MaskedClassifier):
                 c_in = c_out
         self._time_stride = jump
         self._receptive_field = rf
+
+
+def _halved(n: int, times: int) -> int:
+    """Frequency rows left after ``times`` halvings (2x2 pools or stride-2 convs): ceil(n / 2) each time."""
+    for _ in range(times):
+        n = -(-n // 2)
+    return n
 
 
 def build_model(config: ModelConfig) -> MaskedClassifier:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 import torch
@@ -113,7 +115,84 @@ def test_pooled_sum_and_classify_reproduce_forward() -> None:
         torch.testing.assert_close(model.classify(sums, counts), model(batch.x, batch.lengths))
 
 
+def bin_stats(n_bins: int, seed: int = 0) -> dict[str, list[float]]:
+    """Per-bin normalisation values around the test clips' -45 dB."""
+    rng = np.random.default_rng(seed)
+    return {"bin_mean": rng.normal(-45.0, 5.0, n_bins).tolist(), "bin_std": rng.uniform(5.0, 20.0, n_bins).tolist()}
+
+
+@pytest.mark.parametrize("arch", ["cnn", "resnet"])
+@pytest.mark.parametrize("pooling", ["mean", "meanstd", "attention"])
+def test_every_pooling_with_per_bin_normalisation_is_batched_equal_alone_and_windows_exactly(
+        arch: str, pooling: str) -> None:
+    from infer.windows import run_windowed
+
+    model = eval_model(tiny(arch, pooling=pooling, **bin_stats(20)))
+    if model.attention is not None:  # a non-trivial attention score
+        torch.nn.init.normal_(model.attention.weight, std=2.0)
+    clips = make_clips(20, [1, 3, 8, 9, 31, 97], seed=1)
+    batch = collate(clips, multiple_of=model.time_stride)
+    with torch.no_grad():
+        batched = model(batch.x, batch.lengths)
+        sums, counts = model.pooled_sum(batch.x, batch.lengths)
+        torch.testing.assert_close(model.classify(sums, counts), batched)
+    for i, clip in enumerate(clips):
+        torch.testing.assert_close(batched[i], logits_alone(model, clip), atol=ATOL, rtol=0)
+    long = make_clips(20, [500], seed=2)[0]
+    context = -(-model.receptive_field // model.time_stride) * model.time_stride
+    windowed = run_windowed(model, long, 4 * context + 40, context=context)
+    torch.testing.assert_close(windowed, logits_alone(model, long), atol=ATOL, rtol=0)
+
+
+def test_per_bin_normalisation_maps_bin_means_to_zero_and_is_not_in_the_state_dict() -> None:
+    stats = bin_stats(20)
+    model = eval_model(tiny("cnn", **stats))
+    x = torch.tensor(stats["bin_mean"], dtype=torch.float32)[None, None, :, None].expand(2, 1, 20, 8)
+    h, _ = model._prepare(x, torch.tensor([8, 3]))
+    assert h.abs().max() < 1e-5
+    assert not any(k.startswith("bin_") for k in model.state_dict())
+    with pytest.raises(ModelConfigError, match="bin_mean must hold 20"):
+        tiny("cnn", bin_mean=[0.0] * 19, bin_std=[1.0] * 19)
+    with pytest.raises(ModelConfigError, match="together"):
+        tiny("cnn", bin_mean=[0.0] * 20)
+    with pytest.raises(ModelConfigError, match="pooling"):
+        tiny("cnn", pooling="max")
+    config = tiny("resnet", pooling="meanstd", **stats)
+    assert ModelConfig.from_dict(json.loads(json.dumps(config.to_dict()))) == config
+
+
 # --- training: masked batch norm ----------------------------------------------------------------
+
+
+def test_unpadded_training_batches_take_the_fused_path_with_the_same_results() -> None:
+    """No padding: batch norm, masking and pooling take faster paths that give what the masked ones give."""
+    torch.manual_seed(0)
+    x = torch.randn(3, 4, 5, 12) * 3 + 1
+    full = torch.tensor([12, 12, 12])
+    fused, masked = MaskedBatchNorm2d(4).train(), MaskedBatchNorm2d(4).train()
+    out = fused(x, full)
+    padded = torch.cat([x, torch.randn(3, 4, 5, 4) * 50], dim=-1)  # forces the masked path
+    torch.testing.assert_close(out, masked(padded, full)[..., :12], atol=1e-5, rtol=1e-5)
+    for name in ("running_mean", "running_var", "num_batches_tracked"):
+        torch.testing.assert_close(getattr(fused, name), getattr(masked, name), atol=1e-6, rtol=1e-6)
+    fused.recomputing = True  # gradient checkpointing's second pass leaves the running stats alone
+    before = fused.running_mean.clone()
+    fused(x, full)
+    torch.testing.assert_close(fused.running_mean, before, atol=0, rtol=0)
+    # a training step on an unpadded batch equals the same clips with padding after them
+    config = tiny("cnn", dropout=0.0)
+    clips = make_clips(20, [24, 24, 24], seed=6)
+    outs = []
+    for pad_to in (24, 40):
+        torch.manual_seed(0)
+        model = build_model(config).train()
+        batch = collate(clips, pad_to=pad_to)
+        out = model(batch.x, batch.lengths)
+        out.square().sum().backward()
+        outs.append((out.detach(), model.blocks[0].conv.weight.grad.clone()))
+    torch.testing.assert_close(outs[0][0], outs[1][0], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(outs[0][1], outs[1][1], atol=1e-4, rtol=1e-4)
+
 
 
 def test_masked_batchnorm_statistics_cover_real_frames_only() -> None:

@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 from factories import make_separable_store
 
-from infer.augment import SpecAugment
+from infer.augment import Augment, SpecAugment
 from infer.budget import Budget
 from infer.checkpoint import load_checkpoint
 from infer.cli import main as infer_main
@@ -209,6 +209,45 @@ def test_lr_schedule_and_spec_augment() -> None:
         TrainConfig(epochs=0)
     with pytest.raises(TrainError, match="unknown training config"):
         TrainConfig.from_dict({"epochs": 3, "colour": "red"})
+
+
+def test_augment_rolls_only_the_cqt_rows_and_shifts_gain() -> None:
+    x = np.tile(np.arange(10, dtype=np.float32)[:, None], (1, 6))  # row r holds r; rows 4-9 are the "CQT"
+    fill = tuple(float(-100 - r) for r in range(10))
+    shifts = set()
+    for seed in range(40):
+        y = Augment(pitch_bins=2, pitch_rows=(4, 10), fill=fill)(x.copy(), np.random.default_rng(seed))
+        np.testing.assert_array_equal(y[:4], x[:4])  # the mel rows are never moved
+        shift = int(6 - y[6, 0])  # row r now holds row r - shift
+        shifts.add(shift)
+        for r in range(4, 10):
+            src = r - shift
+            expected = src if 4 <= src < 10 else fill[r]  # rolled in from outside: the fill (input mean) of row r
+            assert np.all(y[r] == expected), (shift, r)
+    assert shifts == {-2, -1, 0, 1, 2}
+    y = Augment(gain_db=6.0)(x.copy(), np.random.default_rng(0))
+    offset = y - x
+    np.testing.assert_allclose(offset, offset[0, 0], atol=1e-5)
+    assert 0 < abs(offset[0, 0]) <= 6.0
+
+
+def test_the_default_recipe_trains_on_every_stored_feature(tmp_path: Path) -> None:
+    """A mel+CQT store trains on both (per-bin normalisation, CQT pitch roll, mixup); a mel-only one on mel."""
+    from factories import make_store
+
+    specs = {"mel": FeatureSpec.mel(n_bins=16), "cqt": FeatureSpec.cqt(n_bins=12)}
+    store = make_store(tmp_path / "s.zarr", lengths=[30, 50, 70, 90, 40, 60] * 4, specs=specs)
+    config = TrainConfig(epochs=2, width=4, depth=2, crop_seconds=0.5, device="cpu", val_fraction=0.25,
+                         pitch_shift=2, gain_db=3.0, mixup=0.4, crops_per_clip=2)
+    assert config.feature is None
+    res = train(store, tmp_path / "m.pt", config, progress=False)
+    ck = load_checkpoint(res.model_path)
+    assert ck.feature == "mel+cqt" and ck.n_bins == 28
+    assert ck.config is not None and ck.config.bin_mean is not None and len(ck.config.bin_mean) == 28
+    assert all(np.isfinite(h["loss"]) for h in res.history)
+    mel_only = make_store(tmp_path / "m.zarr", lengths=[30, 50, 70, 90] * 3, specs={"mel": specs["mel"]})
+    res = train(mel_only, tmp_path / "mel.pt", config, progress=False)  # pitch_shift: no CQT, logged, ignored
+    assert load_checkpoint(res.model_path).feature == "mel"
 
 
 @pytest.mark.slow

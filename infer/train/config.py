@@ -27,7 +27,7 @@ from store import ConfigError
 from store.records import from_record
 
 from ..device import PRECISIONS
-from ..models import ARCHS
+from ..models import ARCHS, FREQ_POOLINGS, POOLINGS
 
 __all__ = ["RUNTIME_FIELDS", "TrainConfig", "TrainError", "add_config_arguments", "config_from_args"]
 
@@ -76,11 +76,13 @@ class TrainConfig:
     --help`` lists them with their defaults).
     """
 
-    epochs: int = _opt(30, "passes over the training clips")
+    epochs: int = _opt(15, "passes over the training clips")
     lr: float = _opt(3e-3, "peak learning rate of AdamW (after warm-up, then cosine decay)")
     weight_decay: float = _opt(1e-2, "AdamW weight decay (not applied to BatchNorm weights and biases)")
     warmup_fraction: float = _opt(0.1, "share of the epochs spent warming the learning rate up from lr/25")
     final_lr_ratio: float = _opt(0.01, "learning rate at the end, as a share of lr")
+    ema: float = _opt(0.0, "validate and save an exponential moving average of the weights, with this decay per "
+                           "step (e.g. 0.99; 0 disables)")
     label_smoothing: float = _opt(0.0, "cross-entropy label smoothing")
     class_weighted: bool = _opt(False, "weight the loss by inverse class frequency")
     max_batch: int = _opt(16, "most clips in one batch")
@@ -88,10 +90,18 @@ class TrainConfig:
                                          "a 1.5 GiB margin)", parse=_optional_mb, metavar="MIB")
     crop_seconds: float | None = _opt(10.0, "random crop per clip and epoch, seconds; 0 = whole clips",
                                       parse=_optional_seconds, metavar="SECONDS")
+    crops_per_clip: int = _opt(3, "random crops of every training clip per epoch (each with its own crop and "
+                                  "augmentation): more steps per epoch, fewer validations")
     time_masks: int = _opt(2, "SpecAugment time masks per clip (0 disables)")
     time_mask_frames: int = _opt(24, "widest time mask, frames")
     freq_masks: int = _opt(2, "SpecAugment frequency masks per clip (0 disables)")
     freq_mask_bins: int = _opt(12, "widest frequency mask, bins")
+    gain_db: float = _opt(6.0, "random gain per clip and epoch, uniform in +-this many dB (0 disables)")
+    tilt_db: float = _opt(0.0, "random spectral tilt per clip and epoch: a ramp across each feature's bins between "
+                               "two gains uniform in +-this many dB (an equaliser; 0 disables)")
+    pitch_shift: int = _opt(2, "random pitch shift per clip and epoch, uniform in +-this many semitones, as a "
+                               "roll of the CQT bins (stores with a CQT; 0 disables)")
+    mixup: float = _opt(0.0, "mixup: mix each batch with itself shuffled, weight ~ Beta(a, a) (0 disables)")
     val_fraction: float = _opt(0.2, "share of works (groups) or contents held out for validation")
     seed: int = _opt(0, "split and training seed (every random draw derives from it)")
     arch: str = _opt("cnn", "model: cnn, resnet, or an import path package.module:Class of any nn.Module with "
@@ -102,11 +112,25 @@ class TrainConfig:
     width: int = _opt(32, "channels of the first block (built-in models)")
     depth: int = _opt(4, "blocks / stages (built-in models)")
     dropout: float = _opt(0.1, "dropout before the head (built-in models)")
+    pooling: str = _opt("meanstd", "pooling over time (built-in models): mean, meanstd (mean and standard "
+                                "deviation), attention", choices=POOLINGS)
+    freq_pooling: str = _opt("keep", "frequency at the end of the built-in models: mean (averaged) or keep (each "
+                                     "frequency row a feature of its own: the head sees the register)",
+                             choices=FREQ_POOLINGS)
+    stem_freq_kernel: int = _opt(13, "the first conv's kernel along frequency, bins (odd; 13 spans an octave of "
+                                    "CQT bins) (built-in models)")
+    input_time_pool: int = _opt(2, "average this many frames into one at the model's input, dividing every "
+                                   "layer's cost by it (built-in models)")
+    normalization: str = _opt("bin", "input normalisation fitted on training frames (built-in models): global "
+                                        "(one mean and std) or bin (per frequency bin)",
+                              choices=("global", "bin"))
     grad_checkpoint: bool = _opt(False, "gradient checkpointing: recompute activations in backward, so the "
                                         "memory budget packs larger batches (slower steps)")
     loader_workers: int = _opt(0, "batches are read by a prefetch thread (0) or by this many DataLoader "
                                   "worker processes")
-    feature: str | None = _opt(None, "feature to train on (default: the store's default)", metavar="NAME")
+    feature: str | None = _opt(None, "feature to train on: one the store holds, or several joined by '+' "
+                                     "(stacked frame by frame, e.g. mel+cqt); default: every feature the store "
+                                     "holds, stacked", metavar="NAME")
     device: str = _opt("auto", "auto (CUDA if available), cpu, cuda, cuda:N")
     precision: str = _opt("auto", "auto: bf16/fp16 autocast on CUDA, fp32 on CPU", choices=PRECISIONS)
 
@@ -117,8 +141,12 @@ class TrainConfig:
             raise TrainError(f"lr must be positive, got {self.lr!r}")
         if self.weight_decay < 0 or not 0 <= self.warmup_fraction < 1 or not 0 < self.final_lr_ratio <= 1:
             raise TrainError("weight_decay must be >= 0, warmup_fraction in [0, 1), final_lr_ratio in (0, 1]")
+        if not 0 <= self.ema < 1:
+            raise TrainError(f"ema must be in [0, 1) (0 disables), got {self.ema!r}")
         if not 0 <= self.label_smoothing < 1:
             raise TrainError(f"label_smoothing must be in [0, 1), got {self.label_smoothing!r}")
+        if self.crops_per_clip < 1:
+            raise TrainError(f"crops_per_clip must be >= 1, got {self.crops_per_clip}")
         if self.max_batch < 1:
             raise TrainError(f"max_batch must be >= 1, got {self.max_batch}")
         if self.budget_mb is not None and not (self.budget_mb > 0 and math.isfinite(self.budget_mb)):
@@ -127,6 +155,19 @@ class TrainConfig:
             raise TrainError(f"crop_seconds must be positive (or None for whole clips), got {self.crop_seconds}")
         if min(self.time_masks, self.time_mask_frames, self.freq_masks, self.freq_mask_bins) < 0:
             raise TrainError("SpecAugment mask counts and widths must be >= 0")
+        if not (self.gain_db >= 0 and math.isfinite(self.gain_db)) or self.pitch_shift < 0 or not (
+                self.tilt_db >= 0 and math.isfinite(self.tilt_db)):
+            raise TrainError("gain_db, tilt_db and pitch_shift must be >= 0")
+        if not (self.mixup >= 0 and math.isfinite(self.mixup)):
+            raise TrainError(f"mixup must be >= 0 (0 disables), got {self.mixup!r}")
+        if self.input_time_pool < 1:
+            raise TrainError(f"input_time_pool must be >= 1, got {self.input_time_pool}")
+        if self.freq_pooling not in FREQ_POOLINGS:
+            raise TrainError(f"freq_pooling must be one of {', '.join(FREQ_POOLINGS)}, not {self.freq_pooling!r}")
+        if self.pooling not in POOLINGS:
+            raise TrainError(f"pooling must be one of {', '.join(POOLINGS)}, not {self.pooling!r}")
+        if self.normalization not in ("global", "bin"):
+            raise TrainError(f"normalization must be global or bin, not {self.normalization!r}")
         if not 0 <= self.val_fraction < 1:
             raise TrainError(f"val_fraction must be in [0, 1), got {self.val_fraction!r}")
         if self.seed < 0:
@@ -135,7 +176,8 @@ class TrainConfig:
             raise TrainError(f"arch must be one of {', '.join(ARCHS)} or an import path package.module:Class, "
                              f"not {self.arch!r}")
         if self.model_args is not None and self.arch in ARCHS:
-            raise TrainError("model_args is for import-path models; the built-ins take width, depth, dropout")
+            raise TrainError("model_args is for import-path models; the built-ins take width, depth, dropout, "
+                             "pooling")
         if self.loader_workers < 0:
             raise TrainError(f"loader_workers must be >= 0, got {self.loader_workers}")
         if self.precision not in PRECISIONS:

@@ -25,13 +25,16 @@ resume file) is refused unless ``overwrite=True``.
 
 from __future__ import annotations
 
+import copy
 import csv
+import ctypes
 import hashlib
 import io
 import json
 import logging
 import math
 import os
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -47,7 +50,7 @@ from tqdm.auto import tqdm
 
 from store import ConfigError, Store, check_output_path, open_store, write_atomic
 
-from ..augment import SpecAugment
+from ..augment import Augment, SpecAugment
 from ..budget import Budget
 from ..checkpoint import Checkpoint, load_checkpoint, save_checkpoint
 from ..contract import ModelSpec, masks_padding, spec_of, time_stride, window_frames
@@ -59,7 +62,7 @@ from .config import TrainConfig, TrainError
 from .resume import ResumeState, load_resume, resume_path_for, save_resume
 from .schedule import lr_at
 
-__all__ = ["TrainResult", "config_path_for", "metrics_path_for", "train"]
+__all__ = ["TrainResult", "config_path_for", "default_training_feature", "metrics_path_for", "train"]
 
 log = logging.getLogger("infer.train")
 
@@ -156,6 +159,34 @@ def frame_stats(dataset: StoreDataset, seed: int, max_clips: int = 128, max_fram
     return FrameStats(mean, max(std, 1e-3), bin_mean, np.maximum(bin_std, 1e-3))
 
 
+def keep_freed_memory() -> bool:
+    """Ask glibc's malloc to keep freed memory for reuse instead of returning it to the system.
+
+    CPU training allocates and frees activations of tens of MiB every step;
+    by default glibc serves those with fresh ``mmap`` s and unmaps them on
+    free, so every step page-faults its activations in again (measured: a
+    third of a training run's CPU time spent in the kernel on 2 cores).
+    Raising the mmap and trim thresholds keeps them in the heap; the values
+    are the same.  A no-op (False) where the C library is not glibc.
+    """
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        m_trim_threshold, m_mmap_threshold = -1, -3
+        return bool(libc.mallopt(m_mmap_threshold, 1 << 30)) and bool(libc.mallopt(m_trim_threshold, (1 << 31) - 1))
+    except (OSError, AttributeError):
+        return False
+
+
+def default_training_feature(store: Store) -> str:
+    """What training uses when the config names no feature: every stored feature, stacked (``mel+cqt``).
+
+    A store with one feature (``FEATURES=mel``) trains on that one.
+    """
+    return "+".join(store.specs)
+
+
 def _param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict[str, Any]]:
     decay: list[torch.Tensor] = []
     no_decay: list[torch.Tensor] = []
@@ -179,22 +210,88 @@ class _Step:
     oom_splits: int
 
 
+@dataclass(frozen=True)
+class _Mix:
+    """A batch mixed with itself: ``lam * x + (1 - lam) * x[perm]``, targets likewise (mixup)."""
+
+    lam: float
+    perm: Tensor
+
+
+def _mixup(x: Tensor, lengths: Tensor, y: Tensor, alpha: float, generator: torch.Generator
+           ) -> tuple[Tensor, Tensor, Tensor, _Mix | None]:
+    """Mix the batch (dB values) with a shuffled copy of itself; lengths become the shorter of each pair.
+
+    The mixing weight is drawn from Beta(alpha, alpha) and folded to >= 0.5,
+    so the first clip dominates (its label counts for the accuracy).
+    """
+    if alpha <= 0 or len(y) < 2:
+        return x, lengths, y, None
+    draw = int(torch.randint(0, 2**62, (1,), generator=generator))
+    lam = float(np.random.default_rng(draw).beta(alpha, alpha))
+    lam = max(lam, 1.0 - lam)
+    perm = torch.randperm(len(y), generator=generator).to(y.device)
+    mixed = x * lam + x[perm] * (1.0 - lam)
+    return mixed, torch.minimum(lengths, lengths[perm]), y, _Mix(lam, perm)
+
+
+class WeightAverage:
+    """An exponential moving average of a model's weights and buffers, updated after every optimiser step.
+
+    ``decay`` per step, warmed up as ``min(decay, (1 + t) / (10 + t))`` so the
+    first steps do not drag the random initial weights along.  BatchNorm
+    running statistics are averaged alike (``num_batches_tracked`` is copied).
+    """
+
+    def __init__(self, model: nn.Module, decay: float) -> None:
+        self.model = copy.deepcopy(model).eval()
+        for p in self.model.parameters():
+            p.requires_grad_(False)
+        self.decay = decay
+        self.steps = 0
+
+    @torch.no_grad()
+    def update(self, model: nn.Module) -> None:
+        self.steps += 1
+        keep = min(self.decay, (1.0 + self.steps) / (10.0 + self.steps))
+        mine = self.model.state_dict()
+        for name, value in model.state_dict().items():
+            if value.dtype.is_floating_point:
+                mine[name].lerp_(value, 1.0 - keep)
+            else:
+                mine[name].copy_(value)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"steps": self.steps, "model": {k: v.detach().cpu() for k, v in self.model.state_dict().items()}}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.steps = int(state["steps"])
+        self.model.load_state_dict(state["model"])
+
+
 def _forward_backward(model: torch.nn.Module, engine: Engine, x: Tensor, lengths: Tensor, y: Tensor, *,
-                      weights: Tensor | None, label_smoothing: float, scaler: torch.amp.GradScaler) -> _Step:
+                      weights: Tensor | None, label_smoothing: float, scaler: torch.amp.GradScaler,
+                      mix: _Mix | None = None) -> _Step:
     """Forward and backward of one batch, gradients accumulated into the parameters.
 
     On a CUDA out-of-memory the batch is split in halves, each contributing
     its share of the batch's loss, so the gradient is the whole batch's
-    (only the BatchNorm statistics then come from the halves).
+    (only the BatchNorm statistics then come from the halves).  ``mix``: the
+    batch was mixed (:func:`_mixup`); the loss is the same mix of the two
+    targets' losses.
     """
     denom = weights[y].sum() if weights is not None else torch.tensor(float(len(y)), device=y.device)
+    y_other = y[mix.perm] if mix is not None else None
 
-    def run(xs: Tensor, ls: Tensor, ys: Tensor) -> tuple[float, int, int]:
+    def run(xs: Tensor, ls: Tensor, ys: Tensor, others: Tensor | None = None) -> tuple[float, int, int]:
         try:
             with engine.amp():
                 logits = model(xs, ls)
             per_clip = F.cross_entropy(logits.float(), ys, weight=weights, label_smoothing=label_smoothing,
                                        reduction="none")
+            if mix is not None and others is not None:
+                per_clip = mix.lam * per_clip + (1.0 - mix.lam) * F.cross_entropy(
+                    logits.float(), others, weight=weights, label_smoothing=label_smoothing, reduction="none")
             part = per_clip.sum() / denom
             scaler.scale(part).backward()
             return float(part.detach()), int((logits.detach().argmax(1) == ys).sum()), 0
@@ -205,11 +302,11 @@ def _forward_backward(model: torch.nn.Module, engine: Engine, x: Tensor, lengths
             log.warning("CUDA out of memory on a training batch of %d x %d frames; splitting it", len(ys),
                         xs.shape[-1])
             half = len(ys) // 2
-            a = run(xs[:half], ls[:half], ys[:half])
-            b = run(xs[half:], ls[half:], ys[half:])
+            a = run(xs[:half], ls[:half], ys[:half], None if others is None else others[:half])
+            b = run(xs[half:], ls[half:], ys[half:], None if others is None else others[half:])
             return a[0] + b[0], a[1] + b[1], a[2] + b[2] + 1
 
-    loss, correct, splits = run(x, lengths, y)
+    loss, correct, splits = run(x, lengths, y, y_other)
     return _Step(loss, correct, splits)
 
 
@@ -316,9 +413,12 @@ def train(
     model_path = check_output_path(model_path, what="MODEL")
     s = store if isinstance(store, Store) else open_store(store)
     try:
-        specs = feature_specs(s, cfg.feature)
+        specs = feature_specs(s, cfg.feature or default_training_feature(s))
     except ConfigError as e:
         raise TrainError(str(e)) from None
+    if cfg.feature is None:
+        log.info("training on %s (the default: every feature the store holds, stacked frame by frame)",
+                 "+".join(specs))
     feature = "+".join(specs)
     spec = next(iter(specs.values()))  # the frame grid every part shares
     n_bins = sum(p.n_bins for p in specs.values())
@@ -342,6 +442,8 @@ def train(
                                margin_mb=margin_mb, max_batch=cfg.max_batch, threads=threads,
                                channels_last=False, progress=False))
     device = engine.device
+    if device.type == "cpu":
+        keep_freed_memory()
     resume_path = resume_path_for(model_path)
     fingerprint = training_fingerprint(s, rule, feature)
     state = _resumable(load_resume(resume_path), cfg, fingerprint, model_path, overwrite)
@@ -353,7 +455,8 @@ def train(
         model_spec = ModelSpec.from_dict(state.model_spec)
     else:
         model_spec = _model_spec(cfg, model, model_args, {
-            "n_bins": n_bins, "n_classes": n_classes, "input_mean": round(mean, 4), "input_std": round(std, 4)})
+            "n_bins": n_bins, "n_classes": n_classes, "input_mean": round(mean, 4), "input_std": round(std, 4)},
+            stats)
     torch.manual_seed(cfg.seed)
     net = model if isinstance(model, nn.Module) else model_spec.build()
     net = net.to(device)
@@ -363,6 +466,8 @@ def train(
                              "gradient checkpointing")
         setattr(net, "grad_checkpoint", True)  # noqa: B010 - a plain attribute, see infer.contract
     optimizer = torch.optim.AdamW(_param_groups(net, cfg.weight_decay), lr=cfg.lr)
+    averaged = WeightAverage(net, cfg.ema) if cfg.ema > 0 else None
+    scored = averaged.model if averaged is not None else net  # what is validated and saved
     scaler = torch.amp.GradScaler(device.type, enabled=engine.autocast == torch.float16)
     history: list[dict[str, Any]] = []
     best_score: tuple[float, float] | None = None
@@ -374,6 +479,8 @@ def train(
         if state.scaler:
             scaler.load_state_dict(state.scaler)
         history = list(state.history)
+        if averaged is not None and state.averaged:
+            averaged.load_state_dict(state.averaged)
         start_epoch = int(state.epoch)
         best_epoch = int(state.best_epoch)
         best_score = (float(state.best_score[0]), float(state.best_score[1])) if state.best_score else None
@@ -398,15 +505,16 @@ def train(
         log.warning("%d training clip(s) exceed the memory budget whole; they are trained on random crops of "
                     "%d frames", cut, budget.max_window)
     crop = limit if (cfg.crop_seconds is not None or cut or pad_to is not None) else None
-    fill = float(model_spec.kwargs.get("input_mean", mean))
-    augment = SpecAugment(cfg.time_masks, cfg.time_mask_frames, cfg.freq_masks, cfg.freq_mask_bins, fill) \
-        if (cfg.time_masks or cfg.freq_masks) else None
-    dataset = StoreDataset(s, feature, rows=train_rows, crop_frames=crop, spec_augment=augment, seed=cfg.seed)
+    augment = _augment(cfg, model_spec, specs, mean)
+    repeats = cfg.crops_per_clip if crop is not None else 1
+    dataset = StoreDataset(s, feature, rows=np.repeat(train_rows, repeats), crop_frames=crop, spec_augment=augment,
+                           seed=cfg.seed)
     sampler = BudgetBatchSampler(dataset, budget, shuffle=True, seed=cfg.seed)
     collate_fn = PadCollate(stride, pad_to=pad_to)
     val_labels = s.labels[val_rows].astype(np.int64)
     weights = torch.tensor(_class_weights(train_labels, n_classes), dtype=torch.float32, device=device) \
         if cfg.class_weighted else None
+    mix_rng = torch.Generator()
     log.info("training %s (%d parameters) on %d clips, validating on %d; %s; %s", model_spec.target,
              count_parameters(net), len(train_rows), len(val_rows), device, budget.describe())
 
@@ -434,6 +542,7 @@ def train(
         for epoch in range(start_epoch, cfg.epochs):
             e0 = time.perf_counter()
             torch.manual_seed(_epoch_seed(cfg.seed, epoch, 0))
+            mix_rng.manual_seed(_epoch_seed(cfg.seed, epoch, 1))
             sampler.set_epoch(epoch)
             n_batches = len(sampler)
             net.train()
@@ -446,12 +555,15 @@ def train(
                 b = batch.to(device, non_blocking=True) if device.type != "cpu" else batch
                 assert b.labels is not None
                 optimizer.zero_grad(set_to_none=True)
-                step = _forward_backward(net, engine, b.x, b.lengths, b.labels, weights=weights,
-                                         label_smoothing=cfg.label_smoothing, scaler=scaler)
+                bx, bl, by, mix = _mixup(b.x, b.lengths, b.labels, cfg.mixup, mix_rng)
+                step = _forward_backward(net, engine, bx, bl, by, weights=weights,
+                                         label_smoothing=cfg.label_smoothing, scaler=scaler, mix=mix)
                 if not math.isfinite(step.loss) and not scaler.is_enabled():
                     raise TrainError(f"training diverged (loss {step.loss}) in epoch {epoch + 1}; lower the LR")
                 scaler.step(optimizer)  # skips the step if fp16 gradients overflowed
                 scaler.update()
+                if averaged is not None:
+                    averaged.update(net)
                 oom_splits += step.oom_splits
                 if math.isfinite(step.loss):
                     loss_sum += step.loss * len(batch)
@@ -467,7 +579,7 @@ def train(
                 "efficiency": plan_efficiency, "oom_splits": oom_splits,
             }
             if len(val_rows):
-                res = engine.logits(net, s, val_rows, feature=feature, budget=eval_budget)
+                res = engine.logits(scored, s, val_rows, feature=feature, budget=eval_budget)
                 vl = torch.from_numpy(res.logits)
                 vy = torch.from_numpy(val_labels)
                 entry["val_accuracy"] = float((vl.argmax(1) == vy).float().mean())
@@ -478,7 +590,7 @@ def train(
             score = _score(entry)
             if best_score is None or score > best_score:
                 best_score, best_epoch = score, epoch + 1
-                save_checkpoint(Checkpoint.from_model(net, s.label_names, feature, specs, extra={
+                save_checkpoint(Checkpoint.from_model(scored, s.label_names, feature, specs, extra={
                     **base_extra, "epoch": epoch + 1, "best_epoch": epoch + 1,
                     "val_accuracy": entry["val_accuracy"], "history": history}, model_spec=model_spec), model_path)
             save_resume(ResumeState(
@@ -486,7 +598,8 @@ def train(
                 model_spec=model_spec.to_dict(), epoch=epoch + 1, complete=epoch + 1 == cfg.epochs,
                 model={k: v.detach().cpu() for k, v in net.state_dict().items()},
                 optimizer=optimizer.state_dict(), scaler=scaler.state_dict(), history=history,
-                best_epoch=best_epoch, best_score=list(best_score) if best_score is not None else None), resume_path)
+                best_epoch=best_epoch, best_score=list(best_score) if best_score is not None else None,
+                averaged=averaged.state_dict() if averaged is not None else None), resume_path)
             write_atomic(metrics_path_for(model_path), _metrics_csv(history))
             scalars.add(entry)
             epochs_run += 1
@@ -517,11 +630,41 @@ def train(
     )
 
 
+def _augment(cfg: TrainConfig, model_spec: ModelSpec, specs: dict[str, Any], mean: float) -> Augment | None:
+    """The per-item augmentation the config asks for (None when it asks for none).
+
+    Masked and rolled-in values are set to the model's input mean (per bin
+    with a per-bin normalisation), which the model maps to 0.
+    """
+    bin_mean = model_spec.kwargs.get("bin_mean")
+    fill: float | tuple[float, ...] = (tuple(float(v) for v in bin_mean) if bin_mean is not None
+                                       else float(model_spec.kwargs.get("input_mean", mean)))
+    spec_augment = SpecAugment(cfg.time_masks, cfg.time_mask_frames, cfg.freq_masks, cfg.freq_mask_bins, fill) \
+        if (cfg.time_masks or cfg.freq_masks) else None
+    pitch_rows: tuple[int, int] | None = None
+    pitch_bins = 0
+    start = 0
+    parts: list[tuple[int, int]] = []
+    for part in specs.values():
+        if part.kind == "cqt" and cfg.pitch_shift:
+            pitch_rows = (start, start + part.n_bins)
+            pitch_bins = int(round(cfg.pitch_shift * (part.bins_per_octave or 12) / 12))
+        parts.append((start, start + part.n_bins))
+        start += part.n_bins
+    if cfg.pitch_shift and pitch_rows is None:
+        log.warning("pitch_shift needs a CQT in the training feature (%s); no pitch shift", "+".join(specs))
+    if spec_augment is None and not cfg.gain_db and not cfg.tilt_db and not pitch_bins:
+        return None
+    return Augment(gain_db=cfg.gain_db, tilt_db=cfg.tilt_db, parts=tuple(parts), pitch_bins=pitch_bins,
+                   pitch_rows=pitch_rows, fill=fill, spec_augment=spec_augment)
+
+
 def _model_spec(cfg: TrainConfig, model: nn.Module | str | None, model_args: dict[str, Any] | None,
-                available: dict[str, Any]) -> ModelSpec:
+                available: dict[str, Any], stats: FrameStats | None = None) -> ModelSpec:
     """How to build the model: the config's built-in architecture or import path, or a given module.
 
-    ``available``: the store's facts a constructor may take (n_bins, n_classes, input_mean, input_std).
+    ``available``: the store's facts a constructor may take (n_bins, n_classes, input_mean, input_std);
+    ``stats``: the training frames' statistics (per-bin normalisation of the built-ins).
     """
     if isinstance(model, nn.Module):
         spec = spec_of(model, model_args)
@@ -537,7 +680,13 @@ def _model_spec(cfg: TrainConfig, model: nn.Module | str | None, model_args: dic
     target = model if isinstance(model, str) else cfg.arch
     args = model_args if model_args is not None else cfg.model_args
     if target in ("cnn", "resnet"):
-        return ModelSpec(target, {**available, "width": cfg.width, "depth": cfg.depth, "dropout": cfg.dropout})
+        kwargs = {**available, "width": cfg.width, "depth": cfg.depth, "dropout": cfg.dropout, "pooling": cfg.pooling,
+                  "input_time_pool": cfg.input_time_pool, "freq_pooling": cfg.freq_pooling,
+                  "stem_freq_kernel": cfg.stem_freq_kernel}
+        if cfg.normalization == "bin" and stats is not None:
+            kwargs["bin_mean"] = [round(float(v), 3) for v in stats.bin_mean]
+            kwargs["bin_std"] = [round(float(v), 3) for v in stats.bin_std]
+        return ModelSpec(target, kwargs)
     try:
         return ModelSpec.for_class(target, args, **available)
     except ConfigError as e:

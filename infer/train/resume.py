@@ -4,7 +4,7 @@
 plain containers and tensors, read with ``torch.load(weights_only=True)``:
 the configuration and its resume key, a fingerprint of the training data,
 the model's :class:`~infer.contract.ModelSpec`, model / optimiser / grad-scaler states, the epoch, the
-history and the best score so far.  It holds no random-number state because
+history and the best score so far (and the weight average, with ``ema``).  It holds no random-number state because
 none is needed: every random draw of an epoch (batches, crops, masks,
 dropout) is seeded from ``(seed, epoch)``, so a resumed run follows the
 uninterrupted run's path exactly.
@@ -50,6 +50,7 @@ class ResumeState:
     history: list[dict[str, Any]]
     best_epoch: int
     best_score: list[float] | None
+    averaged: dict[str, Any] | None = None
 
 
 def save_resume(state: ResumeState, path: str | os.PathLike[str]) -> Path:
