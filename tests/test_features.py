@@ -130,6 +130,21 @@ def test_block_size_does_not_change_values(music) -> None:
     assert np.abs(a.arrays["mel"] - b.arrays["mel"]).max() <= EPS_DB
 
 
+def test_blas_threads_do_not_change_values(music) -> None:
+    """A store written by worker processes (one BLAS thread each) holds the same bytes as one written
+    in-process (BLAS on every core): the filterbank product must not depend on how BLAS splits it."""
+    from threadpoolctl import threadpool_limits
+
+    path, _, _ = music
+    for n_bins in (128, 32):  # 32 bins: wide filter groups, a product big enough for BLAS to thread
+        specs = {"mel": FeatureSpec.mel(n_bins=n_bins)}
+        with threadpool_limits(limits=1, user_api="blas"):
+            one = compute_features(path, specs, block_seconds=7.0).arrays["mel"]
+        with threadpool_limits(limits=max(2, os.cpu_count() or 2), user_api="blas"):
+            many = compute_features(path, specs, block_seconds=7.0).arrays["mel"]
+        np.testing.assert_array_equal(one, many)
+
+
 @pytest.mark.parametrize(
     "fmt,sr,channels",
     [("flac", 22050, 1), ("ogg", 44100, 2), ("wav", 48000, 1), ("mp3", 44100, 2)],
