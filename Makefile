@@ -41,7 +41,7 @@ GPU_OUT     ?= reports/gpu-check
 GPU_WHEELS  ?= zarr==3.1.6 numcodecs==0.16.6 donfig==0.8.1.post1 google-crc32c==1.9.0
 DEMO_STORE  := data/demo.zarr
 DEMO_MODEL  := models/demo.pt
-DEMO_TRAIN  := --epochs 15 --width 8 --crop-seconds 5
+DEMO_TRAIN  := --epochs 15 --width 8 --crop-seconds 5 --crops-per-clip 3
 REALCORPUS  ?= data/realcorpus
 RC_SIZE     ?= full
 # Debian packages: the renderer and the tiny test's SoundFont (CI), then every SoundFont of the full corpus.
@@ -140,7 +140,7 @@ realcorpus-deps:  ## apt-get the renderer + SoundFonts that are missing (RC_APT=
 		$$sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -qq --no-install-recommends $$missing; \
 	fi
 
-realcorpus: install  ## render the realistic dev corpus (music21 scores, SoundFonts) into REALCORPUS=data/realcorpus; JOBS, RC_SIZE=full|tiny; resumable
+realcorpus: install  ## render the realistic dev corpus (music21 scores, SoundFonts) into REALCORPUS=data/realcorpus; JOBS, RC_SIZE=full|small|tiny; resumable
 	@$(MAKE) --no-print-directory realcorpus-deps RC_APT="$(if $(filter tiny,$(RC_SIZE)),$(RC_APT_MIN),$(RC_APT_ALL))"
 	@$(PY) -c "import music21" 2>/dev/null || $(VENV)/bin/pip install --quiet -e ".[realcorpus]"
 	$(PY) -m realcorpus $(REALCORPUS) --size $(RC_SIZE) --jobs $(JOBS)

@@ -185,11 +185,11 @@ def test_full_plan_classes_counts_split_and_balance() -> None:
     assert len(CLASSES) >= 6
     counts = per_class(clips)
     assert set(counts) == set(CLASSES)
-    sizes = [d["train"] + d["test"] for d in counts.values()]
-    assert min(sizes) >= 40 and max(sizes) <= 1.25 * min(sizes), counts
     for label, d in counts.items():
         works = d["train_works"] + d["test_works"]
-        assert works >= (15 if label == "classical" else 40), (label, d)
+        # classical: every quartet work music21 holds (17); medieval: every Trecento work (about 100)
+        assert works >= (15 if label == "classical" else 100), (label, d)
+        assert d["train"] + d["test"] >= 50, (label, d)
         assert 0.2 <= d["test_works"] / works <= 0.35, (label, d)
     groups: dict[str, set[str]] = {}
     for c in clips:
@@ -202,7 +202,22 @@ def test_full_plan_classes_counts_split_and_balance() -> None:
             n = Counter(key(c) for c in mine)
             assert max(n.values()) - min(n.values()) <= 2, (label, n)
         assert set(Counter(c.ext for c in mine)) == set(FORMATS)
-        assert all(20.0 <= c.seconds <= 60.0 for c in mine)
+        assert all(20.0 <= c.seconds <= 45.0 for c in mine)
+
+
+def test_small_plan_is_the_first_development_corpus() -> None:
+    """``small`` keeps the 318-clip corpus that docs/model.md's first variants were measured on, balanced."""
+    from realcorpus import plan_corpus
+    from realcorpus.catalogue import per_class
+
+    clips = plan_corpus("small")
+    assert len(clips) == 318
+    counts = per_class(clips)
+    sizes = [d["train"] + d["test"] for d in counts.values()]
+    assert min(sizes) >= 40 and max(sizes) <= 1.25 * min(sizes), counts
+    assert all(20.0 <= c.seconds <= 60.0 for c in clips)
+    full = {c.group for c in plan_corpus("full")}
+    assert {c.group for c in clips if c.label != "renaissance"} <= full  # the larger corpus extends the smaller
 
 
 def test_seed_changes_the_choice() -> None:

@@ -90,7 +90,7 @@ class TrainConfig:
                                          "a 1.5 GiB margin)", parse=_optional_mb, metavar="MIB")
     crop_seconds: float | None = _opt(10.0, "random crop per clip and epoch, seconds; 0 = whole clips",
                                       parse=_optional_seconds, metavar="SECONDS")
-    crops_per_clip: int = _opt(3, "random crops of every training clip per epoch (each with its own crop and "
+    crops_per_clip: int = _opt(2, "random crops of every training clip per epoch (each with its own crop and "
                                   "augmentation): more steps per epoch, fewer validations")
     time_masks: int = _opt(2, "SpecAugment time masks per clip (0 disables)")
     time_mask_frames: int = _opt(24, "widest time mask, frames")
