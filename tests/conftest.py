@@ -1,6 +1,6 @@
 """Shared test set-up: markers, the CUDA skip, and fixtures over :mod:`factories`.
 
-Markers (``pytest -m "not slow"`` is ``make test-fast``):
+Markers (``pytest -n 2 -m "not slow"`` is ``make test-fast``):
 
 * ``slow``: a test that takes seconds to minutes (notebook runs, kill -9,
   dask/ray clusters, the benchmark smoke run, long librosa references);

@@ -36,6 +36,7 @@ def test_clip_stats_are_band_mean_std_and_delta(tmp_path: Path) -> None:
         clip_stats(s, [0], ["mel"], stats=("median",))
 
 
+@pytest.mark.slow
 def test_baselines_learn_separable_classes_on_both_features(tmp_path: Path) -> None:
     specs = {"mel": FeatureSpec.mel(n_bins=16), "cqt": FeatureSpec.cqt(n_bins=12)}
     train_s = open_store(make_store(tmp_path / "a.zarr", lengths=[40] * 30, specs=specs, seed=1))

@@ -142,6 +142,7 @@ def test_every_format_present_and_decodable_as_planned(tiny: tuple[Path, list[Cl
     assert len({(p.ext, p.sample_rate, p.channels) for p in plans}) == 16
 
 
+@pytest.mark.slow
 def test_same_seed_gives_identical_bytes_in_any_number_of_processes(tiny: tuple[Path, list[ClipPlan]],
                                                                      tmp_path: Path) -> None:
     """Regenerate every style (every encoding occurs in each) in 2 worker processes, and a subset of the
@@ -278,6 +279,7 @@ def _arrangement(style: str, index: int, seconds: float) -> Arrangement:
     return RECIPES[style](Ctx(rng, 22050, int(seconds * 22050), 1.0))
 
 
+@pytest.mark.slow
 def test_every_style_has_roles_and_a_varied_song_form() -> None:
     for style in STYLES:
         kinds: set[frozenset[str]] = set()
@@ -362,6 +364,7 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.slow
 def test_cli_help() -> None:
     r = _cli("--help")
     assert r.returncode == 0
@@ -369,6 +372,7 @@ def test_cli_help() -> None:
         assert word in r.stdout
 
 
+@pytest.mark.slow
 def test_cli_writes_tiny_corpus(tmp_path: Path) -> None:
     out = tmp_path / "demo"
     r = _cli(
@@ -394,6 +398,7 @@ def test_cli_writes_tiny_corpus(tmp_path: Path) -> None:
         assert sf.info(str(f)).duration == pytest.approx(0.5, abs=0.01)
 
 
+@pytest.mark.slow
 def test_cli_bad_input_is_one_line_exit_2(tmp_path: Path) -> None:
     r = _cli(str(tmp_path / "x"), "--per-style", "0")
     assert r.returncode == 2

@@ -147,6 +147,7 @@ def test_pipeline_reads_the_split_csv(tiny, tmp_path: Path) -> None:
     assert sorted(s.label_names) == sorted({r["label"] for r in _read(out / "train.csv")})
 
 
+@pytest.mark.slow
 def test_rerun_renders_only_what_is_missing(tiny, tmp_path: Path) -> None:
     from realcorpus import generate
 
@@ -205,6 +206,7 @@ def test_full_plan_classes_counts_split_and_balance() -> None:
         assert all(20.0 <= c.seconds <= 45.0 for c in mine)
 
 
+@pytest.mark.slow
 def test_small_plan_is_the_first_development_corpus() -> None:
     """``small`` keeps the 318-clip corpus that docs/model.md's first variants were measured on, balanced."""
     from realcorpus import plan_corpus
@@ -220,6 +222,7 @@ def test_small_plan_is_the_first_development_corpus() -> None:
     assert {c.group for c in clips if c.label != "renaissance"} <= full  # the larger corpus extends the smaller
 
 
+@pytest.mark.slow
 def test_seed_changes_the_choice() -> None:
     from realcorpus import plan_corpus
 

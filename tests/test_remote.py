@@ -148,6 +148,7 @@ def test_a_missing_url_is_store_not_found(mem_url: str) -> None:
 
 
 # -- extraction into URLs ---------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_extract_into_memory_and_file_urls_equals_a_local_raw_store(tmp_path: Path, mem_url: str) -> None:
     c = tmp_path / "c"
     make_corpus(c, n=6, seconds=1.5, step=0.31)

@@ -116,6 +116,7 @@ def test_uncommitted_shard_is_invisible_and_removed_as_orphan(tmp_path: Path) ->
     assert not (tmp_path / "s.zarr" / "shards" / info.name).exists()
 
 
+@pytest.mark.slow
 def test_reader_snapshot_is_stable_while_writer_commits(tmp_path: Path) -> None:
     w = create_store(tmp_path / "s.zarr", SPECS)
     rng = np.random.default_rng(7)
