@@ -154,7 +154,7 @@ def _csv(rows: list[list[str]], header: list[str]) -> bytes:
     return buf.getvalue().encode("utf-8")
 
 
-def _write_index(out: Path, clips: list[Clip], size: str, seed: int) -> float:
+def _write_index(out: Path, clips: list[Clip], size: str, seed: int, train_clips: int) -> float:
     clips = sorted(clips, key=lambda c: c.relpath)
     states = {c.id: json.loads(_state_path(out, c).read_text(encoding="utf-8")) for c in clips}
     _atomic_write(out / "manifest.csv", _csv([[c.relpath, c.label, c.group, c.split] for c in clips],
@@ -221,7 +221,7 @@ def _write_index(out: Path, clips: list[Clip], size: str, seed: int) -> float:
     counts = per_class(clips)
     lines = [
         "Realistic development corpus written by `specstore-realcorpus` (python -m realcorpus).",
-        f"size={size} seed={seed} clips={len(clips)} total_seconds={total:.1f}",
+        f"size={size} seed={seed} train_clips={train_clips} clips={len(clips)} total_seconds={total:.1f}",
         "Scores: the corpus bundled with music21 (see docs/realcorpus.md for sources and licences).",
         "Versions: " + ", ".join(f"{k} {v}" for k, v in versions.items()),
         "SoundFonts: " + ", ".join(f"{f} ({SOUNDFONTS[f].path}, {SOUNDFONTS[f].licence})" for f in fonts),
@@ -249,12 +249,15 @@ def generate(
     classes: Sequence[str] = CLASSES,
     prune: bool = False,
     progress: bool = True,
+    train_clips: int | None = None,
 ) -> Summary:
-    """Render the corpus into ``out_dir`` (resumable); returns what is there and how long this run took."""
+    """Render the corpus into ``out_dir`` (resumable); returns what is there and how long this run took.
+
+    ``train_clips`` overrides the size's clips per training clip of the plan (``plan_corpus``)."""
     t0 = time.perf_counter()
     if jobs is not None and (isinstance(jobs, bool) or jobs < 1):
         raise RealCorpusError(f"jobs must be at least 1, got {jobs}")
-    clips = plan_corpus(size, seed=seed, classes=classes)
+    clips = plan_corpus(size, seed=seed, classes=classes, train_clips=train_clips)
     check_renderer(SIZES[size].soundfonts)
     out = Path(out_dir).expanduser()
     try:
@@ -307,7 +310,7 @@ def generate(
         raise RealCorpusError(
             f"{len(failures)} piece(s) could not be rendered (first: {failures[0]}); no manifest written"
         )
-    total = _write_index(out, clips, size, seed)
+    total = _write_index(out, clips, size, seed, train_clips or SIZES[size].train_clips)
     summary = Summary(out, tuple(clips), len(todo), total, time.perf_counter() - t0)
     logger.info(
         "%d clips (%.2f h) in %s; %d rendered in %.1f s", len(clips), total / 3600, out, len(todo), summary.elapsed_s
@@ -319,8 +322,8 @@ def generate(
 
 EPILOG = """\
 examples:
-  specstore-realcorpus data/realcorpus --jobs 2        # the development corpus (about 7 min on 2 cores)
-  specstore-realcorpus /tmp/rc-tiny --tiny             # 12 short clips, seconds (the test suite's)
+  specstore-realcorpus data/realcorpus --jobs 2        # the development corpus (about 16 min on 2 cores)
+  specstore-realcorpus /tmp/rc-tiny --tiny             # 18 short clips, seconds (the test suite's)
   python -c "import pipeline; print(pipeline.extract('data/realcorpus/train.csv', 'data/rc-train.zarr').report())"
   make eval STORE=data/rc-test.zarr MODEL=models/rc.pt SPLIT=all BASELINES=1 BASELINE_STORE=data/rc-train.zarr
 
@@ -348,8 +351,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--size",
         choices=sorted(SIZES),
         default="full",
-        help="full: the development corpus (default; 760 clips of 20-45 s, about 7 min on 2 cores); small: the "
-        "first, 318-clip development corpus; tiny: 2 works per class, 3-5 s clips, one small SoundFont",
+        help="full: the development corpus (default; 1850 clips of 20-45 s, 3 per training work and 1 per test "
+        "work, about 16 min on 2 cores); small: the first, 318-clip development corpus; tiny: 2 works per "
+        "class, 3-5 s clips, one small SoundFont",
     )
     p.add_argument("--tiny", action="store_const", const="tiny", dest="size", help="same as --size tiny")
     p.add_argument(
@@ -357,6 +361,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--jobs", "-j", type=int, default=None, help="worker processes (default: all cores)")
     p.add_argument("--classes", default=",".join(CLASSES), help="comma-separated subset of the classes (default: all)")
+    p.add_argument(
+        "--train-clips",
+        type=int,
+        default=None,
+        metavar="N",
+        help="clips from each training work per clip of a test work (default: the size's, 3 for full; 1 gives the "
+        "corpus before 2026-12-02). N extends N - 1: rerunning with a larger N renders only the new clips",
+    )
     p.add_argument("--prune", action="store_true", help="delete clips of another size or seed found in OUT")
     p.add_argument("--quiet", "-q", action="store_true", help="no progress bar, warnings only")
     p.add_argument("--verbose", "-v", action="store_true", help="debug logging")
@@ -379,6 +391,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             classes=classes,
             prune=args.prune,
             progress=not args.quiet,
+            train_clips=args.train_clips,
         )
         print(summary.report())
         return 0

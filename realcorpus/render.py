@@ -220,7 +220,8 @@ def excerpt_window(score: Score, clip: Clip, rng: np.random.Generator) -> tuple[
     k, n = clip.excerpt, max(clip.piece.excerpts, 1)
     span = total - length
     u = float(rng.uniform(0.05, 0.95)) if n > 1 else float(rng.uniform(0.0, 1.0))
-    start = span * (k + u) / n
+    # Excerpts past the piece's planned ones (a training work's extras) start at a seeded point anywhere.
+    start = span * (k + u) / n if k < n else span * float(rng.uniform(0.0, 1.0))
     return float(start), float(length), plays
 
 

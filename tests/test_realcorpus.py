@@ -77,7 +77,7 @@ def test_same_bytes_in_another_run_and_process_count(tiny, tmp_path: Path) -> No
     generate(again, size="tiny", jobs=1, progress=False)
     a, b = _tree(out), _tree(again)
     assert sorted(a) == sorted(b)
-    assert len([k for k in a if k.endswith((".wav", ".flac", ".ogg", ".mp3"))]) == 12
+    assert len([k for k in a if k.endswith((".wav", ".flac", ".ogg", ".mp3"))]) == 18
     differ = [k for k in a if a[k] != b[k]]
     assert not differ, f"not byte-identical: {differ}"
 
@@ -92,15 +92,18 @@ def test_manifest_and_split_files(tiny) -> None:
         with open(out / name, encoding="utf-8") as f:
             assert f.readline().strip() == "path,label,group"
     rows = _read(out / "manifest.csv")
-    assert len(rows) == len(summary.clips) == 12
+    assert len(rows) == len(summary.clips) == 18
     assert len({r["path"] for r in rows}) == len(rows)
     for r in rows:
         assert (out / r["path"]).is_file(), r["path"]
         assert r["path"].split("/")[0] == r["label"]
         assert r["split"] in ("train", "test") and r["group"]
-    # Classes as planned: every class, in both splits.
-    assert Counter(r["label"] for r in rows) == {c: 2 for c in CLASSES}
-    assert Counter((r["label"], r["split"]) for r in rows) == {(c, s): 1 for c in CLASSES for s in ("train", "test")}
+    # Classes as planned: every class, in both splits; a training work gives two clips (train_clips=2).
+    assert Counter(r["label"] for r in rows) == {c: 3 for c in CLASSES}
+    assert Counter((r["label"], r["split"]) for r in rows) == {
+        (c, s): n for c in CLASSES for s, n in (("train", 2), ("test", 1))
+    }
+    assert all(n == (2 if s == "train" else 1) for (g, s), n in Counter((r["group"], r["split"]) for r in rows).items())
     # train.csv / test.csv hold exactly their rows.
     for split in ("train", "test"):
         want = sorted((r["path"], r["label"], r["group"]) for r in rows if r["split"] == split)
@@ -114,7 +117,7 @@ def test_manifest_and_split_files(tiny) -> None:
     readme = (out / "README.txt").read_text(encoding="utf-8")
     import music21
 
-    assert f"music21 {music21.__version__}" in readme and "size=tiny" in readme
+    assert f"music21 {music21.__version__}" in readme and "size=tiny seed=0 train_clips=2" in readme
 
 
 def test_every_file_decodes_and_sounds(tiny) -> None:
@@ -143,7 +146,7 @@ def test_pipeline_reads_the_split_csv(tiny, tmp_path: Path) -> None:
     out, _ = tiny
     pipeline.extract(out / "train.csv", tmp_path / "train.zarr", features=("mel",), jobs=1, progress=False)
     s = open_store(tmp_path / "train.zarr")
-    assert len(s.lengths) == 6 and not s.errors
+    assert len(s.lengths) == 12 and not s.errors  # two clips from each class's training work
     assert sorted(s.label_names) == sorted({r["label"] for r in _read(out / "train.csv")})
 
 
@@ -179,7 +182,7 @@ def test_foreign_files_are_refused(tiny, tmp_path: Path) -> None:
 
 def test_full_plan_classes_counts_split_and_balance() -> None:
     from realcorpus import CLASSES, plan_corpus
-    from realcorpus.catalogue import FORMATS, per_class
+    from realcorpus.catalogue import FORMATS, SIZES, per_class
 
     clips = plan_corpus("full")
     assert plan_corpus("full") == clips  # deterministic
@@ -197,13 +200,77 @@ def test_full_plan_classes_counts_split_and_balance() -> None:
         groups.setdefault(c.group, set()).add(c.split)
     assert all(len(s) == 1 for s in groups.values())
     assert len({c.relpath for c in clips}) == len(clips)
-    for label in CLASSES:
-        mine = [c for c in clips if c.label == label]
+    # Balanced within 2 in the plan with one clip per training work, and in each round of extra training clips
+    # (test_train_clips_add_clips_of_training_works_only), so within 2 + (rounds - 1) over the whole corpus.
+    rounds = SIZES["full"].train_clips
+    for plan, slack in ((plan_corpus("full", train_clips=1), 2), (clips, 2 + rounds - 1)):
+        for label in CLASSES:
+            mine = [c for c in plan if c.label == label]
+            for key in (lambda c: c.ext, lambda c: c.sample_rate, lambda c: c.channels, lambda c: c.soundfont):
+                n = Counter(key(c) for c in mine)
+                assert max(n.values()) - min(n.values()) <= slack, (label, n)
+            assert set(Counter(c.ext for c in mine)) == set(FORMATS)
+            assert all(20.0 <= c.seconds <= 45.0 for c in mine)
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_train_clips_add_clips_of_training_works_only(n: int) -> None:
+    """More clips per training work keep every clip of the plan (so the test set), add n - 1 per training clip
+    from the same work (its other movements first), and stay balanced in encodings and SoundFonts."""
+    from realcorpus import catalogue
+
+    base = catalogue.plan_corpus("full", train_clips=1)
+    more = catalogue.plan_corpus("full", train_clips=n)
+    if n == catalogue.SIZES["full"].train_clips:
+        assert catalogue.plan_corpus("full") == more
+    old = {c.relpath: c for c in base}
+    assert all(old[c.relpath] == c for c in more if c.relpath in old)
+    assert len(old.keys() & {c.relpath for c in more}) == len(base)
+    # n clips extend n - 1: a rendered corpus grows by rendering the difference.
+    before = set(catalogue.plan_corpus("full", train_clips=n - 1))
+    assert before <= set(more)
+    newest = [c for c in more if c not in before]  # the last round: one more clip per training clip
+    assert len({c.relpath for c in more}) == len(more)
+    extras = [c for c in more if c.relpath not in old]
+    assert len(extras) == (n - 1) * sum(c.split == "train" for c in base)
+    train_groups = {c.group for c in base if c.split == "train"}
+    assert {c.group for c in extras} == train_groups and all(c.split == "train" for c in extras)
+    # A mass gives its other movements before a second excerpt of the same one.
+    used = {(c.group, c.piece.id) for c in base}
+    masses = [c for c in extras if c.group.startswith("palestrina:")]
+    assert masses and sum((c.group, c.piece.id) not in used for c in masses) > len(masses) / 2
+    for c in extras:
+        if (c.group, c.piece.id) in used:
+            assert c.excerpt >= c.piece.excerpts  # past the planned excerpts: a seeded start
+    for label in catalogue.CLASSES:
+        mine = [c for c in newest if c.label == label]
         for key in (lambda c: c.ext, lambda c: c.sample_rate, lambda c: c.channels, lambda c: c.soundfont):
-            n = Counter(key(c) for c in mine)
-            assert max(n.values()) - min(n.values()) <= 2, (label, n)
-        assert set(Counter(c.ext for c in mine)) == set(FORMATS)
-        assert all(20.0 <= c.seconds <= 45.0 for c in mine)
+            counts = Counter(key(c) for c in mine)
+            assert max(counts.values()) - min(counts.values()) <= 2, (label, counts)
+
+
+@pytest.mark.parametrize("bad", [0, -1, 1.5, True, "2"])
+def test_train_clips_must_be_a_positive_integer(bad: object) -> None:
+    from realcorpus import RealCorpusError, plan_corpus
+
+    with pytest.raises(RealCorpusError, match="train_clips must be a positive integer"):
+        plan_corpus("tiny", train_clips=bad)  # type: ignore[arg-type]
+
+
+def test_extra_excerpts_lie_inside_the_piece() -> None:
+    from types import SimpleNamespace
+
+    from realcorpus.catalogue import Piece, rng_for
+    from realcorpus.render import excerpt_window
+
+    piece = Piece("p", "x.krn")
+    starts = set()
+    for k in range(1, 40):
+        clip = SimpleNamespace(seconds=30.0, label="renaissance", excerpt=k, piece=piece)
+        start, length, plays = excerpt_window(SimpleNamespace(seconds=100.0), clip, rng_for(0, "render", k))
+        assert 0.0 <= start <= 70.0 and length == 30.0 and plays == 1
+        starts.add(round(start, 3))
+    assert len(starts) == 39 and min(starts) < 20 and max(starts) > 50  # spread over the piece, not one place
 
 
 @pytest.mark.slow
@@ -246,11 +313,12 @@ def test_cli_help_and_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str])
 
     r = _cli("--help")
     assert r.returncode == 0 and "--tiny" in r.stdout and "--jobs" in r.stdout and "manifest.csv" in r.stdout
+    assert "--train-clips" in r.stdout
     r = _cli(str(tmp_path / "out"), "--tiny", "--jobs", "0")
     assert r.returncode == 2 and r.stderr.strip() == "specstore: error: jobs must be at least 1, got 0", r.stderr
     f = tmp_path / "file"
     f.write_text("x")
-    for args in (["--classes", "jazz"], ["--seed", "-1"], ["--classes", ""]):
+    for args in (["--classes", "jazz"], ["--seed", "-1"], ["--classes", ""], ["--train-clips", "0"]):
         assert main([str(tmp_path / "out"), "--tiny", "-q", *args]) == 2, args
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and err[0].startswith("specstore: error: "), (args, err)
