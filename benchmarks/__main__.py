@@ -1,6 +1,6 @@
 """`make bench`: specstore's performance side by side with what users would otherwise run.
 
-    python -m benchmarks [--quick] [--out-dir docs] [--only extract,plan,...]
+    python -m benchmarks [--quick] [--out-dir docs] [--only extract,plan,...] [--merge]
 
 Writes ``benchmarks.json`` and ``benchmarks.md`` into ``--out-dir``
 (default ``docs/`` for a full run and ``reports/bench-quick/`` for
@@ -8,7 +8,8 @@ Writes ``benchmarks.json`` and ``benchmarks.md`` into ``--out-dir``
 ``--quick`` is a smoke run (tiny sizes, one repeat,
 under a minute) that exercises every benchmark and writes the same files;
 its values are not meaningful.  Groups (``--only``): extract, extract-mem,
-plan, infer, infer-mem, reads, gpu, library.  Nothing here is collected by pytest
+plan, infer, infer-mem, reads, gpu, library, model; with ``--merge`` the groups not
+rerun are kept from the report already there, each marked with its date.  Nothing here is collected by pytest
 (no ``test_`` names); ``tests/test_bench_quick.py`` runs the quick mode.
 """
 
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import json
 import logging
 import shutil
 import tempfile
@@ -124,6 +126,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--wait-quiet", type=float, default=0.0, metavar="SECONDS",
                    help="first wait up to this long for the 1-minute load average to drop below --max-load")
     p.add_argument("--max-load", type=float, default=1.5)
+    p.add_argument("--merge", action="store_true",
+                   help="keep the groups not rerun from the report already in --out-dir (each marked with the "
+                        "date it was measured) instead of writing only the groups run now")
     args = p.parse_args(argv)
     groups = [g.strip() for g in args.only.split(",") if g.strip()]
     bad = [g for g in groups if g not in GROUPS]
@@ -133,6 +138,16 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     if args.out_dir is None:
         args.out_dir = bench_common.ROOT / ("reports/bench-quick" if args.quick else "docs")
     return args
+
+
+def merged(old: dict[str, Any], groups: list[GroupResult]) -> list[GroupResult]:
+    """``groups`` (just measured) with the other groups of the earlier report ``old``, in its order."""
+    from .bench_report import kept_groups
+
+    order = list(dict.fromkeys(f["group"] for f in old.get("figures", {}).values()))
+    combined = {g.name: g for g in kept_groups(old, {g.name for g in groups})}
+    combined.update({g.name: g for g in groups})
+    return sorted(combined.values(), key=lambda g: order.index(g.name) if g.name in order else len(order))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -170,6 +185,10 @@ def main(argv: list[str] | None = None) -> int:
     command = "make bench QUICK=1" if args.quick else "make bench"
     if args.groups != list(GROUPS):
         command = f".venv/bin/python -m benchmarks{' --quick' if args.quick else ''} --only {','.join(args.groups)}"
+    old_json = args.out_dir / "benchmarks.json"
+    if args.merge and old_json.is_file():
+        groups = merged(json.loads(old_json.read_text()), groups)
+        command += " --merge"
     meta = {
         "notes": NOTES,
         "command": command, "runner": "python -m benchmarks", "quick": args.quick, "started": started,

@@ -70,6 +70,8 @@ class GroupResult:
     method: str = ""
     profile: str = ""
     seconds: float = 0.0
+    measured: str = ""
+    """When it was measured (UTC), where that differs from the report's run (groups kept by ``--merge``)."""
 
 
 def median(xs: Sequence[float]) -> float:

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from .bench_common import GroupResult
+from .bench_common import Figure, GroupResult
 
 
 def _fmt(v: float | None) -> str:
@@ -26,6 +26,8 @@ def to_json(groups: list[GroupResult], meta: dict[str, Any]) -> dict[str, Any]:
     with_target = [f for f in figures.values() if f["met"] is not None]
     return {
         **meta,
+        "groups": {g.name: {"method": g.method, "profile": g.profile, "seconds": round(g.seconds, 1),
+                            "measured": g.measured or meta["started"]} for g in groups},
         "summary": {"figures": len(figures), "with_target": len(with_target),
                     "met": sum(1 for f in with_target if f["met"]),
                     "missed": [k for k, f in figures.items() if f["met"] is False],
@@ -77,6 +79,9 @@ def to_markdown(doc: dict[str, Any], groups: list[GroupResult]) -> str:
         "",
         "## Results",
         "",
+        *(["Groups marked \"measured DATE\" under \"How each group was measured\" were kept from an earlier "
+           "run (`--merge`); the rest were measured in this one.", ""]
+          if any(g.measured and g.measured != doc["started"] for g in groups) else []),
         f"{s['met']} of {s['with_target']} targets met"
         + (f"; missed: {', '.join('`' + k + '`' for k in s['missed'])}" if s["missed"] else "")
         + (f"; not measured: {', '.join('`' + k + '`' for k in s['not_measured'])}" if s["not_measured"] else "")
@@ -94,7 +99,8 @@ def to_markdown(doc: dict[str, Any], groups: list[GroupResult]) -> str:
             lines.append(f"| {f.title} (`{f.key}`) | {value} | {target} | {_met(f.met)} |")
     lines += ["", "## How each group was measured", ""]
     for g in groups:
-        lines += [f"### {g.name[:1].upper() + g.name[1:]} ({g.seconds:.0f} s)", "", g.method, ""]
+        when = f", measured {g.measured}" if g.measured and g.measured != doc["started"] else ""
+        lines += [f"### {g.name[:1].upper() + g.name[1:]} ({g.seconds:.0f} s{when})", "", g.method, ""]
         for f in g.figures:
             lines.append(
                 f"- `{f.key}`: {f.description}." + (f" {f.note}" if f.note and f.note != f.description else "")
@@ -118,3 +124,21 @@ def write(out_dir: Path, groups: list[GroupResult], meta: dict[str, Any]) -> tup
     jp.write_text(json.dumps(doc, indent=2) + "\n")
     mp.write_text(to_markdown(doc, groups))
     return jp, mp
+
+
+def kept_groups(doc: dict[str, Any], rerun: set[str]) -> list[GroupResult]:
+    """The groups of an earlier report (``benchmarks.json``) that are not in ``rerun`` (group names), rebuilt
+    with their figures, method and measurement date, so that rerunning one group keeps the others."""
+    info = doc.get("groups", {})
+    out: dict[str, GroupResult] = {}
+    for key, f in doc.get("figures", {}).items():
+        name = f["group"]
+        if name in rerun:
+            continue
+        g = info.get(name, {})
+        group = out.setdefault(name, GroupResult(
+            name, [], method=g.get("method", ""), profile=g.get("profile", ""), seconds=g.get("seconds", 0.0),
+            measured=g.get("measured", doc.get("started", ""))))
+        group.figures.append(Figure(key, f["title"], f["value"], f["unit"], f["description"], target=f["target"],
+                                    op=f["op"], details=f.get("details") or {}, note=f.get("note", "")))
+    return list(out.values())

@@ -106,3 +106,31 @@ def test_runner_rejects_unknown_group() -> None:
     proc = subprocess.run([sys.executable, "-m", "benchmarks", "--only", "nonsense"], cwd=ROOT, capture_output=True,
                           text=True, timeout=120, check=False)
     assert proc.returncode == 2 and "unknown group" in proc.stderr
+
+
+def test_merge_reruns_one_group_and_keeps_the_others(
+    quick_run: tuple[Path, subprocess.CompletedProcess[str]], tmp_path: Path
+) -> None:
+    import shutil
+
+    out, proc = quick_run
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    before = json.loads((out / "benchmarks.json").read_text())
+    for name in ("benchmarks.json", "benchmarks.md"):
+        shutil.copy(out / name, tmp_path / name)
+    again = subprocess.run([sys.executable, "-m", "benchmarks", "--quick", "--only", "plan", "--merge", "--out-dir",
+                            str(tmp_path)], cwd=ROOT, capture_output=True, text=True, timeout=300, check=False)
+    assert again.returncode == 0, again.stderr[-3000:]
+    after = json.loads((tmp_path / "benchmarks.json").read_text())
+    assert list(after["figures"]) == list(before["figures"])  # every figure, in the same order
+    plan = after["figures"]["plan_uniform_ours"]["group"]
+    assert after["groups"][plan]["measured"] == after["started"]
+    for name, g in after["groups"].items():
+        if name != plan:
+            assert g["measured"] == before["started"] and g["method"] == before["groups"][name]["method"], name
+    kept = [k for k, f in after["figures"].items() if f["group"] != plan]
+    assert all(after["figures"][k] == before["figures"][k] for k in kept)
+    md = (tmp_path / "benchmarks.md").read_text()
+    assert "--merge" in md and f"measured {before['started']}" in md
+    for key in after["figures"]:
+        assert f"`{key}`" in md, key
