@@ -41,7 +41,7 @@ GPU_OUT     ?= reports/gpu-check
 GPU_WHEELS  ?= zarr==3.1.6 numcodecs==0.16.6 donfig==0.8.1.post1 google-crc32c==1.9.0
 DEMO_STORE  := data/demo.zarr
 DEMO_MODEL  := models/demo.pt
-DEMO_TRAIN  := --epochs 15 --width 8 --crop-seconds 5 --crops-per-clip 3
+DEMO_TRAIN  := --epochs 15 --width 8 --crop-seconds 5 --crops-per-clip 3 --val-fraction 0.2
 REALCORPUS  ?= data/realcorpus
 RC_SIZE     ?= full
 # Debian packages: the renderer and the tiny test's SoundFont (CI), then every SoundFont of the full corpus.
@@ -127,8 +127,8 @@ demo: install  ## the whole system on the synthetic demo corpus: features, train
 	@echo "  predictions  reports/demo/predictions.csv"
 	@echo "  report       reports/demo/report.txt, report.json, confusion.png (held-out split)"
 
-bench: install  ## benchmarks side by side -> docs/benchmarks.md, .json (QUICK=1: smoke run)
-	$(PY) -m benchmarks $(if $(QUICK),--quick)
+bench: install  ## benchmarks side by side -> docs/benchmarks.md, .json (QUICK=1: smoke run; ONLY=model: one group, the others kept)
+	$(PY) -m benchmarks $(if $(QUICK),--quick) $(if $(ONLY),--only $(call q,$(ONLY)) --merge)
 
 realcorpus-deps:  ## apt-get the renderer + SoundFonts that are missing (RC_APT=...; default: what the tests need)
 	@missing=""; for p in $(RC_APT); do \

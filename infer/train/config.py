@@ -90,8 +90,8 @@ class TrainConfig:
                                          "a 1.5 GiB margin)", parse=_optional_mb, metavar="MIB")
     crop_seconds: float | None = _opt(10.0, "random crop per clip and epoch, seconds; 0 = whole clips",
                                       parse=_optional_seconds, metavar="SECONDS")
-    crops_per_clip: int = _opt(2, "random crops of every training clip per epoch (each with its own crop and "
-                                  "augmentation): more steps per epoch, fewer validations")
+    crops_per_clip: int = _opt(1, "random crops of every training clip per epoch (each with its own crop and "
+                                  "augmentation): more steps per epoch, fewer validations (for few clips)")
     time_masks: int = _opt(2, "SpecAugment time masks per clip (0 disables)")
     time_mask_frames: int = _opt(24, "widest time mask, frames")
     freq_masks: int = _opt(2, "SpecAugment frequency masks per clip (0 disables)")
@@ -102,7 +102,8 @@ class TrainConfig:
     pitch_shift: int = _opt(2, "random pitch shift per clip and epoch, uniform in +-this many semitones, as a "
                                "roll of the CQT bins (stores with a CQT; 0 disables)")
     mixup: float = _opt(0.0, "mixup: mix each batch with itself shuffled, weight ~ Beta(a, a) (0 disables)")
-    val_fraction: float = _opt(0.2, "share of works (groups) or contents held out for validation")
+    val_fraction: float = _opt(0.1, "share of works (groups) or contents held out for validation (they do not "
+                                    "train: a larger share is a steadier figure and less training data)")
     seed: int = _opt(0, "split and training seed (every random draw derives from it)")
     arch: str = _opt("cnn", "model: cnn, resnet, or an import path package.module:Class of any nn.Module with "
                             "forward(x, lengths) (see infer/contract.py)", metavar="ARCH")
