@@ -140,16 +140,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
-def merged(old: dict[str, Any], groups: list[GroupResult]) -> list[GroupResult]:
-    """``groups`` (just measured) with the other groups of the earlier report ``old``, in its order."""
-    from .bench_report import kept_groups
-
-    order = list(dict.fromkeys(f["group"] for f in old.get("figures", {}).values()))
-    combined = {g.name: g for g in kept_groups(old, {g.name for g in groups})}
-    combined.update({g.name: g for g in groups})
-    return sorted(combined.values(), key=lambda g: order.index(g.name) if g.name in order else len(order))
-
-
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
@@ -187,7 +177,7 @@ def main(argv: list[str] | None = None) -> int:
         command = f".venv/bin/python -m benchmarks{' --quick' if args.quick else ''} --only {','.join(args.groups)}"
     old_json = args.out_dir / "benchmarks.json"
     if args.merge and old_json.is_file():
-        groups = merged(json.loads(old_json.read_text()), groups)
+        groups = bench_report.merged(json.loads(old_json.read_text()), groups)
         command += " --merge"
     meta = {
         "notes": NOTES,

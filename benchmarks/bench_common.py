@@ -60,6 +60,12 @@ class Figure:
             "unit": self.unit, "description": self.description, "note": self.note, "details": self.details,
         }
 
+    @classmethod
+    def from_dict(cls, key: str, d: dict[str, Any]) -> Figure:
+        """The figure ``to_dict`` wrote under ``key`` (``met`` is derived, so it is not read back)."""
+        return cls(key, d["title"], d["value"], d["unit"], d["description"], target=d["target"], op=d["op"],
+                   details=d.get("details") or {}, note=d.get("note", ""))
+
 
 @dataclass
 class GroupResult:

@@ -126,19 +126,22 @@ def write(out_dir: Path, groups: list[GroupResult], meta: dict[str, Any]) -> tup
     return jp, mp
 
 
-def kept_groups(doc: dict[str, Any], rerun: set[str]) -> list[GroupResult]:
-    """The groups of an earlier report (``benchmarks.json``) that are not in ``rerun`` (group names), rebuilt
-    with their figures, method and measurement date, so that rerunning one group keeps the others."""
-    info = doc.get("groups", {})
-    out: dict[str, GroupResult] = {}
-    for key, f in doc.get("figures", {}).items():
+
+def merged(old: dict[str, Any], groups: list[GroupResult]) -> list[GroupResult]:
+    """``groups`` (just measured) with the other groups of an earlier report ``old`` (``benchmarks.json``),
+    rebuilt with their figures, method and measurement date, in ``old``'s order: rerunning one group keeps
+    the others."""
+    info = old.get("groups", {})
+    rerun = {g.name: g for g in groups}
+    combined: dict[str, GroupResult] = {}
+    for key, f in old.get("figures", {}).items():
         name = f["group"]
         if name in rerun:
+            combined.setdefault(name, rerun[name])
             continue
         g = info.get(name, {})
-        group = out.setdefault(name, GroupResult(
+        group = combined.setdefault(name, GroupResult(
             name, [], method=g.get("method", ""), profile=g.get("profile", ""), seconds=g.get("seconds", 0.0),
-            measured=g.get("measured", doc.get("started", ""))))
-        group.figures.append(Figure(key, f["title"], f["value"], f["unit"], f["description"], target=f["target"],
-                                    op=f["op"], details=f.get("details") or {}, note=f.get("note", "")))
-    return list(out.values())
+            measured=g.get("measured", old.get("started", ""))))
+        group.figures.append(Figure.from_dict(key, f))
+    return list(combined.values()) + [g for g in groups if g.name not in combined]

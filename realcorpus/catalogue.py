@@ -444,11 +444,12 @@ def plan_corpus(
                 pieces = list(w.pieces)
             else:  # one piece per work: a seeded choice among its movements / chorales
                 pieces = [min(w.pieces, key=lambda p: (_hash(seed, p.id), p.id))]
+            start = len(rows)
             for piece in pieces:
                 n_ex = 1 if spec.smallest else piece.excerpts
                 rows += [(w, piece, k) for k in range(n_ex)]
             if split[w.group] == "train" and spec.train_clips > 1:
-                base = sum(1 if spec.smallest else p.excerpts for p in pieces)
+                base = len(rows) - start
                 more = _extras(w, pieces, (spec.train_clips - 1) * base, seed, others=not spec.smallest)
                 for r in range(1, spec.train_clips):
                     extra.setdefault(r, []).extend(more[(r - 1) * base : r * base])
