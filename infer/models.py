@@ -47,6 +47,17 @@ mode, up to float rounding).  How that is guaranteed:
   weights' sum.  All three are sums over real frames, so batched == alone
   and exact windowing hold for them alike.
 
+The optional statistics head (``stats_head``) is a linear classifier on
+three statistics of every input bin over the clip's real frames (after the
+input normalisation): mean, standard deviation and mean absolute
+frame-to-frame change.  They too are sums over real frames (of values,
+squares, absolute differences, and the frame counts), appended to the pooled
+sums, so batched == alone and exact windowing hold for them as well.  The
+head's weights are fitted in closed form (a logistic regression,
+:mod:`infer.train.stats_head`) before the CNN trains; in training mode the
+model is the CNN alone, in eval mode its logits are
+``cnn + stats_weight * stats``: the product of two experts' probabilities.
+
 Masks multiply by a ``(B, 1, 1, T)`` tensor, which works for contiguous and
 channels-last activations alike and under bf16 autocast (pooled sums are
 accumulated in float32).
@@ -71,6 +82,7 @@ from store.records import from_record
 
 __all__ = [
     "ARCHS",
+    "BAND_STATS",
     "MIN_FRAMES",
     "MaskedBatchNorm2d",
     "MaskedClassifier",
@@ -86,6 +98,9 @@ __all__ = [
 ]
 
 ARCHS = ("cnn", "resnet")
+BAND_STATS = ("mean", "std", "delta")
+"""Statistics of every input bin the statistics head sees, in order: mean, standard deviation and mean
+absolute frame-to-frame change over the clip's real frames (normalised input units)."""
 POOLINGS = ("mean", "meanstd", "attention")
 FREQ_POOLINGS = ("mean", "keep")
 ATTENTION_BOUND = 5.0
@@ -123,7 +138,10 @@ class ModelConfig:
     register, a pattern occurs).  ``stem_freq_kernel`` (odd): the first
     conv's kernel size along frequency (3 like the others by default; 13
     spans an octave of CQT bins, so the first layer sees every interval
-    before any pooling blurs semitones).
+    before any pooling blurs semitones).  ``stats_head``: add a second,
+    linear classifier on the clip's per-bin statistics (see
+    :class:`MaskedClassifier`); its logits, times ``stats_weight``, are added
+    to the CNN's in eval mode.
     """
 
     arch: str = "cnn"
@@ -146,6 +164,8 @@ class ModelConfig:
     input_time_pool: int = 1
     freq_pooling: str = "mean"
     stem_freq_kernel: int = 3
+    stats_head: bool = False
+    stats_weight: float = 1.0
 
     def __post_init__(self) -> None:
         if self.arch not in ARCHS:
@@ -168,6 +188,8 @@ class ModelConfig:
             raise ModelConfigError(f"unknown pooling {self.pooling!r}; expected one of {POOLINGS}")
         if self.freq_pooling not in FREQ_POOLINGS:
             raise ModelConfigError(f"unknown freq_pooling {self.freq_pooling!r}; expected one of {FREQ_POOLINGS}")
+        if not (self.stats_weight >= 0 and math.isfinite(self.stats_weight)):
+            raise ModelConfigError(f"stats_weight must be a finite number >= 0, got {self.stats_weight!r}")
         if (self.bin_mean is None) != (self.bin_std is None):
             raise ModelConfigError("give bin_mean and bin_std together (or neither)")
         for name in ("bin_mean", "bin_std"):
@@ -381,6 +403,17 @@ class MaskedClassifier(nn.Module):
                                  persistent=False)
         else:
             self.bin_shift = self.bin_scale = None
+        self.stats_linear: nn.Linear | None = None
+        self.stats_shift: Tensor
+        self.stats_scale: Tensor
+        if config.stats_head:
+            n_stats = len(BAND_STATS) * config.n_bins
+            self.stats_linear = nn.Linear(n_stats, config.n_classes)
+            nn.init.zeros_(self.stats_linear.weight)
+            nn.init.zeros_(self.stats_linear.bias)
+            # Standardisation of the statistics, fitted with the head (saved in the state dict).
+            self.register_buffer("stats_shift", torch.zeros(n_stats))
+            self.register_buffer("stats_scale", torch.ones(n_stats))
         self._time_stride = 1
         self._receptive_field = 1
         self.grad_checkpoint = False
@@ -422,7 +455,10 @@ class MaskedClassifier(nn.Module):
 
     def features(self, x: Tensor, lengths: Tensor | Any) -> tuple[Tensor, Tensor]:
         """Backbone: ``(B, C, F', T')`` masked activations and their lengths ``(B,)``."""
-        h, lengths = self._prepare(x, lengths)
+        return self._backbone(*self._prepare(x, lengths))
+
+    def _backbone(self, h: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor]:
+        """The blocks on a prepared input (:meth:`_prepare`)."""
         pool = self.config.input_time_pool
         if pool > 1:  # frames beyond a length are zeros: the straddling window averages as it does alone
             h = F.avg_pool2d(h, (1, pool))
@@ -459,7 +495,10 @@ class MaskedClassifier(nn.Module):
         ``[pool_start, pool_stop)`` are pooled, which lets overlapping windows
         of a long clip each contribute only the part they own.
         """
-        h, out_lengths = self.features(x, lengths)
+        prepared, lengths = self._prepare(x, lengths)
+        stats = (self._stats_sums(prepared, lengths, pool_start, pool_stop)
+                 if self.stats_linear is not None and not self.training else None)
+        h, out_lengths = self._backbone(prepared, lengths)
         # (B, C, T'): the mean over frequency, or every (channel, frequency row) as a feature of its own
         per_frame = h.float().flatten(1, 2) if self.config.freq_pooling == "keep" else h.float().mean(dim=2)
         steps = torch.arange(per_frame.shape[-1], device=per_frame.device)[None, :]
@@ -477,10 +516,71 @@ class MaskedClassifier(nn.Module):
         sums = (per_frame * weights[:, None, :]).sum(dim=-1)
         if self.config.pooling == "meanstd":
             sums = torch.cat([sums, (per_frame.square() * weights[:, None, :]).sum(dim=-1)], dim=1)
+        if stats is not None:
+            sums = torch.cat([sums, stats], dim=1)
         return sums, weights.sum(dim=-1)
 
+    def _stats_sums(self, h: Tensor, lengths: Tensor, pool_start: Tensor | None = None,
+                    pool_stop: Tensor | None = None) -> Tensor:
+        """``(B, 3 * n_bins + 2)`` float32: per bin the sums of values, squares and absolute frame-to-frame
+        changes over the real input frames in ``[pool_start, pool_stop)``, then the two frame counts.
+
+        ``h``: the prepared input (normalised, masked).  A change counts at frame
+        ``t >= 1`` (it reads frame ``t - 1``, which a window owning ``t`` holds as context).
+        """
+        v = h[:, 0].float()  # (B, F, T)
+        steps = torch.arange(v.shape[-1], device=v.device)[None, :]
+        keep = steps < lengths[:, None]
+        if pool_start is not None:
+            keep = keep & (steps >= torch.as_tensor(pool_start, device=v.device).long()[:, None])
+        if pool_stop is not None:
+            keep = keep & (steps < torch.as_tensor(pool_stop, device=v.device).long()[:, None])
+        w = keep.to(v.dtype)
+        w_change = w[:, 1:]  # frame t >= 1 owned and real
+        change = (v[..., 1:] - v[..., :-1]).abs()
+        return torch.cat([(v * w[:, None]).sum(-1), (v.square() * w[:, None]).sum(-1),
+                          (change * w_change[:, None]).sum(-1), w.sum(-1, keepdim=True),
+                          w_change.sum(-1, keepdim=True)], dim=1)
+
+    @staticmethod
+    def band_statistics(stats_sums: Tensor) -> Tensor:
+        """``(B, 3 * n_bins)``: per-bin mean, standard deviation, mean absolute change (:data:`BAND_STATS`)
+        from :meth:`_stats_sums`' sums (a clip of one frame has no change: 0)."""
+        n_bins = (stats_sums.shape[1] - 2) // 3
+        s1, s2, sd = stats_sums[:, :n_bins], stats_sums[:, n_bins:2 * n_bins], stats_sums[:, 2 * n_bins:3 * n_bins]
+        n = stats_sums[:, -2:-1].clamp(min=1.0)
+        mean = s1 / n
+        std = torch.sqrt((s2 / n - mean.square()).clamp(min=0.0))
+        return torch.cat([mean, std, sd / stats_sums[:, -1:].clamp(min=1.0)], dim=1)
+
+    @torch.no_grad()
+    def clip_statistics(self, x: Tensor, lengths: Tensor | Any) -> Tensor:
+        """``(B, 3 * n_bins)`` float32 statistics of whole clips, as the statistics head sees them."""
+        h, lengths = self._prepare(x, lengths)
+        return self.band_statistics(self._stats_sums(h, lengths))
+
+    def stats_logits(self, statistics: Tensor) -> Tensor:
+        """The statistics head's logits ``(B, n_classes)`` from :meth:`clip_statistics`' values."""
+        assert self.stats_linear is not None
+        z = (statistics - self.stats_shift) * self.stats_scale
+        return self.stats_linear(z.to(self.stats_linear.weight.dtype))
+
     def classify(self, sums: Tensor, counts: Tensor) -> Tensor:
-        """Logits ``(B, n_classes)`` from pooled sums and counts (the pooling's statistics, then the head)."""
+        """Logits ``(B, n_classes)`` from pooled sums and counts (the pooling's statistics, then the head).
+
+        With the statistics head, sums that carry its part (eval mode) add
+        ``stats_weight`` times its logits.
+        """
+        extra = None
+        n_stats = len(BAND_STATS) * self.config.n_bins + 2
+        if self.stats_linear is not None and sums.shape[1] == self.head.in_features + n_stats:
+            sums, extra = sums[:, :-n_stats], sums[:, -n_stats:]
+        logits = self._classify_cnn(sums, counts)
+        if extra is not None and self.config.stats_weight:
+            logits = logits + self.config.stats_weight * self.stats_logits(self.band_statistics(extra.float()))
+        return logits
+
+    def _classify_cnn(self, sums: Tensor, counts: Tensor) -> Tensor:
         if self.config.pooling == "attention":
             pooled = sums / counts.clamp(min=1e-30)[:, None]
         else:

@@ -32,12 +32,17 @@ import numpy as np
 from store import ConfigError, Store
 
 __all__ = [
-    "RULE", "SPLITS", "SplitError", "SplitRule", "split_keys", "split_score", "split_scores", "training_fingerprint",
+    "RULE", "RULE_OFFSET", "SPLITS", "SplitError", "SplitRule", "split_keys", "split_score", "split_scores",
+    "training_fingerprint",
     "training_rows",
 ]
 
 RULE = "blake2b-64(seed:key) / 2**64 < val_fraction; key = the clip's group, else its content hash"
 """The rule, spelled out in checkpoints so that a reader without this package can redo it."""
+RULE_OFFSET = ("val_offset <= blake2b-64(seed:key) / 2**64 < val_offset + val_fraction; key = the clip's group, "
+               "else its content hash")
+"""The same rule with the held-out interval moved to ``val_offset`` (cross-validation folds); a checkpoint
+spells it only when the offset is not 0, so earlier checkpoints and readers keep :data:`RULE`."""
 _LEGACY_RULES = ("blake2b-64(seed:hash) / 2**64 < val_fraction",)
 """Earlier spellings of the same rule (stores without groups: the key is the content hash)."""
 
@@ -69,20 +74,38 @@ def split_scores(keys: Sequence[str], seed: int = 0) -> np.ndarray:
 
 @dataclass(frozen=True)
 class SplitRule:
-    """Which clips are held out: ``split_score(key, seed) < val_fraction`` (keys: :func:`split_keys`)."""
+    """Which clips are held out: ``val_offset <= split_score(key, seed) < val_offset + val_fraction``.
+
+    Keys: :func:`split_keys`.  ``val_offset`` is 0 for a training run's
+    validation split; fold ``k`` of a ``K``-fold cross-validation holds out
+    ``[k / K, (k + 1) / K)`` (:meth:`fold`), so the folds partition the keys.
+    """
 
     val_fraction: float = 0.2
     seed: int = 0
+    val_offset: float = 0.0
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.val_fraction < 1.0:
             raise SplitError(f"val_fraction must be in [0, 1), got {self.val_fraction!r}")
+        if not 0.0 <= self.val_offset < 1.0 or self.val_offset + self.val_fraction > 1.0 + 1e-12:
+            raise SplitError(f"val_offset must be in [0, 1 - val_fraction], got {self.val_offset!r}")
+
+    @classmethod
+    def fold(cls, k: int, folds: int, seed: int = 0) -> SplitRule:
+        """Fold ``k`` (0-based) of ``folds``: the keys whose score lies in ``[k / folds, (k + 1) / folds)``."""
+        if not isinstance(folds, int) or folds < 2 or not 0 <= k < folds:
+            raise SplitError(f"a fold needs 0 <= k < folds and folds >= 2, got k={k!r}, folds={folds!r}")
+        return cls(val_fraction=1.0 / folds, seed=seed, val_offset=k / folds)
 
     def is_val(self, keys: Sequence[str]) -> np.ndarray:
         """Boolean mask: True where the key is held out for validation."""
         if self.val_fraction == 0.0:
             return np.zeros(len(keys), dtype=bool)
-        return split_scores(keys, self.seed) < self.val_fraction
+        scores = split_scores(keys, self.seed)
+        if self.val_offset == 0.0:
+            return scores < self.val_fraction
+        return (scores >= self.val_offset) & (scores < self.val_offset + self.val_fraction)
 
     def select(self, keys: Sequence[str], split: str) -> np.ndarray:
         """Row ids (int64) of ``split`` (``all``, ``train`` or ``val``) among ``keys``."""
@@ -94,16 +117,20 @@ class SplitRule:
         return np.flatnonzero(val if split == "val" else ~val).astype(np.int64)
 
     def to_dict(self) -> dict[str, Any]:
-        """What a checkpoint records (JSON-ready)."""
+        """What a checkpoint records (JSON-ready); ``val_offset`` only when it is not 0."""
+        if self.val_offset:
+            return {"rule": RULE_OFFSET, "val_fraction": float(self.val_fraction), "seed": int(self.seed),
+                    "val_offset": float(self.val_offset)}
         return {"rule": RULE, "val_fraction": float(self.val_fraction), "seed": int(self.seed)}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> SplitRule:
         """Inverse of :meth:`to_dict`; refuses a rule this version does not implement."""
-        if data.get("rule", RULE) not in (RULE, *_LEGACY_RULES):
+        if data.get("rule", RULE) not in (RULE, RULE_OFFSET, *_LEGACY_RULES):
             raise SplitError(f"unknown split rule {data.get('rule')!r}; this specstore implements {RULE!r}")
         try:
-            return cls(val_fraction=float(data["val_fraction"]), seed=int(data["seed"]))
+            return cls(val_fraction=float(data["val_fraction"]), seed=int(data["seed"]),
+                       val_offset=float(data.get("val_offset", 0.0)))
         except (KeyError, TypeError, ValueError) as e:
             raise SplitError(f"unreadable split record {data!r}: {e}") from None
 

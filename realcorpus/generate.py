@@ -352,8 +352,9 @@ def build_parser() -> argparse.ArgumentParser:
         choices=sorted(SIZES),
         default="full",
         help="full: the development corpus (default; 1850 clips of 20-45 s, 3 per training work and 1 per test "
-        "work, about 16 min on 2 cores); small: the first, 318-clip development corpus; tiny: 2 works per "
-        "class, 3-5 s clips, one small SoundFont",
+        "work, about 16 min on 2 cores); small: the first, 318-clip development corpus; long: 217 works, one "
+        "clip of 45-150 s each (a few hundred labelled tracks); tiny: 2 works per class, 3-5 s clips, one "
+        "small SoundFont",
     )
     p.add_argument("--tiny", action="store_const", const="tiny", dest="size", help="same as --size tiny")
     p.add_argument(

@@ -435,3 +435,64 @@ def test_a_few_training_steps_learn_and_keep_batched_equal_alone() -> None:
     assert (batched.argmax(dim=1) == labels).float().mean() >= 0.8
     for i, clip in enumerate(clips):
         torch.testing.assert_close(batched[i], logits_alone(model, clip), atol=ATOL, rtol=0)
+
+
+# --- the statistics head ------------------------------------------------------------------------
+
+
+def stats_model(arch: str = "cnn", weight: float = 1.0) -> MaskedClassifier:
+    """A model with a statistics head whose weights are random (as if fitted)."""
+    model = eval_model(tiny(arch, pooling="meanstd", freq_pooling="keep", stats_head=True, stats_weight=weight,
+                            **bin_stats(20)))
+    assert model.stats_linear is not None
+    with torch.no_grad():
+        torch.nn.init.normal_(model.stats_linear.weight, std=0.5)
+        model.stats_shift.normal_()
+        model.stats_scale.uniform_(0.5, 2.0)
+    return model
+
+
+@pytest.mark.parametrize("arch", ["cnn", "resnet"])
+def test_statistics_head_is_batched_equal_alone_and_windows_exactly(arch: str) -> None:
+    from infer.windows import run_windowed
+
+    model = stats_model(arch)
+    clips = make_clips(20, [1, 3, 8, 9, 31, 97], seed=3)
+    batch = collate(clips, multiple_of=model.time_stride)
+    with torch.no_grad():
+        batched = model(batch.x, batch.lengths)
+    for i, clip in enumerate(clips):
+        torch.testing.assert_close(batched[i], logits_alone(model, clip), atol=ATOL, rtol=0)
+    long = make_clips(20, [500], seed=4)[0]
+    context = -(-model.receptive_field // model.time_stride) * model.time_stride
+    windowed = run_windowed(model, long, 4 * context + 40, context=context)
+    torch.testing.assert_close(windowed, logits_alone(model, long), atol=ATOL, rtol=0)
+
+
+def test_statistics_head_adds_weighted_logits_in_eval_and_is_absent_in_training() -> None:
+    model = stats_model(weight=0.7)
+    clips = make_clips(20, [40, 17], seed=5)
+    batch = collate(clips, multiple_of=model.time_stride)
+    with torch.no_grad():
+        both = model(batch.x, batch.lengths)
+        stats = model.stats_logits(model.clip_statistics(batch.x, batch.lengths))
+        sums, counts = model.pooled_sum(batch.x, batch.lengths)
+        cnn = model.classify(sums[:, : model.head.in_features], counts)
+    torch.testing.assert_close(both, cnn + 0.7 * stats, atol=ATOL, rtol=0)
+    assert stats.abs().max() > 0.1  # the head changes the output
+    model.train()
+    sums, _ = model.pooled_sum(batch.x, batch.lengths)
+    assert sums.shape[1] == model.head.in_features  # training sees the CNN alone
+
+
+def test_clip_statistics_are_the_baselines_band_statistics_of_the_normalised_input() -> None:
+    from infer.baselines import STATS
+
+    model = stats_model()
+    clip = make_clips(20, [57], seed=6)[0].astype(np.float64)
+    mean, std = np.array(model.config.bin_mean), np.array(model.config.bin_std)
+    z = (clip - mean[:, None]) / std[:, None]
+    expected = {"mean": z.mean(1), "std": z.std(1), "delta": np.abs(np.diff(z, axis=1)).mean(1)}
+    batch = collate([clip.astype(np.float32)])
+    got = model.clip_statistics(batch.x, batch.lengths)[0].double().numpy()
+    np.testing.assert_allclose(got, np.concatenate([expected[s] for s in STATS]), atol=1e-4)

@@ -4,6 +4,11 @@
   TOML/JSON config files);
 * :mod:`.schedule`: the learning-rate schedule;
 * :mod:`.resume`: the resume file;
+* :mod:`.recipe`: the ``auto`` options, resolved from the training data by fixed rules;
+* :mod:`.stats_head`: the statistics head (a logistic regression on band statistics, fitted in closed form);
+* :mod:`.prepare`: the run, the model and the batches, before the first step;
+* :mod:`.steps`: one optimiser step's mechanics (mixup, weight average, OOM split);
+* :mod:`.report`: ``metrics.csv``, TensorBoard scalars, the held-out report;
 * :mod:`.loop`: :func:`train`, the run itself (``make train``).
 
 Data come through :mod:`infer.data` (the store dataset with per-item crops

@@ -38,6 +38,8 @@ class TrainError(ConfigError):
 
 RUNTIME_FIELDS = ("device", "precision", "budget_mb", "loader_workers")
 """Fields that may change between an interrupted run and its resumption (they do not change the result)."""
+AUTO_FIELDS = ("crops_per_clip", "stats_head")
+"""Fields whose default (None) is auto: derived from the training data by :mod:`infer.train.recipe`."""
 
 
 def _optional_seconds(text: str) -> float | None:
@@ -45,6 +47,11 @@ def _optional_seconds(text: str) -> float | None:
     if text.strip().lower() in ("0", "none", "whole"):
         return None
     return float(text)
+
+
+def _optional_count(text: str) -> int | None:
+    """A positive integer, or auto (None: the recipe derives it from the training data)."""
+    return None if text.strip().lower() == "auto" else int(text)
 
 
 def _optional_mb(text: str) -> float | None:
@@ -90,8 +97,9 @@ class TrainConfig:
                                          "a 1.5 GiB margin)", parse=_optional_mb, metavar="MIB")
     crop_seconds: float | None = _opt(10.0, "random crop per clip and epoch, seconds; 0 = whole clips",
                                       parse=_optional_seconds, metavar="SECONDS")
-    crops_per_clip: int = _opt(1, "random crops of every training clip per epoch (each with its own crop and "
-                                  "augmentation): more steps per epoch, fewer validations (for few clips)")
+    crops_per_clip: int | None = _opt(None, "random crops of every training clip per epoch (each with its own crop "
+                                            "and augmentation); auto: about 480 crops an epoch, 1-8 per clip "
+                                            "(infer/train/recipe.py)", parse=_optional_count, metavar="N|auto")
     time_masks: int = _opt(2, "SpecAugment time masks per clip (0 disables)")
     time_mask_frames: int = _opt(24, "widest time mask, frames")
     freq_masks: int = _opt(2, "SpecAugment frequency masks per clip (0 disables)")
@@ -104,6 +112,11 @@ class TrainConfig:
     mixup: float = _opt(0.0, "mixup: mix each batch with itself shuffled, weight ~ Beta(a, a) (0 disables)")
     val_fraction: float = _opt(0.1, "share of works (groups) or contents held out for validation (they do not "
                                     "train: a larger share is a steadier figure and less training data)")
+    val_offset: float = _opt(0.0, "start of the held-out interval of split scores (cross-validation folds hold out "
+                                  "[k/K, (k+1)/K); 0 for a plain validation split)")
+    select: str = _opt("last", "which weights are saved: last (the end of the schedule: validation only reports) or "
+                               "best (the epoch with the best validation accuracy, then loss: noisy on few "
+                               "validation clips)", choices=("last", "best"))
     seed: int = _opt(0, "split and training seed (every random draw derives from it)")
     arch: str = _opt("cnn", "model: cnn, resnet, or an import path package.module:Class of any nn.Module with "
                             "forward(x, lengths) (see infer/contract.py)", metavar="ARCH")
@@ -125,6 +138,12 @@ class TrainConfig:
     normalization: str = _opt("bin", "input normalisation fitted on training frames (built-in models): global "
                                         "(one mean and std) or bin (per frequency bin)",
                               choices=("global", "bin"))
+    stats_head: bool | None = _opt(None, "a statistics head beside the CNN (built-in models): a logistic "
+                                         "regression on each clip's per-bin mean, std and frame-to-frame change, "
+                                         "fitted before the CNN trains (its strength chosen by grouped "
+                                         "cross-validation on the training clips); the model's output adds its "
+                                         "logits to the CNN's; auto: on for the built-in models")
+    stats_weight: float = _opt(1.0, "weight of the statistics head's logits in the model's output")
     grad_checkpoint: bool = _opt(False, "gradient checkpointing: recompute activations in backward, so the "
                                         "memory budget packs larger batches (slower steps)")
     loader_workers: int = _opt(0, "batches are read by a prefetch thread (0) or by this many DataLoader "
@@ -146,7 +165,7 @@ class TrainConfig:
             raise TrainError(f"ema must be in [0, 1) (0 disables), got {self.ema!r}")
         if not 0 <= self.label_smoothing < 1:
             raise TrainError(f"label_smoothing must be in [0, 1), got {self.label_smoothing!r}")
-        if self.crops_per_clip < 1:
+        if self.crops_per_clip is not None and self.crops_per_clip < 1:
             raise TrainError(f"crops_per_clip must be >= 1, got {self.crops_per_clip}")
         if self.max_batch < 1:
             raise TrainError(f"max_batch must be >= 1, got {self.max_batch}")
@@ -171,6 +190,10 @@ class TrainConfig:
             raise TrainError(f"normalization must be global or bin, not {self.normalization!r}")
         if not 0 <= self.val_fraction < 1:
             raise TrainError(f"val_fraction must be in [0, 1), got {self.val_fraction!r}")
+        if not 0 <= self.val_offset < 1 or self.val_offset + self.val_fraction > 1 + 1e-12:
+            raise TrainError(f"val_offset must be in [0, 1 - val_fraction], got {self.val_offset!r}")
+        if self.select not in ("best", "last"):
+            raise TrainError(f"select must be best or last, not {self.select!r}")
         if self.seed < 0:
             raise TrainError(f"seed must be >= 0, got {self.seed}")
         if self.arch not in ARCHS and ":" not in self.arch:
@@ -241,9 +264,10 @@ def add_config_arguments(parser: argparse.ArgumentParser) -> None:
     defaults = TrainConfig()
     for f in dataclasses.fields(TrainConfig):
         default = getattr(defaults, f.name)
-        shown = "none" if default is None else f"{default:g}" if isinstance(default, float) else default
+        shown = ("auto" if f.name in AUTO_FIELDS else "none") if default is None else (
+            f"{default:g}" if isinstance(default, float) else default)
         help_text = f"{f.metadata['help']} (default {shown})"
-        if f.type in ("bool", bool):
+        if str(f.type).startswith("bool"):
             parser.add_argument(_flag(f.name), action=argparse.BooleanOptionalAction, default=argparse.SUPPRESS,
                                 help=help_text)
             continue

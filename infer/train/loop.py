@@ -1,18 +1,26 @@
 """``make train``: fit a model on a store's labelled clips, resumably.
 
-Flow: open the store (index only) -> split the labelled rows by work or
-content (:mod:`infer.split`; duplicates and works never straddle it) -> fit
-the model's input normalisation on training frames -> the engine
+Flow: :func:`~.prepare.prepare_run` opens the store (index only), splits the
+labelled rows by work or content (:mod:`infer.split`; duplicates and works
+never straddle it) and resolves the ``auto`` options from the training split
+(:mod:`.recipe`) -> :func:`~.prepare.prepare_model` fits the model's input
+normalisation on training frames and its statistics head on training clips
+(:mod:`.stats_head`) -> :func:`~.prepare.prepare_data`: the engine
 (:mod:`infer.runtime`) measures the model's training memory per padded
-clip-frame and gives the :class:`~infer.budget.Budget` -> every epoch a fresh
-:func:`infer.planner.training_plan` over the (cropped) lengths -> random
-crops read straight from the store's mmap views, SpecAugment masks inside
-real frames (:mod:`.augment`) -> AdamW with warm-up and cosine decay
-(:mod:`.schedule`), autocast on CUDA -> validation on whole held-out clips
-with the engine's prediction loop -> the best checkpoint (validation
-accuracy, then validation loss; training loss when nothing is held out) at
-``model_path``, ``metrics.csv`` (one row per epoch) and the resolved
-configuration (``<model>.config.json``) beside it.
+clip-frame and gives the :class:`~infer.budget.Budget`, which sets the crop
+and the budgeted batch sampler -> every epoch (:func:`_run_epoch`) a fresh
+plan over the cropped lengths, random crops read straight from the store's
+mmap views, augmentation inside real frames (:mod:`infer.augment`), AdamW
+with warm-up and cosine decay (:mod:`.schedule`), autocast on CUDA ->
+validation on whole held-out clips with the engine's prediction loop ->
+the checkpoint at ``model_path`` (:func:`_end_epoch`), ``metrics.csv`` and the
+resolved configuration (``<model>.config.json``) beside it.
+
+Which weights are saved: by default (``select="last"``) those at the end of
+the fixed schedule, so a few validation clips choose nothing; validation
+reports, and at the end :func:`~.report.held_out_report` scores the model and
+each of its experts on the held-out clips with intervals.  ``select="best"``
+keeps the epoch with the best validation accuracy (then loss).
 
 Resuming: after every epoch ``<model>.resume.pt`` (:mod:`.resume`) is
 written.  Rerunning with the same configuration on the same data continues
@@ -25,16 +33,10 @@ resume file) is refused unless ``overwrite=True``.
 
 from __future__ import annotations
 
-import copy
-import csv
-import ctypes
-import hashlib
-import io
 import json
 import logging
 import math
 import os
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -44,31 +46,25 @@ from typing import Any
 import numpy as np
 import torch
 import torch.nn.functional as F
-from torch import Tensor, nn
-from torch.utils.data import DataLoader
+from torch import nn
 from tqdm.auto import tqdm
 
-from store import ConfigError, Store, check_output_path, open_store, write_atomic
+from store import Store, write_atomic
 
-from ..augment import Augment, SpecAugment
-from ..budget import Budget
 from ..checkpoint import Checkpoint, load_checkpoint, save_checkpoint
-from ..contract import ModelSpec, masks_padding, spec_of, time_stride, window_frames
-from ..data import BudgetBatchSampler, PadCollate, StoreDataset, feature_specs, prefetch
+from ..contract import ModelSpec, time_stride
+from ..data import BudgetBatchSampler
 from ..models import count_parameters
-from ..runtime import Engine, RunOptions
-from ..split import SplitError, SplitRule, training_fingerprint, training_rows
 from .config import TrainConfig, TrainError
-from .resume import ResumeState, load_resume, resume_path_for, save_resume
+from .prepare import Learner, Run, TrainData, default_training_feature, prepare_data, prepare_model, prepare_run
+from .report import Scalars, held_out_report, held_out_text, macro_f1, metrics_csv
+from .resume import ResumeState, save_resume
 from .schedule import lr_at
+from .steps import epoch_seed, forward_backward, mixup
 
 __all__ = ["TrainResult", "config_path_for", "default_training_feature", "metrics_path_for", "train"]
 
 log = logging.getLogger("infer.train")
-
-METRICS_COLUMNS = ("epoch", "loss", "train_accuracy", "val_accuracy", "val_f1", "val_loss", "lr", "efficiency",
-                   "batches", "seconds")
-"""Columns of ``metrics.csv``, one row per finished epoch."""
 
 
 def metrics_path_for(model_path: str | os.PathLike[str]) -> Path:
@@ -92,6 +88,10 @@ class TrainResult:
     ``val_accuracy``/``val_f1``/``val_loss`` (None without a validation set),
     ``lr`` (at the epoch's end), ``seconds``, ``batches``, ``efficiency``
     (padding).  ``resumed_from``: epochs already done when this call started.
+    ``best_epoch``: the saved epoch (the last one with ``select="last"``);
+    ``extra``: what the checkpoint records besides the weights (``recipe``:
+    the requested config, the rules that resolved its ``auto`` options and
+    the training facts; ``held_out``: the saved model's validation figures).
     """
 
     model_path: Path
@@ -110,9 +110,12 @@ class TrainResult:
 
     def line(self) -> str:
         """The one-line summary ``make train`` prints."""
-        best = (f"best epoch {self.best_epoch}: validation accuracy {self.best_val_accuracy:.1%} on {self.n_val} clips"
-                if self.best_val_accuracy is not None else f"best epoch {self.best_epoch} (by training loss; "
-                "no validation clips)")
+        if self.best_val_accuracy is not None:
+            how = "kept" if self.config.select == "last" else "best"
+            best = (f"{how} epoch {self.best_epoch}: validation accuracy {self.best_val_accuracy:.1%} on "
+                    f"{self.n_val} clips")
+        else:
+            best = f"kept epoch {self.best_epoch} (no validation clips)"
         if not self.epochs_run:
             return (f"already trained: {self.resumed_from} of {self.config.epochs} epochs done (delete "
                     f"{self.resume_path} to train again); {best}; checkpoint {self.model_path}")
@@ -120,260 +123,15 @@ class TrainResult:
                 f"{self.config.epochs} on {self.n_train} clips in {self.seconds:.1f} s; {best}; "
                 f"checkpoint {self.model_path}")
 
-
-def _epoch_seed(seed: int, epoch: int, stream: int) -> int:
-    """A 63-bit seed for one random stream of one epoch."""
-    digest = hashlib.blake2b(f"{seed}:{epoch}:{stream}".encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "big") >> 1
-
-
-@dataclass(frozen=True)
-class FrameStats:
-    """Mean and standard deviation (dB) of a sample of training frames: overall, and per bin."""
-
-    mean: float
-    std: float
-    bin_mean: np.ndarray
-    bin_std: np.ndarray
-
-
-def frame_stats(dataset: StoreDataset, seed: int, max_clips: int = 128, max_frames: int = 2048) -> FrameStats:
-    """:class:`FrameStats` of up to ``max_clips`` items (a window of ``max_frames`` each), float64 sums."""
-    rng = np.random.default_rng(_epoch_seed(seed, 0, 99))
-    n = len(dataset)
-    pick = np.arange(n) if n <= max_clips else rng.choice(n, size=max_clips, replace=False)
-    total = np.zeros(dataset.n_bins)
-    total_sq = np.zeros(dataset.n_bins)
-    count = 0
-    for i in pick.tolist():
-        length = int(dataset.full_lengths[i])
-        start = int(rng.integers(0, length - max_frames + 1)) if length > max_frames else 0
-        a = dataset.window(i, start, min(length, start + max_frames)).astype(np.float64)
-        total += a.sum(axis=1)
-        total_sq += np.square(a).sum(axis=1)
-        count += a.shape[1]
-    bin_mean = total / count
-    bin_std = np.sqrt(np.maximum(total_sq / count - bin_mean**2, 0.0))
-    mean = float(total.sum() / (count * dataset.n_bins))
-    std = math.sqrt(max(float(total_sq.sum() / (count * dataset.n_bins)) - mean * mean, 0.0))
-    return FrameStats(mean, max(std, 1e-3), bin_mean, np.maximum(bin_std, 1e-3))
-
-
-def keep_freed_memory() -> bool:
-    """Ask glibc's malloc to keep freed memory for reuse instead of returning it to the system.
-
-    CPU training allocates and frees activations of tens of MiB every step;
-    by default glibc serves those with fresh ``mmap`` s and unmaps them on
-    free, so every step page-faults its activations in again (measured: a
-    third of a training run's CPU time spent in the kernel on 2 cores).
-    Raising the mmap and trim thresholds keeps them in the heap; the values
-    are the same.  A no-op (False) where the C library is not glibc.
-    """
-    if not sys.platform.startswith("linux"):
-        return False
-    try:
-        libc = ctypes.CDLL("libc.so.6")
-        m_trim_threshold, m_mmap_threshold = -1, -3
-        return bool(libc.mallopt(m_mmap_threshold, 1 << 30)) and bool(libc.mallopt(m_trim_threshold, (1 << 31) - 1))
-    except (OSError, AttributeError):
-        return False
-
-
-def default_training_feature(store: Store) -> str:
-    """What training uses when the config names no feature: every stored feature, stacked (``mel+cqt``).
-
-    A store with one feature (``FEATURES=mel``) trains on that one.
-    """
-    return "+".join(store.specs)
-
-
-def _param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict[str, Any]]:
-    decay: list[torch.Tensor] = []
-    no_decay: list[torch.Tensor] = []
-    for p in model.parameters():
-        (decay if p.ndim > 1 else no_decay).append(p)
-    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
-
-
-def _class_weights(labels: np.ndarray, n_classes: int) -> np.ndarray:
-    counts = np.bincount(labels, minlength=n_classes).astype(np.float64)
-    present = counts > 0
-    w = np.ones(n_classes, dtype=np.float64)
-    w[present] = counts[present].sum() / (present.sum() * counts[present])
-    return w
-
-
-@dataclass
-class _Step:
-    loss: float  # mean loss of the batch (weighted mean with class weights)
-    correct: int
-    oom_splits: int
-
-
-@dataclass(frozen=True)
-class _Mix:
-    """A batch mixed with itself: ``lam * x + (1 - lam) * x[perm]``, targets likewise (mixup)."""
-
-    lam: float
-    perm: Tensor
-
-
-def _mixup(x: Tensor, lengths: Tensor, y: Tensor, alpha: float, generator: torch.Generator
-           ) -> tuple[Tensor, Tensor, Tensor, _Mix | None]:
-    """Mix the batch (dB values) with a shuffled copy of itself; lengths become the shorter of each pair.
-
-    The mixing weight is drawn from Beta(alpha, alpha) and folded to >= 0.5,
-    so the first clip dominates (its label counts for the accuracy).
-    """
-    if alpha <= 0 or len(y) < 2:
-        return x, lengths, y, None
-    draw = int(torch.randint(0, 2**62, (1,), generator=generator))
-    lam = float(np.random.default_rng(draw).beta(alpha, alpha))
-    lam = max(lam, 1.0 - lam)
-    perm = torch.randperm(len(y), generator=generator).to(y.device)
-    mixed = x * lam + x[perm] * (1.0 - lam)
-    return mixed, torch.minimum(lengths, lengths[perm]), y, _Mix(lam, perm)
-
-
-class WeightAverage:
-    """An exponential moving average of a model's weights and buffers, updated after every optimiser step.
-
-    ``decay`` per step, warmed up as ``min(decay, (1 + t) / (10 + t))`` so the
-    first steps do not drag the random initial weights along.  BatchNorm
-    running statistics are averaged alike (``num_batches_tracked`` is copied).
-    """
-
-    def __init__(self, model: nn.Module, decay: float) -> None:
-        self.model = copy.deepcopy(model).eval()
-        for p in self.model.parameters():
-            p.requires_grad_(False)
-        self.decay = decay
-        self.steps = 0
-
-    @torch.no_grad()
-    def update(self, model: nn.Module) -> None:
-        self.steps += 1
-        keep = min(self.decay, (1.0 + self.steps) / (10.0 + self.steps))
-        mine = self.model.state_dict()
-        for name, value in model.state_dict().items():
-            if value.dtype.is_floating_point:
-                mine[name].lerp_(value, 1.0 - keep)
-            else:
-                mine[name].copy_(value)
-
-    def state_dict(self) -> dict[str, Any]:
-        return {"steps": self.steps, "model": {k: v.detach().cpu() for k, v in self.model.state_dict().items()}}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.steps = int(state["steps"])
-        self.model.load_state_dict(state["model"])
-
-
-def _forward_backward(model: torch.nn.Module, engine: Engine, x: Tensor, lengths: Tensor, y: Tensor, *,
-                      weights: Tensor | None, label_smoothing: float, scaler: torch.amp.GradScaler,
-                      mix: _Mix | None = None) -> _Step:
-    """Forward and backward of one batch, gradients accumulated into the parameters.
-
-    On a CUDA out-of-memory the batch is split in halves, each contributing
-    its share of the batch's loss, so the gradient is the whole batch's
-    (only the BatchNorm statistics then come from the halves).  ``mix``: the
-    batch was mixed (:func:`_mixup`); the loss is the same mix of the two
-    targets' losses.
-    """
-    denom = weights[y].sum() if weights is not None else torch.tensor(float(len(y)), device=y.device)
-    y_other = y[mix.perm] if mix is not None else None
-
-    def run(xs: Tensor, ls: Tensor, ys: Tensor, others: Tensor | None = None) -> tuple[float, int, int]:
-        try:
-            with engine.amp():
-                logits = model(xs, ls)
-            per_clip = F.cross_entropy(logits.float(), ys, weight=weights, label_smoothing=label_smoothing,
-                                       reduction="none")
-            if mix is not None and others is not None:
-                per_clip = mix.lam * per_clip + (1.0 - mix.lam) * F.cross_entropy(
-                    logits.float(), others, weight=weights, label_smoothing=label_smoothing, reduction="none")
-            part = per_clip.sum() / denom
-            scaler.scale(part).backward()
-            return float(part.detach()), int((logits.detach().argmax(1) == ys).sum()), 0
-        except torch.cuda.OutOfMemoryError:
-            if len(ys) == 1:
-                raise
-            torch.cuda.empty_cache()
-            log.warning("CUDA out of memory on a training batch of %d x %d frames; splitting it", len(ys),
-                        xs.shape[-1])
-            half = len(ys) // 2
-            a = run(xs[:half], ls[:half], ys[:half], None if others is None else others[:half])
-            b = run(xs[half:], ls[half:], ys[half:], None if others is None else others[half:])
-            return a[0] + b[0], a[1] + b[1], a[2] + b[2] + 1
-
-    loss, correct, splits = run(x, lengths, y, y_other)
-    return _Step(loss, correct, splits)
-
-
-def _score(entry: dict[str, Any]) -> tuple[float, float]:
-    """Larger is better: (val accuracy, -val loss), or (-train loss, 0) without validation."""
-    if entry.get("val_accuracy") is not None:
-        return float(entry["val_accuracy"]), -float(entry["val_loss"])
-    return -float(entry["loss"]), 0.0
-
-
-def _macro_f1(truth: np.ndarray, pred: np.ndarray) -> float:
-    from sklearn.metrics import f1_score
-
-    return float(f1_score(truth, pred, average="macro", zero_division=0))
-
-
-def _metrics_csv(history: list[dict[str, Any]]) -> str:
-    buf = io.StringIO()
-    w = csv.DictWriter(buf, fieldnames=METRICS_COLUMNS, extrasaction="ignore", lineterminator="\n")
-    w.writeheader()
-    for entry in history:
-        w.writerow({k: ("" if entry.get(k) is None else entry.get(k)) for k in METRICS_COLUMNS})
-    return buf.getvalue()
-
-
-class _Scalars:
-    """TensorBoard scalars next to the checkpoint when ``tensorboard`` is installed; a no-op otherwise."""
-
-    def __init__(self, model_path: Path) -> None:
-        try:
-            from torch.utils.tensorboard import SummaryWriter
-        except ImportError:
-            self.writer = None
-            return
-        self.writer = SummaryWriter(log_dir=str(model_path.with_name(model_path.stem + ".tensorboard")))
-
-    def add(self, entry: dict[str, Any]) -> None:
-        if self.writer is None:
-            return
-        for key in METRICS_COLUMNS[1:]:
-            if entry.get(key) is not None:
-                self.writer.add_scalar(key, float(entry[key]), entry["epoch"])
-        self.writer.flush()
-
-    def close(self) -> None:
-        if self.writer is not None:
-            self.writer.close()
-
-
-def _resumable(state: ResumeState | None, cfg: TrainConfig, fingerprint: str, model_path: Path,
-               overwrite: bool) -> ResumeState | None:
-    """The state to resume from, or None to start afresh; refuses to replace a model unless ``overwrite``."""
-    if state is not None and (state.config_key != cfg.resume_key() or state.data != fingerprint):
-        what = "configuration" if state.config_key != cfg.resume_key() else "training data"
-        if not overwrite and model_path.exists():
-            raise TrainError(f"{model_path} holds a model trained with a different {what}; choose another MODEL "
-                             "or pass --overwrite to replace it")
-        log.warning("%s was written for a different %s; starting afresh (it will be overwritten)",
-                    resume_path_for(model_path), what)
-        return None
-    if state is not None and not model_path.is_file():
-        log.warning("%s is missing (its best weights are lost); starting afresh", model_path)
-        return None
-    if state is None and model_path.exists() and not overwrite:
-        raise TrainError(f"{model_path} already exists and has no resume file from this configuration; choose "
-                         "another MODEL or pass --overwrite to replace it")
-    return state
+    def summary(self) -> str:
+        """What ``make train`` prints: :meth:`line`, the recipe's automatic choices and the held-out report."""
+        lines = [self.line()]
+        rules: dict[str, str] = self.extra.get("recipe", {}).get("rules", {})
+        for name, why in rules.items():
+            lines.append(f"  {name} (auto): {why}")
+        if self.extra.get("held_out"):
+            lines.append("  " + held_out_text(self.extra["held_out"], self.n_val))
+        return "\n".join(lines)
 
 
 def train(
@@ -390,14 +148,15 @@ def train(
     on_epoch_end: Callable[[dict[str, Any]], None] | None = None,
     **overrides: Any,
 ) -> TrainResult:
-    """Train a classifier on ``store``'s labelled clips; the best checkpoint goes to ``model_path``.
+    """Train a classifier on ``store``'s labelled clips; the checkpoint goes to ``model_path``.
 
     ``model``: None (the config's ``arch``), an import path
     ``package.module:Class``, or an ``nn.Module`` instance following the
     contract of :mod:`infer.contract`; ``model_args``: its constructor's
     keyword arguments (JSON values), recorded in the checkpoint so it can be
     rebuilt without pickle.  ``config`` fields may also be given as keyword
-    ``overrides``.  ``threads``:
+    ``overrides``; options left ``auto`` are resolved from the training data
+    (:mod:`.recipe`).  ``threads``:
     CPU threads (default all cores); ``margin_mb``: GPU memory kept free.
     ``overwrite``: replace an existing ``model_path`` that this configuration
     cannot resume.  ``on_epoch_end(entry)`` is called with each epoch's
@@ -410,287 +169,178 @@ def train(
     if overrides:
         cfg = TrainConfig.from_dict({**cfg.to_dict(), **overrides})
     t0 = time.perf_counter()
-    model_path = check_output_path(model_path, what="MODEL")
-    s = store if isinstance(store, Store) else open_store(store)
-    try:
-        specs = feature_specs(s, cfg.feature or default_training_feature(s))
-    except ConfigError as e:
-        raise TrainError(str(e)) from None
-    if cfg.feature is None:
-        log.info("training on %s (the default: every feature the store holds, stacked frame by frame)",
-                 "+".join(specs))
-    feature = "+".join(specs)
-    spec = next(iter(specs.values()))  # the frame grid every part shares
-    n_bins = sum(p.n_bins for p in specs.values())
-    rule = SplitRule(cfg.val_fraction, cfg.seed)
-    try:
-        train_rows, val_rows = training_rows(s, rule)
-    except SplitError as e:
-        raise TrainError(str(e)) from None
-    if len(train_rows) == 0:
-        raise TrainError(f"all {len(val_rows)} labelled clips fell in the validation split; lower val_fraction")
-    n_classes = len(s.label_names)
-    train_labels = s.labels[train_rows].astype(np.int64)
-    if len(np.unique(train_labels)) < 2:
-        raise TrainError(f"the training split holds only one label ({s.label_names[int(train_labels[0])]}); "
-                         "a classifier needs at least two")
-    if not len(val_rows):
-        log.warning("no validation clips (val_fraction %.2f): the best checkpoint is chosen by training loss",
-                    cfg.val_fraction)
-
-    engine = Engine(RunOptions(device=cfg.device, precision=cfg.precision, budget_mb=cfg.budget_mb,
-                               margin_mb=margin_mb, max_batch=cfg.max_batch, threads=threads,
-                               channels_last=False, progress=False))
-    device = engine.device
-    if device.type == "cpu":
-        keep_freed_memory()
-    resume_path = resume_path_for(model_path)
-    fingerprint = training_fingerprint(s, rule, feature)
-    state = _resumable(load_resume(resume_path), cfg, fingerprint, model_path, overwrite)
-
-    # -- the model: resumed or fresh ---------------------------------------------------------------
-    stats = frame_stats(StoreDataset(s, feature, rows=train_rows), cfg.seed)
-    mean, std = stats.mean, stats.std
-    if state is not None:
-        model_spec = ModelSpec.from_dict(state.model_spec)
-    else:
-        model_spec = _model_spec(cfg, model, model_args, {
-            "n_bins": n_bins, "n_classes": n_classes, "input_mean": round(mean, 4), "input_std": round(std, 4)},
-            stats)
-    torch.manual_seed(cfg.seed)
-    net = model if isinstance(model, nn.Module) else model_spec.build()
-    net = net.to(device)
-    if cfg.grad_checkpoint:
-        if not hasattr(net, "grad_checkpoint"):
-            raise TrainError(f"{type(net).__name__} has no grad_checkpoint attribute: it does not support "
-                             "gradient checkpointing")
-        setattr(net, "grad_checkpoint", True)  # noqa: B010 - a plain attribute, see infer.contract
-    optimizer = torch.optim.AdamW(_param_groups(net, cfg.weight_decay), lr=cfg.lr)
-    averaged = WeightAverage(net, cfg.ema) if cfg.ema > 0 else None
-    scored = averaged.model if averaged is not None else net  # what is validated and saved
-    scaler = torch.amp.GradScaler(device.type, enabled=engine.autocast == torch.float16)
-    history: list[dict[str, Any]] = []
-    best_score: tuple[float, float] | None = None
-    best_epoch = 0
-    start_epoch = 0
-    if state is not None:
-        net.load_state_dict(state.model)
-        optimizer.load_state_dict(state.optimizer)
-        if state.scaler:
-            scaler.load_state_dict(state.scaler)
-        history = list(state.history)
-        if averaged is not None and state.averaged:
-            averaged.load_state_dict(state.averaged)
-        start_epoch = int(state.epoch)
-        best_epoch = int(state.best_epoch)
-        best_score = (float(state.best_score[0]), float(state.best_score[1])) if state.best_score else None
-        log.info("resuming %s after epoch %d of %d", model_path, start_epoch, cfg.epochs)
-
-    # -- budget, data ------------------------------------------------------------------------------
-    stride = time_stride(net)
-    budget: Budget = engine.budget(net, n_bins, training=True)
-    eval_budget: Budget = engine.budget(net, n_bins)
-    train_lengths = s.lengths[train_rows].astype(np.int64)
-    if masks_padding(net):
-        limit = budget.max_window
-        if cfg.crop_seconds is not None:
-            limit = min(limit, max(stride, int(round(cfg.crop_seconds / spec.frame_seconds)) // stride * stride))
-        pad_to = None
-    else:  # equal windows: every training item is one window (short clips padded to it)
-        limit = pad_to = window_frames(net)
-        if not budget.fits(1, limit):
-            raise TrainError(f"one training window of {limit} frames does not fit the memory budget; raise it")
-    cut = int((train_lengths > budget.max_window).sum())
-    if cut:
-        log.warning("%d training clip(s) exceed the memory budget whole; they are trained on random crops of "
-                    "%d frames", cut, budget.max_window)
-    crop = limit if (cfg.crop_seconds is not None or cut or pad_to is not None) else None
-    augment = _augment(cfg, model_spec, specs, mean)
-    repeats = cfg.crops_per_clip if crop is not None else 1
-    dataset = StoreDataset(s, feature, rows=np.repeat(train_rows, repeats), crop_frames=crop, spec_augment=augment,
-                           seed=cfg.seed)
-    sampler = BudgetBatchSampler(dataset, budget, shuffle=True, seed=cfg.seed)
-    collate_fn = PadCollate(stride, pad_to=pad_to)
-    val_labels = s.labels[val_rows].astype(np.int64)
-    weights = torch.tensor(_class_weights(train_labels, n_classes), dtype=torch.float32, device=device) \
-        if cfg.class_weighted else None
-    mix_rng = torch.Generator()
-    log.info("training %s (%d parameters) on %d clips, validating on %d; %s; %s", model_spec.target,
-             count_parameters(net), len(train_rows), len(val_rows), device, budget.describe())
-
-    base_extra: dict[str, Any] = {
-        "trained": True, "train_config": cfg.to_dict(), "split": rule.to_dict(), "store": str(s.location),
-        "data_fingerprint": fingerprint, "n_train": int(len(train_rows)), "n_val": int(len(val_rows)),
-        "train_label_counts": {s.label_names[k]: int(c) for k, c in
-                               enumerate(np.bincount(train_labels, minlength=n_classes))},
-    }
-    write_atomic(config_path_for(model_path), json.dumps(
-        {"train_config": cfg.to_dict(), "model": model_spec.to_dict(), "split": rule.to_dict(),
-         "store": str(s.location), "feature": feature}, indent=2) + "\n")
-    scalars = _Scalars(model_path)
-
-    def batches_of_epoch() -> Any:
-        if cfg.loader_workers:
-            return DataLoader(dataset, batch_sampler=sampler, collate_fn=collate_fn, num_workers=cfg.loader_workers,
-                              pin_memory=device.type == "cuda")
-        return prefetch(dataset, list(sampler), collate_fn, pin=device.type == "cuda")
-
-    # -- epochs -----------------------------------------------------------------------------------
+    run = prepare_run(store, model_path, cfg, model=model, threads=threads, margin_mb=margin_mb,
+                      overwrite=overwrite)
+    learner = prepare_model(run, model, model_args)
+    data = prepare_data(run, learner)
+    log.info("training %s (%d parameters) on %d clips, validating on %d; %s; %s", learner.spec.target,
+             count_parameters(learner.net), len(run.train_rows), len(run.val_rows), run.device,
+             data.budget.describe())
+    extra = _base_extra(run, learner)
+    _write_config(run, learner, extra)
+    scalars = Scalars(run.model_path)
     epochs_run = 0
-    bar = tqdm(total=cfg.epochs, initial=start_epoch, unit="epoch", desc="training", disable=not progress)
+    val_logits: np.ndarray | None = None
+    bar = tqdm(total=run.cfg.epochs, initial=learner.start_epoch, unit="epoch", desc="training",
+               disable=not progress)
     try:
-        for epoch in range(start_epoch, cfg.epochs):
-            e0 = time.perf_counter()
-            torch.manual_seed(_epoch_seed(cfg.seed, epoch, 0))
-            mix_rng.manual_seed(_epoch_seed(cfg.seed, epoch, 1))
-            sampler.set_epoch(epoch)
-            n_batches = len(sampler)
-            net.train()
-            loss_sum, correct, seen, oom_splits = 0.0, 0, 0, 0
-            lr = lr_at(epoch, cfg)
-            for bi, batch in enumerate(batches_of_epoch()):
-                lr = lr_at(epoch + bi / n_batches, cfg)
-                for group in optimizer.param_groups:
-                    group["lr"] = lr
-                b = batch.to(device, non_blocking=True) if device.type != "cpu" else batch
-                assert b.labels is not None
-                optimizer.zero_grad(set_to_none=True)
-                bx, bl, by, mix = _mixup(b.x, b.lengths, b.labels, cfg.mixup, mix_rng)
-                step = _forward_backward(net, engine, bx, bl, by, weights=weights,
-                                         label_smoothing=cfg.label_smoothing, scaler=scaler, mix=mix)
-                if not math.isfinite(step.loss) and not scaler.is_enabled():
-                    raise TrainError(f"training diverged (loss {step.loss}) in epoch {epoch + 1}; lower the LR")
-                scaler.step(optimizer)  # skips the step if fp16 gradients overflowed
-                scaler.update()
-                if averaged is not None:
-                    averaged.update(net)
-                oom_splits += step.oom_splits
-                if math.isfinite(step.loss):
-                    loss_sum += step.loss * len(batch)
-                    correct += step.correct
-                    seen += len(batch)
-                bar.set_postfix_str(f"loss {loss_sum / max(seen, 1):.3f}" + (
-                    f", val acc {history[-1]['val_accuracy']:.3f}"
-                    if history and history[-1]["val_accuracy"] is not None else ""), refresh=False)
-            plan_efficiency = _epoch_efficiency(dataset.lengths, sampler, stride, pad_to)
-            entry: dict[str, Any] = {
-                "epoch": epoch + 1, "loss": loss_sum / max(seen, 1), "train_accuracy": correct / max(seen, 1),
-                "val_accuracy": None, "val_f1": None, "val_loss": None, "lr": lr, "batches": n_batches,
-                "efficiency": plan_efficiency, "oom_splits": oom_splits,
-            }
-            if len(val_rows):
-                res = engine.logits(scored, s, val_rows, feature=feature, budget=eval_budget)
-                vl = torch.from_numpy(res.logits)
-                vy = torch.from_numpy(val_labels)
-                entry["val_accuracy"] = float((vl.argmax(1) == vy).float().mean())
-                entry["val_f1"] = _macro_f1(val_labels, vl.argmax(1).numpy())
-                entry["val_loss"] = float(F.cross_entropy(vl, vy))
-            entry["seconds"] = time.perf_counter() - e0
-            history.append(entry)
-            score = _score(entry)
-            if best_score is None or score > best_score:
-                best_score, best_epoch = score, epoch + 1
-                save_checkpoint(Checkpoint.from_model(scored, s.label_names, feature, specs, extra={
-                    **base_extra, "epoch": epoch + 1, "best_epoch": epoch + 1,
-                    "val_accuracy": entry["val_accuracy"], "history": history}, model_spec=model_spec), model_path)
-            save_resume(ResumeState(
-                config=cfg.to_dict(), config_key=cfg.resume_key(), data=fingerprint,
-                model_spec=model_spec.to_dict(), epoch=epoch + 1, complete=epoch + 1 == cfg.epochs,
-                model={k: v.detach().cpu() for k, v in net.state_dict().items()},
-                optimizer=optimizer.state_dict(), scaler=scaler.state_dict(), history=history,
-                best_epoch=best_epoch, best_score=list(best_score) if best_score is not None else None,
-                averaged=averaged.state_dict() if averaged is not None else None), resume_path)
-            write_atomic(metrics_path_for(model_path), _metrics_csv(history))
+        for epoch in range(learner.start_epoch, run.cfg.epochs):
+            entry = _run_epoch(run, learner, data, epoch, bar)
+            val_logits = _validate(run, learner, data, entry)
+            _end_epoch(run, learner, extra, entry)
             scalars.add(entry)
             epochs_run += 1
             bar.update(1)
             bar.set_postfix_str(f"loss {entry['loss']:.3f}" + (
                 f", val acc {entry['val_accuracy']:.3f}" if entry["val_accuracy"] is not None else ""))
-            log.info("epoch %d/%d: loss %.4f, train acc %.3f, val acc %s, lr %.2e, %d batches (efficiency %.3f), "
-                     "%.1f s", epoch + 1, cfg.epochs, entry["loss"], entry["train_accuracy"],
-                     "-" if entry["val_accuracy"] is None else f"{entry['val_accuracy']:.3f}", lr, n_batches,
-                     plan_efficiency, entry["seconds"])
             if on_epoch_end is not None:
                 on_epoch_end(entry)
     finally:
         bar.close()
         scalars.close()
-
-    # The checkpoint at model_path keeps the best weights; give it the whole history.
     if epochs_run:
-        ckpt = load_checkpoint(model_path)
-        ckpt.extra.update({"history": history, "epochs_done": len(history), "complete": True})
-        save_checkpoint(ckpt, model_path)
-    best_entry = history[best_epoch - 1] if best_epoch else {}
+        _finish(run, learner, extra, val_logits)
+    else:
+        extra.update(load_checkpoint(run.model_path).extra)
+    best_entry = learner.history[learner.best_epoch - 1] if learner.best_epoch else {}
     return TrainResult(
-        model_path=model_path, resume_path=resume_path, history=history, best_epoch=best_epoch,
-        best_val_accuracy=best_entry.get("val_accuracy"), resumed_from=start_epoch, epochs_run=epochs_run,
-        n_train=len(train_rows), n_val=len(val_rows), seconds=time.perf_counter() - t0, config=cfg,
-        model_spec=model_spec, extra=base_extra,
+        model_path=run.model_path, resume_path=run.resume_path, history=learner.history,
+        best_epoch=learner.best_epoch, best_val_accuracy=best_entry.get("val_accuracy"),
+        resumed_from=learner.start_epoch, epochs_run=epochs_run, n_train=len(run.train_rows),
+        n_val=len(run.val_rows), seconds=time.perf_counter() - t0, config=run.cfg, model_spec=learner.spec,
+        extra=extra,
     )
 
 
-def _augment(cfg: TrainConfig, model_spec: ModelSpec, specs: dict[str, Any], mean: float) -> Augment | None:
-    """The per-item augmentation the config asks for (None when it asks for none).
+def _base_extra(run: Run, learner: Learner) -> dict[str, Any]:
+    """What every saved checkpoint of this run records besides the weights and the epoch."""
+    s = run.store
+    return {
+        "trained": True, "train_config": run.cfg.to_dict(), "split": run.rule.to_dict(), "store": str(s.location),
+        "data_fingerprint": run.fingerprint, "n_train": int(len(run.train_rows)), "n_val": int(len(run.val_rows)),
+        "train_label_counts": {s.label_names[k]: int(c) for k, c in
+                               enumerate(np.bincount(run.train_labels, minlength=run.n_classes))},
+        "recipe": {"requested": run.requested.to_dict(), "rules": run.rules, "facts": run.facts.to_dict()},
+        **({"stats_head": learner.stats_fit} if learner.stats_fit is not None else {}),
+    }
 
-    Masked and rolled-in values are set to the model's input mean (per bin
-    with a per-bin normalisation), which the model maps to 0.
-    """
-    bin_mean = model_spec.kwargs.get("bin_mean")
-    fill: float | tuple[float, ...] = (tuple(float(v) for v in bin_mean) if bin_mean is not None
-                                       else float(model_spec.kwargs.get("input_mean", mean)))
-    spec_augment = SpecAugment(cfg.time_masks, cfg.time_mask_frames, cfg.freq_masks, cfg.freq_mask_bins, fill) \
-        if (cfg.time_masks or cfg.freq_masks) else None
-    pitch_rows: tuple[int, int] | None = None
-    pitch_bins = 0
-    start = 0
-    parts: list[tuple[int, int]] = []
-    for part in specs.values():
-        if part.kind == "cqt" and cfg.pitch_shift:
-            pitch_rows = (start, start + part.n_bins)
-            pitch_bins = int(round(cfg.pitch_shift * (part.bins_per_octave or 12) / 12))
-        parts.append((start, start + part.n_bins))
-        start += part.n_bins
-    if cfg.pitch_shift and pitch_rows is None:
-        log.warning("pitch_shift needs a CQT in the training feature (%s); no pitch shift", "+".join(specs))
-    if spec_augment is None and not cfg.gain_db and not cfg.tilt_db and not pitch_bins:
+
+def _write_config(run: Run, learner: Learner, extra: dict[str, Any]) -> None:
+    """``<model>.config.json``: the resolved config, the model spec, the split, the recipe's rules (and, once
+    training ends, the held-out report)."""
+    record: dict[str, Any] = {
+        "train_config": run.cfg.to_dict(), "model": learner.spec.to_dict(), "split": run.rule.to_dict(),
+        "store": str(run.store.location), "feature": run.feature,
+        **{k: extra[k] for k in ("recipe", "stats_head", "held_out") if k in extra}}
+    write_atomic(config_path_for(run.model_path), json.dumps(record, indent=2) + "\n")
+
+
+def _run_epoch(run: Run, learner: Learner, data: TrainData, epoch: int, bar: Any) -> dict[str, Any]:
+    """One pass over this epoch's batches; the history entry without validation figures."""
+    cfg, net, device = run.cfg, learner.net, run.device
+    e0 = time.perf_counter()
+    torch.manual_seed(epoch_seed(cfg.seed, epoch, 0))
+    mix_rng = torch.Generator().manual_seed(epoch_seed(cfg.seed, epoch, 1))
+    data.sampler.set_epoch(epoch)
+    n_batches = len(data.sampler)
+    net.train()
+    loss_sum, correct, seen, oom_splits = 0.0, 0, 0, 0
+    lr = lr_at(epoch, cfg)
+    for bi, batch in enumerate(data.batches(cfg.loader_workers, pin=device.type == "cuda")):
+        lr = lr_at(epoch + bi / n_batches, cfg)
+        for group in learner.optimizer.param_groups:
+            group["lr"] = lr
+        b = batch.to(device, non_blocking=True) if device.type != "cpu" else batch
+        assert b.labels is not None
+        learner.optimizer.zero_grad(set_to_none=True)
+        bx, bl, by, mix = mixup(b.x, b.lengths, b.labels, cfg.mixup, mix_rng)
+        step = forward_backward(net, run.engine, bx, bl, by, weights=data.weights,
+                                label_smoothing=cfg.label_smoothing, scaler=learner.scaler, mix=mix)
+        if not math.isfinite(step.loss) and not learner.scaler.is_enabled():
+            raise TrainError(f"training diverged (loss {step.loss}) in epoch {epoch + 1}; lower the LR")
+        learner.scaler.step(learner.optimizer)  # skips the step if fp16 gradients overflowed
+        learner.scaler.update()
+        if learner.averaged is not None:
+            learner.averaged.update(net)
+        oom_splits += step.oom_splits
+        if math.isfinite(step.loss):
+            loss_sum += step.loss * len(batch)
+            correct += step.correct
+            seen += len(batch)
+        bar.set_postfix_str(f"loss {loss_sum / max(seen, 1):.3f}", refresh=False)
+    return {
+        "epoch": epoch + 1, "loss": loss_sum / max(seen, 1), "train_accuracy": correct / max(seen, 1),
+        "val_accuracy": None, "val_f1": None, "val_loss": None, "lr": lr, "batches": n_batches,
+        "efficiency": _epoch_efficiency(data.dataset.lengths, data.sampler, time_stride(net), data.collate.pad_to),
+        "oom_splits": oom_splits, "seconds": time.perf_counter() - e0,
+    }
+
+
+def _validate(run: Run, learner: Learner, data: TrainData, entry: dict[str, Any]) -> np.ndarray | None:
+    """Validation figures into ``entry`` (accuracy, macro-F1, loss of the scored model); its logits."""
+    if not len(run.val_rows):
         return None
-    return Augment(gain_db=cfg.gain_db, tilt_db=cfg.tilt_db, parts=tuple(parts), pitch_bins=pitch_bins,
-                   pitch_rows=pitch_rows, fill=fill, spec_augment=spec_augment)
+    v0 = time.perf_counter()
+    logits = run.engine.logits(learner.scored, run.store, run.val_rows, feature=run.feature,
+                               budget=data.eval_budget).logits
+    truth = run.store.labels[run.val_rows].astype(np.int64)
+    pred = logits.argmax(axis=1)
+    entry["val_accuracy"] = float((pred == truth).mean())
+    entry["val_f1"] = macro_f1(truth, pred)
+    entry["val_loss"] = float(F.cross_entropy(torch.from_numpy(logits), torch.from_numpy(truth)))
+    entry["seconds"] += time.perf_counter() - v0
+    return logits
 
 
-def _model_spec(cfg: TrainConfig, model: nn.Module | str | None, model_args: dict[str, Any] | None,
-                available: dict[str, Any], stats: FrameStats | None = None) -> ModelSpec:
-    """How to build the model: the config's built-in architecture or import path, or a given module.
+def _score(entry: dict[str, Any], select: str) -> tuple[float, float]:
+    """Larger is better: the epoch (``last``); or (val accuracy, -val loss), (-train loss, 0) without validation."""
+    if select == "last":
+        return float(entry["epoch"]), 0.0
+    if entry.get("val_accuracy") is not None:
+        return float(entry["val_accuracy"]), -float(entry["val_loss"])
+    return -float(entry["loss"]), 0.0
 
-    ``available``: the store's facts a constructor may take (n_bins, n_classes, input_mean, input_std);
-    ``stats``: the training frames' statistics (per-bin normalisation of the built-ins).
-    """
-    if isinstance(model, nn.Module):
-        spec = spec_of(model, model_args)
-        if not spec.builtin:  # the checkpoint must be able to rebuild it
-            try:
-                rebuilt = spec.build()
-                rebuilt.load_state_dict(model.state_dict())
-            except (ConfigError, RuntimeError) as e:
-                raise TrainError(f"{spec.target} cannot be rebuilt from its import path and arguments {spec.kwargs} "
-                                 f"({str(e).splitlines()[0]}); pass model_args= with its constructor arguments"
-                                 ) from None
-        return spec
-    target = model if isinstance(model, str) else cfg.arch
-    args = model_args if model_args is not None else cfg.model_args
-    if target in ("cnn", "resnet"):
-        kwargs = {**available, "width": cfg.width, "depth": cfg.depth, "dropout": cfg.dropout, "pooling": cfg.pooling,
-                  "input_time_pool": cfg.input_time_pool, "freq_pooling": cfg.freq_pooling,
-                  "stem_freq_kernel": cfg.stem_freq_kernel}
-        if cfg.normalization == "bin" and stats is not None:
-            kwargs["bin_mean"] = [round(float(v), 3) for v in stats.bin_mean]
-            kwargs["bin_std"] = [round(float(v), 3) for v in stats.bin_std]
-        return ModelSpec(target, kwargs)
-    try:
-        return ModelSpec.for_class(target, args, **available)
-    except ConfigError as e:
-        raise TrainError(str(e)) from None
+
+def _end_epoch(run: Run, learner: Learner, extra: dict[str, Any], entry: dict[str, Any]) -> None:
+    """Record the epoch: the checkpoint if it is the one kept, the resume file, ``metrics.csv``, the log."""
+    cfg, epoch = run.cfg, entry["epoch"]
+    learner.history.append(entry)
+    score = _score(entry, cfg.select)
+    if learner.best_score is None or score > learner.best_score:
+        learner.best_score, learner.best_epoch = score, epoch
+        save_checkpoint(Checkpoint.from_model(learner.scored, run.store.label_names, run.feature, run.specs, extra={
+            **extra, "epoch": epoch, "best_epoch": epoch, "val_accuracy": entry["val_accuracy"],
+            "history": learner.history}, model_spec=learner.spec), run.model_path)
+    net, averaged = learner.net, learner.averaged
+    save_resume(ResumeState(
+        config=cfg.to_dict(), config_key=cfg.resume_key(), data=run.fingerprint,
+        model_spec=learner.spec.to_dict(), epoch=epoch, complete=epoch == cfg.epochs,
+        model={k: v.detach().cpu() for k, v in net.state_dict().items()},
+        optimizer=learner.optimizer.state_dict(), scaler=learner.scaler.state_dict(), history=learner.history,
+        best_epoch=learner.best_epoch, best_score=list(learner.best_score),
+        averaged=averaged.state_dict() if averaged is not None else None), run.resume_path)
+    write_atomic(metrics_path_for(run.model_path), metrics_csv(learner.history))
+    log.info("epoch %d/%d: loss %.4f, train acc %.3f, val acc %s, lr %.2e, %d batches (efficiency %.3f), "
+             "%.1f s", epoch, cfg.epochs, entry["loss"], entry["train_accuracy"],
+             "-" if entry["val_accuracy"] is None else f"{entry['val_accuracy']:.3f}", entry["lr"],
+             entry["batches"], entry["efficiency"], entry["seconds"])
+
+
+def _finish(run: Run, learner: Learner, extra: dict[str, Any], last_logits: np.ndarray | None) -> None:
+    """The kept checkpoint gets the whole history and the held-out report (also in ``config.json``)."""
+    ckpt = load_checkpoint(run.model_path)
+    if len(run.val_rows):
+        logits = last_logits
+        model = learner.scored
+        if run.cfg.select != "last" or logits is None:  # the kept epoch is not the last one: score it again
+            model = run.engine.prepare(ckpt.build(run.device))
+            logits = run.engine.logits(model, run.store, run.val_rows, feature=run.feature).logits
+        extra["held_out"] = held_out_report(model, logits, run.store, run.feature, run.val_rows)
+        log.info("%s", held_out_text(extra["held_out"], len(run.val_rows)))
+    ckpt.extra.update({"history": learner.history, "epochs_done": len(learner.history), "complete": True,
+                       **({"held_out": extra["held_out"]} if "held_out" in extra else {})})
+    save_checkpoint(ckpt, run.model_path)
+    _write_config(run, learner, extra)
 
 
 def _epoch_efficiency(lengths: np.ndarray, sampler: BudgetBatchSampler, stride: int, pad_to: int | None) -> float:

@@ -1,0 +1,423 @@
+"""Training set-up, before the first step: the run (data, split, recipe, engine, resume), the model, the batches.
+
+:func:`prepare_run` opens the store, splits the labelled rows
+(:mod:`infer.split`), resolves the ``auto`` options from the training data
+(:mod:`.recipe`) and reads a resume file that fits; :func:`prepare_model`
+builds (or restores) the model with its input normalisation and statistics
+head, the optimiser and the weight average; :func:`prepare_data` turns the
+engine's memory budget into a crop length, the augmentation, the dataset and
+the budgeted batch sampler.  :mod:`.loop` runs the epochs over what they
+return.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import math
+import os
+import sys
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+from torch.utils.data import DataLoader
+
+from store import ConfigError, FeatureSpec, Store, check_output_path, open_store
+
+from ..augment import Augment, SpecAugment
+from ..budget import Budget
+from ..checkpoint import load_checkpoint
+from ..contract import ModelSpec, masks_padding, spec_of, time_stride, window_frames
+from ..data import BudgetBatchSampler, PadCollate, StoreDataset, feature_specs, prefetch
+from ..models import ARCHS, MaskedClassifier
+from ..runtime import Engine, RunOptions
+from ..split import SplitError, SplitRule, split_keys, training_fingerprint, training_rows
+from .config import TrainConfig, TrainError
+from .recipe import DataFacts, data_facts, resolve
+from .resume import ResumeState, load_resume, resume_path_for
+from .stats_head import fit_stats_head
+from .steps import WeightAverage, class_weights, epoch_seed, param_groups
+
+__all__ = [
+    "FrameStats", "Learner", "Run", "TrainData", "default_training_feature", "frame_stats", "keep_freed_memory",
+    "prepare_data", "prepare_model", "prepare_run",
+]
+
+log = logging.getLogger("infer.train")
+
+
+def default_training_feature(store: Store) -> str:
+    """What training uses when the config names no feature: every stored feature, stacked (``mel+cqt``).
+
+    A store with one feature (``FEATURES=mel``) trains on that one.
+    """
+    return "+".join(store.specs)
+
+
+def keep_freed_memory() -> bool:
+    """Ask glibc's malloc to keep freed memory for reuse instead of returning it to the system.
+
+    CPU training allocates and frees activations of tens of MiB every step;
+    by default glibc serves those with fresh ``mmap`` s and unmaps them on
+    free, so every step page-faults its activations in again (measured: a
+    third of a training run's CPU time spent in the kernel on 2 cores).
+    Raising the mmap and trim thresholds keeps them in the heap; the values
+    are the same.  A no-op (False) where the C library is not glibc.
+    """
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        m_trim_threshold, m_mmap_threshold = -1, -3
+        return bool(libc.mallopt(m_mmap_threshold, 1 << 30)) and bool(libc.mallopt(m_trim_threshold, (1 << 31) - 1))
+    except (OSError, AttributeError):
+        return False
+
+
+@dataclass(frozen=True)
+class FrameStats:
+    """Mean and standard deviation (dB) of a sample of training frames: overall, and per bin."""
+
+    mean: float
+    std: float
+    bin_mean: np.ndarray
+    bin_std: np.ndarray
+
+
+def frame_stats(dataset: StoreDataset, seed: int, max_clips: int = 128, max_frames: int = 2048) -> FrameStats:
+    """:class:`FrameStats` of up to ``max_clips`` items (a window of ``max_frames`` each), float64 sums."""
+    rng = np.random.default_rng(epoch_seed(seed, 0, 99))
+    n = len(dataset)
+    pick = np.arange(n) if n <= max_clips else rng.choice(n, size=max_clips, replace=False)
+    total = np.zeros(dataset.n_bins)
+    total_sq = np.zeros(dataset.n_bins)
+    count = 0
+    for i in pick.tolist():
+        length = int(dataset.full_lengths[i])
+        start = int(rng.integers(0, length - max_frames + 1)) if length > max_frames else 0
+        a = dataset.window(i, start, min(length, start + max_frames)).astype(np.float64)
+        total += a.sum(axis=1)
+        total_sq += np.square(a).sum(axis=1)
+        count += a.shape[1]
+    bin_mean = total / count
+    bin_std = np.sqrt(np.maximum(total_sq / count - bin_mean**2, 0.0))
+    mean = float(total.sum() / (count * dataset.n_bins))
+    std = math.sqrt(max(float(total_sq.sum() / (count * dataset.n_bins)) - mean * mean, 0.0))
+    return FrameStats(mean, max(std, 1e-3), bin_mean, np.maximum(bin_std, 1e-3))
+
+
+# -- the run ---------------------------------------------------------------------------------------
+
+@dataclass
+class Run:
+    """What is fixed before a model exists: the resolved config, the data and its split, the engine, resume state.
+
+    ``requested``: the config as given (``auto`` options unresolved);
+    ``rules``: why each ``auto`` option got its value; ``state``: the resume
+    file's state when this run continues an interrupted one.
+    """
+
+    cfg: TrainConfig
+    requested: TrainConfig
+    rules: dict[str, str]
+    facts: DataFacts
+    store: Store
+    specs: dict[str, FeatureSpec]
+    rule: SplitRule
+    train_rows: np.ndarray
+    val_rows: np.ndarray
+    engine: Engine
+    model_path: Path
+    resume_path: Path
+    fingerprint: str
+    state: ResumeState | None
+
+    @property
+    def feature(self) -> str:
+        return "+".join(self.specs)
+
+    @property
+    def n_bins(self) -> int:
+        return sum(p.n_bins for p in self.specs.values())
+
+    @property
+    def n_classes(self) -> int:
+        return len(self.store.label_names)
+
+    @property
+    def train_labels(self) -> np.ndarray:
+        return self.store.labels[self.train_rows].astype(np.int64)
+
+    @property
+    def device(self) -> torch.device:
+        return self.engine.device
+
+
+def _split(s: Store, rule: SplitRule) -> tuple[np.ndarray, np.ndarray]:
+    try:
+        train_rows, val_rows = training_rows(s, rule)
+    except SplitError as e:
+        raise TrainError(str(e)) from None
+    if len(train_rows) == 0:
+        raise TrainError(f"all {len(val_rows)} labelled clips fell in the validation split; lower val_fraction")
+    labels = s.labels[train_rows]
+    if len(np.unique(labels)) < 2:
+        raise TrainError(f"the training split holds only one label ({s.label_names[int(labels[0])]}); "
+                         "a classifier needs at least two")
+    return train_rows, val_rows
+
+
+def prepare_run(store: str | os.PathLike[str] | Store, model_path: str | os.PathLike[str], cfg: TrainConfig, *,
+                model: nn.Module | str | None, threads: int | None, margin_mb: float | None,
+                overwrite: bool) -> Run:
+    """Open, split, resolve the recipe, make the engine and find a resume state (see :class:`Run`)."""
+    path = check_output_path(model_path, what="MODEL")
+    s = store if isinstance(store, Store) else open_store(store)
+    try:
+        specs = feature_specs(s, cfg.feature or default_training_feature(s))
+    except ConfigError as e:
+        raise TrainError(str(e)) from None
+    if cfg.feature is None:
+        log.info("training on %s (the default: every feature the store holds, stacked frame by frame)",
+                 "+".join(specs))
+    rule = SplitRule(cfg.val_fraction, cfg.seed, cfg.val_offset)
+    train_rows, val_rows = _split(s, rule)
+    builtin = (cfg.arch in ARCHS) if model is None else (isinstance(model, str) and model in ARCHS)
+    facts = data_facts(s, train_rows, split_keys(s))
+    recipe = resolve(cfg, facts, builtin=builtin)
+    for name, why in recipe.rules.items():
+        log.info("%s (auto): %s", name, why)
+    resolved = recipe.config
+    if not len(val_rows) and resolved.select == "best":
+        log.warning("no validation clips (val_fraction %.2f): the best checkpoint is chosen by training loss",
+                    resolved.val_fraction)
+    engine = Engine(RunOptions(device=resolved.device, precision=resolved.precision, budget_mb=resolved.budget_mb,
+                               margin_mb=margin_mb, max_batch=resolved.max_batch, threads=threads,
+                               channels_last=False, progress=False))
+    if engine.device.type == "cpu":
+        keep_freed_memory()
+    resume_path = resume_path_for(path)
+    fingerprint = training_fingerprint(s, rule, "+".join(specs))
+    state = _resumable(load_resume(resume_path), resolved, fingerprint, path, overwrite)
+    return Run(resolved, cfg, recipe.rules, facts, s, specs, rule, train_rows, val_rows, engine, path, resume_path,
+               fingerprint, state)
+
+
+def _resumable(state: ResumeState | None, cfg: TrainConfig, fingerprint: str, model_path: Path,
+               overwrite: bool) -> ResumeState | None:
+    """The state to resume from, or None to start afresh; refuses to replace a model unless ``overwrite``."""
+    if state is not None and (state.config_key != cfg.resume_key() or state.data != fingerprint):
+        what = "configuration" if state.config_key != cfg.resume_key() else "training data"
+        if not overwrite and model_path.exists():
+            raise TrainError(f"{model_path} holds a model trained with a different {what}; choose another MODEL "
+                             "or pass --overwrite to replace it")
+        log.warning("%s was written for a different %s; starting afresh (it will be overwritten)",
+                    resume_path_for(model_path), what)
+        return None
+    if state is not None and not model_path.is_file():
+        log.warning("%s is missing (its best weights are lost); starting afresh", model_path)
+        return None
+    if state is None and model_path.exists() and not overwrite:
+        raise TrainError(f"{model_path} already exists and has no resume file from this configuration; choose "
+                         "another MODEL or pass --overwrite to replace it")
+    return state
+
+
+# -- the model -------------------------------------------------------------------------------------
+
+@dataclass
+class Learner:
+    """The model being trained and everything that moves with it from step to step and epoch to epoch.
+
+    ``scored``: what is validated and saved (the weight average with
+    ``ema``, else ``net``); ``stats_fit``: how the statistics head was
+    fitted (None without one); ``best_score``: of the saved epoch.
+    """
+
+    net: nn.Module
+    scored: nn.Module
+    spec: ModelSpec
+    optimizer: torch.optim.Optimizer
+    scaler: torch.amp.GradScaler
+    averaged: WeightAverage | None
+    frames: FrameStats
+    stats_fit: dict[str, Any] | None = None
+    history: list[dict[str, Any]] = field(default_factory=list)
+    start_epoch: int = 0
+    best_epoch: int = 0
+    best_score: tuple[float, float] | None = None
+
+
+def model_spec_for(cfg: TrainConfig, model: nn.Module | str | None, model_args: dict[str, Any] | None,
+                   available: dict[str, Any], stats: FrameStats | None = None) -> ModelSpec:
+    """How to build the model: the config's built-in architecture or import path, or a given module.
+
+    ``available``: the store's facts a constructor may take (n_bins, n_classes, input_mean, input_std);
+    ``stats``: the training frames' statistics (per-bin normalisation of the built-ins).
+    """
+    if isinstance(model, nn.Module):
+        spec = spec_of(model, model_args)
+        if not spec.builtin:  # the checkpoint must be able to rebuild it
+            try:
+                rebuilt = spec.build()
+                rebuilt.load_state_dict(model.state_dict())
+            except (ConfigError, RuntimeError) as e:
+                raise TrainError(f"{spec.target} cannot be rebuilt from its import path and arguments {spec.kwargs} "
+                                 f"({str(e).splitlines()[0]}); pass model_args= with its constructor arguments"
+                                 ) from None
+        return spec
+    target = model if isinstance(model, str) else cfg.arch
+    args = model_args if model_args is not None else cfg.model_args
+    if target in ARCHS:
+        kwargs = {**available, "width": cfg.width, "depth": cfg.depth, "dropout": cfg.dropout, "pooling": cfg.pooling,
+                  "input_time_pool": cfg.input_time_pool, "freq_pooling": cfg.freq_pooling,
+                  "stem_freq_kernel": cfg.stem_freq_kernel, "stats_head": bool(cfg.stats_head),
+                  "stats_weight": cfg.stats_weight}
+        if cfg.normalization == "bin" and stats is not None:
+            kwargs["bin_mean"] = [round(float(v), 3) for v in stats.bin_mean]
+            kwargs["bin_std"] = [round(float(v), 3) for v in stats.bin_std]
+        return ModelSpec(target, kwargs)
+    try:
+        return ModelSpec.for_class(target, args, **available)
+    except ConfigError as e:
+        raise TrainError(str(e)) from None
+
+
+def prepare_model(run: Run, model: nn.Module | str | None, model_args: dict[str, Any] | None) -> Learner:
+    """The model (built fresh, its statistics head fitted, or restored from the resume state) and its optimiser."""
+    cfg, state = run.cfg, run.state
+    frames = frame_stats(StoreDataset(run.store, run.feature, rows=run.train_rows), cfg.seed)
+    if state is not None:
+        spec = ModelSpec.from_dict(state.model_spec)
+    else:
+        spec = model_spec_for(cfg, model, model_args, {"n_bins": run.n_bins, "n_classes": run.n_classes,
+                                                       "input_mean": round(frames.mean, 4),
+                                                       "input_std": round(frames.std, 4)}, frames)
+    torch.manual_seed(cfg.seed)
+    net = (model if isinstance(model, nn.Module) else spec.build()).to(run.device)
+    if cfg.grad_checkpoint:
+        if not hasattr(net, "grad_checkpoint"):
+            raise TrainError(f"{type(net).__name__} has no grad_checkpoint attribute: it does not support "
+                             "gradient checkpointing")
+        setattr(net, "grad_checkpoint", True)  # noqa: B010 - a plain attribute, see infer.contract
+    stats_fit: dict[str, Any] | None = None
+    if isinstance(net, MaskedClassifier) and net.stats_linear is not None:
+        net.stats_linear.requires_grad_(False)  # fitted in closed form, not by the optimiser
+        if state is None:
+            stats_fit = fit_stats_head(net, run.store, run.feature, run.train_rows, seed=cfg.seed).to_dict()
+        else:
+            stats_fit = load_checkpoint(run.model_path).extra.get("stats_head")
+    optimizer = torch.optim.AdamW(param_groups(net, cfg.weight_decay), lr=cfg.lr)
+    averaged = WeightAverage(net, cfg.ema) if cfg.ema > 0 else None
+    scaler = torch.amp.GradScaler(run.device.type, enabled=run.engine.autocast == torch.float16)
+    learner = Learner(net, averaged.model if averaged is not None else net, spec, optimizer, scaler, averaged,
+                      frames, stats_fit)
+    if state is not None:
+        net.load_state_dict(state.model)
+        optimizer.load_state_dict(state.optimizer)
+        if state.scaler:
+            scaler.load_state_dict(state.scaler)
+        if averaged is not None and state.averaged:
+            averaged.load_state_dict(state.averaged)
+        learner.history = list(state.history)
+        learner.start_epoch, learner.best_epoch = int(state.epoch), int(state.best_epoch)
+        learner.best_score = (float(state.best_score[0]), float(state.best_score[1])) if state.best_score else None
+        log.info("resuming %s after epoch %d of %d", run.model_path, learner.start_epoch, cfg.epochs)
+    return learner
+
+
+# -- the batches -----------------------------------------------------------------------------------
+
+@dataclass
+class TrainData:
+    """The epoch's items and batches: the cropped, augmented dataset, the budgeted sampler, the collate.
+
+    ``budget``: training memory; ``eval_budget``: validation's; ``weights``:
+    class weights of the loss (None unless ``class_weighted``).
+    """
+
+    dataset: StoreDataset
+    sampler: BudgetBatchSampler
+    collate: PadCollate
+    budget: Budget
+    eval_budget: Budget
+    weights: torch.Tensor | None
+
+    def batches(self, workers: int, pin: bool) -> Iterable[Any]:
+        """This epoch's batches (call the sampler's ``set_epoch`` first): a prefetch thread or worker processes."""
+        if workers:
+            return DataLoader(self.dataset, batch_sampler=self.sampler, collate_fn=self.collate,
+                              num_workers=workers, pin_memory=pin)
+        return prefetch(self.dataset, list(self.sampler), self.collate, pin=pin)
+
+
+def augment_for(cfg: TrainConfig, spec: ModelSpec, specs: dict[str, FeatureSpec], mean: float) -> Augment | None:
+    """The per-item augmentation the config asks for (None when it asks for none).
+
+    Masked and rolled-in values are set to the model's input mean (per bin
+    with a per-bin normalisation), which the model maps to 0.
+    """
+    bin_mean = spec.kwargs.get("bin_mean")
+    fill: float | tuple[float, ...] = (tuple(float(v) for v in bin_mean) if bin_mean is not None
+                                       else float(spec.kwargs.get("input_mean", mean)))
+    spec_augment = SpecAugment(cfg.time_masks, cfg.time_mask_frames, cfg.freq_masks, cfg.freq_mask_bins, fill) \
+        if (cfg.time_masks or cfg.freq_masks) else None
+    pitch_rows: tuple[int, int] | None = None
+    pitch_bins = 0
+    start = 0
+    parts: list[tuple[int, int]] = []
+    for part in specs.values():
+        if part.kind == "cqt" and cfg.pitch_shift:
+            pitch_rows = (start, start + part.n_bins)
+            pitch_bins = int(round(cfg.pitch_shift * (part.bins_per_octave or 12) / 12))
+        parts.append((start, start + part.n_bins))
+        start += part.n_bins
+    if cfg.pitch_shift and pitch_rows is None:
+        log.warning("pitch_shift needs a CQT in the training feature (%s); no pitch shift", "+".join(specs))
+    if spec_augment is None and not cfg.gain_db and not cfg.tilt_db and not pitch_bins:
+        return None
+    return Augment(gain_db=cfg.gain_db, tilt_db=cfg.tilt_db, parts=tuple(parts), pitch_bins=pitch_bins,
+                   pitch_rows=pitch_rows, fill=fill, spec_augment=spec_augment)
+
+
+def _crop_frames(run: Run, net: nn.Module, budget: Budget) -> tuple[int | None, int | None]:
+    """``(crop, pad_to)`` in frames: the training crop (None: whole clips) and the equal window of a model
+    that does not mask padding (None for masking models)."""
+    cfg, stride = run.cfg, time_stride(net)
+    if masks_padding(net):
+        limit = budget.max_window
+        if cfg.crop_seconds is not None:
+            frame_seconds = next(iter(run.specs.values())).frame_seconds
+            limit = min(limit, max(stride, int(round(cfg.crop_seconds / frame_seconds)) // stride * stride))
+        pad_to = None
+    else:  # equal windows: every training item is one window (short clips padded to it)
+        limit = pad_to = window_frames(net)
+        if not budget.fits(1, limit):
+            raise TrainError(f"one training window of {limit} frames does not fit the memory budget; raise it")
+    cut = int((run.store.lengths[run.train_rows] > budget.max_window).sum())
+    if cut:
+        log.warning("%d training clip(s) exceed the memory budget whole; they are trained on random crops of "
+                    "%d frames", cut, budget.max_window)
+    crop = limit if (cfg.crop_seconds is not None or cut or pad_to is not None) else None
+    return crop, pad_to
+
+
+def prepare_data(run: Run, learner: Learner) -> TrainData:
+    """Budget -> crop -> augmentation -> dataset (each clip ``crops_per_clip`` times) -> sampler."""
+    cfg, net = run.cfg, learner.net
+    budget = run.engine.budget(net, run.n_bins, training=True)
+    eval_budget = run.engine.budget(net, run.n_bins)
+    crop, pad_to = _crop_frames(run, net, budget)
+    augment = augment_for(cfg, learner.spec, run.specs, learner.frames.mean)
+    repeats = (cfg.crops_per_clip or 1) if crop is not None else 1
+    dataset = StoreDataset(run.store, run.feature, rows=np.repeat(run.train_rows, repeats), crop_frames=crop,
+                           spec_augment=augment, seed=cfg.seed)
+    sampler = BudgetBatchSampler(dataset, budget, shuffle=True, seed=cfg.seed)
+    weights = torch.tensor(class_weights(run.train_labels, run.n_classes), dtype=torch.float32,
+                           device=run.device) if cfg.class_weighted else None
+    return TrainData(dataset, sampler, PadCollate(time_stride(net), pad_to=pad_to), budget, eval_budget, weights)

@@ -1,0 +1,113 @@
+"""The default recipe adapts to the training data: options left to ``auto`` get values derived from it.
+
+:func:`data_facts` measures the training split (clips, works, classes,
+seconds); :func:`resolve` turns every ``auto`` option of a
+:class:`~infer.train.TrainConfig` into a value by a fixed rule of those facts
+and says why, in words that go to the training log and ``MODEL.config.json``.
+A value the user sets is kept as it is.
+
+The rules, and why they are rules rather than choices made per run: a
+choice made on a validation split of a dozen clips is noise (the run that
+motivated this module picked epoch 5 of 15 at 100 % on 13 clips, and lost
+13 points on new works).  So nothing here looks at validation figures: the
+rules were chosen by grouped cross-validation on the training splits of
+several corpora (docs/model.md), and validation only reports.
+
+* ``crops_per_clip``: every epoch draws about :data:`CROPS_PER_EPOCH` random
+  crops (at least one per clip, at most :data:`MAX_CROPS_PER_CLIP`), so a
+  corpus of 150 clips gets as many optimiser steps per epoch as one of 500
+  (a few dozen steps an epoch under-fits), while a large corpus costs one
+  pass per epoch.
+* ``stats_head``: on for the built-in models (a logistic regression on band
+  statistics beside the CNN, :mod:`.stats_head`): on a few hundred clips it is
+  often the better expert, on thousands the CNN is, and their product keeps
+  both; its strength is chosen by cross-validation inside the training split.
+  Off for a user's own model.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from store import Store
+
+from ..models import ARCHS
+from .config import TrainConfig
+
+__all__ = ["CROPS_PER_EPOCH", "MAX_CROPS_PER_CLIP", "DataFacts", "Resolved", "data_facts", "resolve"]
+
+CROPS_PER_EPOCH = 480
+"""Random crops an epoch aims at when ``crops_per_clip`` is auto (30 batches of 16)."""
+MAX_CROPS_PER_CLIP = 8
+"""Most crops of one clip in an epoch when ``crops_per_clip`` is auto."""
+
+
+@dataclass(frozen=True)
+class DataFacts:
+    """What the auto rules look at: the training split (validation clips excluded).
+
+    ``clips``: distinct training clips; ``groups``: works (or contents);
+    ``classes``: labels with training clips; ``smallest_class``: clips of
+    the rarest of them; ``median_seconds`` / ``total_seconds``: clip
+    durations.
+    """
+
+    clips: int
+    groups: int
+    classes: int
+    smallest_class: int
+    median_seconds: float
+    total_seconds: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def data_facts(store: Store, rows: np.ndarray, keys: list[str]) -> DataFacts:
+    """:class:`DataFacts` of the training ``rows`` of ``store`` (``keys``: every row's split key)."""
+    rows = np.asarray(rows, dtype=np.int64)
+    counts = np.bincount(store.labels[rows].astype(np.int64)) if len(rows) else np.zeros(0, dtype=np.int64)
+    present = counts[counts > 0]
+    seconds = store.durations[rows].astype(np.float64)
+    return DataFacts(
+        clips=int(len(rows)), groups=len({keys[int(r)] for r in rows}), classes=int(len(present)),
+        smallest_class=int(present.min()) if len(present) else 0,
+        median_seconds=float(np.median(seconds)) if len(seconds) else 0.0,
+        total_seconds=float(seconds.sum()))
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """A config with no ``auto`` left, and one sentence per rule that set a value."""
+
+    config: TrainConfig
+    rules: dict[str, str]
+
+
+def resolve(config: TrainConfig, facts: DataFacts, *, builtin: bool | None = None) -> Resolved:
+    """Every ``auto`` (None) option of ``config`` set from ``facts`` (see the module docstring).
+
+    ``builtin``: whether the model is a built-in one (default: the config's ``arch`` is).
+    """
+    changes: dict[str, Any] = {}
+    rules: dict[str, str] = {}
+    if config.crops_per_clip is None:
+        if config.crop_seconds is None:
+            crops, why = 1, "whole clips (no crop): one pass per epoch"
+        else:
+            crops = min(MAX_CROPS_PER_CLIP, max(1, round(CROPS_PER_EPOCH / max(facts.clips, 1))))
+            why = (f"{crops} random crop(s) of each of the {facts.clips} training clips per epoch: about "
+                   f"{CROPS_PER_EPOCH} crops an epoch (at least 1, at most {MAX_CROPS_PER_CLIP} per clip)")
+        changes["crops_per_clip"], rules["crops_per_clip"] = crops, why
+    if config.stats_head is None:
+        builtin = config.arch in ARCHS if builtin is None else builtin
+        changes["stats_head"] = builtin
+        rules["stats_head"] = (
+            "on: a logistic regression on band statistics beside the CNN, their logits added (C by grouped "
+            "cross-validation on the training clips)" if builtin else
+            "off: the statistics head belongs to the built-in models")
+    return Resolved(dataclasses.replace(config, **changes), rules)
