@@ -411,6 +411,7 @@ class MaskedClassifier(nn.Module):
             self.stats_linear = nn.Linear(n_stats, config.n_classes)
             nn.init.zeros_(self.stats_linear.weight)
             nn.init.zeros_(self.stats_linear.bias)
+            self.stats_linear.requires_grad_(False)  # fitted in closed form (infer.train.stats_head), never by SGD
             # Standardisation of the statistics, fitted with the head (saved in the state dict).
             self.register_buffer("stats_shift", torch.zeros(n_stats))
             self.register_buffer("stats_scale", torch.ones(n_stats))

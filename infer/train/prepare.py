@@ -307,7 +307,6 @@ def prepare_model(run: Run, model: nn.Module | str | None, model_args: dict[str,
         setattr(net, "grad_checkpoint", True)  # noqa: B010 - a plain attribute, see infer.contract
     stats_fit: dict[str, Any] | None = None
     if isinstance(net, MaskedClassifier) and net.stats_linear is not None:
-        net.stats_linear.requires_grad_(False)  # fitted in closed form, not by the optimiser
         if state is None:
             stats_fit = fit_stats_head(net, run.store, run.feature, run.train_rows, seed=cfg.seed).to_dict()
         else:

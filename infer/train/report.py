@@ -25,7 +25,7 @@ from ..baselines import bootstrap_ci
 from ..models import MaskedClassifier
 from .stats_head import clip_statistics
 
-__all__ = ["METRICS_COLUMNS", "HeldOut", "Scalars", "held_out_report", "macro_f1", "metrics_csv"]
+__all__ = ["METRICS_COLUMNS", "HeldOut", "Scalars", "held_out_report", "held_out_text", "macro_f1", "metrics_csv"]
 
 METRICS_COLUMNS = ("epoch", "loss", "train_accuracy", "val_accuracy", "val_f1", "val_loss", "lr", "efficiency",
                    "batches", "seconds")
@@ -110,7 +110,7 @@ def held_out_report(model: nn.Module, logits: np.ndarray, store: Store, feature:
             stats = model.stats_logits(statistics).float().cpu().numpy()
         report.append(_figures("CNN alone", truth, logits - model.config.stats_weight * stats))
         report.append(_figures("band-statistics logistic regression alone", truth, stats))
-    return [asdict(r) for r in report]
+    return [{**asdict(r), "accuracy_ci": list(r.accuracy_ci)} for r in report]
 
 
 def held_out_text(report: list[dict[str, Any]], n_clips: int) -> str:

@@ -1,0 +1,163 @@
+"""The default recipe: auto options from the training data, no choice on validation, the statistics head, CV."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from factories import make_separable_store
+
+from infer.checkpoint import load_checkpoint
+from infer.crossval import CrossValError, cross_validate
+from infer.models import MaskedClassifier
+from infer.split import RULE, RULE_OFFSET, SplitRule, split_keys
+from infer.train import TrainConfig, TrainError, config_path_for, train
+from infer.train.recipe import CROPS_PER_EPOCH, MAX_CROPS_PER_CLIP, DataFacts, resolve
+from infer.train.stats_head import C_GRID, fit_stats_head, grouped_folds
+from store import open_store
+
+#: A tiny model and short schedule; the recipe's auto options are left to resolve.
+TINY = dict(width=4, depth=2, epochs=3, lr=3e-2, crop_seconds=0.5, dropout=0.0, time_masks=1, freq_masks=1,
+            freq_mask_bins=2, time_mask_frames=8, device="cpu", val_fraction=0.25)
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return make_separable_store(tmp_path_factory.mktemp("recipe") / "s.zarr", n=60, duplicates=4)
+
+
+def facts(clips: int) -> DataFacts:
+    return DataFacts(clips=clips, groups=clips, classes=6, smallest_class=clips // 6, median_seconds=30.0,
+                     total_seconds=30.0 * clips)
+
+
+def test_crops_per_clip_auto_aims_at_a_number_of_crops_per_epoch() -> None:
+    crops = {n: resolve(TrainConfig(), facts(n)).config.crops_per_clip for n in (20, 60, 120, 160, 240, 480, 5000)}
+    assert crops == {20: MAX_CROPS_PER_CLIP, 60: 8, 120: 4, 160: 3, 240: 2, 480: 1, 5000: 1}
+    for n, c in crops.items():  # about CROPS_PER_EPOCH crops an epoch, unless a bound holds
+        assert c in (1, MAX_CROPS_PER_CLIP) or abs(n * c - CROPS_PER_EPOCH) <= n / 2
+    resolved = resolve(TrainConfig(), facts(160))
+    assert "3 random crop(s) of each of the 160 training clips" in resolved.rules["crops_per_clip"]
+
+
+def test_options_the_user_sets_are_kept_and_whole_clips_take_one_pass() -> None:
+    given = resolve(TrainConfig(crops_per_clip=5, stats_head=False), facts(160))
+    assert given.config.crops_per_clip == 5 and given.config.stats_head is False and not given.rules
+    whole = resolve(TrainConfig(crop_seconds=None), facts(40))
+    assert whole.config.crops_per_clip == 1 and "whole clips" in whole.rules["crops_per_clip"]
+
+
+def test_the_statistics_head_is_on_for_built_in_models_only() -> None:
+    assert resolve(TrainConfig(), facts(100)).config.stats_head is True
+    assert resolve(TrainConfig(arch="resnet"), facts(100)).config.stats_head is True
+    user = resolve(TrainConfig(arch="user_models:TinyNet"), facts(100))
+    assert user.config.stats_head is False and "built-in" in user.rules["stats_head"]
+    assert resolve(TrainConfig(), facts(100), builtin=False).config.stats_head is False
+
+
+def test_auto_options_parse_from_the_command_line_and_files(tmp_path: Path) -> None:
+    import argparse
+
+    from infer.train import add_config_arguments, config_from_args
+
+    p = argparse.ArgumentParser()
+    add_config_arguments(p)
+    assert config_from_args(p.parse_args(["--crops-per-clip", "auto"])).crops_per_clip is None
+    assert config_from_args(p.parse_args(["--crops-per-clip", "4", "--no-stats-head"])).stats_head is False
+    (tmp_path / "c.toml").write_text("crops_per_clip = 2\nselect = 'best'\n", encoding="utf-8")
+    cfg = TrainConfig.from_file(tmp_path / "c.toml")
+    assert cfg.crops_per_clip == 2 and cfg.select == "best"
+    with pytest.raises(TrainError, match="select"):
+        TrainConfig(select="median")
+
+
+@pytest.mark.slow
+def test_default_training_keeps_the_last_epoch_and_reports_the_model_and_its_experts(store: Path,
+                                                                                      tmp_path: Path) -> None:
+    model_path = tmp_path / "m.pt"
+    seen: list[float] = []
+    res = train(store, model_path, TrainConfig(**TINY), progress=False,
+                on_epoch_end=lambda e: seen.append(e["val_accuracy"]))
+    assert res.best_epoch == 3 == len(seen)  # the end of the schedule, whatever validation said
+    record = json.loads(config_path_for(model_path).read_text(encoding="utf-8"))
+    assert record["recipe"]["requested"]["crops_per_clip"] is None
+    n_train = record["recipe"]["facts"]["clips"]
+    assert record["train_config"]["crops_per_clip"] == min(MAX_CROPS_PER_CLIP, round(CROPS_PER_EPOCH / n_train))
+    assert set(record["recipe"]["rules"]) == {"crops_per_clip", "stats_head"}
+    assert record["stats_head"]["C"] in C_GRID and set(record["stats_head"]["cv"]) == {f"{c:g}" for c in C_GRID}
+    names = [r["name"] for r in record["held_out"]]
+    assert names == ["model", "CNN alone", "band-statistics logistic regression alone"]
+    for r in record["held_out"]:
+        lo, hi = r["accuracy_ci"]
+        assert 0.0 <= lo <= r["accuracy"] <= hi <= 1.0
+    ckpt = load_checkpoint(model_path)
+    assert ckpt.extra["held_out"] == record["held_out"] and ckpt.extra["best_epoch"] == 3
+    model = ckpt.build()
+    assert isinstance(model, MaskedClassifier) and model.stats_linear is not None
+    assert float(model.stats_linear.weight.abs().sum()) > 0  # fitted, and saved with the weights
+    assert "crops_per_clip (auto)" in res.summary() and "band-statistics logistic regression alone" in res.summary()
+
+
+@pytest.mark.slow
+def test_select_best_keeps_the_best_validation_epoch(store: Path, tmp_path: Path) -> None:
+    res = train(store, tmp_path / "b.pt", TrainConfig(**{**TINY, "select": "best", "stats_head": False}),
+                progress=False)
+    scores = [(h["val_accuracy"], -h["val_loss"]) for h in res.history]
+    assert res.best_epoch == 1 + max(range(len(scores)), key=lambda i: scores[i])
+    assert "CNN alone" not in json.dumps(load_checkpoint(tmp_path / "b.pt").extra["held_out"])
+
+
+def test_statistics_head_chooses_c_by_grouped_cross_validation(store: Path) -> None:
+    s = open_store(store)
+    keys = split_keys(s)
+    folds = grouped_folds(keys, 5, seed=1)
+    by_key: dict[str, set[int]] = {}
+    for k, f in zip(keys, folds.tolist(), strict=True):
+        by_key.setdefault(k, set()).add(f)
+    assert all(len(v) == 1 for v in by_key.values())  # duplicates never straddle folds
+    rows = np.flatnonzero(s.labels >= 0)
+    torch.manual_seed(0)
+    from infer.models import ModelConfig, build_model
+
+    model = build_model(ModelConfig(n_bins=16, n_classes=3, width=4, depth=2, stats_head=True))
+    assert isinstance(model, MaskedClassifier)
+    fit = fit_stats_head(model, s, "mel", rows, seed=0)
+    losses = {c: v["log_loss"] for c, v in fit.cv.items()}
+    assert fit.c == float(min(losses, key=lambda c: losses[c])) and fit.folds == 5
+    assert fit.oof_log_proba is not None and fit.oof_log_proba.shape == (len(rows), 3)
+    assert fit.cv[f"{fit.c:g}"]["accuracy"] > 0.9  # the classes differ in band energy: a linear model sees it
+
+
+def test_split_folds_partition_the_keys_and_round_trip() -> None:
+    keys = [f"work-{i}" for i in range(200)]
+    masks = [SplitRule.fold(k, 4, seed=3).is_val(keys) for k in range(4)]
+    assert (np.sum(masks, axis=0) == 1).all()  # every key in exactly one fold
+    rule = SplitRule.fold(2, 4, seed=3)
+    assert rule.to_dict()["rule"] == RULE_OFFSET and SplitRule.from_dict(rule.to_dict()) == rule
+    assert SplitRule(0.2, 1).to_dict() == {"rule": RULE, "val_fraction": 0.2, "seed": 1}  # unchanged record
+    with pytest.raises(Exception, match="folds"):
+        SplitRule.fold(4, 4)
+
+
+@pytest.mark.slow
+def test_cross_validation_predicts_every_clip_once_by_a_model_that_never_saw_it(store: Path, tmp_path: Path) -> None:
+    config = TrainConfig(**{**TINY, "epochs": 1})
+    res = cross_validate(store, tmp_path / "cv", config, folds=3, progress=False)
+    s = open_store(store)
+    rows = np.flatnonzero(s.labels >= 0)
+    assert res.n_clips == len(rows) and len(res.fold_accuracy) == 3
+    lines = (tmp_path / "cv" / "cv.csv").read_text(encoding="utf-8").splitlines()
+    assert len(lines) == len(rows) + 1 and all(line.split(",")[4] for line in lines[1:])
+    keys = split_keys(s)
+    for k in range(3):
+        ckpt = load_checkpoint(tmp_path / "cv" / f"fold-{k}.pt")
+        assert SplitRule.from_dict(ckpt.extra["split"]) == SplitRule.fold(k, 3, 0)
+        fold_keys = {keys[int(r)] for r in rows if SplitRule.fold(k, 3, 0).is_val([keys[int(r)]])[0]}
+        assert ckpt.extra["n_val"] == sum(1 for r in rows if keys[int(r)] in fold_keys)
+    assert 0.0 <= res.accuracy_ci[0] <= res.accuracy <= res.accuracy_ci[1] <= 1.0
+    assert list(res.baselines) and json.loads((tmp_path / "cv" / "cv.json").read_text())["folds"] == 3
+    with pytest.raises(CrossValError, match="folds"):
+        cross_validate(store, tmp_path / "cv2", config, folds=1)
