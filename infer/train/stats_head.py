@@ -100,7 +100,7 @@ def fit_stats_head(model: MaskedClassifier, store: Store, feature: str, rows: np
     trainer uses).  Folds group clips by :func:`~infer.split.split_keys`, with a
     seed of their own so they do not repeat the validation split's draw.
     """
-    from sklearn.metrics import log_loss
+    from threadpoolctl import threadpool_limits
 
     assert model.stats_linear is not None, "the model has no statistics head"
     rows = np.asarray(rows, dtype=np.int64)
@@ -108,9 +108,25 @@ def fit_stats_head(model: MaskedClassifier, store: Store, feature: str, rows: np
     stats = clip_statistics(model, store, feature, rows)
     shift = stats.mean(axis=0)
     scale = 1.0 / np.maximum(stats.std(axis=0), 1e-6)
-    z = (stats - shift) * scale
+    every_key = split_keys(store)
+    keys = [every_key[int(r)] for r in rows]
+    # Problems this small run several times faster on one BLAS thread than on many (measured: 5-10x on 2 busy
+    # cores), and the result does not depend on it.
+    with threadpool_limits(limits=1, user_api="blas"):
+        fit = _choose_and_fit(model, (stats - shift) * scale, y, keys, seed=seed, folds=folds, grid=grid)
+    with torch.no_grad():
+        model.stats_shift.copy_(torch.from_numpy(shift))
+        model.stats_scale.copy_(torch.from_numpy(scale))
+    return fit
+
+
+def _choose_and_fit(model: MaskedClassifier, z: np.ndarray, y: np.ndarray, keys: list[str], *, seed: int,
+                    folds: int, grid: Sequence[float]) -> StatsFit:
+    """Choose C by grouped cross-validation (mean log-loss), refit on everything, write the head's weights."""
+    from sklearn.metrics import log_loss
+
+    assert model.stats_linear is not None
     classes = np.unique(y)
-    keys = [split_keys(store)[int(r)] for r in rows]
     fold_of = grouped_folds(keys, folds, seed + 1)
     usable = folds >= 2 and all(len(np.unique(y[fold_of != k])) >= 2 for k in range(folds)) and len(
         np.unique(fold_of)) == folds
@@ -144,6 +160,4 @@ def fit_stats_head(model: MaskedClassifier, store: Store, feature: str, rows: np
     with torch.no_grad():
         model.stats_linear.weight.copy_(torch.from_numpy(weight))
         model.stats_linear.bias.copy_(torch.from_numpy(bias))
-        model.stats_shift.copy_(torch.from_numpy(shift))
-        model.stats_scale.copy_(torch.from_numpy(scale))
     return fit
