@@ -2,7 +2,7 @@
 
 :func:`evaluate` runs a checkpoint over a store's labelled clips with the
 engine (:mod:`infer.runtime`, the loop ``make infer`` uses) and scores them
-with :mod:`infer.explore.outcomes` (scikit-learn metrics).  It writes
+with :mod:`infer.metrics` (scikit-learn metrics).  It writes
 ``report.json``, ``report.txt`` and ``confusion.png`` to an output folder.
 
 Honest by default: on the store a model was trained on (same location, or
@@ -35,8 +35,8 @@ import torch
 from store import SpecstoreError, Store, open_store, write_atomic
 
 from .baselines import BaselineResult, bootstrap_ci, fit_baselines
-from .explore.figures import PlotError, plot_confusion
-from .explore.outcomes import classification_metrics, confusion
+from .metrics import classification_metrics, confusion
+from .plots import PlotError, plot_confusion
 from .predict import LoadedModel, ModelLike, open_inputs
 from .runtime import Engine, RunOptions
 from .split import SPLITS, SplitError, SplitRule, split_keys, training_fingerprint, training_rows

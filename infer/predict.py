@@ -6,7 +6,7 @@ model's bytes per padded clip-frame, plans length-sorted batches of distinct
 contents under the memory budget, reads and pads them ahead of the model
 from the store's mmap views, and runs clips too long for any batch in
 windows -> softmax -> one CSV row per indexed path
-(:mod:`infer.explore.predictions`).  Raw audio is never involved.
+(:mod:`infer.predictions`).  Raw audio is never involved.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from store import ConfigError, Store, check_output_path, open_store
 from .checkpoint import Checkpoint, check_store_matches, load_checkpoint
 from .contract import ModelSpec
 from .data import feature_specs
-from .explore.predictions import Predictions, write_predictions_csv
+from .predictions import Predictions, write_predictions_csv
 from .runtime import Engine, RunOptions
 
 __all__ = ["LoadedModel", "ModelLike", "PredictStats", "Predictions", "load_model", "open_inputs", "predict"]

@@ -333,7 +333,7 @@ def test_colours_compare_across_clips_time_is_labelled_and_notes_reach_the_title
 
 def test_topk_labels_with_separators_round_trip(tmp_path: Path) -> None:
     """Labels holding ':' ';' or '%' cannot make the topk column ambiguous: they are escaped, and read back."""
-    from infer.explore.predictions import escape_label, unescape_label
+    from infer.predictions import escape_label, unescape_label
 
     names = ["a:b", "c;d", "50%:x", "plain"]
     for name in names:
