@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 
 from store import StoreError, open_store, run_cli
 
+from . import defaults
 from .checkpoint import Checkpoint, load_checkpoint, save_checkpoint
 from .evaluate import EVAL_SPLITS, evaluate
 from .models import ARCHS, ModelConfig, build_model
@@ -28,25 +29,36 @@ from .train import TrainConfig, add_config_arguments, config_from_args, train
 __all__ = ["COMMANDS", "build_parser", "main"]
 
 
+RUN_FIELDS = ("device", "precision", "budget_mb", "max_batch")
+"""Run options a command passes to :class:`RunOptions` only when given (their defaults: :mod:`infer.defaults`)."""
+
+
 def _add_run_args(p: argparse.ArgumentParser, *, training: bool = False) -> None:
-    """Device, precision and memory options (training takes them from its config instead)."""
+    """Device, precision and memory options (training takes them from its config instead).
+
+    An option not given is left out (``argparse.SUPPRESS``), so :class:`RunOptions` fills in the one
+    default of :mod:`infer.defaults`.
+    """
     if not training:
-        p.add_argument("--device", default="auto", help="auto (CUDA if available), cpu, cuda, cuda:N (default auto)")
-        p.add_argument("--budget-mb", type=float, default=None,
-                       help="memory for one batch, MiB (CPU default 2048; CUDA: free memory minus the margin)")
-        p.add_argument("--max-batch", type=int, default=16, help="most clips in one batch (default 16)")
-        p.add_argument("--precision", default="auto", choices=("auto", "fp32", "bf16", "fp16"),
-                       help="auto: bf16/fp16 autocast on CUDA, fp32 on CPU (default auto)")
-    p.add_argument("--margin-mb", type=float, default=None, help="GPU memory kept free, MiB (default 1536)")
+        p.add_argument("--device", default=argparse.SUPPRESS,
+                       help=f"auto (CUDA if available), cpu, cuda, cuda:N (default {defaults.DEVICE})")
+        p.add_argument("--budget-mb", type=float, default=argparse.SUPPRESS,
+                       help=f"memory for one batch, MiB (CPU default {defaults.CPU_BUDGET_MB:g}; CUDA: free memory "
+                            "minus the margin)")
+        p.add_argument("--max-batch", type=int, default=argparse.SUPPRESS,
+                       help=f"most clips in one batch (default {defaults.MAX_BATCH})")
+        p.add_argument("--precision", default=argparse.SUPPRESS, choices=defaults.PRECISIONS,
+                       help=f"auto: bf16/fp16 autocast on CUDA, fp32 on CPU (default {defaults.PRECISION})")
+    p.add_argument("--margin-mb", type=float, default=None,
+                   help=f"GPU memory kept free, MiB (default {defaults.CUDA_MARGIN_MB:g})")
     p.add_argument("--threads", type=int, default=None, help="CPU threads (default: all cores)")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.add_argument("-v", "--verbose", action="store_true", help="log the plan and debug details")
 
 
 def _run_options(args: argparse.Namespace) -> RunOptions:
-    return RunOptions(device=args.device, precision=args.precision, budget_mb=args.budget_mb,
-                      margin_mb=args.margin_mb, max_batch=args.max_batch, threads=args.threads,
-                      progress=not args.no_progress)
+    given = {name: getattr(args, name) for name in RUN_FIELDS if hasattr(args, name)}
+    return RunOptions(**given, margin_mb=args.margin_mb, threads=args.threads, progress=not args.no_progress)
 
 
 # -- the commands ------------------------------------------------------------------------------------

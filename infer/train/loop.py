@@ -509,7 +509,7 @@ def train(
     repeats = cfg.crops_per_clip if crop is not None else 1
     dataset = StoreDataset(s, feature, rows=np.repeat(train_rows, repeats), crop_frames=crop, spec_augment=augment,
                            seed=cfg.seed)
-    sampler = BudgetBatchSampler(dataset, budget, shuffle=True, seed=cfg.seed)
+    sampler = BudgetBatchSampler(dataset, budget, shuffle=True, seed=cfg.seed, pad_to=pad_to)
     collate_fn = PadCollate(stride, pad_to=pad_to)
     val_labels = s.labels[val_rows].astype(np.int64)
     weights = torch.tensor(_class_weights(train_labels, n_classes), dtype=torch.float32, device=device) \
@@ -572,7 +572,7 @@ def train(
                 bar.set_postfix_str(f"loss {loss_sum / max(seen, 1):.3f}" + (
                     f", val acc {history[-1]['val_accuracy']:.3f}"
                     if history and history[-1]["val_accuracy"] is not None else ""), refresh=False)
-            plan_efficiency = _epoch_efficiency(dataset.lengths, sampler, stride, pad_to)
+            plan_efficiency = sampler.plan.efficiency
             entry: dict[str, Any] = {
                 "epoch": epoch + 1, "loss": loss_sum / max(seen, 1), "train_accuracy": correct / max(seen, 1),
                 "val_accuracy": None, "val_f1": None, "val_loss": None, "lr": lr, "batches": n_batches,
@@ -691,13 +691,3 @@ def _model_spec(cfg: TrainConfig, model: nn.Module | str | None, model_args: dic
         return ModelSpec.for_class(target, args, **available)
     except ConfigError as e:
         raise TrainError(str(e)) from None
-
-
-def _epoch_efficiency(lengths: np.ndarray, sampler: BudgetBatchSampler, stride: int, pad_to: int | None) -> float:
-    """Real / computed frames of this epoch's batches."""
-    real = computed = 0
-    for b in sampler.epoch_batches():
-        longest = pad_to or int(lengths[b].max())
-        computed += len(b) * (-(-longest // stride) * stride)
-        real += int(lengths[b].sum())
-    return real / computed if computed else 1.0
