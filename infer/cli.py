@@ -25,6 +25,7 @@ from .models import ARCHS, ModelConfig, build_model
 from .predict import predict
 from .runtime import Engine, RunOptions
 from .train import TrainConfig, add_config_arguments, config_from_args, train
+from .trust import TRUST_ENV, Trust
 
 __all__ = ["COMMANDS", "build_parser", "main"]
 
@@ -56,6 +57,13 @@ def _add_run_args(p: argparse.ArgumentParser, *, training: bool = False) -> None
     p.add_argument("-v", "--verbose", action="store_true", help="log the plan and debug details")
 
 
+def _add_trust_arg(p: argparse.ArgumentParser, what: str) -> None:
+    p.add_argument("--trust-model-code", action="store_true",
+                   help=f"allow {what} to import the module its model's import path (package.module:Class) names, "
+                        "which runs that module's code; built-in models need no trust (or list trusted modules in "
+                        f"{TRUST_ENV}, comma-separated)")
+
+
 def _run_options(args: argparse.Namespace) -> RunOptions:
     given = {name: getattr(args, name) for name in RUN_FIELDS if hasattr(args, name)}
     return RunOptions(**given, margin_mb=args.margin_mb, threads=args.threads, progress=not args.no_progress)
@@ -64,7 +72,8 @@ def _run_options(args: argparse.Namespace) -> RunOptions:
 # -- the commands ------------------------------------------------------------------------------------
 
 def cmd_predict(args: argparse.Namespace) -> int:
-    res = predict(args.store, args.model, args.out, topk=args.topk, options=_run_options(args))
+    res = predict(args.store, args.model, args.out, topk=args.topk, options=_run_options(args),
+                  trust_model_code=args.trust_model_code)
     print(res.stats.line())
     if args.out:
         print(f"predictions: {args.out}")
@@ -76,7 +85,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     engine = Engine(_run_options(args))
     if args.model:
         ckpt = load_checkpoint(args.model)
-        model = ckpt.build()
+        model = ckpt.build(trust_model_code=args.trust_model_code)
         n_bins = ckpt.n_bins
     else:
         n_bins = s.spec.n_bins
@@ -109,15 +118,18 @@ def cmd_init(args: argparse.Namespace) -> int:
 def cmd_train(args: argparse.Namespace) -> int:
     base = TrainConfig.from_file(args.config) if args.config else None
     config = config_from_args(args, base)
+    # --arch on the command line is the user naming the code; an arch from --config FILE needs the flag.
+    trust: Trust = True if args.trust_model_code else [args.arch] if hasattr(args, "arch") else False
     result = train(args.store, args.model, config, progress=not args.no_progress, threads=args.threads,
-                   margin_mb=args.margin_mb, overwrite=args.overwrite)
+                   margin_mb=args.margin_mb, overwrite=args.overwrite, trust_model_code=trust)
     print(result.line())
     return 0
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
     report = evaluate(args.store, args.model, args.out_dir, split=args.split, baselines=args.baselines,
-                      baseline_store=args.baseline_store, options=_run_options(args))
+                      baseline_store=args.baseline_store, options=_run_options(args),
+                      trust_model_code=args.trust_model_code)
     print(report.summary())
     if report.n_unlabelled or report.n_unknown_label:
         print(f"skipped {report.n_unlabelled} unlabelled clips; {report.n_unknown_label} clips have labels the "
@@ -136,6 +148,7 @@ def _predict_parser(p: argparse.ArgumentParser) -> None:
     p.add_argument("model", help="checkpoint (.pt) from `make train` or `init`")
     p.add_argument("--out", default="predictions.csv", help="CSV to write (default predictions.csv)")
     p.add_argument("--topk", type=int, default=5, help="labels listed per clip (default 5)")
+    _add_trust_arg(p, "a checkpoint")
     _add_run_args(p)
 
 
@@ -144,6 +157,7 @@ def _plan_parser(p: argparse.ArgumentParser) -> None:
     p.add_argument("store", help="feature store (path or URL)")
     p.add_argument("--model", default=None, help="checkpoint whose memory cost to plan for (default: the default CNN)")
     p.add_argument("--top", type=int, default=5, help="largest batches to list (default 5)")
+    _add_trust_arg(p, "the --model checkpoint")
     _add_run_args(p)
 
 
@@ -167,6 +181,7 @@ def _train_parser(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", default=None, metavar="FILE", help="training options from a .toml or .json file")
     p.add_argument("--overwrite", action="store_true",
                    help="replace an existing MODEL that this configuration cannot resume")
+    _add_trust_arg(p, "a --config file (--arch given on the command line is trusted for this run)")
     add_config_arguments(p)
     _add_run_args(p, training=True)
 
@@ -188,6 +203,7 @@ def _eval_parser(p: argparse.ArgumentParser) -> None:
     p.add_argument("--baseline-store", default=None, metavar="STORE",
                    help="the store whose labelled clips the baselines learn from (default: the model's training "
                         "store, its training split)")
+    _add_trust_arg(p, "a checkpoint")
     _add_run_args(p)
 
 

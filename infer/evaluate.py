@@ -40,6 +40,7 @@ from .plots import PlotError, plot_confusion
 from .predict import LoadedModel, ModelLike, open_inputs
 from .runtime import Engine, RunOptions
 from .split import SPLITS, SplitError, SplitRule, split_keys, training_fingerprint, training_rows
+from .trust import Trust
 
 __all__ = ["EVAL_SPLITS", "EvaluateError", "Report", "evaluate", "resolve_split", "write_report"]
 
@@ -195,6 +196,7 @@ def evaluate(
     *,
     split: str = "auto",
     model_args: dict[str, Any] | None = None,
+    trust_model_code: Trust = False,
     baselines: bool = False,
     baseline_store: str | os.PathLike[str] | Store | None = None,
     options: RunOptions | None = None,
@@ -203,7 +205,8 @@ def evaluate(
     """Evaluate a checkpoint on the labelled clips of ``store`` (see the module docstring for ``split``).
 
     ``model``: a checkpoint, an ``nn.Module`` or an import path (see
-    :func:`infer.predict.load_model`).  ``options``/``overrides`` are
+    :func:`infer.predict.load_model`; a checkpoint naming an import path
+    needs ``trust_model_code``, see :mod:`infer.trust`).  ``options``/``overrides`` are
     :class:`infer.runtime.RunOptions` (device,
     budget_mb, max_batch, precision, threads, progress).  With ``out_dir``,
     writes ``report.json``, ``report.txt`` and ``confusion.png`` there.
@@ -215,7 +218,7 @@ def evaluate(
     ``StoreError``/``CheckpointError`` for bad inputs.
     """
     t0 = time.perf_counter()
-    opts, s, ckpt = open_inputs(store, model, options, overrides, model_args)
+    opts, s, ckpt = open_inputs(store, model, options, overrides, model_args, trust_model_code)
     split, rule, trained_here = resolve_split(ckpt, s, split)
 
     rows = np.arange(len(s), dtype=np.int64) if rule is None or split == "all" else rule.select(split_keys(s), split)

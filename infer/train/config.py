@@ -196,7 +196,11 @@ class TrainConfig:
 
     @classmethod
     def from_file(cls, path: str | Path) -> TrainConfig:
-        """Read a ``.toml`` or ``.json`` file of config fields (a ``[train]`` table is accepted in TOML)."""
+        """Read a ``.toml`` or ``.json`` file of config fields (a ``[train]`` table is accepted in TOML, and a
+        run's ``MODEL.config.json``, whose ``train_config`` holds them).
+
+        An ``arch`` import path read here is code a file names: training builds it only when trusted
+        (:mod:`infer.trust`)."""
         p = Path(path)
         try:
             text = p.read_text(encoding="utf-8")
@@ -208,6 +212,8 @@ class TrainConfig:
                 data = data.get("train", data)
             elif p.suffix.lower() == ".json":
                 data = json.loads(text)
+                if isinstance(data, dict) and isinstance(data.get("train_config"), dict):
+                    data = data["train_config"]
             else:
                 raise TrainError(f"config file {p} must be .toml or .json")
         except (tomllib.TOMLDecodeError, json.JSONDecodeError) as e:

@@ -58,6 +58,7 @@ from ..data import BudgetBatchSampler, PadCollate, StoreDataset, feature_specs, 
 from ..models import count_parameters
 from ..runtime import Engine, RunOptions
 from ..split import SplitError, SplitRule, training_fingerprint, training_rows
+from ..trust import Trust, UntrustedModelError, with_named
 from .config import TrainConfig, TrainError
 from .resume import ResumeState, load_resume, resume_path_for, save_resume
 from .schedule import lr_at
@@ -388,6 +389,7 @@ def train(
     model: nn.Module | str | None = None,
     model_args: dict[str, Any] | None = None,
     on_epoch_end: Callable[[dict[str, Any]], None] | None = None,
+    trust_model_code: Trust = False,
     **overrides: Any,
 ) -> TrainResult:
     """Train a classifier on ``store``'s labelled clips; the best checkpoint goes to ``model_path``.
@@ -396,7 +398,10 @@ def train(
     ``package.module:Class``, or an ``nn.Module`` instance following the
     contract of :mod:`infer.contract`; ``model_args``: its constructor's
     keyword arguments (JSON values), recorded in the checkpoint so it can be
-    rebuilt without pickle.  ``config`` fields may also be given as keyword
+    rebuilt without pickle.  ``model`` is trusted (you name it); an import
+    path in the config's ``arch`` (which may come from a file) needs
+    ``trust_model_code`` (True, or the trusted import paths; see
+    :mod:`infer.trust`).  ``config`` fields may also be given as keyword
     ``overrides``.  ``threads``:
     CPU threads (default all cores); ``margin_mb``: GPU memory kept free.
     ``overwrite``: replace an existing ``model_path`` that this configuration
@@ -409,6 +414,9 @@ def train(
     cfg = config or TrainConfig()
     if overrides:
         cfg = TrainConfig.from_dict({**cfg.to_dict(), **overrides})
+    named = model if isinstance(model, str) else (
+        f"{type(model).__module__}:{type(model).__qualname__}" if isinstance(model, nn.Module) else None)
+    trust = with_named(trust_model_code, *([named] if named else []))
     t0 = time.perf_counter()
     model_path = check_output_path(model_path, what="MODEL")
     s = store if isinstance(store, Store) else open_store(store)
@@ -456,9 +464,9 @@ def train(
     else:
         model_spec = _model_spec(cfg, model, model_args, {
             "n_bins": n_bins, "n_classes": n_classes, "input_mean": round(mean, 4), "input_std": round(std, 4)},
-            stats)
+            stats, trust)
     torch.manual_seed(cfg.seed)
-    net = model if isinstance(model, nn.Module) else model_spec.build()
+    net = model if isinstance(model, nn.Module) else model_spec.build(trust, source="the training config")
     net = net.to(device)
     if cfg.grad_checkpoint:
         if not hasattr(net, "grad_checkpoint"):
@@ -660,17 +668,18 @@ def _augment(cfg: TrainConfig, model_spec: ModelSpec, specs: dict[str, Any], mea
 
 
 def _model_spec(cfg: TrainConfig, model: nn.Module | str | None, model_args: dict[str, Any] | None,
-                available: dict[str, Any], stats: FrameStats | None = None) -> ModelSpec:
+                available: dict[str, Any], stats: FrameStats | None = None, trust: Trust = False) -> ModelSpec:
     """How to build the model: the config's built-in architecture or import path, or a given module.
 
     ``available``: the store's facts a constructor may take (n_bins, n_classes, input_mean, input_std);
-    ``stats``: the training frames' statistics (per-bin normalisation of the built-ins).
+    ``stats``: the training frames' statistics (per-bin normalisation of the built-ins); ``trust``: the
+    model code that may be imported (:mod:`infer.trust`).
     """
     if isinstance(model, nn.Module):
         spec = spec_of(model, model_args)
         if not spec.builtin:  # the checkpoint must be able to rebuild it
             try:
-                rebuilt = spec.build()
+                rebuilt = spec.build(with_named(trust, spec.target))
                 rebuilt.load_state_dict(model.state_dict())
             except (ConfigError, RuntimeError) as e:
                 raise TrainError(f"{spec.target} cannot be rebuilt from its import path and arguments {spec.kwargs} "
@@ -688,6 +697,8 @@ def _model_spec(cfg: TrainConfig, model: nn.Module | str | None, model_args: dic
             kwargs["bin_std"] = [round(float(v), 3) for v in stats.bin_std]
         return ModelSpec(target, kwargs)
     try:
-        return ModelSpec.for_class(target, args, **available)
+        return ModelSpec.for_class(target, args, trust_model_code=trust, source="the training config", **available)
+    except UntrustedModelError:
+        raise
     except ConfigError as e:
         raise TrainError(str(e)) from None
