@@ -130,11 +130,11 @@ def specs_from_options(
                               f"(features: {','.join(names)}; add it with --features)")
     shared: dict[str, Any] = {}
     for grid in ("sample_rate", "hop_length"):
-        values = {t[grid] for t in tables.values() if grid in t}
-        if len(values) > 1:
-            raise ConfigError(f"the spec file gives {grid} {sorted(values)}: every feature shares one frame grid")
-        if values:
-            shared[grid] = values.pop()
+        given_grid = {t[grid] for t in tables.values() if grid in t}
+        if len(given_grid) > 1:
+            raise ConfigError(f"the spec file gives {grid} {sorted(given_grid)}: every feature shares one frame grid")
+        if given_grid:
+            shared[grid] = given_grid.pop()
     shared.update({k: v for k, v in {"sample_rate": sample_rate, "hop_length": hop}.items() if v is not None})
     out: dict[str, FeatureSpec] = {}
     for name, spec in specs.items():
