@@ -115,9 +115,7 @@ class Report:
             f"{'':>{width}}  precision  recall  f1-score  support",
         ]
         for name in self.label_names:
-            c = self.per_class[name]
-            lines.append(f"{name:>{width}}  {c['precision']:9.3f}  {c['recall']:6.3f}  {c['f1']:8.3f}  "
-                         f"{c['support']:7d}")
+            lines.append(f"{name:>{width}}  {_class_row(self.per_class[name])}")
         lines += [
             "",
             f"{'accuracy':>{width}}  {'':9}  {'':6}  {self.accuracy:8.3f}  {self.n_clips:7d}",
@@ -152,6 +150,22 @@ class Report:
         trained = "" if not self.n_trained_on else f"; {self.n_trained_on} were training clips"
         return (f"accuracy {self.accuracy:.1%} (top-{self.topk} {self.topk_accuracy:.1%}, "
                 f"macro F1 {self.macro_f1:.3f}) on {self.n_clips} clips of split {self.split!r}{trained}")
+
+
+def _class_row(c: dict[str, Any]) -> str:
+    """One class's ``precision recall f1 support`` cells of ``report.txt``.
+
+    A class with no clips in the scored set has no recall or F1 (nothing to
+    find), and no precision either when the model never predicted it: those
+    cells read ``-`` and the row says why, rather than ``0.000`` (which would
+    read as a failure).
+    """
+    if c["support"]:
+        return f"{c['precision']:9.3f}  {c['recall']:6.3f}  {c['f1']:8.3f}  {c['support']:7d}"
+    precision = f"{c['precision']:9.3f}" if c.get("predicted") else f"{'-':>9}"
+    note = f"  (no clips of this class here; predicted {c['predicted']} times)" if c.get("predicted") else \
+        "  (no clips of this class here)"
+    return f"{precision}  {'-':>6}  {'-':>8}  {c['support']:7d}{note}"
 
 
 def _trained_on(ckpt: LoadedModel, store: Store) -> bool:

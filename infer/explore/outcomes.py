@@ -168,8 +168,12 @@ def _build(
     )
 
 
-def outcomes_from_predictions(pred: Predictions, store: Store, *, source: str = "predictions") -> Outcomes:
-    """Outcomes of ``pred`` (from :func:`infer.predict`) for the labelled clips of ``store`` (joined by path)."""
+def outcomes_from_predictions(pred: Predictions, store: Store, *, source: str = "") -> Outcomes:
+    """Outcomes of ``pred`` (from :func:`infer.predict`) for the labelled clips of ``store`` (joined by path).
+
+    ``source`` says where the predictions came from in :meth:`Outcomes.describe` (e.g. ``"model
+    models/demo.pt"``; empty: not said).
+    """
     probs = np.asarray(pred.probs, dtype=np.float64)
     if probs.shape != (len(pred.paths), len(pred.label_names)):
         raise ExploreError(
