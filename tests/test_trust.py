@@ -152,3 +152,22 @@ def test_training_trusts_what_the_user_names_not_what_a_file_names(tmp_path: Pat
     assert infer_main(["train", str(store), str(tmp_path / "o.pt"), "--config", str(tmp_path / "n.config.json"),
                        "--no-progress"]) == 2
     assert "--trust-model-code" in capsys.readouterr().err
+
+
+def test_a_model_module_that_cannot_be_imported_names_the_fix(tmp_path: Path,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    from infer.contract import resolve_class
+    from store import ConfigError
+
+    with pytest.raises(ConfigError) as missing:
+        resolve_class("yourmodule_nowhere:YourNet", True)
+    text = str(missing.value)
+    assert "no module 'yourmodule_nowhere'" in text and "PYTHONPATH" in text and "pip install" in text
+    assert "\n" not in text
+    # a module that is there but fails inside (a dependency missing) says that instead
+    name = f"broken_{uuid.uuid4().hex[:8]}"
+    (tmp_path / f"{name}.py").write_text("import a_dependency_nobody_has\n", encoding="utf-8")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(ConfigError, match="No module named 'a_dependency_nobody_has'") as broken:
+        resolve_class(f"{name}:Net", [name])
+    assert "PYTHONPATH" not in str(broken.value)
