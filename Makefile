@@ -1,5 +1,11 @@
 # specstore: audio corpus -> zarr feature store -> length-binned inference.
 # Every target installs what it needs first; variables can be set on the command line.
+#
+# An option goes to a command only when its variable is set: an empty variable means the command's own
+# default (`make TARGET ARGS=--help` lists them; run defaults live in infer/defaults.py, training defaults in
+# infer/train/config.py), so a CONFIG=file.toml is never overridden by a default spelled here.
+# ARGS passes more options as they are, word by word to the shell: quote inside it as a shell needs
+# (ARGS="--n-mels 64 --hop 256"; JSON belongs in MODEL_ARGS='{"width": 16}', which is quoted for you).
 
 PYTHON      ?= python3
 VENV        ?= .venv
@@ -7,21 +13,21 @@ PY          := $(VENV)/bin/python
 DEMO_CORPUS := data/demo-corpus
 CORPUS      ?= $(DEMO_CORPUS)
 STORE       ?=
-FEATURES    ?= mel,cqt
-JOBS        ?= $(shell nproc 2>/dev/null || echo 2)
-LAYOUT      ?= raw
-BACKEND     ?= loky
+FEATURES    ?=
+JOBS        ?=
+LAYOUT      ?=
+BACKEND     ?=
 SCHEDULER   ?=
 MODEL       ?=
-OUT         ?= predictions.csv
-DEVICE      ?= auto
+OUT         ?=
+DEVICE      ?=
 BUDGET_MB   ?=
-TOPK        ?= 5
-MAX_BATCH   ?= 16
-PRECISION   ?= auto
-# Training options: empty = the default of the training config (infer/train/config.py, the one place
-# defaults live; `make train ARGS=--help` lists them); CONFIG=file.toml gives any of them, ARGS passes more.
+TOPK        ?=
+MAX_BATCH   ?=
+PRECISION   ?=
+TRUST_MODEL_CODE ?=
 ARCH        ?=
+MODEL_ARGS  ?=
 EPOCHS      ?=
 WIDTH       ?=
 CROP        ?=
@@ -31,8 +37,8 @@ VAL         ?=
 CONFIG      ?=
 ARGS        ?=
 OVERWRITE   ?=
-OUT_DIR     ?= reports
-SPLIT       ?= auto
+OUT_DIR     ?=
+SPLIT       ?=
 BASELINES   ?=
 BASELINE_STORE ?=
 GPU_OUT     ?= reports/gpu-check
@@ -57,6 +63,21 @@ $(foreach t,infer init-model train eval,$(if $(filter $(t),$(MAKECMDGOALS)),$(ca
 
 # Values are quoted for the shell, so paths may hold spaces (and single quotes).
 q = '$(subst ','\'',$(1))'
+# $(call opt,VAR,--flag): "--flag 'value'" when VAR is set, nothing otherwise.
+opt = $(if $(strip $($(1))),$(2) $(call q,$($(1))))
+# Each command's options, every one only when its variable is set (ARGS last, as given).
+RUN_OPTS      = $(call opt,DEVICE,--device) $(call opt,PRECISION,--precision) $(call opt,MAX_BATCH,--max-batch) \
+                $(call opt,BUDGET_MB,--budget-mb) $(if $(TRUST_MODEL_CODE),--trust-model-code)
+FEATURES_OPTS = $(strip $(call opt,FEATURES,--features) $(call opt,JOBS,--jobs) $(call opt,LAYOUT,--layout) \
+                $(call opt,BACKEND,--backend) $(call opt,SCHEDULER,--scheduler) $(ARGS))
+INFER_OPTS    = $(strip $(call opt,OUT,--out) $(call opt,TOPK,--topk) $(RUN_OPTS) $(ARGS))
+PLAN_OPTS     = $(strip $(if $(MODEL),$(if $(wildcard $(MODEL)),--model $(call q,$(MODEL)))) $(RUN_OPTS) $(ARGS))
+TRAIN_OPTS    = $(strip $(call opt,CONFIG,--config) $(call opt,EPOCHS,--epochs) $(call opt,ARCH,--arch) \
+                $(call opt,MODEL_ARGS,--model-args) $(call opt,WIDTH,--width) $(call opt,CROP,--crop-seconds) \
+                $(call opt,LR,--lr) $(call opt,SEED,--seed) $(call opt,VAL,--val-fraction) $(RUN_OPTS) \
+                $(if $(OVERWRITE),--overwrite) $(ARGS))
+EVAL_OPTS     = $(strip $(call opt,OUT_DIR,--out-dir) $(call opt,SPLIT,--split) $(RUN_OPTS) \
+                $(if $(BASELINES),--baselines) $(call opt,BASELINE_STORE,--baseline-store) $(ARGS))
 
 # torch's OpenMP threads sleep instead of spinning when idle: same speed on a
 # quiet machine, up to 10x faster training on a busy one.
@@ -80,39 +101,24 @@ corpus: install  ## generate the synthetic demo corpus into data/demo-corpus (de
 	@if [ ! -f $(DEMO_CORPUS)/.complete ]; then \
 		$(PY) -m democorpus $(DEMO_CORPUS) && touch $(DEMO_CORPUS)/.complete; fi
 
-features: install  ## CORPUS=dir|manifest.csv STORE=out.zarr (required) FEATURES=mel,cqt JOBS=n LAYOUT=raw|zstd
+features: install  ## CORPUS=dir|manifest.csv STORE=out.zarr (required) FEATURES=mel,cqt JOBS=n LAYOUT=raw|zstd ARGS=...
 	@if [ $(call q,$(CORPUS)) = $(call q,$(DEMO_CORPUS)) ]; then $(MAKE) --no-print-directory corpus; fi
-	$(PY) -m pipeline.cli $(call q,$(CORPUS)) $(call q,$(STORE)) --features $(call q,$(FEATURES)) \
-		--jobs $(call q,$(JOBS)) --layout $(call q,$(LAYOUT)) --backend $(call q,$(BACKEND)) \
-		$(if $(SCHEDULER),--scheduler $(call q,$(SCHEDULER)))
+	$(PY) -m pipeline.cli $(call q,$(CORPUS)) $(call q,$(STORE)) $(FEATURES_OPTS)
 
-infer: install  ## STORE=… MODEL=… (required) OUT=predictions.csv DEVICE=auto|cpu|cuda BUDGET_MB=… TOPK=5
-	$(PY) -m infer predict $(call q,$(STORE)) $(call q,$(MODEL)) --out $(call q,$(OUT)) \
-		--device $(call q,$(DEVICE)) --topk $(call q,$(TOPK)) --max-batch $(call q,$(MAX_BATCH)) \
-		--precision $(call q,$(PRECISION)) $(if $(BUDGET_MB),--budget-mb $(call q,$(BUDGET_MB)))
+infer: install  ## STORE=… MODEL=… (required) OUT=predictions.csv DEVICE=auto|cpu|cuda BUDGET_MB=… TOPK=5 TRUST_MODEL_CODE=1
+	$(PY) -m infer predict $(call q,$(STORE)) $(call q,$(MODEL)) $(INFER_OPTS)
 
 plan: install  ## print the batch plan for STORE (required; and MODEL if it exists) without running the model
-	$(PY) -m infer plan $(call q,$(STORE)) $(if $(MODEL),$(if $(wildcard $(MODEL)),--model $(call q,$(MODEL)))) \
-		--device $(call q,$(DEVICE)) --max-batch $(call q,$(MAX_BATCH)) \
-		$(if $(BUDGET_MB),--budget-mb $(call q,$(BUDGET_MB)))
+	$(PY) -m infer plan $(call q,$(STORE)) $(PLAN_OPTS)
 
 init-model: install  ## write an untrained checkpoint for STORE to MODEL (both required; ARCH=cnn|resnet)
-	$(PY) -m infer init $(call q,$(STORE)) $(call q,$(MODEL)) $(if $(ARCH),--arch $(call q,$(ARCH)))
+	$(PY) -m infer init $(call q,$(STORE)) $(call q,$(MODEL)) $(strip $(call opt,ARCH,--arch) $(ARGS))
 
-train: install  ## STORE MODEL (required) EPOCHS ARCH WIDTH CROP (s; 0 = whole) LR SEED VAL CONFIG=f.toml ARGS=... OVERWRITE=1
-	$(PY) -m infer train $(call q,$(STORE)) $(call q,$(MODEL)) $(if $(CONFIG),--config $(call q,$(CONFIG))) \
-		$(if $(EPOCHS),--epochs $(call q,$(EPOCHS))) $(if $(ARCH),--arch $(call q,$(ARCH))) \
-		$(if $(WIDTH),--width $(call q,$(WIDTH))) $(if $(CROP),--crop-seconds $(call q,$(CROP))) \
-		$(if $(LR),--lr $(call q,$(LR))) $(if $(SEED),--seed $(call q,$(SEED))) \
-		$(if $(VAL),--val-fraction $(call q,$(VAL))) --device $(call q,$(DEVICE)) \
-		--precision $(call q,$(PRECISION)) --max-batch $(call q,$(MAX_BATCH)) \
-		$(if $(BUDGET_MB),--budget-mb $(call q,$(BUDGET_MB))) $(if $(OVERWRITE),--overwrite) $(ARGS)
+train: install  ## STORE MODEL (required) EPOCHS ARCH MODEL_ARGS WIDTH CROP (s; 0 = whole) LR SEED VAL CONFIG=f.toml ARGS=... OVERWRITE=1
+	$(PY) -m infer train $(call q,$(STORE)) $(call q,$(MODEL)) $(TRAIN_OPTS)
 
-eval: install  ## STORE MODEL (required) OUT_DIR SPLIT=auto|all|val|train BASELINES=1 [BASELINE_STORE=train.zarr]
-	$(PY) -m infer eval $(call q,$(STORE)) $(call q,$(MODEL)) --out-dir $(call q,$(OUT_DIR)) \
-		--split $(call q,$(SPLIT)) --device $(call q,$(DEVICE)) --precision $(call q,$(PRECISION)) \
-		--max-batch $(call q,$(MAX_BATCH)) $(if $(BUDGET_MB),--budget-mb $(call q,$(BUDGET_MB))) \
-		$(if $(BASELINES),--baselines) $(if $(BASELINE_STORE),--baseline-store $(call q,$(BASELINE_STORE)))
+eval: install  ## STORE MODEL (required) OUT_DIR=reports SPLIT=auto|all|val|train BASELINES=1 [BASELINE_STORE=train.zarr]
+	$(PY) -m infer eval $(call q,$(STORE)) $(call q,$(MODEL)) $(EVAL_OPTS)
 
 demo: install  ## the whole system on the synthetic demo corpus: features, train, predict, evaluate
 	@$(MAKE) --no-print-directory features CORPUS=$(DEMO_CORPUS) STORE=$(DEMO_STORE)
@@ -143,7 +149,7 @@ realcorpus-deps:  ## apt-get the renderer + SoundFonts that are missing (RC_APT=
 realcorpus: install  ## render the realistic dev corpus (music21 scores, SoundFonts) into REALCORPUS=data/realcorpus; JOBS, RC_SIZE=full|small|tiny; resumable
 	@$(MAKE) --no-print-directory realcorpus-deps RC_APT="$(if $(filter tiny,$(RC_SIZE)),$(RC_APT_MIN),$(RC_APT_ALL))"
 	@$(PY) -c "import music21" 2>/dev/null || $(VENV)/bin/pip install --quiet -e ".[realcorpus]"
-	$(PY) -m realcorpus $(REALCORPUS) --size $(RC_SIZE) --jobs $(JOBS)
+	$(PY) -m realcorpus $(call q,$(REALCORPUS)) --size $(call q,$(RC_SIZE)) $(call opt,JOBS,--jobs)
 
 gpu-check:  ## on a CUDA machine: CUDA tests + GPU figures -> GPU_OUT (no CUDA: says so, exits 0); docs/gpu-check.md
 	@if [ -d .whl ]; then python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \

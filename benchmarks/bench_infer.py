@@ -55,7 +55,7 @@ def typical_order(lengths: np.ndarray, seed: int, batch_size: int = 4, tries: in
     """A median arrival order: of ``tries`` random orders of ``lengths``, the one whose fixed-batch
     padding efficiency is the median, so a small store is neither a lucky nor an unlucky draw for
     the fixed-batch baseline."""
-    from .baselines import fixed_batches
+    from infer.planner_baselines import fixed_batches
 
     rng = np.random.default_rng(seed)
     perms = [rng.permutation(len(lengths)) for _ in range(tries)]
@@ -117,9 +117,8 @@ def run_fixed(store: Path, ckpt: Path, batch_size: int = 4, device: str = "cpu",
     from infer.checkpoint import load_checkpoint
     from infer.contract import time_stride
     from infer.data import PadCollate, StoreDataset, prefetch
+    from infer.planner_baselines import fixed_batches
     from store import open_store
-
-    from .baselines import fixed_batches
 
     dev = torch.device(device)
     s = open_store(str(store))
@@ -224,9 +223,8 @@ class FixedCore:
         import torch
 
         from infer.checkpoint import load_checkpoint
+        from infer.planner_baselines import fixed_batches
         from store import open_store
-
-        from .baselines import fixed_batches
 
         self.store = open_store(str(store))
         self.model = load_checkpoint(ckpt).build("cpu").to(memory_format=torch.channels_last)  # type: ignore[call-overload]

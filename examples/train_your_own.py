@@ -19,8 +19,10 @@ What it does (every step is ordinary PyTorch; specstore supplies the data pieces
    probabilities for the held-out clips are the ones step 4 computed.
 
 The checkpoint names the model ``train_your_own:GenreNet``, so ``make infer``/``infer.predict``
-can rebuild it wherever this file's folder is importable (``PYTHONPATH=examples``); a model in
-your own package would be ``yourpackage.models:YourNet``.
+can rebuild it wherever this file's folder is importable (``PYTHONPATH=examples``) and the caller
+trusts that code (``--trust-model-code``, ``trust_model_code=True``, or the
+``SPECSTORE_TRUSTED_MODULES`` allow-list: importing a module runs it); a model in your own
+package would be ``yourpackage.models:YourNet``.
 """
 
 from __future__ import annotations
@@ -165,7 +167,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     out = save_checkpoint(ckpt, args.out)
 
     # 6. the built-in prediction on it (what `make infer` runs)
-    pred = infer.predict(s, out, args.predictions, device="cpu", budget_mb=args.budget_mb, progress=False)
+    # The checkpoint names this file's class: loading it imports this module, which we trust (it is ours).
+    pred = infer.predict(s, out, args.predictions, device="cpu", budget_mb=args.budget_mb, progress=False,
+                         trust_model_code=[spec.target])
     diff = float(np.abs(pred.probs[val_rows] - val_probs).max())
     print(pred.stats.line())
     print(f"checkpoint {out} ({spec.target}); infer.predict agrees with the loop's own evaluation to {diff:.1e}")

@@ -13,7 +13,9 @@ Read it as:
 * data: :mod:`infer.data` (Dataset, BatchSampler, collate, prefetch), :mod:`infer.collate`,
   :mod:`infer.augment`, :mod:`infer.split`;
 * train: :mod:`infer.train`; predict: :mod:`infer.predict`; eval:
-  :mod:`infer.evaluate`; explore: :mod:`infer.explore`.
+  :mod:`infer.evaluate` (:mod:`infer.metrics`, :mod:`infer.plots`); the
+  predictions CSV: :mod:`infer.predictions`; notebooks: :mod:`infer.explore`
+  (built on the above; nothing here imports it).
 
 ``infer.predict(store, model, out_csv)``, ``infer.train(store, model_path)``
 and ``infer.evaluate(store, model, out_dir)`` are what ``make infer``, ``make
@@ -26,9 +28,9 @@ from .contract import ModelSpec
 from .cost import measure_cost_per_frame
 from .data import BudgetBatchSampler, PadCollate, StoreDataset, pad_collate, prefetch
 from .evaluate import Report, evaluate
-from .explore import Predictions
 from .planner import Plan, plan_batches, shuffled_training_plan, training_plan
 from .predict import PredictStats, predict
+from .predictions import Predictions
 from .runtime import Engine, RunOptions
 from .train import TrainConfig, TrainError, TrainResult, train
 

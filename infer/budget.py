@@ -25,9 +25,21 @@ import numpy as np
 
 from store import ConfigError
 
-__all__ = ["Budget", "CostModel", "PlanError"]
+from .defaults import MAX_BATCH
+
+__all__ = ["Budget", "CostModel", "PlanError", "align_frames"]
 
 _MIB = 1 << 20
+
+
+def align_frames(frames: Any, multiple: int) -> Any:
+    """``frames`` rounded up to a multiple of ``multiple`` (the model's time stride): the padding rule.
+
+    Frames (an int or an int array) in, frames out.  Batches pad to their
+    longest clip rounded up this way, the planner charges for it, windows
+    align their context to it; this is its one home.
+    """
+    return -(-frames // multiple) * multiple
 
 
 class PlanError(ConfigError):
@@ -76,7 +88,7 @@ class Budget:
     budget_bytes: int
     cost_per_frame: float
     fixed_overhead: int = 0
-    max_batch: int = 16
+    max_batch: int = MAX_BATCH
     frame_align: int = 1
     source: str = "given"
 
@@ -99,7 +111,7 @@ class Budget:
                             f"{self.cost_per_frame / 1024:.1f} KiB per frame); raise the budget")
 
     @classmethod
-    def for_cost(cls, budget_bytes: int, cost: CostModel, *, max_batch: int = 16, frame_align: int = 1,
+    def for_cost(cls, budget_bytes: int, cost: CostModel, *, max_batch: int = MAX_BATCH, frame_align: int = 1,
                  source: str = "given") -> Budget:
         """The budget of ``budget_bytes`` for a model whose measured cost is ``cost``."""
         return cls(budget_bytes, cost.bytes_per_frame, cost.fixed_bytes, max_batch, frame_align, source)
@@ -113,8 +125,8 @@ class Budget:
         return self.bytes(batch_size, padded_frames) <= self.budget_bytes
 
     def align(self, frames: int | np.ndarray) -> Any:
-        """Frames rounded up to a multiple of ``frame_align``."""
-        return -(-frames // self.frame_align) * self.frame_align
+        """Frames rounded up to a multiple of ``frame_align`` (:func:`align_frames`)."""
+        return align_frames(frames, self.frame_align)
 
     @cached_property
     def max_window(self) -> int:

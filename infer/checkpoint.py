@@ -6,8 +6,11 @@ an import path ``package.module:Class`` with JSON keyword arguments), the
 label names, the feature name and its full :class:`store.FeatureSpec`, the
 ``state_dict`` tensors and a small JSON-able ``extra`` dict (training
 history, ...).  It is loaded with ``torch.load(weights_only=True)``, which
-refuses arbitrary Python objects, so opening a checkpoint runs no code;
-building the model imports the named module, as any installed code.
+refuses arbitrary Python objects, so opening a checkpoint runs no code.
+Building a built-in model runs none either; building a user model imports
+the module its import path names, which runs that module's code, so
+:meth:`Checkpoint.build` does it only when trusted (``trust_model_code``,
+or the ``SPECSTORE_TRUSTED_MODULES`` allow-list; :mod:`infer.trust`).
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from store import ConfigError, FeatureSpec, SpecstoreError, Store, atomic_path, 
 
 from .contract import ModelSpec, spec_of
 from .models import ModelConfig, ModelConfigError
+from .trust import Trust, UntrustedModelError
 
 __all__ = ["Checkpoint", "CheckpointError", "check_store_matches", "load_checkpoint", "read_torch_file",
            "save_checkpoint", "save_torch_file"]
@@ -42,7 +46,10 @@ class CheckpointError(SpecstoreError):
 
 @dataclass
 class Checkpoint:
-    """A trained (or freshly initialised) model and what it was trained on."""
+    """A trained (or freshly initialised) model and what it was trained on.
+
+    ``source``: where it was read from (for messages; not saved).
+    """
 
     model: ModelSpec
     label_names: list[str]
@@ -50,6 +57,7 @@ class Checkpoint:
     specs: dict[str, FeatureSpec]
     state_dict: dict[str, torch.Tensor]
     extra: dict[str, Any] = field(default_factory=dict)
+    source: str = field(default="", compare=False)
 
     @property
     def spec(self) -> FeatureSpec:
@@ -66,10 +74,19 @@ class Checkpoint:
         """The built-in model's config (None for a user model)."""
         return self.model.config
 
-    def build(self, device: torch.device | str = "cpu") -> nn.Module:
-        """The model with these weights, in eval mode on ``device``."""
+    def build(self, device: torch.device | str = "cpu", *, trust_model_code: Trust = False) -> nn.Module:
+        """The model with these weights, in eval mode on ``device``.
+
+        A user model (an import path) is built only when ``trust_model_code``
+        (True, or the trusted import paths / modules) or the allow-list trusts
+        it; otherwise :class:`~infer.trust.UntrustedModelError`, before its
+        module is imported.
+        """
         try:
-            model = self.model.build()
+            model = self.model.build(trust_model_code, source=f"checkpoint {self.source}" if self.source else
+                                     "the checkpoint")
+        except UntrustedModelError:
+            raise
         except ConfigError as e:
             raise CheckpointError(f"cannot build the checkpoint's model: {e}") from None
         try:
@@ -152,7 +169,7 @@ def load_checkpoint(path: str | os.PathLike[str]) -> Checkpoint:
             feature=str(raw["feature"]),
             specs=({k: FeatureSpec.from_dict(v) for k, v in raw["feature_specs"].items()} if "feature_specs" in raw
                    else {str(raw["feature"]): FeatureSpec.from_dict(raw["feature_spec"])}),
-            state_dict=dict(raw["state_dict"]), extra=dict(raw.get("extra") or {}),
+            state_dict=dict(raw["state_dict"]), extra=dict(raw.get("extra") or {}), source=str(p),
         )
     except (KeyError, TypeError, ValueError, ModelConfigError, ConfigError) as e:
         raise CheckpointError(f"{p} has unreadable checkpoint metadata: {e}") from None

@@ -18,41 +18,62 @@ from collections.abc import Callable, Sequence
 
 from store import StoreError, open_store, run_cli
 
+from . import defaults
 from .checkpoint import Checkpoint, load_checkpoint, save_checkpoint
 from .evaluate import EVAL_SPLITS, evaluate
 from .models import ARCHS, ModelConfig, build_model
 from .predict import predict
 from .runtime import Engine, RunOptions
 from .train import TrainConfig, add_config_arguments, config_from_args, train
+from .trust import TRUST_ENV, Trust
 
 __all__ = ["COMMANDS", "build_parser", "main"]
 
 
+RUN_FIELDS = ("device", "precision", "budget_mb", "max_batch")
+"""Run options a command passes to :class:`RunOptions` only when given (their defaults: :mod:`infer.defaults`)."""
+
+
 def _add_run_args(p: argparse.ArgumentParser, *, training: bool = False) -> None:
-    """Device, precision and memory options (training takes them from its config instead)."""
+    """Device, precision and memory options (training takes them from its config instead).
+
+    An option not given is left out (``argparse.SUPPRESS``), so :class:`RunOptions` fills in the one
+    default of :mod:`infer.defaults`.
+    """
     if not training:
-        p.add_argument("--device", default="auto", help="auto (CUDA if available), cpu, cuda, cuda:N (default auto)")
-        p.add_argument("--budget-mb", type=float, default=None,
-                       help="memory for one batch, MiB (CPU default 2048; CUDA: free memory minus the margin)")
-        p.add_argument("--max-batch", type=int, default=16, help="most clips in one batch (default 16)")
-        p.add_argument("--precision", default="auto", choices=("auto", "fp32", "bf16", "fp16"),
-                       help="auto: bf16/fp16 autocast on CUDA, fp32 on CPU (default auto)")
-    p.add_argument("--margin-mb", type=float, default=None, help="GPU memory kept free, MiB (default 1536)")
+        p.add_argument("--device", default=argparse.SUPPRESS,
+                       help=f"auto (CUDA if available), cpu, cuda, cuda:N (default {defaults.DEVICE})")
+        p.add_argument("--budget-mb", type=float, default=argparse.SUPPRESS,
+                       help=f"memory for one batch, MiB (CPU default {defaults.CPU_BUDGET_MB:g}; CUDA: free memory "
+                            "minus the margin)")
+        p.add_argument("--max-batch", type=int, default=argparse.SUPPRESS,
+                       help=f"most clips in one batch (default {defaults.MAX_BATCH})")
+        p.add_argument("--precision", default=argparse.SUPPRESS, choices=defaults.PRECISIONS,
+                       help=f"auto: bf16/fp16 autocast on CUDA, fp32 on CPU (default {defaults.PRECISION})")
+    p.add_argument("--margin-mb", type=float, default=None,
+                   help=f"GPU memory kept free, MiB (default {defaults.CUDA_MARGIN_MB:g})")
     p.add_argument("--threads", type=int, default=None, help="CPU threads (default: all cores)")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.add_argument("-v", "--verbose", action="store_true", help="log the plan and debug details")
 
 
+def _add_trust_arg(p: argparse.ArgumentParser, what: str) -> None:
+    p.add_argument("--trust-model-code", action="store_true",
+                   help=f"allow {what} to import the module its model's import path (package.module:Class) names, "
+                        "which runs that module's code; built-in models need no trust (or list trusted modules in "
+                        f"{TRUST_ENV}, comma-separated)")
+
+
 def _run_options(args: argparse.Namespace) -> RunOptions:
-    return RunOptions(device=args.device, precision=args.precision, budget_mb=args.budget_mb,
-                      margin_mb=args.margin_mb, max_batch=args.max_batch, threads=args.threads,
-                      progress=not args.no_progress)
+    given = {name: getattr(args, name) for name in RUN_FIELDS if hasattr(args, name)}
+    return RunOptions(**given, margin_mb=args.margin_mb, threads=args.threads, progress=not args.no_progress)
 
 
 # -- the commands ------------------------------------------------------------------------------------
 
 def cmd_predict(args: argparse.Namespace) -> int:
-    res = predict(args.store, args.model, args.out, topk=args.topk, options=_run_options(args))
+    res = predict(args.store, args.model, args.out, topk=args.topk, options=_run_options(args),
+                  trust_model_code=args.trust_model_code)
     print(res.stats.line())
     if args.out:
         print(f"predictions: {args.out}")
@@ -64,7 +85,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     engine = Engine(_run_options(args))
     if args.model:
         ckpt = load_checkpoint(args.model)
-        model = ckpt.build()
+        model = ckpt.build(trust_model_code=args.trust_model_code)
         n_bins = ckpt.n_bins
     else:
         n_bins = s.spec.n_bins
@@ -97,8 +118,10 @@ def cmd_init(args: argparse.Namespace) -> int:
 def cmd_train(args: argparse.Namespace) -> int:
     base = TrainConfig.from_file(args.config) if args.config else None
     config = config_from_args(args, base)
+    # --arch on the command line is the user naming the code; an arch from --config FILE needs the flag.
+    trust: Trust = True if args.trust_model_code else [args.arch] if hasattr(args, "arch") else False
     result = train(args.store, args.model, config, progress=not args.no_progress, threads=args.threads,
-                   margin_mb=args.margin_mb, overwrite=args.overwrite)
+                   margin_mb=args.margin_mb, overwrite=args.overwrite, trust_model_code=trust)
     print(result.summary())
     return 0
 
@@ -108,8 +131,9 @@ def cmd_cv(args: argparse.Namespace) -> int:
 
     base = TrainConfig.from_file(args.config) if args.config else None
     config = config_from_args(args, base)
+    trust: Trust = True if args.trust_model_code else [args.arch] if hasattr(args, "arch") else False
     result = cross_validate(args.store, args.out_dir, config, folds=args.folds, progress=not args.no_progress,
-                            threads=args.threads, overwrite=args.overwrite)
+                            threads=args.threads, overwrite=args.overwrite, trust_model_code=trust)
     print(result.line())
     print(f"per clip: {args.out_dir}/cv.csv; figures: {args.out_dir}/cv.json")
     return 0
@@ -117,7 +141,8 @@ def cmd_cv(args: argparse.Namespace) -> int:
 
 def cmd_eval(args: argparse.Namespace) -> int:
     report = evaluate(args.store, args.model, args.out_dir, split=args.split, baselines=args.baselines,
-                      baseline_store=args.baseline_store, options=_run_options(args))
+                      baseline_store=args.baseline_store, options=_run_options(args),
+                      trust_model_code=args.trust_model_code)
     print(report.summary())
     if report.n_unlabelled or report.n_unknown_label:
         print(f"skipped {report.n_unlabelled} unlabelled clips; {report.n_unknown_label} clips have labels the "
@@ -136,6 +161,7 @@ def _predict_parser(p: argparse.ArgumentParser) -> None:
     p.add_argument("model", help="checkpoint (.pt) from `make train` or `init`")
     p.add_argument("--out", default="predictions.csv", help="CSV to write (default predictions.csv)")
     p.add_argument("--topk", type=int, default=5, help="labels listed per clip (default 5)")
+    _add_trust_arg(p, "a checkpoint")
     _add_run_args(p)
 
 
@@ -144,6 +170,7 @@ def _plan_parser(p: argparse.ArgumentParser) -> None:
     p.add_argument("store", help="feature store (path or URL)")
     p.add_argument("--model", default=None, help="checkpoint whose memory cost to plan for (default: the default CNN)")
     p.add_argument("--top", type=int, default=5, help="largest batches to list (default 5)")
+    _add_trust_arg(p, "the --model checkpoint")
     _add_run_args(p)
 
 
@@ -157,8 +184,11 @@ def _init_parser(p: argparse.ArgumentParser) -> None:
 
 
 def _train_parser(p: argparse.ArgumentParser) -> None:
-    p.description = ("Train a classifier on the labelled clips of STORE; the best checkpoint (validation accuracy) "
-                     "goes to MODEL, with MODEL's .resume.pt, .metrics.csv and .config.json next to it. Rerunning "
+    p.description = ("Train a classifier on the labelled clips of STORE; the model at the end of the schedule (or, "
+                     "with --select best, at the best validation epoch) goes to MODEL, with MODEL's .resume.pt, "
+                     ".metrics.csv and .config.json next to it. Options left auto are derived from the training "
+                     "data (infer/train/recipe.py); the run prints each rule and the held-out figures of the model "
+                     "and of its two experts (the CNN and the band-statistics logistic regression). Rerunning "
                      "the same command continues an interrupted run. Options may also come from --config FILE "
                      "(TOML or JSON with the option names as keys, e.g. crop_seconds = 10); options on the command "
                      "line override the file.")
@@ -167,6 +197,7 @@ def _train_parser(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", default=None, metavar="FILE", help="training options from a .toml or .json file")
     p.add_argument("--overwrite", action="store_true",
                    help="replace an existing MODEL that this configuration cannot resume")
+    _add_trust_arg(p, "a --config file (--arch given on the command line is trusted for this run)")
     add_config_arguments(p)
     _add_run_args(p, training=True)
 
@@ -184,6 +215,7 @@ def _cv_parser(p: argparse.ArgumentParser) -> None:
     p.add_argument("--folds", type=int, default=5, help="number of folds (default 5)")
     p.add_argument("--config", default=None, metavar="FILE", help="training options from a .toml or .json file")
     p.add_argument("--overwrite", action="store_true", help="replace fold models from another configuration")
+    _add_trust_arg(p, "a --config file (--arch given on the command line is trusted for this run)")
     add_config_arguments(p)
     _add_run_args(p, training=True)
 
@@ -205,6 +237,7 @@ def _eval_parser(p: argparse.ArgumentParser) -> None:
     p.add_argument("--baseline-store", default=None, metavar="STORE",
                    help="the store whose labelled clips the baselines learn from (default: the model's training "
                         "store, its training split)")
+    _add_trust_arg(p, "a checkpoint")
     _add_run_args(p)
 
 

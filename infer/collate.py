@@ -19,6 +19,8 @@ from torch import Tensor
 
 from store import ConfigError
 
+from .budget import align_frames
+
 __all__ = ["Batch", "CollateError", "collate"]
 
 _NUMPY_DTYPES: dict[torch.dtype, type[np.floating]] = {
@@ -106,7 +108,7 @@ def collate(
         if pad_to < longest:
             raise CollateError(f"pad_to={pad_to} frames is shorter than the longest clip ({longest} frames)")
         longest = pad_to
-    n_frames = -(-longest // multiple_of) * multiple_of
+    n_frames = int(align_frames(longest, multiple_of))
     host = np.zeros((len(arrays), 1, n_bins, n_frames), dtype=_NUMPY_DTYPES.get(dtype, np.float32))
     for i, a in enumerate(arrays):
         host[i, 0, :, : a.shape[1]] = a

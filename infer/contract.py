@@ -26,9 +26,13 @@ int64 real frames, ``logits`` is ``(B, n_classes)``.
 
 **Saving.** A checkpoint records the model as a :class:`ModelSpec`: an import
 path ``package.module:Class`` (or ``cnn``/``resnet`` for the built-ins) and
-JSON keyword arguments, never a pickled object.  Loading imports the module
-(as any code you install) and refuses anything that is not an ``nn.Module``
-subclass.  When the constructor accepts ``n_bins``, ``n_classes``,
+JSON keyword arguments, never a pickled object.  Loading imports the module,
+which runs its code, so an import path loads only when trusted
+(:mod:`infer.trust`: ``trust_model_code`` / ``--trust-model-code``, or the
+``SPECSTORE_TRUSTED_MODULES`` allow-list), and anything that is not an
+``nn.Module`` subclass is refused.  The module is found as any Python import:
+in the folder a ``python -m``/``make`` command runs from, on ``PYTHONPATH``,
+or in an installed package.  When the constructor accepts ``n_bins``, ``n_classes``,
 ``input_mean`` or ``input_std`` and the keyword arguments do not give them,
 the trainer passes the store's feature bins, label count and the training
 frames' mean and standard deviation (dB).
@@ -50,6 +54,7 @@ from torch import nn
 from store import ConfigError
 
 from .models import ARCHS, MaskedClassifier, ModelConfig, build_model
+from .trust import Trust, check_trusted
 
 __all__ = [
     "DEFAULT_WINDOW_FRAMES", "ModelSpec", "exact_windows", "masks_padding", "resolve_class", "spec_of",
@@ -88,16 +93,33 @@ def exact_windows(model: nn.Module) -> bool:
         getattr(model, "classify", None))
 
 
-def resolve_class(target: str) -> type[nn.Module]:
-    """The ``nn.Module`` subclass an import path ``package.module:Class`` names (one-line errors)."""
+def _import_error(module_name: str, target: str, e: ImportError) -> ConfigError:
+    """A one-line error for a model module that cannot be imported, naming the fix."""
+    missing = e.name if isinstance(e, ModuleNotFoundError) else None
+    if missing and (module_name == missing or module_name.startswith(missing + ".")):
+        return ConfigError(
+            f"cannot import {module_name!r} for model {target!r}: no module {missing!r} on Python's import path; "
+            "run the command from the folder that holds it (python -m infer, make), add that folder to "
+            "PYTHONPATH (e.g. PYTHONPATH=. specstore-train ...), or pip install the package that provides it")
+    return ConfigError(f"cannot import {module_name!r} for model {target!r}: {type(e).__name__}: {e}")
+
+
+def resolve_class(target: str, trust_model_code: Trust = False, *, source: str = "") -> type[nn.Module]:
+    """The ``nn.Module`` subclass an import path ``package.module:Class`` names (one-line errors).
+
+    The module is imported only if ``trust_model_code`` (or the allow-list)
+    trusts it (:func:`infer.trust.check_trusted`; ``source`` names the file
+    that asked for it in the error).
+    """
     module_name, sep, qualname = target.partition(":")
     if not sep or not module_name or not qualname:
         raise ConfigError(f"a model is named by an import path 'package.module:Class' (or {', '.join(ARCHS)}), "
                           f"not {target!r}")
+    check_trusted(target, trust_model_code, source=source)
     try:
         obj: Any = importlib.import_module(module_name)
     except ImportError as e:
-        raise ConfigError(f"cannot import {module_name!r} for model {target!r}: {e}") from None
+        raise _import_error(module_name, target, e) from None
     for part in qualname.split("."):
         try:
             obj = getattr(obj, part)
@@ -134,12 +156,12 @@ class ModelSpec:
         """The built-in model's config (None for a user model)."""
         return ModelConfig.from_dict({**self.kwargs, "arch": self.target}) if self.builtin else None
 
-    def build(self) -> nn.Module:
-        """A fresh model (random weights)."""
+    def build(self, trust_model_code: Trust = False, *, source: str = "") -> nn.Module:
+        """A fresh model (random weights); a user model only when trusted (:mod:`infer.trust`)."""
         config = self.config
         if config is not None:
             return build_model(config)
-        cls = resolve_class(self.target)
+        cls = resolve_class(self.target, trust_model_code, source=source)
         try:
             return cls(**self.kwargs)
         except TypeError as e:
@@ -153,13 +175,15 @@ class ModelSpec:
         return cls(str(data["target"]), dict(data.get("kwargs") or {}))
 
     @classmethod
-    def for_class(cls, target: str, kwargs: dict[str, Any] | None = None, **available: Any) -> ModelSpec:
+    def for_class(cls, target: str, kwargs: dict[str, Any] | None = None, *, trust_model_code: Trust = False,
+                  source: str = "", **available: Any) -> ModelSpec:
         """A spec for ``target`` whose kwargs are ``kwargs`` plus those of ``available`` (e.g. ``n_bins``,
-        ``n_classes``, ``input_mean``) that the constructor accepts and ``kwargs`` does not set."""
+        ``n_classes``, ``input_mean``) that the constructor accepts and ``kwargs`` does not set.  Reading the
+        constructor imports a user model's module: ``trust_model_code`` as in :meth:`build`."""
         given = dict(kwargs or {})
         if target in ARCHS:
             return cls(target, {**available, **given})
-        params = inspect.signature(resolve_class(target).__init__).parameters
+        params = inspect.signature(resolve_class(target, trust_model_code, source=source).__init__).parameters
         takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
         extra = {k: v for k, v in available.items() if k not in given and (takes_any or k in params)}
         return cls(target, {**extra, **given})

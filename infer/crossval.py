@@ -39,6 +39,7 @@ from .checkpoint import load_checkpoint
 from .runtime import Engine, RunOptions
 from .split import SplitRule, split_keys, training_rows
 from .train import TrainConfig, train
+from .trust import Trust
 
 __all__ = ["CVResult", "CrossValError", "cross_validate", "oof_baseline"]
 
@@ -118,6 +119,7 @@ def cross_validate(
     threads: int | None = None,
     overwrite: bool = False,
     baselines: bool = True,
+    trust_model_code: Trust = False,
     **overrides: Any,
 ) -> CVResult:
     """Cross-validate ``config`` (plus keyword ``overrides``) on ``store``'s labelled clips.
@@ -125,8 +127,9 @@ def cross_validate(
     Writes ``out_dir/fold-<k>.pt`` (each fold's model, resumable),
     ``out_dir/cv.csv`` (``row,path,fold,truth,pred``: every clip's
     out-of-fold prediction) and ``out_dir/cv.json`` (:meth:`CVResult.to_dict`).
-    Raises :class:`CrossValError` for fewer than 2 folds or a fold that holds
-    no clip.
+    ``trust_model_code``: as :func:`infer.train.train`'s.  Raises
+    :class:`CrossValError` for fewer than 2 folds or a fold that holds no
+    clip.
     """
     from sklearn.metrics import f1_score
 
@@ -154,11 +157,12 @@ def cross_validate(
         fold_cfg = replace(cfg, val_fraction=1.0 / folds, val_offset=k / folds)
         model_path = out / f"fold-{k}.pt"
         log.info("fold %d of %d: %d clips held out", k + 1, folds, len(val_rows))
-        train(s, model_path, fold_cfg, progress=progress, threads=threads, overwrite=overwrite)
+        train(s, model_path, fold_cfg, progress=progress, threads=threads, overwrite=overwrite,
+              trust_model_code=trust_model_code)
         ckpt = load_checkpoint(model_path)
         engine = Engine(RunOptions(device=cfg.device, precision=cfg.precision, budget_mb=cfg.budget_mb,
                                    max_batch=cfg.max_batch, threads=threads, progress=False))
-        net = engine.prepare(ckpt.build())
+        net = engine.prepare(ckpt.build(trust_model_code=trust_model_code))
         logits = engine.logits(net, s, val_rows, feature=ckpt.feature).logits
         names = [ckpt.label_names[int(i)] for i in logits.argmax(axis=1)]
         index = {n: i for i, n in enumerate(s.label_names)}

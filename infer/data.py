@@ -52,6 +52,7 @@ from store import ConfigError, FeatureSpec, Store, open_store
 from .augment import Augment, SpecAugment
 from .budget import Budget, CostModel
 from .collate import Batch, collate
+from .defaults import MAX_BATCH
 from .planner import Plan, plan_batches, training_plan
 
 __all__ = [
@@ -249,13 +250,17 @@ class BudgetBatchSampler(Sampler[list[int]]):
     with clips that exceed the budget alone: ``"raise"`` (default; crop
     them, or raise the budget) or ``"leave"`` (left out of the batches and
     listed in :attr:`too_long_indices`, for a caller that runs them in
-    windows).
+    windows).  ``pad_to``: every batch will be padded to this many frames
+    (equal windows, :class:`PadCollate` ``pad_to``), so the plan charges
+    that.  :attr:`plan` is the current epoch's :class:`~infer.planner.Plan`
+    of this rank's batches (its ``efficiency`` is the padding figure the
+    commands report).
     """
 
     def __init__(self, source: StoreDataset | np.ndarray | Sequence[int], budget: Budget | None = None, *,
-                 budget_mb: float | None = None, cost: CostModel | None = None, max_batch: int = 16,
+                 budget_mb: float | None = None, cost: CostModel | None = None, max_batch: int = MAX_BATCH,
                  frame_align: int = 1, shuffle: bool = False, seed: int = 0, num_replicas: int = 1,
-                 rank: int = 0, too_long: str = "raise") -> None:
+                 rank: int = 0, too_long: str = "raise", pad_to: int | None = None) -> None:
         self.dataset = source if isinstance(source, StoreDataset) else None
         self.lengths = np.asarray(source.lengths if isinstance(source, StoreDataset) else source, dtype=np.int64)
         if budget is None:
@@ -275,23 +280,24 @@ class BudgetBatchSampler(Sampler[list[int]]):
         self.num_replicas = int(num_replicas)
         self.rank = int(rank)
         self.too_long = too_long
+        self.pad_to = pad_to
         self.epoch = 0
         self._skip = 0  # batches of this epoch already done (a resumed run starts after them)
         self._yielded = 0
-        self._plan_cache: tuple[int, list[list[int]]] | None = None
+        self._plan_cache: tuple[int, Plan, list[list[int]]] | None = None
         self.too_long_indices = np.zeros(0, dtype=np.int64)
         self.epoch_batches()  # plan epoch 0 now: bad budgets and too-long clips fail at construction
 
     # -- planning --------------------------------------------------------------------------------
     def _plan(self) -> Plan:
         if self.shuffle:
-            return training_plan(self.lengths, self.budget, seed=self.seed, epoch=self.epoch)
-        return plan_batches(self.lengths, self.budget)
+            return training_plan(self.lengths, self.budget, seed=self.seed, epoch=self.epoch, pad_to=self.pad_to)
+        return plan_batches(self.lengths, self.budget, pad_to=self.pad_to)
 
-    def epoch_batches(self) -> list[list[int]]:
-        """This rank's batches of the current epoch (planned once per epoch)."""
+    def _planned(self) -> tuple[Plan, list[list[int]]]:
+        """This rank's plan and batches of the current epoch (planned once per epoch)."""
         if self._plan_cache is not None and self._plan_cache[0] == self.epoch:
-            return self._plan_cache[1]
+            return self._plan_cache[1], self._plan_cache[2]
         plan = self._plan()
         self.too_long_indices = plan.too_long
         if len(plan.too_long) and self.too_long == "raise":
@@ -300,10 +306,21 @@ class BudgetBatchSampler(Sampler[list[int]]):
                               f"(longest {longest} frames, at most {self.budget.max_window} fit); crop them "
                               "(crop_seconds) or raise the budget")
         batches = [b.tolist() for b in plan.batches]
-        batches = _split_for_replicas(batches, self.num_replicas, self.lengths)
-        mine = batches[self.rank::self.num_replicas]
-        self._plan_cache = (self.epoch, mine)
-        return mine
+        if self.num_replicas > 1:
+            batches = _split_for_replicas(batches, self.num_replicas, self.lengths)[self.rank::self.num_replicas]
+            plan = Plan(plan.lengths, [np.asarray(b, dtype=np.int64) for b in batches], plan.too_long, plan.budget,
+                        name=f"{plan.name}, rank {self.rank} of {self.num_replicas}", pad_to=plan.pad_to)
+        self._plan_cache = (self.epoch, plan, batches)
+        return plan, batches
+
+    @property
+    def plan(self) -> Plan:
+        """The current epoch's :class:`~infer.planner.Plan` of this rank's batches (in run order)."""
+        return self._planned()[0]
+
+    def epoch_batches(self) -> list[list[int]]:
+        """This rank's batches of the current epoch (planned once per epoch), as lists of indices."""
+        return self._planned()[1]
 
     # -- the Sampler protocol -----------------------------------------------------------------------
     def set_epoch(self, epoch: int) -> None:

@@ -19,18 +19,19 @@ import torch
 
 from store import ConfigError, SpecstoreError
 
+from . import defaults
+
 __all__ = [
     "DEFAULT_CPU_BUDGET_MB", "DEFAULT_CUDA_MARGIN_MB", "PRECISIONS", "DeviceError", "amp", "anon_rss_bytes",
     "autocast_dtype", "choose_device", "memory_bytes", "set_cpu_threads",
 ]
 
 _MIB = 1 << 20
-DEFAULT_CUDA_MARGIN_MB = 1536.0
-"""GPU memory (MiB) kept free beyond the budget (the seed keeps 1.5 GB)."""
-DEFAULT_CPU_BUDGET_MB = 2048.0
-"""Memory (MiB) one batch may use on CPU unless configured: inference and training alike (the measured
-cost per frame already includes what training keeps for backward)."""
-PRECISIONS = ("auto", "fp32", "bf16", "fp16")
+DEFAULT_CUDA_MARGIN_MB = defaults.CUDA_MARGIN_MB
+"""GPU memory (MiB) kept free beyond the budget (:data:`infer.defaults.CUDA_MARGIN_MB`)."""
+DEFAULT_CPU_BUDGET_MB = defaults.CPU_BUDGET_MB
+"""Memory (MiB) one batch may use on CPU unless configured (:data:`infer.defaults.CPU_BUDGET_MB`)."""
+PRECISIONS = defaults.PRECISIONS
 """``precision`` settings: auto = bf16 autocast on CUDA where supported (else fp16), fp32 on CPU."""
 
 
@@ -38,7 +39,7 @@ class DeviceError(SpecstoreError):
     """The requested device is not available; one-line message."""
 
 
-def choose_device(name: str = "auto") -> torch.device:
+def choose_device(name: str = defaults.DEVICE) -> torch.device:
     """``auto`` -> CUDA when available, else CPU; ``cpu``/``cuda``/``cuda:N`` as given."""
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")

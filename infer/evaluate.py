@@ -2,7 +2,7 @@
 
 :func:`evaluate` runs a checkpoint over a store's labelled clips with the
 engine (:mod:`infer.runtime`, the loop ``make infer`` uses) and scores them
-with :mod:`infer.explore.outcomes` (scikit-learn metrics).  It writes
+with :mod:`infer.metrics` (scikit-learn metrics).  It writes
 ``report.json``, ``report.txt`` and ``confusion.png`` to an output folder.
 
 Honest by default: on the store a model was trained on (same location, or
@@ -35,11 +35,12 @@ import torch
 from store import SpecstoreError, Store, open_store, write_atomic
 
 from .baselines import BaselineResult, bootstrap_ci, fit_baselines
-from .explore.figures import PlotError, plot_confusion
-from .explore.outcomes import classification_metrics, confusion
+from .metrics import classification_metrics, confusion
+from .plots import PlotError, plot_confusion
 from .predict import LoadedModel, ModelLike, open_inputs
 from .runtime import Engine, RunOptions
 from .split import SPLITS, SplitError, SplitRule, split_keys, training_fingerprint, training_rows
+from .trust import Trust
 
 __all__ = ["EVAL_SPLITS", "EvaluateError", "Report", "evaluate", "resolve_split", "write_report"]
 
@@ -114,9 +115,7 @@ class Report:
             f"{'':>{width}}  precision  recall  f1-score  support",
         ]
         for name in self.label_names:
-            c = self.per_class[name]
-            lines.append(f"{name:>{width}}  {c['precision']:9.3f}  {c['recall']:6.3f}  {c['f1']:8.3f}  "
-                         f"{c['support']:7d}")
+            lines.append(f"{name:>{width}}  {_class_row(self.per_class[name])}")
         lines += [
             "",
             f"{'accuracy':>{width}}  {'':9}  {'':6}  {self.accuracy:8.3f}  {self.n_clips:7d}",
@@ -151,6 +150,22 @@ class Report:
         trained = "" if not self.n_trained_on else f"; {self.n_trained_on} were training clips"
         return (f"accuracy {self.accuracy:.1%} (top-{self.topk} {self.topk_accuracy:.1%}, "
                 f"macro F1 {self.macro_f1:.3f}) on {self.n_clips} clips of split {self.split!r}{trained}")
+
+
+def _class_row(c: dict[str, Any]) -> str:
+    """One class's ``precision recall f1 support`` cells of ``report.txt``.
+
+    A class with no clips in the scored set has no recall or F1 (nothing to
+    find), and no precision either when the model never predicted it: those
+    cells read ``-`` and the row says why, rather than ``0.000`` (which would
+    read as a failure).
+    """
+    if c["support"]:
+        return f"{c['precision']:9.3f}  {c['recall']:6.3f}  {c['f1']:8.3f}  {c['support']:7d}"
+    precision = f"{c['precision']:9.3f}" if c.get("predicted") else f"{'-':>9}"
+    note = f"  (no clips of this class here; predicted {c['predicted']} times)" if c.get("predicted") else \
+        "  (no clips of this class here)"
+    return f"{precision}  {'-':>6}  {'-':>8}  {c['support']:7d}{note}"
 
 
 def _trained_on(ckpt: LoadedModel, store: Store) -> bool:
@@ -195,6 +210,7 @@ def evaluate(
     *,
     split: str = "auto",
     model_args: dict[str, Any] | None = None,
+    trust_model_code: Trust = False,
     baselines: bool = False,
     baseline_store: str | os.PathLike[str] | Store | None = None,
     options: RunOptions | None = None,
@@ -203,7 +219,8 @@ def evaluate(
     """Evaluate a checkpoint on the labelled clips of ``store`` (see the module docstring for ``split``).
 
     ``model``: a checkpoint, an ``nn.Module`` or an import path (see
-    :func:`infer.predict.load_model`).  ``options``/``overrides`` are
+    :func:`infer.predict.load_model`; a checkpoint naming an import path
+    needs ``trust_model_code``, see :mod:`infer.trust`).  ``options``/``overrides`` are
     :class:`infer.runtime.RunOptions` (device,
     budget_mb, max_batch, precision, threads, progress).  With ``out_dir``,
     writes ``report.json``, ``report.txt`` and ``confusion.png`` there.
@@ -215,7 +232,7 @@ def evaluate(
     ``StoreError``/``CheckpointError`` for bad inputs.
     """
     t0 = time.perf_counter()
-    opts, s, ckpt = open_inputs(store, model, options, overrides, model_args)
+    opts, s, ckpt = open_inputs(store, model, options, overrides, model_args, trust_model_code)
     split, rule, trained_here = resolve_split(ckpt, s, split)
 
     rows = np.arange(len(s), dtype=np.int64) if rule is None or split == "all" else rule.select(split_keys(s), split)

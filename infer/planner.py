@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .budget import Budget, PlanError
+from .budget import Budget, PlanError, align_frames
 
 __all__ = [
     "DEFAULT_BATCH_OVERHEAD_FRAMES",
@@ -88,7 +88,11 @@ class Plan:
     :func:`infer.windows.run_windowed` in windows of at most
     :attr:`max_window` frames); ``budget``: the :class:`~infer.budget.Budget`
     the plan was made under (None for a plan made without one, such as a
-    benchmark's fixed-size baseline).
+    benchmark's fixed-size baseline); ``pad_to``: every batch is padded to
+    this many frames (equal windows of a model that does not mask padding)
+    instead of to its longest clip.  A batch's padded length is
+    :func:`~infer.budget.align_frames` of that, and :attr:`efficiency` is the
+    one padding efficiency figure every command reports.
     """
 
     lengths: np.ndarray
@@ -96,6 +100,7 @@ class Plan:
     too_long: np.ndarray
     budget: Budget | None = None
     name: str = "plan"
+    pad_to: int | None = None
     _padded: np.ndarray = field(init=False, repr=False, compare=False)
     _real: int = field(init=False, repr=False, compare=False)
 
@@ -111,7 +116,9 @@ class Plan:
         else:
             longest = np.zeros(0, dtype=np.int64)
             real = 0
-        object.__setattr__(self, "_padded", -(-longest // self.frame_align) * self.frame_align)
+        if self.pad_to is not None:
+            longest = np.maximum(longest, self.pad_to)
+        object.__setattr__(self, "_padded", align_frames(longest, self.frame_align))
         object.__setattr__(self, "_real", real)
 
     @property
@@ -125,9 +132,8 @@ class Plan:
         return self.budget.max_window if self.budget is not None else 0
 
     def padded_length(self, batch: np.ndarray) -> int:
-        """Frames a batch is padded to: its longest clip rounded up to ``frame_align``."""
-        longest = int(self.lengths[batch].max())
-        return -(-longest // self.frame_align) * self.frame_align
+        """Frames a batch is padded to: its longest clip (or ``pad_to``) rounded up to ``frame_align``."""
+        return int(align_frames(max(int(self.lengths[batch].max()), self.pad_to or 0), self.frame_align))
 
     @property
     def n_batches(self) -> int:
@@ -249,9 +255,16 @@ def _check_overhead(batch_overhead_frames: float) -> None:
         raise PlanError(f"batch_overhead_frames must be >= 0, got {batch_overhead_frames!r}")
 
 
-def split_fitting(lengths: np.ndarray, budget: Budget) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(aligned lengths, ids that fit a batch of one, ids too long for one, longest first)."""
-    padded = budget.align(lengths)
+def split_fitting(lengths: np.ndarray, budget: Budget,
+                  pad_to: int | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(padded lengths, ids that fit a batch of one, ids too long for one, longest first).
+
+    A clip's padded length is its length, or ``pad_to`` when that is longer,
+    rounded up to the budget's alignment: what it costs in any batch.
+    """
+    if pad_to is not None and pad_to < 1:
+        raise PlanError(f"pad_to must be >= 1 frame, got {pad_to}")
+    padded = budget.align(lengths if pad_to is None else np.maximum(lengths, pad_to))
     fits = np.asarray(budget.fits(1, padded))
     too_long = np.flatnonzero(~fits)
     too_long = too_long[np.argsort(-lengths[too_long], kind="stable")]
@@ -259,23 +272,24 @@ def split_fitting(lengths: np.ndarray, budget: Budget) -> tuple[np.ndarray, np.n
 
 
 def plan_batches(lengths: np.ndarray, budget: Budget, *,
-                 batch_overhead_frames: float = DEFAULT_BATCH_OVERHEAD_FRAMES) -> Plan:
+                 batch_overhead_frames: float = DEFAULT_BATCH_OVERHEAD_FRAMES, pad_to: int | None = None) -> Plan:
     """Inference plan: sort by length (longest first), cut into batches by a DP.
 
     ``lengths``: frames per clip (ids are positions); ``budget``: the cost
     rule and limits (:class:`~infer.budget.Budget`);
     ``batch_overhead_frames``: what one more batch costs, in padded frames
-    (a batch is split only where that saves more padding than this).  Every
+    (a batch is split only where that saves more padding than this);
+    ``pad_to``: batches are padded to this many frames (:class:`Plan`).  Every
     batch fits the budget and holds at most ``budget.max_batch`` clips;
     batches run longest first (an out-of-memory shows up at once).  Raises
     :class:`PlanError` on bad input.
     """
     lengths = check_lengths(lengths)
     _check_overhead(batch_overhead_frames)
-    padded, fit_ids, too_long = split_fitting(lengths, budget)
+    padded, fit_ids, too_long = split_fitting(lengths, budget, pad_to)
     order = fit_ids[np.argsort(-lengths[fit_ids], kind="stable")]
     batches = _dp_partition(order, padded, budget, batch_overhead_frames)
-    return Plan(lengths, batches, too_long, budget, name="sorted plan")
+    return Plan(lengths, batches, too_long, budget, name="sorted plan", pad_to=pad_to)
 
 
 def shuffled_training_plan(
@@ -286,6 +300,7 @@ def shuffled_training_plan(
     epoch: int = 0,
     jitter: float = 0.04,
     batch_overhead_frames: float = TRAINING_BATCH_OVERHEAD_FRAMES,
+    pad_to: int | None = None,
 ) -> Plan:
     """Training plan: new batches every epoch, padding still small.
 
@@ -299,7 +314,7 @@ def shuffled_training_plan(
     suit SGD).  Measured with the defaults (jitter 0.04, 4096 frames):
     efficiency >= 96% on uniform and log-normal corpora, with at most ~7%
     more batches than the fewest possible; 0 jitter is the sorted plan in a
-    random batch order.
+    random batch order.  ``pad_to``: as in :func:`plan_batches`.
     """
     lengths = check_lengths(lengths)
     if not 0.0 <= jitter < 1.0:
@@ -308,18 +323,19 @@ def shuffled_training_plan(
         raise PlanError("seed and epoch must be >= 0")
     _check_overhead(batch_overhead_frames)
     rng = np.random.default_rng((_RNG_SALT, int(seed), int(epoch)))
-    padded, fit_ids, too_long = split_fitting(lengths, budget)
+    padded, fit_ids, too_long = split_fitting(lengths, budget, pad_to)
     keys = lengths[fit_ids] * (1.0 + rng.uniform(-jitter, jitter, size=len(fit_ids)))
     # Random tie-break: a random permutation, then a stable sort on the keys.
     perm = rng.permutation(len(fit_ids))
     order = fit_ids[perm][np.argsort(-keys[perm], kind="stable")]
     batches = _dp_partition(order, padded, budget, batch_overhead_frames)
     batches = [batches[i] for i in rng.permutation(len(batches))]
-    return Plan(lengths, batches, too_long, budget, name=f"training plan (seed {seed}, epoch {epoch})")
+    return Plan(lengths, batches, too_long, budget, name=f"training plan (seed {seed}, epoch {epoch})",
+                pad_to=pad_to)
 
 
 def training_plan(lengths: np.ndarray, budget: Budget, *, seed: int, epoch: int,
-                  min_efficiency: float = MIN_TRAINING_EFFICIENCY) -> Plan:
+                  min_efficiency: float = MIN_TRAINING_EFFICIENCY, pad_to: int | None = None) -> Plan:
     """One epoch's shuffled batches (:func:`shuffled_training_plan`) with padding efficiency >= the target.
 
     The planner's default price of a batch (1024 padded frames) suits
@@ -329,18 +345,19 @@ def training_plan(lengths: np.ndarray, budget: Budget, *, seed: int, epoch: int,
     frames rounded up to the budget's alignment), so batches stay as large
     as that target allows.  If even a zero price misses it (alignment padding
     of very short clips), the most efficient plan is returned and a warning
-    logged.
+    logged.  ``pad_to``: as in :func:`plan_batches`.
     """
     best: Plan | None = None
     overhead = DEFAULT_BATCH_OVERHEAD_FRAMES
     while True:
-        plan = shuffled_training_plan(lengths, budget, seed=seed, epoch=epoch, batch_overhead_frames=overhead)
+        plan = shuffled_training_plan(lengths, budget, seed=seed, epoch=epoch, batch_overhead_frames=overhead,
+                                      pad_to=pad_to)
         if best is None or plan.efficiency > best.efficiency:
             best = plan
-        if plan.efficiency >= min_efficiency or overhead == 0.0:
-            break
+        if plan.efficiency >= min_efficiency or overhead == 0.0 or pad_to is not None:
+            break  # (with pad_to every batch pads alike: no partition pads less)
         overhead = overhead / 2 if overhead > 1.0 else 0.0
-    if best.efficiency < min_efficiency:
+    if best.efficiency < min_efficiency and pad_to is None:
         log.warning("epoch %d: training plan padding efficiency %.3f is below %.2f (clips shorter than a few "
                     "multiples of the model's time stride, %d frames)", epoch + 1, best.efficiency, min_efficiency,
                     budget.frame_align)

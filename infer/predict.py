@@ -6,7 +6,7 @@ model's bytes per padded clip-frame, plans length-sorted batches of distinct
 contents under the memory budget, reads and pads them ahead of the model
 from the store's mmap views, and runs clips too long for any batch in
 windows -> softmax -> one CSV row per indexed path
-(:mod:`infer.explore.predictions`).  Raw audio is never involved.
+(:mod:`infer.predictions`).  Raw audio is never involved.
 """
 
 from __future__ import annotations
@@ -28,8 +28,9 @@ from store import ConfigError, Store, check_output_path, open_store
 from .checkpoint import Checkpoint, check_store_matches, load_checkpoint
 from .contract import ModelSpec
 from .data import feature_specs
-from .explore.predictions import Predictions, write_predictions_csv
+from .predictions import Predictions, write_predictions_csv
 from .runtime import Engine, RunOptions
+from .trust import Trust
 
 __all__ = ["LoadedModel", "ModelLike", "PredictStats", "Predictions", "load_model", "open_inputs", "predict"]
 
@@ -80,14 +81,16 @@ class LoadedModel:
 
 
 def load_model(model: ModelLike, store: Store, *, feature: str | None = None,
-               model_args: dict[str, Any] | None = None) -> LoadedModel:
+               model_args: dict[str, Any] | None = None, trust_model_code: Trust = False) -> LoadedModel:
     """Resolve ``model`` against ``store``.
 
     A checkpoint brings its labels and feature (refused if the store's spec
-    differs).  A module or an import path takes the store's label names and
-    ``feature`` (default: the store's default); an import path is built with
-    ``model_args`` plus the store's ``n_bins``/``n_classes`` where its
-    constructor takes them.
+    differs); one whose model is an import path is built only when
+    ``trust_model_code`` (or the allow-list) trusts it (:mod:`infer.trust`).
+    A module or an import path takes the store's label names and
+    ``feature`` (default: the store's default); an import path, named here
+    by the caller and so trusted, is built with ``model_args`` plus the
+    store's ``n_bins``/``n_classes`` where its constructor takes them.
     """
     if isinstance(model, nn.Module) or (isinstance(model, str) and ":" in model and not Path(model).exists()):
         specs = feature_specs(store, feature)
@@ -95,19 +98,20 @@ def load_model(model: ModelLike, store: Store, *, feature: str | None = None,
         if isinstance(model, nn.Module):
             module, label = model, type(model).__name__
         else:
-            module = ModelSpec.for_class(model, model_args, n_bins=sum(s.n_bins for s in specs.values()),
-                                         n_classes=len(store.label_names)).build()
+            spec = ModelSpec.for_class(model, model_args, trust_model_code=[model],
+                                       n_bins=sum(s.n_bins for s in specs.values()), n_classes=len(store.label_names))
+            module = spec.build([model])
             label = model
         return LoadedModel(module, list(store.label_names), name, {}, label)
     ckpt = model if isinstance(model, Checkpoint) else load_checkpoint(model)
     check_store_matches(ckpt, store)
-    return LoadedModel(ckpt.build(), list(ckpt.label_names), ckpt.feature, dict(ckpt.extra),
-                       "<checkpoint>" if isinstance(model, Checkpoint) else str(model))
+    return LoadedModel(ckpt.build(trust_model_code=trust_model_code), list(ckpt.label_names), ckpt.feature,
+                       dict(ckpt.extra), "<checkpoint>" if isinstance(model, Checkpoint) else str(model))
 
 
 def open_inputs(store: str | os.PathLike[str] | Store, model: ModelLike, options: RunOptions | None,
                 overrides: dict[str, Any], model_args: dict[str, Any] | None = None,
-                ) -> tuple[RunOptions, Store, LoadedModel]:
+                trust_model_code: Trust = False) -> tuple[RunOptions, Store, LoadedModel]:
     """Options (``options`` updated by keyword ``overrides``), the store and the model resolved against it."""
     opts = options or RunOptions()
     if overrides:
@@ -116,7 +120,7 @@ def open_inputs(store: str | os.PathLike[str] | Store, model: ModelLike, options
         except TypeError as e:
             raise ConfigError(f"unknown run option: {e}") from None
     s = store if isinstance(store, Store) else open_store(store)
-    return opts, s, load_model(model, s, model_args=model_args)
+    return opts, s, load_model(model, s, model_args=model_args, trust_model_code=trust_model_code)
 
 
 def predict(
@@ -126,6 +130,7 @@ def predict(
     *,
     topk: int = 5,
     model_args: dict[str, Any] | None = None,
+    trust_model_code: Trust = False,
     options: RunOptions | None = None,
     **overrides: Any,
 ) -> Predictions:
@@ -133,7 +138,9 @@ def predict(
 
     ``checkpoint``: a checkpoint path or :class:`~infer.checkpoint.Checkpoint`,
     an ``nn.Module`` or an import path (:data:`ModelLike`, with
-    ``model_args`` for an import path).  Run options come from ``options`` and/or keyword overrides
+    ``model_args`` for an import path); a checkpoint whose model is an import
+    path needs ``trust_model_code=True`` (or the allow-list, see
+    :mod:`infer.trust`).  Run options come from ``options`` and/or keyword overrides
     (``predict(s, m, device="cpu", budget_mb=512)``; see
     :class:`infer.runtime.RunOptions`); ``topk`` labels are listed per clip.
     ``out`` is checked before any work.  Raises ``StoreError``,
@@ -145,7 +152,7 @@ def predict(
         raise ConfigError(f"topk must be a positive integer, got {topk!r}")
     if out is not None:
         check_output_path(out, what="predictions")
-    opts, s, loaded = open_inputs(store, checkpoint, options, overrides, model_args)
+    opts, s, loaded = open_inputs(store, checkpoint, options, overrides, model_args, trust_model_code)
     engine = Engine(opts)
     model = engine.prepare(loaded.module)
     res = engine.logits(model, s, np.arange(len(s)), feature=loaded.feature, desc="predicting")

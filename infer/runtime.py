@@ -34,6 +34,7 @@ from tqdm.auto import tqdm
 
 from store import ConfigError, Store
 
+from . import defaults
 from .budget import Budget
 from .collate import collate
 from .contract import exact_windows, masks_padding, time_stride, window_frames
@@ -58,7 +59,8 @@ class RunOptions:
     fp16; fp32 on CPU), ``fp32``, ``bf16`` or ``fp16`` (CUDA only).
     ``budget_mb``: MiB one batch may use (CPU default 2048; on CUDA the free
     memory minus ``margin_mb``, default 1536, capped by ``budget_mb``).
-    ``max_batch``: most clips in one batch.  ``threads``: CPU threads
+    ``max_batch``: most clips in one batch (default 16).  Defaults come from
+    :mod:`infer.defaults`.  ``threads``: CPU threads
     (default all cores).  ``channels_last``: None = on for CPU, where it is
     faster for these convolutions.  ``loader_workers``: batches are read and
     padded by one prefetch thread (0, the default: fastest for mmap-backed
@@ -66,11 +68,11 @@ class RunOptions:
     a GPU that one thread cannot keep busy).  ``progress``: tqdm bars.
     """
 
-    device: str = "auto"
-    precision: str = "auto"
+    device: str = defaults.DEVICE
+    precision: str = defaults.PRECISION
     budget_mb: float | None = None
     margin_mb: float | None = None
-    max_batch: int = 16
+    max_batch: int = defaults.MAX_BATCH
     threads: int | None = None
     channels_last: bool | None = None
     loader_workers: int = 0
@@ -255,8 +257,6 @@ class Engine:
         budget = budget or self.budget(model, dataset.n_bins)
         sampler = BudgetBatchSampler(dataset, budget, too_long="leave")
         batches = list(sampler)
-        plan_real = int(sum(int(dataset.lengths[i]) for b in batches for i in b))
-        plan_computed = int(sum(len(b) * int(budget.align(int(dataset.lengths[b].max()))) for b in batches))
         parts: list[tuple[np.ndarray, np.ndarray]] = []
         for batch in self._batches(dataset, batches, PadCollate(budget.frame_align)):
             b = batch.to(self.device, non_blocking=True) if self.device.type != "cpu" else batch
@@ -275,8 +275,7 @@ class Engine:
             parts.append((np.array([index]), logit.float().cpu().numpy()[None]))
             bar.update(1)
             peak = max(peak, self._peak())
-        efficiency = plan_real / plan_computed if plan_computed else 1.0
-        return (_assemble(parts, len(dataset)), len(batches), efficiency, len(sampler.too_long_indices),
+        return (_assemble(parts, len(dataset)), len(batches), sampler.plan.efficiency, len(sampler.too_long_indices),
                 budget.budget_bytes), peak
 
     def _batches(self, dataset: Any, batches: list[list[int]], collate_fn: PadCollate) -> Iterator[Any]:

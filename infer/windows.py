@@ -30,6 +30,7 @@ from torch import Tensor
 
 from store import ConfigError
 
+from .budget import align_frames
 from .collate import collate
 from .device import amp
 from .models import MaskedClassifier
@@ -90,7 +91,7 @@ def owned_spans(windows: list[tuple[int, int]], *, align: int = 1) -> list[tuple
 def default_context(model: MaskedClassifier, max_window: int) -> int:
     """Context frames per side: the receptive field rounded up to the stride, capped at a quarter window."""
     stride = model.time_stride
-    wanted = -(-model.receptive_field // stride) * stride
+    wanted = int(align_frames(model.receptive_field, stride))
     cap = (max_window // stride * stride) // 4 // stride * stride
     return min(wanted, cap)
 
@@ -119,7 +120,7 @@ def windowed_pooled_sum(
     window = max_window // stride * stride
     if context is None:
         context = default_context(model, max_window)
-    context = -(-context // stride) * stride
+    context = int(align_frames(context, stride))
     if context < 0 or window - 2 * context < stride:
         raise WindowError(f"context={context} frames leaves no owned span in a {window}-frame window")
     spans = windows_for(int(array.shape[1]), window, hop=window - 2 * context, align=stride)

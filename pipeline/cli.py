@@ -6,14 +6,17 @@ import argparse
 import logging
 import sys
 
-from store import run_cli
+from store import ConfigError, run_cli
 
 from .extract import extract
+from .spec_options import parse_fmax, specs_from_options
 
 EPILOG = """\
 examples:
   specstore-features ~/music/gtzan data/gtzan.zarr
   specstore-features manifest.csv data/set.zarr --features mel --jobs 8 --layout zstd
+  specstore-features ~/music/gtzan data/16k.zarr --sample-rate 16000 --hop 256 --n-mels 64 --cqt-bins 72
+  specstore-features ~/music/gtzan data/mine.zarr --spec features.toml
 
 The corpus is a folder with one sub-folder per label (GTZAN style) or a CSV
 with a header 'path,label[,group]' (label and group may be empty; relative
@@ -23,6 +26,12 @@ changed files; identical files are decoded once. Bad files are recorded in
 the store's error table with their reason (`python -m store info STORE`) and
 never stop the run. One run writes a store at a time; a store holds one
 corpus unless --add-corpus adds another.
+
+Feature parameters default to 22 050 Hz mono; log-mel n_fft 2048, hop 512,
+128 mels up to 8 kHz; CQT 84 bins from C1, hop 512. A --spec file holds one
+TOML table per feature ([mel], [cqt]) of spec fields (sample_rate,
+hop_length, n_bins, n_fft, fmin, fmax, bins_per_octave, dtype, ...); the
+flags override it. The store records every feature's spec.
 """
 
 
@@ -32,7 +41,21 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("corpus", help="folder of label sub-folders, or a path,label CSV manifest")
     p.add_argument("store", help="output store: a local path or an fsspec URL (use --layout zstd for remote)")
-    p.add_argument("--features", default="mel,cqt", help="comma-separated features: mel, cqt (default: mel,cqt)")
+    p.add_argument("--features", default=None,
+                   help="comma-separated features: mel, cqt (default: the --spec file's tables, else mel,cqt)")
+    spec = p.add_argument_group("feature parameters (recorded in the store)")
+    spec.add_argument("--spec", default=None, metavar="FILE.toml",
+                      help="feature specs from a TOML file: a [mel] and/or [cqt] table of spec fields")
+    spec.add_argument("--sample-rate", type=int, default=None, metavar="HZ",
+                      help="decode to this sample rate, Hz (every feature; default 22050)")
+    spec.add_argument("--hop", type=int, default=None, metavar="SAMPLES",
+                      help="hop between frames, samples (every feature; default 512)")
+    spec.add_argument("--n-mels", type=int, default=None, metavar="N", help="mel bands (default 128)")
+    spec.add_argument("--n-fft", type=int, default=None, metavar="SAMPLES", help="mel FFT size, samples (default 2048)")
+    spec.add_argument("--fmax", type=parse_fmax, default=argparse.SUPPRESS, metavar="HZ",
+                      help="highest mel frequency, Hz, or none for half the sample rate (default 8000)")
+    spec.add_argument("--cqt-bins", type=int, default=None, metavar="N",
+                      help="CQT bins, 12 per octave from C1 (default 84)")
     p.add_argument("--jobs", type=int, default=None, help="worker processes (default: all cores)")
     p.add_argument(
         "--layout",
@@ -78,13 +101,19 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s"
     )
-    features = tuple(f.strip() for f in args.features.split(",") if f.strip())
+    features = tuple(f.strip() for f in (args.features or "").split(",") if f.strip())
 
     def body() -> int:
+        if args.features is not None and not features:
+            raise ConfigError("no features given; choose from mel, cqt (e.g. --features mel,cqt)")
+        specs = specs_from_options(features, spec_file=args.spec, sample_rate=args.sample_rate, hop=args.hop,
+                                   n_mels=args.n_mels, n_fft=args.n_fft, fmax=getattr(args, "fmax", "default"),
+                                   cqt_bins=args.cqt_bins)
         summary = extract(
             args.corpus,
             args.store,
-            features=features,
+            features=tuple(specs),
+            specs=specs,
             jobs=args.jobs,
             backend=args.backend,
             scheduler=args.scheduler,

@@ -185,6 +185,11 @@ def plan_tasks(todo: Sequence[tuple[TaskItem, int]], n_jobs: int, *, max_files: 
     return tasks
 
 
+def _cores() -> int:
+    """The cores this process may run on (what ``nproc`` says): the default number of workers."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
 def _check_arguments(features: tuple[str, ...], specs: dict[str, FeatureSpec] | None, jobs: int | None,
                      backend: str, block_seconds: float, commit_seconds: float) -> dict[str, FeatureSpec]:
     """Every argument checked before any work: one-line :class:`ConfigError` naming the bad value."""
@@ -295,7 +300,7 @@ def extract(
         writer.remove_orphans()
         run = _Run(writer, summary, corpora, specs, block_seconds, commit_seconds, progress, storage_options)
         run.plan(items, entry, remove_missing)
-        n_jobs = min(jobs or os.cpu_count() or 1, max(len(run.todo), 1))
+        n_jobs = min(jobs or _cores(), max(len(run.todo), 1))
         if jobs is not None and run.todo and n_jobs < jobs:
             log.info("--jobs %d capped to %d: there are only %d files to decode", jobs, n_jobs, len(run.todo))
         summary.jobs = n_jobs

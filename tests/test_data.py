@@ -28,6 +28,7 @@ from infer.models import ModelConfig, build_model
 from infer.planner import plan_batches
 from infer.predict import predict
 from infer.train import TrainConfig, train
+from infer.trust import UntrustedModelError
 from store import ConfigError, IndexRow, create_store, open_store
 
 COST = CostModel(bytes_per_frame=1000.0, fixed_bytes=0)
@@ -229,16 +230,20 @@ def test_a_user_model_through_train_predict_eval_from_the_cli(tmp_path: Path,
     ck = load_checkpoint(model)
     assert ck.model.target == "user_models:TinyUserNet" and ck.model.kwargs["width"] == 6
     assert ck.model.kwargs["n_bins"] == 16 and ck.model.kwargs["n_classes"] == 3  # filled in from the store
-    assert isinstance(ck.build(), TinyUserNet)
+    assert isinstance(ck.build(trust_model_code=True), TinyUserNet)
+    # the checkpoint names user code: loading it later needs the flag (--arch trusted the training run only)
     assert infer_main(["predict", str(store), str(model), "--out", str(tmp_path / "p.csv"), "--device", "cpu",
-                       "--no-progress"]) == 0
+                       "--no-progress"]) == 2
+    assert "--trust-model-code" in capsys.readouterr().err
+    assert infer_main(["predict", str(store), str(model), "--out", str(tmp_path / "p.csv"), "--device", "cpu",
+                       "--no-progress", "--trust-model-code"]) == 0
     assert infer_main(["eval", str(store), str(model), "--out-dir", str(tmp_path / "r"), "--device", "cpu",
-                       "--no-progress"]) == 0
+                       "--no-progress", "--trust-model-code"]) == 0
     out = capsys.readouterr().out
     assert "split 'val'" in out and "accuracy" in out
     # batched == alone for a masking user model
     s = open_store(store)
-    net = ck.build()
+    net = ck.build(trust_model_code=["user_models"])
     batched = predict(s, net, device="cpu", progress=False).probs
     for i in (0, 5, 17):
         x = torch.from_numpy(np.asarray(s[i], dtype=np.float32))[None, None]
@@ -257,8 +262,10 @@ def test_modules_and_import_paths_are_accepted_and_recorded(tmp_path: Path) -> N
               progress=False)
     probs = predict(store, "user_models:TinyUserNet", device="cpu", progress=False, model_args={"width": 4}).probs
     assert probs.shape == (24, 3) and np.allclose(probs.sum(axis=1), 1.0, atol=1e-5)
+    with pytest.raises(UntrustedModelError, match="--trust-model-code"):
+        ModelSpec("os:system", {}).build()  # refused before `os` is even looked at
     with pytest.raises(ConfigError, match="not a torch.nn.Module subclass"):
-        ModelSpec("os:system", {}).build()
+        ModelSpec("os:system", {}).build(trust_model_code=True)
     with pytest.raises(ConfigError, match="defined inside a function"):
         class Local(torch.nn.Module):
             pass

@@ -119,6 +119,21 @@ def test_report_matches_predictions_by_label_name(tmp_path: Path) -> None:
     assert png.startswith(PNG_SIGNATURE) and len(png) > 2000
 
 
+def test_a_class_without_clips_reads_as_such_in_the_report(tmp_path: Path) -> None:
+    """jazz has no clips here: its recall and F1 are undefined, not 0.000, and the row says why."""
+    store = make_test_store(tmp_path / "s.zarr", ["rock", "ambient"] * 6)
+    report = evaluate(store, make_checkpoint(tmp_path / "m.pt"), tmp_path / "r", device="cpu", progress=False)
+    jazz = report.per_class["jazz"]
+    assert jazz["support"] == 0
+    row = next(line for line in (tmp_path / "r" / "report.txt").read_text().splitlines()
+               if line.strip().startswith("jazz"))
+    cells = row.split()
+    assert cells[2:5] == ["-", "-", "0"] and "no clips of this class here" in row
+    assert cells[1] == ("-" if not jazz["predicted"] else f"{jazz['precision']:.3f}")
+    rock = next(line for line in report.text().splitlines() if line.strip().startswith("rock"))
+    assert " - " not in rock and "no clips" not in rock
+
+
 def test_val_split_is_the_recorded_one(tmp_path: Path) -> None:
     labels: list[str | None] = ["rock", "ambient"] * 20
     store = make_test_store(tmp_path / "s.zarr", labels)

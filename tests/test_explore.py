@@ -199,6 +199,9 @@ def test_outcomes_from_predictions_match_a_hand_count(labelled) -> None:
     assert o.truth_exact.all()
     assert "accuracy 42.9%" in o.describe()
     assert "1 unlabelled skipped" in o.describe()
+    assert "predictions from" not in o.describe()  # it says where they came from only when told
+    named = outcomes_from_predictions(pred, s, source="model demo.pt")
+    assert named.describe().endswith("; predictions from model demo.pt")
 
     table = per_class_table(o)
     assert [r["label"] for r in table.records] == o.label_names
@@ -333,7 +336,7 @@ def test_colours_compare_across_clips_time_is_labelled_and_notes_reach_the_title
 
 def test_topk_labels_with_separators_round_trip(tmp_path: Path) -> None:
     """Labels holding ':' ';' or '%' cannot make the topk column ambiguous: they are escaped, and read back."""
-    from infer.explore.predictions import escape_label, unescape_label
+    from infer.predictions import escape_label, unescape_label
 
     names = ["a:b", "c;d", "50%:x", "plain"]
     for name in names:

@@ -60,7 +60,7 @@ def test_train_your_own_loop_checkpoint_and_predict(tmp_path: Path, examples: No
     ck = load_checkpoint(res["checkpoint"])
     assert ck.model.target == "train_your_own:GenreNet"
     assert ck.model.kwargs == {"n_bins": 16, "n_classes": 3, "width": 8}
-    net = ck.build()
+    net = ck.build(trust_model_code=True)  # the user's own class: trusted by its user
     assert type(net).__name__ == "GenreNet"
     # infer.predict on the checkpoint gives the loop's own held-out probabilities (not saturated ones)
     val_probs = res["val_probs"]

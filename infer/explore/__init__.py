@@ -1,17 +1,22 @@
-"""Looking at a store and a model's results: one home for figures, outcomes, metrics and the predictions CSV.
+"""Looking at a store and a model's results, in a notebook: figures, outcomes, the most-confused clips.
 
 * :mod:`~infer.explore.figures`: a clip's spectrograms (:func:`show_clip`),
-  the length histogram, label counts, the confusion matrix (inline or PNG);
-* :mod:`~infer.explore.predictions`: :class:`Predictions` and the ``make
-  infer`` CSV, written and read by one schema;
+  the length histogram, label counts, and the confusion matrix (inline or
+  PNG, from :mod:`infer.plots`);
 * :mod:`~infer.explore.outcomes`: predictions joined to the store by path,
-  scikit-learn metrics, the confusion matrix, the most-confused clips;
+  the metrics (:mod:`infer.metrics`), the confusion matrix, the
+  most-confused clips;
+* :class:`Predictions` and the ``make infer`` CSV (:mod:`infer.predictions`,
+  one schema for writing and reading), re-exported here;
 * :func:`quick_train`: a tiny model in seconds for a store without a checkpoint.
 
-The notebook ``examples/explore_store.ipynb``, ``make eval`` and ``make
-infer`` use these same functions.
+The notebook ``examples/explore_store.ipynb`` calls these.  They build on
+the core modules (``make eval`` and ``make infer`` use the same metrics,
+figure and CSV code); nothing in the core imports this package.
 """
 
+from ..predictions import COLUMNS, CsvPrediction, Predictions, read_predictions_csv, write_predictions_csv
+from ..predictions import PredictionsError as ExploreError
 from .figures import (
     DB_LIMITS,
     UNLABELLED,
@@ -37,14 +42,6 @@ from .outcomes import (
     outcomes_from_csv,
     outcomes_from_predictions,
     per_class_table,
-)
-from .predictions import (
-    COLUMNS,
-    CsvPrediction,
-    ExploreError,
-    Predictions,
-    read_predictions_csv,
-    write_predictions_csv,
 )
 from .quick_model import quick_train
 

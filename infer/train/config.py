@@ -26,6 +26,7 @@ from typing import Any
 from store import ConfigError
 from store.records import from_record
 
+from .. import defaults
 from ..device import PRECISIONS
 from ..models import ARCHS, FREQ_POOLINGS, POOLINGS
 
@@ -92,9 +93,10 @@ class TrainConfig:
                            "step (e.g. 0.99; 0 disables)")
     label_smoothing: float = _opt(0.0, "cross-entropy label smoothing")
     class_weighted: bool = _opt(False, "weight the loss by inverse class frequency")
-    max_batch: int = _opt(16, "most clips in one batch")
-    budget_mb: float | None = _opt(None, "memory for one batch, MiB (CPU default 2048; CUDA: free memory minus "
-                                         "a 1.5 GiB margin)", parse=_optional_mb, metavar="MIB")
+    max_batch: int = _opt(defaults.MAX_BATCH, "most clips in one batch")
+    budget_mb: float | None = _opt(None, f"memory for one batch, MiB (CPU default {defaults.CPU_BUDGET_MB:g}; CUDA: "
+                                         f"free memory minus a {defaults.CUDA_MARGIN_MB:g} MiB margin)",
+                                   parse=_optional_mb, metavar="MIB")
     crop_seconds: float | None = _opt(10.0, "random crop per clip and epoch, seconds; 0 = whole clips",
                                       parse=_optional_seconds, metavar="SECONDS")
     crops_per_clip: int | None = _opt(None, "random crops of every training clip per epoch (each with its own crop "
@@ -151,8 +153,8 @@ class TrainConfig:
     feature: str | None = _opt(None, "feature to train on: one the store holds, or several joined by '+' "
                                      "(stacked frame by frame, e.g. mel+cqt); default: every feature the store "
                                      "holds, stacked", metavar="NAME")
-    device: str = _opt("auto", "auto (CUDA if available), cpu, cuda, cuda:N")
-    precision: str = _opt("auto", "auto: bf16/fp16 autocast on CUDA, fp32 on CPU", choices=PRECISIONS)
+    device: str = _opt(defaults.DEVICE, "auto (CUDA if available), cpu, cuda, cuda:N")
+    precision: str = _opt(defaults.PRECISION, "auto: bf16/fp16 autocast on CUDA, fp32 on CPU", choices=PRECISIONS)
 
     def __post_init__(self) -> None:
         if not isinstance(self.epochs, int) or self.epochs < 1:
@@ -217,7 +219,11 @@ class TrainConfig:
 
     @classmethod
     def from_file(cls, path: str | Path) -> TrainConfig:
-        """Read a ``.toml`` or ``.json`` file of config fields (a ``[train]`` table is accepted in TOML)."""
+        """Read a ``.toml`` or ``.json`` file of config fields (a ``[train]`` table is accepted in TOML, and a
+        run's ``MODEL.config.json``, whose ``train_config`` holds them).
+
+        An ``arch`` import path read here is code a file names: training builds it only when trusted
+        (:mod:`infer.trust`)."""
         p = Path(path)
         try:
             text = p.read_text(encoding="utf-8")
@@ -229,6 +235,8 @@ class TrainConfig:
                 data = data.get("train", data)
             elif p.suffix.lower() == ".json":
                 data = json.loads(text)
+                if isinstance(data, dict) and isinstance(data.get("train_config"), dict):
+                    data = data["train_config"]
             else:
                 raise TrainError(f"config file {p} must be .toml or .json")
         except (tomllib.TOMLDecodeError, json.JSONDecodeError) as e:

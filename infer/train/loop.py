@@ -52,9 +52,9 @@ from tqdm.auto import tqdm
 from store import Store, write_atomic
 
 from ..checkpoint import Checkpoint, load_checkpoint, save_checkpoint
-from ..contract import ModelSpec, time_stride
-from ..data import BudgetBatchSampler
+from ..contract import ModelSpec
 from ..models import count_parameters
+from ..trust import Trust, with_named
 from .config import TrainConfig, TrainError
 from .prepare import Learner, Run, TrainData, default_training_feature, prepare_data, prepare_model, prepare_run
 from .report import Scalars, held_out_report, held_out_text, macro_f1, metrics_csv
@@ -146,6 +146,7 @@ def train(
     model: nn.Module | str | None = None,
     model_args: dict[str, Any] | None = None,
     on_epoch_end: Callable[[dict[str, Any]], None] | None = None,
+    trust_model_code: Trust = False,
     **overrides: Any,
 ) -> TrainResult:
     """Train a classifier on ``store``'s labelled clips; the checkpoint goes to ``model_path``.
@@ -154,7 +155,10 @@ def train(
     ``package.module:Class``, or an ``nn.Module`` instance following the
     contract of :mod:`infer.contract`; ``model_args``: its constructor's
     keyword arguments (JSON values), recorded in the checkpoint so it can be
-    rebuilt without pickle.  ``config`` fields may also be given as keyword
+    rebuilt without pickle.  ``model`` is trusted (you name it); an import
+    path in the config's ``arch`` (which may come from a file) needs
+    ``trust_model_code`` (True, or the trusted import paths; see
+    :mod:`infer.trust`).  ``config`` fields may also be given as keyword
     ``overrides``; options left ``auto`` are resolved from the training data
     (:mod:`.recipe`).  ``threads``:
     CPU threads (default all cores); ``margin_mb``: GPU memory kept free.
@@ -168,10 +172,13 @@ def train(
     cfg = config or TrainConfig()
     if overrides:
         cfg = TrainConfig.from_dict({**cfg.to_dict(), **overrides})
+    named = model if isinstance(model, str) else (
+        f"{type(model).__module__}:{type(model).__qualname__}" if isinstance(model, nn.Module) else None)
+    trust = with_named(trust_model_code, *([named] if named else []))
     t0 = time.perf_counter()
     run = prepare_run(store, model_path, cfg, model=model, threads=threads, margin_mb=margin_mb,
                       overwrite=overwrite)
-    learner = prepare_model(run, model, model_args)
+    learner = prepare_model(run, model, model_args, trust)
     data = prepare_data(run, learner)
     log.info("training %s (%d parameters) on %d clips, validating on %d; %s; %s", learner.spec.target,
              count_parameters(learner.net), len(run.train_rows), len(run.val_rows), run.device,
@@ -199,7 +206,7 @@ def train(
         bar.close()
         scalars.close()
     if epochs_run:
-        _finish(run, learner, extra, val_logits)
+        _finish(run, learner, extra, val_logits, trust)
     else:
         extra.update(load_checkpoint(run.model_path).extra)
     best_entry = learner.history[learner.best_epoch - 1] if learner.best_epoch else {}
@@ -271,7 +278,7 @@ def _run_epoch(run: Run, learner: Learner, data: TrainData, epoch: int, bar: Any
     return {
         "epoch": epoch + 1, "loss": loss_sum / max(seen, 1), "train_accuracy": correct / max(seen, 1),
         "val_accuracy": None, "val_f1": None, "val_loss": None, "lr": lr, "batches": n_batches,
-        "efficiency": _epoch_efficiency(data.dataset.lengths, data.sampler, time_stride(net), data.collate.pad_to),
+        "efficiency": data.sampler.plan.efficiency,
         "oom_splits": oom_splits, "seconds": time.perf_counter() - e0,
     }
 
@@ -326,14 +333,15 @@ def _end_epoch(run: Run, learner: Learner, extra: dict[str, Any], entry: dict[st
              entry["batches"], entry["efficiency"], entry["seconds"])
 
 
-def _finish(run: Run, learner: Learner, extra: dict[str, Any], last_logits: np.ndarray | None) -> None:
+def _finish(run: Run, learner: Learner, extra: dict[str, Any], last_logits: np.ndarray | None,
+            trust: Trust) -> None:
     """The kept checkpoint gets the whole history and the held-out report (also in ``config.json``)."""
     ckpt = load_checkpoint(run.model_path)
     if len(run.val_rows):
         logits = last_logits
         model = learner.scored
         if run.cfg.select != "last" or logits is None:  # the kept epoch is not the last one: score it again
-            model = run.engine.prepare(ckpt.build(run.device))
+            model = run.engine.prepare(ckpt.build(run.device, trust_model_code=trust))
             logits = run.engine.logits(model, run.store, run.val_rows, feature=run.feature).logits
         extra["held_out"] = held_out_report(model, logits, run.store, run.feature, run.val_rows)
         log.info("%s", held_out_text(extra["held_out"], len(run.val_rows)))
@@ -342,12 +350,3 @@ def _finish(run: Run, learner: Learner, extra: dict[str, Any], last_logits: np.n
     save_checkpoint(ckpt, run.model_path)
     _write_config(run, learner, extra)
 
-
-def _epoch_efficiency(lengths: np.ndarray, sampler: BudgetBatchSampler, stride: int, pad_to: int | None) -> float:
-    """Real / computed frames of this epoch's batches."""
-    real = computed = 0
-    for b in sampler.epoch_batches():
-        longest = pad_to or int(lengths[b].max())
-        computed += len(b) * (-(-longest // stride) * stride)
-        real += int(lengths[b].sum())
-    return real / computed if computed else 1.0

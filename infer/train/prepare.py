@@ -37,6 +37,7 @@ from ..data import BudgetBatchSampler, PadCollate, StoreDataset, feature_specs, 
 from ..models import ARCHS, MaskedClassifier
 from ..runtime import Engine, RunOptions
 from ..split import SplitError, SplitRule, split_keys, training_fingerprint, training_rows
+from ..trust import Trust, UntrustedModelError, with_named
 from .config import TrainConfig, TrainError
 from .recipe import DataFacts, data_facts, resolve
 from .resume import ResumeState, load_resume, resume_path_for
@@ -254,17 +255,18 @@ class Learner:
 
 
 def model_spec_for(cfg: TrainConfig, model: nn.Module | str | None, model_args: dict[str, Any] | None,
-                   available: dict[str, Any], stats: FrameStats | None = None) -> ModelSpec:
+                   available: dict[str, Any], stats: FrameStats | None = None, trust: Trust = False) -> ModelSpec:
     """How to build the model: the config's built-in architecture or import path, or a given module.
 
     ``available``: the store's facts a constructor may take (n_bins, n_classes, input_mean, input_std);
-    ``stats``: the training frames' statistics (per-bin normalisation of the built-ins).
+    ``stats``: the training frames' statistics (per-bin normalisation of the built-ins); ``trust``: the
+    model code that may be imported (:mod:`infer.trust`).
     """
     if isinstance(model, nn.Module):
         spec = spec_of(model, model_args)
         if not spec.builtin:  # the checkpoint must be able to rebuild it
             try:
-                rebuilt = spec.build()
+                rebuilt = spec.build(with_named(trust, spec.target))
                 rebuilt.load_state_dict(model.state_dict())
             except (ConfigError, RuntimeError) as e:
                 raise TrainError(f"{spec.target} cannot be rebuilt from its import path and arguments {spec.kwargs} "
@@ -283,13 +285,19 @@ def model_spec_for(cfg: TrainConfig, model: nn.Module | str | None, model_args: 
             kwargs["bin_std"] = [round(float(v), 3) for v in stats.bin_std]
         return ModelSpec(target, kwargs)
     try:
-        return ModelSpec.for_class(target, args, **available)
+        return ModelSpec.for_class(target, args, trust_model_code=trust, source="the training config", **available)
+    except UntrustedModelError:
+        raise
     except ConfigError as e:
         raise TrainError(str(e)) from None
 
 
-def prepare_model(run: Run, model: nn.Module | str | None, model_args: dict[str, Any] | None) -> Learner:
-    """The model (built fresh, its statistics head fitted, or restored from the resume state) and its optimiser."""
+def prepare_model(run: Run, model: nn.Module | str | None, model_args: dict[str, Any] | None,
+                  trust: Trust = False) -> Learner:
+    """The model (built fresh, its statistics head fitted, or restored from the resume state) and its optimiser.
+
+    ``trust``: the model code that may be imported (:mod:`infer.trust`).
+    """
     cfg, state = run.cfg, run.state
     frames = frame_stats(StoreDataset(run.store, run.feature, rows=run.train_rows), cfg.seed)
     if state is not None:
@@ -297,9 +305,9 @@ def prepare_model(run: Run, model: nn.Module | str | None, model_args: dict[str,
     else:
         spec = model_spec_for(cfg, model, model_args, {"n_bins": run.n_bins, "n_classes": run.n_classes,
                                                        "input_mean": round(frames.mean, 4),
-                                                       "input_std": round(frames.std, 4)}, frames)
+                                                       "input_std": round(frames.std, 4)}, frames, trust)
     torch.manual_seed(cfg.seed)
-    net = (model if isinstance(model, nn.Module) else spec.build()).to(run.device)
+    net = (model if isinstance(model, nn.Module) else spec.build(trust, source="the training config")).to(run.device)
     if cfg.grad_checkpoint:
         if not hasattr(net, "grad_checkpoint"):
             raise TrainError(f"{type(net).__name__} has no grad_checkpoint attribute: it does not support "
@@ -416,7 +424,7 @@ def prepare_data(run: Run, learner: Learner) -> TrainData:
     repeats = (cfg.crops_per_clip or 1) if crop is not None else 1
     dataset = StoreDataset(run.store, run.feature, rows=np.repeat(run.train_rows, repeats), crop_frames=crop,
                            spec_augment=augment, seed=cfg.seed)
-    sampler = BudgetBatchSampler(dataset, budget, shuffle=True, seed=cfg.seed)
+    sampler = BudgetBatchSampler(dataset, budget, shuffle=True, seed=cfg.seed, pad_to=pad_to)
     weights = torch.tensor(class_weights(run.train_labels, run.n_classes), dtype=torch.float32,
                            device=run.device) if cfg.class_weighted else None
     return TrainData(dataset, sampler, PadCollate(time_stride(net), pad_to=pad_to), budget, eval_budget, weights)

@@ -1,5 +1,7 @@
 """Predictions and their CSV: the one place that writes and reads the ``make infer`` file.
 
+Core: :func:`infer.predict` writes it, :mod:`infer.explore` reads it (never the other way round).
+
 :class:`Predictions` holds per-row class probabilities (rows as in the store,
 one per indexed path) with the run's figures.  :func:`write_predictions_csv`
 and :func:`read_predictions_csv` share one column list, :data:`COLUMNS`:
@@ -31,7 +33,7 @@ import numpy as np
 from store import SpecstoreError, atomic_path
 
 __all__ = [
-    "COLUMNS", "CsvPrediction", "ExploreError", "Predictions", "escape_label", "read_predictions_csv",
+    "COLUMNS", "CsvPrediction", "Predictions", "PredictionsError", "escape_label", "read_predictions_csv",
     "unescape_label", "write_predictions_csv",
 ]
 
@@ -41,8 +43,11 @@ COLUMNS = ("path", "pred", "prob", "topk", "truth")
 _ESCAPES = (("%", "%25"), (":", "%3A"), (";", "%3B"))
 
 
-class ExploreError(SpecstoreError, ValueError):
-    """Predictions that cannot be read or joined to the store; one-line message."""
+class PredictionsError(SpecstoreError, ValueError):
+    """Predictions that cannot be read or joined to the store; one-line message.
+
+    :mod:`infer.explore` calls it ``ExploreError``.
+    """
 
 
 def escape_label(label: str) -> str:
@@ -109,9 +114,9 @@ def _parse_prob(text: str, where: str) -> float:
     try:
         p = float(text)
     except ValueError:
-        raise ExploreError(f"{where}: probability {text!r} is not a number") from None
+        raise PredictionsError(f"{where}: probability {text!r} is not a number") from None
     if not (math.isfinite(p) and 0.0 <= p <= 1.0 + 1e-6):
-        raise ExploreError(f"{where}: probability {text!r} is not in [0, 1]")
+        raise PredictionsError(f"{where}: probability {text!r} is not in [0, 1]")
     return p
 
 
@@ -121,25 +126,25 @@ def read_predictions_csv(path: str | os.PathLike[str]) -> list[CsvPrediction]:
     try:
         text = p.read_text(encoding="utf-8")
     except OSError as e:
-        raise ExploreError(f"cannot read predictions {p}: {e.strerror or e}") from None
+        raise PredictionsError(f"cannot read predictions {p}: {e.strerror or e}") from None
     except UnicodeDecodeError:
-        raise ExploreError(f"{p} is not a predictions CSV: not UTF-8 text") from None
+        raise PredictionsError(f"{p} is not a predictions CSV: not UTF-8 text") from None
     reader = csv.reader(io.StringIO(text, newline=""))
     header = next(reader, None)
     if header is None or tuple(h.strip() for h in header[:len(COLUMNS)]) != COLUMNS:
-        raise ExploreError(f"{p} is not a predictions CSV: its header must start with {','.join(COLUMNS)}")
+        raise PredictionsError(f"{p} is not a predictions CSV: its header must start with {','.join(COLUMNS)}")
     out: list[CsvPrediction] = []
     for rec in reader:
         if not rec:
             continue
         where = f"{p} line {reader.line_num}"
         if len(rec) < len(COLUMNS):
-            raise ExploreError(f"{where}: expected {len(COLUMNS)} columns, got {len(rec)}")
+            raise PredictionsError(f"{where}: expected {len(COLUMNS)} columns, got {len(rec)}")
         pairs: list[tuple[str, float]] = []
         for item in filter(None, rec[3].split(";")):
             name, sep, prob = item.rpartition(":")
             if not sep or not name:
-                raise ExploreError(f"{where}: top-k entry {item!r} is not label:probability")
+                raise PredictionsError(f"{where}: top-k entry {item!r} is not label:probability")
             pairs.append((unescape_label(name), _parse_prob(prob, where)))
         if not pairs:
             pairs = [(rec[1], _parse_prob(rec[2], where))]

@@ -1,4 +1,7 @@
-"""Batch planners the benchmarks compare against (not part of the product).
+"""Batch planners the project's planner is measured against: what users would otherwise run.
+
+Not used by any command; ``make bench`` and the planner tests compare
+:func:`infer.planner.plan_batches` with them.
 
 * :func:`fixed_batches`: consecutive groups of ``batch_size`` clips in
   arrival order, no budget (what a plain ``DataLoader(batch_size=4)`` does);
@@ -14,12 +17,10 @@ from typing import Any
 
 import numpy as np
 
-from infer.budget import Budget, PlanError
-from infer.planner import Plan, check_lengths, split_fitting
+from .budget import Budget, PlanError
+from .planner import _RNG_SALT, Plan, check_lengths, split_fitting
 
 __all__ = ["bucketed_batches", "fixed_batches"]
-
-_RNG_SALT = 0x5EED_B47C
 
 
 def fixed_batches(lengths: np.ndarray, batch_size: int = 4) -> Plan:
