@@ -5,7 +5,7 @@ Routes:
 * ``GET /``: the upload page (``page.html``): drop or pick files, progress,
   top-5 genres with probabilities and each clip's log-mel picture.
 * ``POST /classify``: multipart, one or many files (any field name);
-  query ``topk`` (default the server's) and ``picture=1`` (a PNG data URL
+  query ``topk`` (default the server's, at most the number of labels) and ``picture=1`` (a PNG data URL
   per file).  200 ``{"model", "labels", "files": [{"file", "duration_s",
   "frames", "top": [{"label", "prob"}], "picture"?} or {"file", "error"}]}``;
   every file failed: 422 with ``error``; limits: 413 (too large), 400 (no
@@ -43,7 +43,7 @@ from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, R
 from starlette.routing import Route
 
 from .batcher import Batcher, BatchError
-from .clips import ClipError, DecodedClip, decode_bytes
+from .clips import ClipError, DecodedClip, decode_bytes, warm_up
 from .config import ServeConfig
 from .metrics import Metrics
 from .model import Classifier, top_k
@@ -57,13 +57,6 @@ _NAME_CHARS = 200
 
 class _TooLarge(Exception):
     """The request body passed the size limit."""
-
-
-def _warm() -> int:
-    """Run in each new decode worker: import the decode stack once, before the first upload."""
-    import pipeline.features  # noqa: F401
-
-    return 0
 
 
 def _limited(receive: Callable[[], Awaitable[MutableMapping[str, Any]]],
@@ -120,7 +113,7 @@ class Service:
         """Start the decode workers (warmed up) and the batcher."""
         self._pool = self._new_pool()
         loop = asyncio.get_running_loop()
-        await asyncio.gather(*(loop.run_in_executor(self._pool, _warm) for _ in range(self.config.workers)))
+        await asyncio.gather(*(loop.run_in_executor(self._pool, warm_up) for _ in range(self.config.workers)))
         await self.batcher.start()
 
     async def stop(self) -> None:
@@ -217,9 +210,9 @@ class Service:
             topk = int(q.get("topk", self.config.topk))
         except ValueError:
             return _error(400, "topk must be a whole number")
-        if not 1 <= topk <= len(self.classifier.label_names):
-            return _error(400, f"topk must lie in 1..{len(self.classifier.label_names)}")
-        return topk, q.get("picture", "0").lower() in ("1", "true", "yes")
+        if topk < 1:
+            return _error(400, "topk must be at least 1")
+        return min(topk, len(self.classifier.label_names)), q.get("picture", "0").lower() in ("1", "true", "yes")
 
     async def _read_files(self, request: Request) -> list[tuple[str, bytes | None]] | JSONResponse:
         """``(name, bytes)`` per uploaded file (``None`` bytes: over the size limit), or an error response."""

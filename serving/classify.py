@@ -28,7 +28,7 @@ from pipeline.corpus import AUDIO_EXTENSIONS
 from pipeline.hashing import content_hash
 from store import ConfigError, FeatureSpec
 
-from .clips import ClipError, DecodedClip, decode_file
+from .clips import DecodedClip, decode_or_reason
 from .model import Classifier, top_k
 
 __all__ = ["ClassifyResult", "FileFailure", "FileResult", "classify_files", "expand_inputs"]
@@ -89,14 +89,6 @@ def expand_inputs(inputs: Sequence[str | os.PathLike[str]]) -> list[str]:
     return out
 
 
-def _decode(path: str, specs: dict[str, FeatureSpec], digest: str) -> DecodedClip | str:
-    """Worker: the decoded clip, or the one-line reason it failed."""
-    try:
-        return decode_file(path, specs, digest=digest)
-    except ClipError as e:
-        return str(e)
-
-
 def _decode_all(todo: dict[str, str], specs: dict[str, FeatureSpec], jobs: int,
                 progress: bool) -> Iterator[tuple[str, DecodedClip | str]]:
     """``(hash, clip or reason)`` for each distinct content ``hash -> path``, in ``jobs`` processes."""
@@ -104,13 +96,13 @@ def _decode_all(todo: dict[str, str], specs: dict[str, FeatureSpec], jobs: int,
     try:
         if jobs <= 1 or len(todo) <= 1:
             for h, path in todo.items():
-                yield h, _decode(path, specs, h)
+                yield h, decode_or_reason(path, specs, h)
                 bar.update(1)
             return
         # spawn: this process has torch's threads running, which a fork would copy half-started
         with cf.ProcessPoolExecutor(max_workers=min(jobs, len(todo)),
                                     mp_context=multiprocessing.get_context("spawn")) as pool:
-            futures = {pool.submit(_decode, path, specs, h): h for h, path in todo.items()}
+            futures = {pool.submit(decode_or_reason, path, specs, h): h for h, path in todo.items()}
             for fut in cf.as_completed(futures):
                 yield futures[fut], fut.result()
                 bar.update(1)

@@ -30,7 +30,9 @@ from pipeline.features import stored_features
 from pipeline.hashing import content_hash, digest_bytes
 from store import FeatureSpec, SpecstoreError, stack_parts
 
-__all__ = ["ClipError", "DecodedClip", "decode_bytes", "decode_file", "mel_picture"]
+__all__ = [
+    "ClipError", "DecodedClip", "decode_bytes", "decode_file", "decode_or_reason", "mel_picture", "warm_up",
+]
 
 #: Longest side of a log-mel picture, pixels (frames are averaged down to it).
 PICTURE_WIDTH = 640
@@ -124,3 +126,18 @@ def decode_bytes(data: bytes, specs: Mapping[str, FeatureSpec], *, max_seconds: 
                            digest=digest_bytes(data))
     finally:
         os.unlink(tmp)
+
+
+def decode_or_reason(path: str, specs: Mapping[str, FeatureSpec], digest: str) -> DecodedClip | str:
+    """:func:`decode_file`, or the one-line reason it failed (for worker pools: no exception to ship back)."""
+    try:
+        return decode_file(path, specs, digest=digest)
+    except ClipError as e:
+        return str(e)
+
+
+def warm_up() -> int:
+    """Run once in each new decode worker: the decode stack is imported before the first file arrives."""
+    import librosa.filters  # noqa: F401  (what the feature plans build on)
+
+    return 0
