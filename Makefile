@@ -48,12 +48,20 @@ RC_SIZE     ?= full
 RC_APT_MIN  := fluidsynth csound-soundfont
 RC_APT_ALL  := $(RC_APT_MIN) fluid-soundfont-gm musescore-general-soundfont-small timgm6mb-soundfont
 RC_APT      ?= $(RC_APT_MIN)
+# Serving: files to classify, where `make serve` listens, and the Debian browser the page's end-to-end test drives.
+FILES       ?=
+HOST        ?= 127.0.0.1
+PORT        ?= 8000
+SERVE_ARGS  ?=
+BROWSER_APT := chromium
 
 # STORE and MODEL have no defaults (only `make demo` uses its own fixed paths): a target that needs
 # one and lacks it stops at once with one line, before installing or writing anything.
 needs = $(foreach v,$(2),$(if $(strip $($(v))),,$(error make $(1) needs $(v)=... (e.g. $(v)=$(if $(filter STORE,$(v)),data/mine.zarr,models/mine.pt)))))
 $(foreach t,features plan,$(if $(filter $(t),$(MAKECMDGOALS)),$(call needs,$(t),STORE)))
 $(foreach t,infer init-model train eval,$(if $(filter $(t),$(MAKECMDGOALS)),$(call needs,$(t),STORE MODEL)))
+$(foreach t,classify serve,$(if $(filter $(t),$(MAKECMDGOALS)),$(call needs,$(t),MODEL)))
+$(if $(filter classify,$(MAKECMDGOALS)),$(if $(strip $(FILES)),,$(error make classify needs FILES=... (audio files and/or folders))))
 
 # Values are quoted for the shell, so paths may hold spaces (and single quotes).
 q = '$(subst ','\'',$(1))'
@@ -62,7 +70,7 @@ q = '$(subst ','\'',$(1))'
 # quiet machine, up to 10x faster training on a busy one.
 export OMP_WAIT_POLICY ?= PASSIVE
 
-.PHONY: help install features test test-fast corpus infer plan init-model train eval demo bench realcorpus realcorpus-deps gpu-check gpu-wheels lint
+.PHONY: help install browser-deps classify serve features test test-fast corpus infer plan init-model train eval demo bench realcorpus realcorpus-deps gpu-check gpu-wheels lint
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 16
@@ -74,7 +82,28 @@ $(VENV)/.installed: pyproject.toml
 	$(VENV)/bin/pip install --quiet --upgrade pip
 	$(VENV)/bin/pip install --quiet torch==2.13.0
 	$(VENV)/bin/pip install --quiet -e ".[dev]"
+	@$(MAKE) --no-print-directory browser-deps || echo "note: no Chromium; the browser test of the upload page will be skipped"
 	touch $@
+
+browser-deps:  ## apt-get Debian's Chromium for the upload page's browser test, if missing (Playwright drives it)
+	@missing=""; for p in $(BROWSER_APT); do \
+		dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "ok installed" || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+		command -v apt-get >/dev/null || { echo "the browser test needs the Debian packages:$$missing" >&2; exit 1; }; \
+		sudo=""; [ "$$(id -u)" = 0 ] || sudo=sudo; \
+		echo "installing$$missing"; \
+		$$sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -qq --no-install-recommends $$missing; \
+	fi
+
+classify: install  ## FILES="a.mp3 dir/" MODEL=… (required): top-k genres of audio files, no store (ARGS=--csv|--json)
+	$(PY) -m serving classify $(FILES) --model $(call q,$(MODEL)) --device $(call q,$(DEVICE)) \
+		--topk $(call q,$(TOPK)) --max-batch $(call q,$(MAX_BATCH)) --precision $(call q,$(PRECISION)) \
+		--jobs $(call q,$(JOBS)) $(if $(BUDGET_MB),--budget-mb $(call q,$(BUDGET_MB))) $(ARGS)
+
+serve: install  ## MODEL=… (required) HOST=127.0.0.1 PORT=8000: upload page + JSON API + /metrics (SERVE_ARGS=--workers 4 …)
+	$(PY) -m serving serve --model $(call q,$(MODEL)) --host $(call q,$(HOST)) --port $(call q,$(PORT)) \
+		--device $(call q,$(DEVICE)) --max-batch $(call q,$(MAX_BATCH)) --precision $(call q,$(PRECISION)) \
+		$(if $(BUDGET_MB),--budget-mb $(call q,$(BUDGET_MB))) $(SERVE_ARGS)
 
 corpus: install  ## generate the synthetic demo corpus into data/demo-corpus (deterministic)
 	@if [ ! -f $(DEMO_CORPUS)/.complete ]; then \
