@@ -13,6 +13,7 @@ import argparse
 import csv
 import json
 import logging
+import os
 import sys
 from collections.abc import Sequence
 
@@ -169,6 +170,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """``specstore classify ...`` / ``specstore serve ...``."""
+    # torch's OpenMP threads sleep instead of spinning when idle (set before torch is imported): the model
+    # shares the cores with the decode workers, which spinning threads would slow down (as the Makefile does)
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
