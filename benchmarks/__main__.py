@@ -45,8 +45,8 @@ FULL: dict[str, dict[str, Any]] = {
                     memory=dict(median_s=30.0, n_base=64, tiles=(2, 12), workers=4, budget_mb=512, repeats=2),
                     loader=dict(n_clips=24, median_s=60.0, repeats=3, model={})),
     "model": dict(quick=False),
-    "serve": dict(n_files=64, clients=(8, 32), repeats=2, seconds=(15.0, 240.0), workers=2, max_delay_ms=50.0,
-                  model={}),
+    "serve": dict(n_files=64, clients=(8, 32), repeats=3, seconds=(15.0, 240.0), workers=2, max_delay_ms=50.0,
+                  ramp_s=4.0, model={}),
 }
 QUICK: dict[str, dict[str, Any]] = {
     "extract": dict(n_files=8, mean_seconds=3.0, repeats=1),
@@ -62,7 +62,7 @@ QUICK: dict[str, dict[str, Any]] = {
                     loader=dict(n_clips=4, median_s=3.0, repeats=1, model=dict(width=8, depth=2))),
     "model": dict(quick=True),
     "serve": dict(n_files=4, clients=(2, 4), repeats=1, seconds=(2.0, 6.0), workers=1, max_delay_ms=50.0,
-                  model=dict(width=8, depth=2)),
+                  ramp_s=0.2, model=dict(width=8, depth=2)),
 }
 
 NOTES = [

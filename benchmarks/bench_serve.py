@@ -136,8 +136,14 @@ def _counters(url: str) -> dict[str, float]:
     return out
 
 
-async def _drive(url: str, payloads: list[tuple[str, bytes]], clients: int) -> tuple[list[float], list[int], float]:
-    """Every payload uploaded once by ``clients`` concurrent clients; (latencies s, status codes, makespan s)."""
+async def _drive(url: str, payloads: list[tuple[str, bytes]], clients: int,
+                 ramp_s: float) -> tuple[list[float], list[int], float]:
+    """Every payload uploaded once by ``clients`` concurrent clients; (latencies s, status codes, makespan s).
+
+    Client ``k`` starts ``k * ramp_s / clients`` seconds in (a ramp-up, as load generators spawn users), then
+    sends its share one after the other.  Started all at once, the uploads' bodies would finish arriving in
+    order of size, handing the server a first wave sorted by length that no real traffic gives.
+    """
     import httpx
 
     share = [payloads[k::clients] for k in range(clients)]
@@ -145,7 +151,8 @@ async def _drive(url: str, payloads: list[tuple[str, bytes]], clients: int) -> t
     codes: list[int] = []
     limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
     async with httpx.AsyncClient(base_url=url, timeout=600, limits=limits) as client:
-        async def one(mine: list[tuple[str, bytes]]) -> None:
+        async def one(k: int, mine: list[tuple[str, bytes]]) -> None:
+            await asyncio.sleep(k * ramp_s / clients)
             for name, data in mine:
                 t0 = time.perf_counter()
                 try:
@@ -156,16 +163,17 @@ async def _drive(url: str, payloads: list[tuple[str, bytes]], clients: int) -> t
                 latencies.append(time.perf_counter() - t0)
 
         t0 = time.perf_counter()
-        await asyncio.wait_for(asyncio.gather(*(one(m) for m in share if m)), timeout=1800)
+        await asyncio.wait_for(asyncio.gather(*(one(k, m) for k, m in enumerate(share) if m)), timeout=1800)
         makespan = time.perf_counter() - t0
     return latencies, codes, makespan
 
 
-def _phase(base: str, variant: str, payloads: list[tuple[str, bytes]], clients: int, pid: int) -> dict[str, Any]:
+def _phase(base: str, variant: str, payloads: list[tuple[str, bytes]], clients: int, pid: int,
+           ramp_s: float = 0.0) -> dict[str, Any]:
     url = f"{base}/{variant}"
     before = _counters(url)
     with PeakSampler(pid) as peak, CpuWindow() as cpu:
-        latencies, codes, makespan = asyncio.run(_drive(url, payloads, clients))
+        latencies, codes, makespan = asyncio.run(_drive(url, payloads, clients, ramp_s))
     after = _counters(url)
 
     def delta(name: str) -> float:
@@ -192,7 +200,7 @@ def make_files(work: Path, n: int, lo: float, hi: float, seed: int) -> tuple[lis
 
 
 def run(work: Path, *, n_files: int, clients: tuple[int, ...], repeats: int, seconds: tuple[float, float],
-        workers: int, max_delay_ms: float, model: dict[str, Any]) -> GroupResult:
+        workers: int, max_delay_ms: float, ramp_s: float, model: dict[str, Any]) -> GroupResult:
     import httpx
 
     from infer.checkpoint import Checkpoint, save_checkpoint
@@ -231,7 +239,7 @@ def run(work: Path, *, n_files: int, clients: tuple[int, ...], repeats: int, sec
         for r in range(repeats):
             for c in clients:
                 for v in rotated(VARIANTS, r):
-                    res = _phase(base, v, payloads, c, proc.pid)
+                    res = _phase(base, v, payloads, c, proc.pid, ramp_s)
                     results[(c, v)].append(res)
                     log.info("   serve %s, %d clients: %.0f s audio in %.1f s (%.0fx), efficiency %.3f, "
                              "%d batches, %d errors", v, c, res["audio"], res["makespan"],
@@ -244,11 +252,11 @@ def run(work: Path, *, n_files: int, clients: tuple[int, ...], repeats: int, sec
             proc.kill()
             proc.wait()
         server_log.close()
-    return _figures(results, clients, lengths, workers, max_delay_ms, repeats)
+    return _figures(results, clients, lengths, workers, max_delay_ms, repeats, ramp_s)
 
 
 def _figures(results: dict[tuple[int, str], list[dict[str, Any]]], clients: tuple[int, ...], lengths: list[float],
-             workers: int, max_delay_ms: float, repeats: int) -> GroupResult:
+             workers: int, max_delay_ms: float, repeats: int, ramp_s: float) -> GroupResult:
     figures: list[Figure] = []
     total_audio = float(sum(lengths))
     all_errors = sum(p["errors"] for runs in results.values() for p in runs)
@@ -259,7 +267,11 @@ def _figures(results: dict[tuple[int, str], list[dict[str, Any]]], clients: tupl
         def pct(runs: list[dict[str, Any]], q: float) -> float:
             return float(median([float(np.percentile(p["latencies"], q)) for p in runs]))
 
-        details = {
+        def both(key: str, digits: int = 2, pick: Any = median, b: Any = b, f: Any = f) -> dict[str, float]:
+            return {v: round(pick([p[key] for p in runs]), digits) for v, runs in (("budget", b), ("fixed4", f))}
+
+        efficiency = both("efficiency", 4)
+        details: dict[str, Any] = {
             "uploads": len(lengths), "audio_seconds": round(total_audio, 1), "clients": c, "repeats": repeats,
             "audio_s_per_s": {"budget": round(total_audio / median([p["makespan"] for p in b]), 1),
                               "fixed4": round(total_audio / median([p["makespan"] for p in f]), 1)},
@@ -267,21 +279,14 @@ def _figures(results: dict[tuple[int, str], list[dict[str, Any]]], clients: tupl
                            "fixed4": [round(p["makespan"], 2) for p in f]},
             "latency_p50_s": {"budget": round(pct(b, 50), 2), "fixed4": round(pct(f, 50), 2)},
             "latency_p99_s": {"budget": round(pct(b, 99), 2), "fixed4": round(pct(f, 99), 2)},
-            "padding_efficiency": {"budget": round(median([p["efficiency"] for p in b]), 4),
-                                   "fixed4": round(median([p["efficiency"] for p in f]), 4)},
-            "closed_batches": {"budget": median([p["batches"] for p in b]), "fixed4": median([p["batches"] for p in f])},
-            "peak_rss_anon_mib (server + decode workers)": {"budget": round(max(p["peak_mib"] for p in b)),
-                                                             "fixed4": round(max(p["peak_mib"] for p in f))},
-            "errors": {"budget": sum(p["errors"] for p in b), "fixed4": sum(p["errors"] for p in f)},
-            "foreign_cores": {"budget": round(median([p["foreign"] for p in b]), 2),
-                              "fixed4": round(median([p["foreign"] for p in f]), 2)},
-            "own_cores (server, its workers and the clients)": {"budget": round(median([p["own"] for p in b]), 2),
-                                                                 "fixed4": round(median([p["own"] for p in f]), 2)},
-            "model_busy_share (model time / wall)": {"budget": round(median([p["model_busy"] for p in b]), 3),
-                                                     "fixed4": round(median([p["model_busy"] for p in f]), 3)},
-            "decode_s_per_upload (in the pool, queueing included)": {
-                "budget": round(median([p["decode_s"] for p in b]), 2),
-                "fixed4": round(median([p["decode_s"] for p in f]), 2)},
+            "padding_efficiency": efficiency,
+            "closed_batches": both("batches", 1),
+            "peak_rss_anon_mib (server + decode workers)": both("peak_mib", 0, max),
+            "errors": both("errors", 0, sum),
+            "foreign_cores": both("foreign"),
+            "own_cores (server, its workers and the clients)": both("own"),
+            "model_busy_share (model time / wall)": both("model_busy", 3),
+            "decode_s_per_upload (in the pool, queueing included)": both("decode_s"),
         }
         target = 1.5 if c == max(clients) else None
         figures.append(Figure(
@@ -298,9 +303,9 @@ def _figures(results: dict[tuple[int, str], list[dict[str, Any]]], clients: tupl
             "p50 and p99 in seconds in the details of the throughput row"))
         figures.append(Figure(
             f"serve_c{c}_padding_efficiency", f"Serving padding efficiency, {c} clients: budgeted batcher",
-            details["padding_efficiency"]["budget"], "real/computed",
+            efficiency["budget"], "real/computed",
             f"real / computed frames of the budgeted batcher's batches (server counters); fixed batch of 4: "
-            f"{details['padding_efficiency']['fixed4']}"))
+            f"{efficiency['fixed4']}"))
     figures.append(Figure(
         "serve_errors", "Serving: failed requests (both variants, every phase)", float(all_errors), "count",
         "answers other than 200 (or no answer) over every timed phase", target=0.0, op="<="))
@@ -317,7 +322,9 @@ def _figures(results: dict[tuple[int, str], list[dict[str, Any]]], clients: tupl
         f"uploads (22.05 kHz mono, music-like, lengths the quantiles of uniform {min(lengths):.0f}-"
         f"{max(lengths):.0f} s, {total_audio / 3600:.2f} h in all) in a fixed shuffled order; each phase uploads "
         f"every file once, split over {' or '.join(str(c) for c in clients)} concurrent httpx clients, each "
-        f"sending its share one after the other. One untimed warm-up phase per variant, then {repeats} repeats "
+        f"sending its share one after the other; the clients start evenly over the first {ramp_s:g} s (a ramp-up: "
+        "started all at once, the bodies finish arriving in order of size and hand the server a first wave sorted "
+        "by length, which flatters the fixed batch). One untimed warm-up phase per variant, then {repeats} repeats "
         "with the variants interleaved (order rotated). Decoding (soundfile + log-mel) runs in the same server "
         "and counts in every figure, as a user would see it.")
     return GroupResult("serving", figures, method=method)
