@@ -8,7 +8,7 @@ Routes:
   query ``topk`` (default the server's, at most the number of labels) and ``picture=1`` (a PNG data URL
   per file).  200 ``{"model", "labels", "files": [{"file", "duration_s",
   "frames", "top": [{"label", "prob"}], "picture"?} or {"file", "error"}]}``;
-  every file failed: 422 with ``error``; limits: 413 (too large), 400 (no
+  every file failed: 422 with ``error`` (500 when the server failed); limits: 413 (too large), 400 (no
   files, malformed), 503 + ``Retry-After`` (queue full), 504 (timeout).
 * ``GET /health``: model, labels, device, budget, queue depth.
 * ``GET /metrics``: Prometheus text (:mod:`serving.metrics`).
@@ -53,6 +53,7 @@ __all__ = ["Service", "create_app"]
 log = logging.getLogger(__name__)
 
 _NAME_CHARS = 200
+_SERVER_FAULT = "_server_fault"  # marks an answer that failed on the server's side, not the upload's
 
 
 class _TooLarge(Exception):
@@ -159,13 +160,16 @@ class Service:
         except ClipError as e:
             self.metrics.files.inc(1, "bad")
             return {"file": name, "error": str(e)}
+        except BatchError as e:
+            self.metrics.files.inc(1, "failed")
+            return {"file": name, "error": str(e), _SERVER_FAULT: True}
         finally:
             self.metrics.decode_seconds.observe(time.perf_counter() - t0)
         try:
             probs = await self.batcher.classify(clip.features)
         except BatchError as e:
             self.metrics.files.inc(1, "failed")
-            return {"file": name, "error": str(e)}
+            return {"file": name, "error": str(e), _SERVER_FAULT: True}
         self.metrics.files.inc(1, "ok")
         self.metrics.audio_seconds.inc(clip.duration)
         out: dict[str, Any] = {
@@ -199,7 +203,11 @@ class Service:
 
     async def classify(self, request: Request) -> Response:
         t0 = time.perf_counter()
-        response = await self._classify(request)
+        try:
+            response = await self._classify(request)
+        except Exception:  # a bug must answer JSON and leave the server running
+            log.exception("POST /classify failed")
+            response = _error(500, "internal error (logged by the server)")
         self.metrics.requests.inc(1, str(response.status_code))
         self.metrics.latency.observe(time.perf_counter() - t0)
         return response
@@ -274,9 +282,10 @@ class Service:
         finally:
             self.in_flight -= n
             self.metrics.queue_depth.set(self.in_flight)
+        server_fault = any(a.pop(_SERVER_FAULT, False) for a in answers)
         if all("error" in a for a in answers):
-            return _error(422, answers[0]["error"] if len(answers) == 1 else "no file could be classified",
-                          files=answers)
+            return _error(500 if server_fault else 422,
+                          answers[0]["error"] if len(answers) == 1 else "no file could be classified", files=answers)
         return JSONResponse({"model": self.model_name, "labels": self.classifier.label_names, "files": answers})
 
 

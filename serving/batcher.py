@@ -85,11 +85,16 @@ class Batcher:
             except asyncio.CancelledError:
                 pass
             self._task = None
+        self._fail_waiting(BatchError("the server is shutting down"))
+        self._thread.shutdown(wait=True)
+
+    def _fail_waiting(self, err: BatchError) -> None:
+        """Answer every waiting clip with ``err`` and empty the queue."""
         for e in self._waiting.values():
             if not e.future.done():
-                e.future.set_exception(BatchError("the server is shutting down"))
+                e.future.set_exception(err)
         self._waiting.clear()
-        self._thread.shutdown(wait=True)
+        self.metrics.waiting.set(0)
 
     async def classify(self, features: np.ndarray) -> np.ndarray:
         """Queue one clip ``(n_bins, n_frames)`` float32 and return its class probabilities when its batch ran."""
@@ -114,9 +119,14 @@ class Batcher:
             if not self._waiting:
                 await self._wake.wait()
                 continue
-            budget = self.classifier.current_budget()
-            now = time.monotonic()
-            groups = ready_batches([e.waiting for e in self._waiting.values()], budget, self.policy, now)
+            try:
+                budget = self.classifier.current_budget()
+                now = time.monotonic()
+                groups = ready_batches([e.waiting for e in self._waiting.values()], budget, self.policy, now)
+            except Exception as e:  # never leave requests hanging on a dead queue
+                log.exception("planning the waiting clips failed")
+                self._fail_waiting(BatchError(f"the batcher failed: {type(e).__name__}: {e}".splitlines()[0]))
+                continue
             if not groups:
                 oldest = min(e.waiting.since for e in self._waiting.values())
                 try:

@@ -160,3 +160,18 @@ def test_limits_answer_413_503_and_504(server: Server) -> None:
     text = server.client.get("/metrics").text
     for code in ("413", "503", "504"):
         assert f'specstore_requests_total{{code="{code}"}}' in text
+
+
+def test_a_model_failure_answers_its_own_request_and_the_server_goes_on(server: Server,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    data = server.files[2].read_bytes()
+
+    def broken(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("simulated device failure")
+
+    with monkeypatch.context() as m:
+        m.setattr(server.service.classifier, "run", broken)
+        r = server.post(("c.ogg", data))
+    assert r.status_code == 500 and "simulated device failure" in r.json()["error"]
+    r = server.post(("c.ogg", data))
+    assert r.status_code == 200 and len(r.json()["files"][0]["top"]) == 5
