@@ -66,7 +66,7 @@ QUICK: dict[str, dict[str, Any]] = {
 }
 
 NOTES = [
-    "Targets are issue 5's. Rows marked (info) give context and have no target.",
+    "Targets are issue 5's (the serving rows: issue 20's). Rows marked (info) give context and have no target.",
     "This machine is a 2-vCPU virtual machine shared with other engineers' jobs. `foreign_cores` in the "
     "details is the CPU that other processes used during the timed runs; contention on the host (other "
     "virtual machines) is invisible to it and shows only as run-to-run spread in `times_s`.",

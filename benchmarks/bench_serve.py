@@ -325,7 +325,7 @@ def _figures(results: dict[tuple[int, str], list[dict[str, Any]]], clients: tupl
         f"every file once, split over {' or '.join(str(c) for c in clients)} concurrent httpx clients, each "
         f"sending its share one after the other; the clients start evenly over the first {ramp_s:g} s (a ramp-up: "
         "started all at once, the bodies finish arriving in order of size and hand the server a first wave sorted "
-        "by length, which flatters the fixed batch). One untimed warm-up phase per variant, then {repeats} repeats "
+        f"by length, which flatters the fixed batch). One untimed warm-up phase per variant, then {repeats} repeats "
         "with the variants interleaved (order rotated). Decoding (soundfile + log-mel) runs in the same server "
         "and counts in every figure, as a user would see it.")
     return GroupResult("serving", figures, method=method, profile=_where_the_time_goes(figures))
