@@ -41,7 +41,7 @@ VARIANTS = ("budget", "fixed4")
 
 # ---------------------------------------------------------------- the server process
 
-def serve(model: str, port: int, workers: int, max_delay_ms: float) -> None:
+def serve(model: str, port: int, workers: int, max_delay_ms: float, device: str = "cpu") -> None:
     """Both services in one uvicorn server on 127.0.0.1 (runs until terminated)."""
     import uvicorn
     from starlette.applications import Starlette
@@ -53,7 +53,7 @@ def serve(model: str, port: int, workers: int, max_delay_ms: float) -> None:
     from serving.model import Classifier
     from serving.policy import BatchPolicy
 
-    classifier = Classifier(model, RunOptions(device="cpu", progress=False))
+    classifier = Classifier(model, RunOptions(device=device, progress=False))
     services = {
         "budget": Service(classifier, ServeConfig(workers=workers, max_queue=256, timeout=600.0,
                                                   policy=BatchPolicy("budget", max_delay_ms / 1000))),
@@ -201,7 +201,8 @@ def make_files(work: Path, n: int, lo: float, hi: float, seed: int) -> tuple[lis
 
 
 def run(work: Path, *, n_files: int, clients: tuple[int, ...], repeats: int, seconds: tuple[float, float],
-        workers: int, max_delay_ms: float, ramp_s: float, model: dict[str, Any]) -> GroupResult:
+        workers: int, max_delay_ms: float, ramp_s: float, model: dict[str, Any], device: str = "cpu") -> GroupResult:
+    """The serving group (see the module docstring); ``device`` is the model's (``make gpu-check`` runs it on CUDA)."""
     import httpx
 
     from infer.checkpoint import Checkpoint, save_checkpoint
@@ -220,7 +221,8 @@ def run(work: Path, *, n_files: int, clients: tuple[int, ...], repeats: int, sec
     base = f"http://127.0.0.1:{port}"
     server_log = open(work / "server.log", "wb")  # noqa: SIM115  (closed below)
     proc = subprocess.Popen([sys.executable, "-m", "benchmarks.bench_serve", "server", "--model", str(ckpt),
-                             "--port", str(port), "--workers", str(workers), "--max-delay-ms", str(max_delay_ms)],
+                             "--port", str(port), "--workers", str(workers), "--max-delay-ms", str(max_delay_ms),
+                             "--device", device],
                             stdout=server_log, stderr=subprocess.STDOUT,
                             env={"OMP_WAIT_POLICY": "PASSIVE", **os.environ, "PYTHONUNBUFFERED": "1"})
     results: dict[tuple[int, str], list[dict[str, Any]]] = {(c, v): [] for c in clients for v in VARIANTS}
@@ -361,8 +363,9 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--port", type=int, required=True)
     s.add_argument("--workers", type=int, default=2)
     s.add_argument("--max-delay-ms", type=float, default=50.0)
+    s.add_argument("--device", default="cpu")
     args = p.parse_args(argv)
-    serve(args.model, args.port, args.workers, args.max_delay_ms)
+    serve(args.model, args.port, args.workers, args.max_delay_ms, args.device)
     return 0
 
 
