@@ -7,7 +7,8 @@ contents decode and run once -> decode the distinct contents with the
 checkpoint's FeatureSpecs in ``jobs`` worker processes
 (:func:`serving.clips.decode_file`, the values a store would hold) ->
 :class:`serving.model.Classifier` runs them through the same Engine,
-Budget and planner as ``make infer`` -> one row per file.  A file that
+Budget and planner as ``make infer`` -> one row per file.  With a cache folder, contents decoded before are
+read back instead of decoded (:mod:`serving.cache`).  A file that
 cannot be read or decoded is one :class:`FileFailure` (one line on
 stderr); the others go through.
 """
@@ -28,6 +29,7 @@ from pipeline.corpus import AUDIO_EXTENSIONS
 from pipeline.hashing import content_hash
 from store import ConfigError, FeatureSpec
 
+from .cache import ClipCache
 from .clips import DecodedClip, decode_or_reason
 from .model import Classifier, top_k
 
@@ -60,6 +62,7 @@ class ClassifyResult:
     failures: list[FileFailure]
     label_names: list[str]
     distinct: int = 0
+    cached: int = 0
     batches: int = 0
     efficiency: float = 1.0
     windowed: int = 0
@@ -111,12 +114,16 @@ def _decode_all(todo: dict[str, str], specs: dict[str, FeatureSpec], jobs: int,
 
 
 def classify_files(inputs: Sequence[str | os.PathLike[str]], classifier: Classifier, *, topk: int = 5,
-                   jobs: int = 1, progress: bool = True) -> ClassifyResult:
+                   jobs: int = 1, progress: bool = True, cache: str | os.PathLike[str] | None = None,
+                   ) -> ClassifyResult:
     """Classify every file of ``inputs`` (files and folders, see :func:`expand_inputs`) with ``classifier``.
 
     ``jobs``: decode worker processes.  Identical contents (same bytes)
-    decode and run once.  Raises :class:`~store.ConfigError` for bad
-    arguments; unreadable or undecodable files become failures.
+    decode and run once.  ``cache``: a folder of decoded clips keyed by
+    content hash (:class:`~serving.cache.ClipCache`): files decoded before
+    with the same feature settings are not decoded again.  Raises
+    :class:`~store.ConfigError` for bad arguments; unreadable or
+    undecodable files become failures.
     """
     if not isinstance(topk, int) or topk < 1:
         raise ConfigError(f"topk must be a positive integer, got {topk!r}")
@@ -137,15 +144,24 @@ def classify_files(inputs: Sequence[str | os.PathLike[str]], classifier: Classif
         todo.setdefault(h, path)
     clips: dict[str, DecodedClip] = {}
     failed: dict[str, str] = {}
-    for h, got in _decode_all(todo, classifier.specs, jobs, progress):
+    store = ClipCache(cache, classifier.specs) if cache is not None else None
+    if store is not None:
+        for h in list(todo):
+            hit = store.get(h)
+            if hit is not None:
+                clips[h] = hit
+    for h, got in _decode_all({h: p for h, p in todo.items() if h not in clips}, classifier.specs, jobs, progress):
         if isinstance(got, str):
             failed[h] = got
         else:
             clips[h] = got
+            if store is not None:
+                store.put(got)
     order = [h for h in todo if h in clips]  # input order, whatever order the workers finished in
     res = classifier.run([clips[h].features for h in order], progress=progress)
     row = {h: i for i, h in enumerate(order)}
-    out = ClassifyResult([], [], list(classifier.label_names), distinct=len(order), batches=res.run.batches,
+    out = ClassifyResult([], [], list(classifier.label_names), distinct=len(order),
+                         cached=store.hits if store is not None else 0, batches=res.run.batches,
                          efficiency=res.run.efficiency, windowed=res.run.windowed, oom_retries=res.run.oom_retries)
     for path in paths:
         if path in reasons:

@@ -75,7 +75,8 @@ def cmd_classify(args: argparse.Namespace) -> int:
 
     progress = not args.no_progress and sys.stderr.isatty()
     classifier = Classifier(args.model, _options(args, progress))  # type: ignore[arg-type]
-    res = classify_files(args.inputs, classifier, topk=args.topk, jobs=args.jobs, progress=progress)
+    res = classify_files(args.inputs, classifier, topk=args.topk, jobs=args.jobs, progress=progress,
+                         cache=args.cache)
     for f in res.failures:
         print(f"{PROG}: {f.path}: {f.reason}", file=sys.stderr)
     if args.json:
@@ -96,7 +97,8 @@ def cmd_classify(args: argparse.Namespace) -> int:
             tops = "  ".join(f"{lab} {p:.3f}" for lab, p in r.top)
             print(f"{r.path:<{width}}  {r.duration:>8.1f}  {tops}")
     if not args.json and not args.csv and sys.stderr.isatty() or args.verbose:
-        print(f"{len(res.results)} classified, {len(res.failures)} failed; {res.distinct} distinct clips in "
+        print(f"{len(res.results)} classified, {len(res.failures)} failed; {res.distinct} distinct clips "
+              f"({res.cached} from the cache) in "
               f"{res.batches} batches, padding efficiency {res.efficiency:.3f}, {res.windowed} windowed, "
               f"OOM retries {res.oom_retries}", file=sys.stderr)
     return 1 if res.failures else 0
@@ -139,6 +141,9 @@ def build_parser() -> argparse.ArgumentParser:
     fmt.add_argument("--csv", action="store_true", help="CSV as `make infer` writes it: path,pred,prob,topk,truth")
     fmt.add_argument("--json", action="store_true", help="a JSON list, one object per file")
     c.add_argument("--jobs", type=int, default=1, help="decode worker processes (default 1)")
+    c.add_argument("--cache", default=None, metavar="DIR",
+                   help="keep decoded clips in DIR, keyed by content hash and feature settings, so files classified "
+                        "again are not decoded again (default: no cache)")
     c.add_argument("--no-progress", action="store_true", help="no progress bars")
     _add_run_args(c)
     c.set_defaults(func=cmd_classify)

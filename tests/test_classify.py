@@ -16,18 +16,19 @@ import pytest
 import torch
 from factories import LABELS, SMALL_SPECS, make_checkpoint, make_corpus, make_store
 
-from infer.checkpoint import Checkpoint, save_checkpoint
+from infer.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
 from infer.data import ArrayDataset, StoreDataset
 from infer.explore.predictions import read_predictions_csv
 from infer.models import ModelConfig, build_model
 from infer.predict import predict
 from infer.runtime import Engine, RunOptions
 from pipeline import extract
+from pipeline.hashing import content_hash, digest_bytes
 from serving.classify import classify_files
 from serving.cli import main as specstore_main
 from serving.clips import decode_file
 from serving.model import Classifier
-from store import ConfigError, FeatureSpec, open_store
+from store import ConfigError, FeatureSpec, open_store, stack_parts
 
 CPU = RunOptions(device="cpu", progress=False)
 
@@ -104,7 +105,7 @@ def test_clip_logits_on_in_memory_clips_equal_the_store_loop(tmp_path: Path) -> 
     store = open_store(make_store(tmp_path / "s.zarr", lengths=[30, 7, 120, 64, 64, 9]))
     ckpt = make_checkpoint(tmp_path / "m.pt")
     engine = Engine(CPU)
-    model = engine.prepare(Checkpoint.build(__import__("infer").checkpoint.load_checkpoint(ckpt)))
+    model = engine.prepare(load_checkpoint(ckpt).build())
     expected = engine.logits(model, store, np.arange(len(store)), feature="mel", dedupe=False)
     ds = StoreDataset(store, "mel")
     arrays = [ds.window(i, 0, int(store.lengths[i])) for i in range(len(store))]
@@ -149,3 +150,40 @@ def test_a_clip_too_long_for_the_budget_runs_in_windows(tmp_path: Path) -> None:
     windowed = roomy.run(clips, budget=tight_budget)
     assert whole.run.windowed == 0 and windowed.run.windowed == 1
     np.testing.assert_allclose(windowed.probs, whole.probs, atol=1e-5)
+
+
+def test_stack_parts_and_digest_bytes() -> None:
+    mel = np.arange(12, dtype=np.float16).reshape(4, 3)  # (frames, bins) as stored
+    cqt = -np.arange(8, dtype=np.float16).reshape(4, 2)
+    x = stack_parts([mel, cqt])
+    assert x.dtype == np.float32 and x.shape == (5, 4)
+    np.testing.assert_array_equal(x, np.concatenate([mel.T, cqt.T]).astype(np.float32))
+    with pytest.raises(ConfigError, match="one frame grid"):
+        stack_parts([mel, cqt[:3]])
+    with pytest.raises(ConfigError):
+        stack_parts([])
+
+
+def test_digest_bytes_is_the_store_content_hash(tmp_path: Path) -> None:
+    data = bytes(range(256)) * 100
+    (tmp_path / "f.bin").write_bytes(data)
+    assert digest_bytes(data) == content_hash(tmp_path / "f.bin") != digest_bytes(data[:-1])
+
+
+def test_a_cache_keyed_by_content_skips_decoding_and_gives_the_same_answers(tmp_path: Path,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    files = make_corpus(tmp_path / "c", n=2, seconds=1.0)
+    clf = Classifier(make_checkpoint(tmp_path / "m.pt", spec=FeatureSpec.mel(n_bins=16)), CPU)
+    first = classify_files(files, clf, progress=False, cache=tmp_path / "cache")
+    assert first.cached == 0 and len(list((tmp_path / "cache").glob("*.npz"))) == 2
+    import serving.classify as module
+
+    monkeypatch.setattr(module, "decode_or_reason", lambda *a: pytest.fail("decoded although cached"))
+    again = classify_files(files, clf, progress=False, cache=tmp_path / "cache")
+    assert again.cached == 2
+    for a, b in zip(first.results, again.results, strict=True):
+        np.testing.assert_array_equal(a.probs, b.probs)
+        assert a.duration == b.duration
+    other = Classifier(make_checkpoint(tmp_path / "m8.pt", spec=FeatureSpec.mel(n_bins=8)), CPU)
+    monkeypatch.undo()
+    assert classify_files(files, other, progress=False, cache=tmp_path / "cache").cached == 0  # other specs
