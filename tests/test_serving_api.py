@@ -175,3 +175,17 @@ def test_a_model_failure_answers_its_own_request_and_the_server_goes_on(server: 
     assert r.status_code == 500 and "simulated device failure" in r.json()["error"]
     r = server.post(("c.ogg", data))
     assert r.status_code == 200 and len(r.json()["files"][0]["top"]) == 5
+
+
+def test_a_decoder_that_kills_its_worker_fails_that_file_only(server: Server, monkeypatch: pytest.MonkeyPatch) -> None:
+    import crashing_decoder
+
+    import serving.app
+
+    data = server.files[0].read_bytes()
+    with monkeypatch.context() as m:
+        m.setattr(serving.app, "decode_bytes", crashing_decoder.crash)
+        r = server.post(("hostile.wav", data))
+    assert r.status_code == 422 and r.json()["error"] == "the decoder crashed on this file"
+    r = server.post(("a.wav", data))  # a new pool took over
+    assert r.status_code == 200 and len(r.json()["files"][0]["top"]) == 5
