@@ -52,7 +52,7 @@ from store import ConfigError, FeatureSpec, Store, open_store, stack_parts
 from .augment import Augment, SpecAugment
 from .budget import Budget, CostModel
 from .collate import Batch, collate
-from .planner import Plan, plan_batches, training_plan
+from .planner import DEFAULT_BATCH_OVERHEAD_FRAMES, Plan, plan_batches, training_plan
 
 __all__ = [
     "ArrayDataset", "BudgetBatchSampler", "ClipSource", "Item", "PadCollate", "SpecAugment", "StoreDataset",
@@ -310,7 +310,9 @@ class BudgetBatchSampler(Sampler[list[int]]):
     every epoch with padding efficiency >= 0.95
     (:func:`infer.planner.training_plan`); otherwise the sorted inference
     plan (:func:`infer.planner.plan_batches`).  ``num_replicas``/``rank``:
-    this rank's share for DistributedDataParallel.  ``too_long``: what to do
+    this rank's share for DistributedDataParallel.  ``batch_overhead_frames``:
+    the sorted plan's price of one more batch, in padded frames
+    (:func:`~infer.planner.plan_batches`).  ``too_long``: what to do
     with clips that exceed the budget alone: ``"raise"`` (default; crop
     them, or raise the budget) or ``"leave"`` (left out of the batches and
     listed in :attr:`too_long_indices`, for a caller that runs them in
@@ -320,7 +322,8 @@ class BudgetBatchSampler(Sampler[list[int]]):
     def __init__(self, source: StoreDataset | np.ndarray | Sequence[int], budget: Budget | None = None, *,
                  budget_mb: float | None = None, cost: CostModel | None = None, max_batch: int = 16,
                  frame_align: int = 1, shuffle: bool = False, seed: int = 0, num_replicas: int = 1,
-                 rank: int = 0, too_long: str = "raise") -> None:
+                 rank: int = 0, too_long: str = "raise",
+                 batch_overhead_frames: float = DEFAULT_BATCH_OVERHEAD_FRAMES) -> None:
         self.dataset = source if isinstance(source, StoreDataset) else None
         self.lengths = np.asarray(source.lengths if isinstance(source, StoreDataset) else source, dtype=np.int64)
         if budget is None:
@@ -340,6 +343,7 @@ class BudgetBatchSampler(Sampler[list[int]]):
         self.num_replicas = int(num_replicas)
         self.rank = int(rank)
         self.too_long = too_long
+        self.batch_overhead_frames = float(batch_overhead_frames)
         self.epoch = 0
         self._skip = 0  # batches of this epoch already done (a resumed run starts after them)
         self._yielded = 0
@@ -351,7 +355,7 @@ class BudgetBatchSampler(Sampler[list[int]]):
     def _plan(self) -> Plan:
         if self.shuffle:
             return training_plan(self.lengths, self.budget, seed=self.seed, epoch=self.epoch)
-        return plan_batches(self.lengths, self.budget)
+        return plan_batches(self.lengths, self.budget, batch_overhead_frames=self.batch_overhead_frames)
 
     def epoch_batches(self) -> list[list[int]]:
         """This rank's batches of the current epoch (planned once per epoch)."""

@@ -41,7 +41,7 @@ from .cost import measure_cost_per_frame
 from .data import BudgetBatchSampler, ClipSource, Item, PadCollate, StoreDataset, prefetch
 from .device import PRECISIONS, amp, anon_rss_bytes, autocast_dtype, choose_device, memory_bytes, set_cpu_threads
 from .models import MaskedClassifier
-from .planner import Plan, plan_batches
+from .planner import DEFAULT_BATCH_OVERHEAD_FRAMES, Plan, plan_batches
 from .windows import run_windowed
 
 __all__ = ["Engine", "RowLogits", "RunOptions", "distinct_rows"]
@@ -234,6 +234,7 @@ class Engine:
         *,
         budget: Budget | None = None,
         batches: Sequence[Sequence[int]] | None = None,
+        batch_overhead_frames: float | None = None,
         desc: str = "predicting",
         progress: bool | None = None,
     ) -> RowLogits:
@@ -252,7 +253,10 @@ class Engine:
         (:mod:`infer.contract`).  ``batches`` (lists of dataset indices)
         replaces the planner's batches for a masking model, for a caller
         that compares another batching rule (a fixed batch size); they are
-        run as given, unchecked against the budget.  ``progress`` overrides
+        run as given, unchecked against the budget.  ``batch_overhead_frames``:
+        the planner's price of one more batch in padded frames (default
+        :data:`~infer.planner.DEFAULT_BATCH_OVERHEAD_FRAMES`; a CPU, with
+        little cost per batch, can split more and pad less).  ``progress`` overrides
         the options' tqdm setting.  The model must already be on the device
         (:meth:`prepare`); it runs in eval mode and its mode is restored.
         """
@@ -269,7 +273,7 @@ class Engine:
         try:
             with tqdm(total=len(dataset), unit="clip", desc=desc, disable=not show, leave=False) as bar:
                 if masks_padding(model):
-                    result, peak = self._masked(model, dataset, budget, bar, peak, batches)
+                    result, peak = self._masked(model, dataset, budget, bar, peak, batches, batch_overhead_frames)
                 else:
                     result, peak = self._windowed(model, dataset, budget, bar, peak)
             out.oom_retries, out.peak_bytes = self.oom_retries - retries_before, peak
@@ -279,11 +283,14 @@ class Engine:
         return out
 
     def _masked(self, model: nn.Module, dataset: ClipSource, budget: Budget | None, bar: Any, peak: int,
-                given: Sequence[Sequence[int]] | None = None) -> tuple[tuple[np.ndarray, int, float, int, int], int]:
+                given: Sequence[Sequence[int]] | None = None, batch_overhead_frames: float | None = None,
+                ) -> tuple[tuple[np.ndarray, int, float, int, int], int]:
         """Whole clips in length-binned batches (or the ``given`` ones); over-long clips in windows."""
         budget = budget or self.budget(model, dataset.n_bins)
         if given is None:
-            sampler = BudgetBatchSampler(np.asarray(dataset.lengths), budget, too_long="leave")
+            overhead = DEFAULT_BATCH_OVERHEAD_FRAMES if batch_overhead_frames is None else batch_overhead_frames
+            sampler = BudgetBatchSampler(np.asarray(dataset.lengths), budget, too_long="leave",
+                                         batch_overhead_frames=overhead)
             batches = list(sampler)
             too_long = sampler.too_long_indices
         else:

@@ -122,7 +122,8 @@ class Batcher:
             try:
                 budget = self.classifier.current_budget()
                 now = time.monotonic()
-                groups = ready_batches([e.waiting for e in self._waiting.values()], budget, self.policy, now)
+                groups = ready_batches([e.waiting for e in self._waiting.values()], budget, self.policy, now,
+                                       batch_overhead_frames=self.classifier.batch_overhead_frames)
             except Exception as e:  # never leave requests hanging on a dead queue
                 log.exception("planning the waiting clips failed")
                 self._fail_waiting(BatchError(f"the batcher failed: {type(e).__name__}: {e}".splitlines()[0]))

@@ -57,6 +57,9 @@ def _add_run_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--precision", default="auto", choices=("auto", "fp32", "bf16", "fp16"),
                    help="auto: bf16/fp16 autocast on CUDA, fp32 on CPU (default auto)")
     p.add_argument("--threads", type=int, default=None, help="CPU threads for the model (default: all cores)")
+    p.add_argument("--batch-overhead-frames", type=float, default=None,
+                   help="the planner's price of one more batch, padded frames (default: 64 on a CPU, where batches "
+                        "cost little and may split to save padding; 1024 on a GPU)")
     p.add_argument("-v", "--verbose", action="store_true", help="log details")
 
 
@@ -74,7 +77,8 @@ def cmd_classify(args: argparse.Namespace) -> int:
     from .model import Classifier
 
     progress = not args.no_progress and sys.stderr.isatty()
-    classifier = Classifier(args.model, _options(args, progress))  # type: ignore[arg-type]
+    classifier = Classifier(args.model, _options(args, progress),  # type: ignore[arg-type]
+                            batch_overhead_frames=args.batch_overhead_frames)
     res = classify_files(args.inputs, classifier, topk=args.topk, jobs=args.jobs, progress=progress,
                          cache=args.cache)
     for f in res.failures:
@@ -120,7 +124,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if args.host not in ("127.0.0.1", "localhost", "::1"):
         logging.getLogger(__name__).warning("listening on %s: reachable from other machines; put a reverse proxy "
                                             "with TLS and authentication in front of it", args.host)
-    classifier = Classifier(args.model, _options(args, False))  # type: ignore[arg-type]
+    classifier = Classifier(args.model, _options(args, False),  # type: ignore[arg-type]
+                            batch_overhead_frames=args.batch_overhead_frames)
     app = create_app(Service(classifier, config))
     uvicorn.run(app, host=config.host, port=config.port, log_level="info" if args.verbose else "warning",
                 timeout_graceful_shutdown=10)

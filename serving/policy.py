@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from infer.budget import Budget
-from infer.planner import plan_batches
+from infer.planner import DEFAULT_BATCH_OVERHEAD_FRAMES, plan_batches
 from store import ConfigError
 
 __all__ = ["BATCHING", "BatchPolicy", "Waiting", "ready_batches"]
@@ -70,11 +70,13 @@ def _full(size: int, padded: int, budget: Budget) -> bool:
     return size >= budget.max_batch or not budget.fits(size + 1, padded)
 
 
-def ready_batches(waiting: Sequence[Waiting], budget: Budget, policy: BatchPolicy, now: float) -> list[list[int]]:
+def ready_batches(waiting: Sequence[Waiting], budget: Budget, policy: BatchPolicy, now: float, *,
+                  batch_overhead_frames: float = DEFAULT_BATCH_OVERHEAD_FRAMES) -> list[list[int]]:
     """The batches (lists of keys) to run now, oldest first; empty when every batch may still fill.
 
-    ``now`` is on the clock of the ``since`` values.  Pure: the same queue,
-    budget and time give the same batches.
+    ``now`` is on the clock of the ``since`` values; ``batch_overhead_frames``
+    is the planner's price of one more batch (padded frames).  Pure: the
+    same queue, budget and time give the same batches.
     """
     if not waiting:
         return []
@@ -91,7 +93,7 @@ def ready_batches(waiting: Sequence[Waiting], budget: Budget, policy: BatchPolic
             groups.append([w.key for w in rest[whole:]])
         return groups
     lengths = np.array([w.frames for w in waiting], dtype=np.int64)
-    plan = plan_batches(lengths, budget)
+    plan = plan_batches(lengths, budget, batch_overhead_frames=batch_overhead_frames)
     since = np.array([w.since for w in waiting])
     chosen = [(float(since[ids].min()), [waiting[i].key for i in ids.tolist()]) for ids in plan.batches
               if due or _full(len(ids), plan.padded_length(ids), budget)]

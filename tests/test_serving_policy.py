@@ -74,3 +74,12 @@ def test_policy_checks_its_settings() -> None:
         BatchPolicy(batching="count")
     with pytest.raises(ConfigError, match="max_delay"):
         BatchPolicy(max_delay=-1)
+
+
+def test_a_cheap_batch_splits_to_save_padding() -> None:
+    roomy = Budget(budget_bytes=1 << 40, cost_per_frame=1.0, max_batch=8)
+    q = queue(100, 60, 98)
+    due = BatchPolicy(max_delay=0.0)
+    assert len(ready_batches(q, roomy, due, now=1.0)) == 1  # the planner's default: 40 padded frames < 1024
+    got = ready_batches(q, roomy, due, now=1.0, batch_overhead_frames=8.0)
+    assert sorted(sorted(b) for b in got) == [[0, 2], [1]]
