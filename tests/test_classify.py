@@ -112,6 +112,9 @@ def test_clip_logits_on_in_memory_clips_equal_the_store_loop(tmp_path: Path) -> 
     got = engine.clip_logits(model, ArrayDataset(arrays))
     np.testing.assert_array_equal(got.logits, expected.logits)  # same clips, same plan, same numbers
     assert got.batches == expected.batches and got.efficiency == expected.efficiency
+    split = engine.clip_logits(model, ArrayDataset(arrays), batch_overhead_frames=0.0)  # padding is all that counts
+    assert split.batches > got.batches and split.efficiency > got.efficiency
+    np.testing.assert_allclose(split.logits, expected.logits, atol=1e-5)
     fixed = engine.clip_logits(model, ArrayDataset(arrays), batches=[[0, 1, 2, 3], [4, 5]])
     assert fixed.batches == 2
     np.testing.assert_allclose(fixed.logits, expected.logits, atol=1e-5)  # a clip's answer ignores its batch
