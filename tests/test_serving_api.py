@@ -49,7 +49,9 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
              for k, (name, seconds, sr, ch) in enumerate([("a.wav", 3.0, 22050, 1), ("b.flac", 5.5, 44100, 2),
                                                          ("c.ogg", 1.5, 22050, 1), ("d.mp3", 4.0, 44100, 1)])]
     config = ServeConfig(workers=1, max_queue=8, policy=BatchPolicy(max_delay=0.5), max_seconds=30.0)
-    service = Service(Classifier(ckpt, RunOptions(device="cpu", progress=False)), config)
+    # the GPU's price of a batch: clips of different lengths share batches, so batch composition is exercised
+    service = Service(Classifier(ckpt, RunOptions(device="cpu", progress=False), batch_overhead_frames=1024.0),
+                      config)
     with TestClient(create_app(service)) as client:
         yield Server(client, service, files)
 

@@ -53,7 +53,8 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, list
     port = free_port()
     log = open(tmp / "server.log", "wb")  # noqa: SIM115  (closed below)
     proc = subprocess.Popen([sys.executable, "-m", "serving", "serve", "--model", str(ckpt), "--port", str(port),
-                             "--device", "cpu", "--workers", "1", "--max-queue", "32", "--max-delay-ms", "100"],
+                             "--device", "cpu", "--workers", "1", "--max-queue", "32", "--max-delay-ms", "100",
+                             "--batch-overhead-frames", "1024"],
                             stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     try:
