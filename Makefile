@@ -44,7 +44,9 @@ BASELINE_STORE ?=
 GPU_OUT     ?= reports/gpu-check
 # What `import store, infer` needs that the GPU machine's image lacks (it has torch, numpy, scipy, scikit-learn,
 # pytest, fsspec, tqdm, pyyaml); pinned to what `make install` resolves here.
-GPU_WHEELS  ?= zarr==3.1.6 numcodecs==0.16.6 donfig==0.8.1.post1 google-crc32c==1.9.0
+GPU_WHEELS  ?= zarr==3.1.6 numcodecs==0.16.6 donfig==0.8.1.post1 google-crc32c==1.9.0 \
+	starlette==1.10.0 uvicorn==0.55.0 python-multipart==0.0.34 httpx==0.29.0 httpcore==1.0.9 anyio==4.16.0 \
+	h11==0.16.0 click==8.5.1 idna==3.20 certifi==2026.10.19.post1
 DEMO_STORE  := data/demo.zarr
 DEMO_MODEL  := models/demo.pt
 DEMO_TRAIN  := --epochs 15 --width 8 --crop-seconds 5 --crops-per-clip 3 --val-fraction 0.2
@@ -54,12 +56,20 @@ RC_SIZE     ?= full
 RC_APT_MIN  := fluidsynth csound-soundfont
 RC_APT_ALL  := $(RC_APT_MIN) fluid-soundfont-gm musescore-general-soundfont-small timgm6mb-soundfont
 RC_APT      ?= $(RC_APT_MIN)
+# Serving: files to classify, where `make serve` listens, and the Debian browser the page's end-to-end test drives.
+FILES       ?=
+HOST        ?= 127.0.0.1
+PORT        ?= 8000
+SERVE_ARGS  ?=
+BROWSER_APT := chromium
 
 # STORE and MODEL have no defaults (only `make demo` uses its own fixed paths): a target that needs
 # one and lacks it stops at once with one line, before installing or writing anything.
 needs = $(foreach v,$(2),$(if $(strip $($(v))),,$(error make $(1) needs $(v)=... (e.g. $(v)=$(if $(filter STORE,$(v)),data/mine.zarr,models/mine.pt)))))
 $(foreach t,features plan,$(if $(filter $(t),$(MAKECMDGOALS)),$(call needs,$(t),STORE)))
 $(foreach t,infer init-model train eval,$(if $(filter $(t),$(MAKECMDGOALS)),$(call needs,$(t),STORE MODEL)))
+$(foreach t,classify serve,$(if $(filter $(t),$(MAKECMDGOALS)),$(call needs,$(t),MODEL)))
+$(if $(filter classify,$(MAKECMDGOALS)),$(if $(strip $(FILES)),,$(error make classify needs FILES=... (audio files and/or folders))))
 
 # Values are quoted for the shell, so paths may hold spaces (and single quotes).
 q = '$(subst ','\'',$(1))'
@@ -83,7 +93,7 @@ EVAL_OPTS     = $(strip $(call opt,OUT_DIR,--out-dir) $(call opt,SPLIT,--split) 
 # quiet machine, up to 10x faster training on a busy one.
 export OMP_WAIT_POLICY ?= PASSIVE
 
-.PHONY: help install features test test-fast corpus infer plan init-model train eval demo bench realcorpus realcorpus-deps gpu-check gpu-wheels lint
+.PHONY: help install browser-deps classify serve features test test-fast corpus infer plan init-model train eval demo bench realcorpus realcorpus-deps gpu-check gpu-wheels lint
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 16
@@ -95,7 +105,28 @@ $(VENV)/.installed: pyproject.toml
 	$(VENV)/bin/pip install --quiet --upgrade pip
 	$(VENV)/bin/pip install --quiet torch==2.13.0
 	$(VENV)/bin/pip install --quiet -e ".[dev]"
+	@$(MAKE) --no-print-directory browser-deps || echo "note: no Chromium; the browser test of the upload page will be skipped"
 	touch $@
+
+browser-deps:  ## apt-get Debian's Chromium for the upload page's browser test, if missing (Playwright drives it)
+	@missing=""; for p in $(BROWSER_APT); do \
+		dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "ok installed" || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+		command -v apt-get >/dev/null || { echo "the browser test needs the Debian packages:$$missing" >&2; exit 1; }; \
+		sudo=""; [ "$$(id -u)" = 0 ] || sudo=sudo; \
+		echo "installing$$missing"; \
+		$$sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -qq --no-install-recommends $$missing; \
+	fi
+
+classify: install  ## FILES="a.mp3 dir/" MODEL=… (required): top-k genres of audio files, no store (ARGS=--csv|--json)
+	$(PY) -m serving classify $(FILES) --model $(call q,$(MODEL)) --device $(call q,$(DEVICE)) \
+		--topk $(call q,$(TOPK)) --max-batch $(call q,$(MAX_BATCH)) --precision $(call q,$(PRECISION)) \
+		--jobs $(call q,$(JOBS)) $(if $(BUDGET_MB),--budget-mb $(call q,$(BUDGET_MB))) $(ARGS)
+
+serve: install  ## MODEL=… (required) HOST=127.0.0.1 PORT=8000: upload page + JSON API + /metrics (SERVE_ARGS=--workers 4 …)
+	$(PY) -m serving serve --model $(call q,$(MODEL)) --host $(call q,$(HOST)) --port $(call q,$(PORT)) \
+		--device $(call q,$(DEVICE)) --max-batch $(call q,$(MAX_BATCH)) --precision $(call q,$(PRECISION)) \
+		$(if $(BUDGET_MB),--budget-mb $(call q,$(BUDGET_MB))) $(SERVE_ARGS)
 
 corpus: install  ## generate the synthetic demo corpus into data/demo-corpus (deterministic)
 	@if [ ! -f $(DEMO_CORPUS)/.complete ]; then \

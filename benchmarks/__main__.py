@@ -8,7 +8,7 @@ Writes ``benchmarks.json`` and ``benchmarks.md`` into ``--out-dir``
 ``--quick`` is a smoke run (tiny sizes, one repeat,
 under a minute) that exercises every benchmark and writes the same files;
 its values are not meaningful.  Groups (``--only``): extract, extract-mem,
-plan, infer, infer-mem, reads, gpu, library, model; with ``--merge`` the groups not
+plan, infer, infer-mem, reads, gpu, library, model, serve; with ``--merge`` the groups not
 rerun are kept from the report already there, each marked with its date.  Nothing here is collected by pytest
 (no ``test_`` names); ``tests/test_bench_quick.py`` runs the quick mode.
 """
@@ -29,7 +29,7 @@ from typing import Any
 from . import bench_common
 from .bench_common import GroupResult, load_average, log, machine_info, wait_for_quiet
 
-GROUPS = ("extract", "extract-mem", "plan", "infer", "infer-mem", "reads", "gpu", "library", "model")
+GROUPS = ("extract", "extract-mem", "plan", "infer", "infer-mem", "reads", "gpu", "library", "model", "serve")
 
 #: Sizes: full run (about 6-8 minutes on 2 cores) and the smoke run.
 FULL: dict[str, dict[str, Any]] = {
@@ -45,6 +45,8 @@ FULL: dict[str, dict[str, Any]] = {
                     memory=dict(median_s=30.0, n_base=64, tiles=(2, 12), workers=4, budget_mb=512, repeats=2),
                     loader=dict(n_clips=24, median_s=60.0, repeats=3, model={})),
     "model": dict(quick=False),
+    "serve": dict(n_files=64, clients=(8, 32), repeats=3, seconds=(15.0, 240.0), workers=2, max_delay_ms=50.0,
+                  ramp_s=4.0, model={}),
 }
 QUICK: dict[str, dict[str, Any]] = {
     "extract": dict(n_files=8, mean_seconds=3.0, repeats=1),
@@ -59,10 +61,12 @@ QUICK: dict[str, dict[str, Any]] = {
                     memory=dict(median_s=3.0, n_base=16, tiles=(2, 6), workers=4, budget_mb=64, repeats=1),
                     loader=dict(n_clips=4, median_s=3.0, repeats=1, model=dict(width=8, depth=2))),
     "model": dict(quick=True),
+    "serve": dict(n_files=4, clients=(2, 4), repeats=1, seconds=(2.0, 6.0), workers=1, max_delay_ms=50.0,
+                  ramp_s=0.2, model=dict(width=8, depth=2)),
 }
 
 NOTES = [
-    "Targets are issue 5's. Rows marked (info) give context and have no target.",
+    "Targets are issue 5's (the serving rows: issue 20's). Rows marked (info) give context and have no target.",
     "This machine is a 2-vCPU virtual machine shared with other engineers' jobs. `foreign_cores` in the "
     "details is the CPU that other processes used during the timed runs; contention on the host (other "
     "virtual machines) is invisible to it and shows only as run-to-run spread in `times_s`.",
@@ -108,6 +112,10 @@ def _runner(name: str, work: Path, sizes: dict[str, Any]) -> Callable[[], GroupR
         from . import bench_library
 
         return lambda: bench_library.run(work / "library", **sizes)
+    if name == "serve":
+        from . import bench_serve
+
+        return lambda: bench_serve.run(work / "serve", **sizes)
     if name == "model":
         from . import bench_model
 
@@ -143,7 +151,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
-    for noisy in ("numba", "matplotlib", "asyncio"):
+    for noisy in ("numba", "matplotlib", "asyncio", "httpx", "httpcore"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
     sizes = QUICK if args.quick else FULL
     if args.wait_quiet > 0:

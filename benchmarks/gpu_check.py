@@ -27,7 +27,12 @@ after every step, so a run cut short still returns what it measured:
      between batches, from CUDA events around every forward (target < 0.1),
      for the default loader thread and for DataLoader workers;
    * ``gpu_train_ckpt_memory``: peak memory of training steps with gradient
-     checkpointing over without (information).
+     checkpointing over without (information);
+3. the serving benchmark on the GPU (:mod:`benchmarks.bench_serve`, when time
+   is left): ``gpu_serve_c32_vs_fixed4`` and the rest of its rows, the
+   server's budgeted batcher against a fixed batch of 4 with the model on
+   CUDA (the budget: free GPU memory minus the margin, read before every
+   batch).
 
 The figures can then be merged into ``docs/benchmarks.md`` / ``.json``
 (``--merge REPORT.json``), under a "GPU" section with the date and device.
@@ -416,6 +421,27 @@ def _train_ckpt_figure(device: str) -> tuple[Any, ...]:
 # -- merging into the docs --------------------------------------------------------------------------------
 
 
+def run_serve(report: Report, work: Path, *, device: str, dry_run: bool, deadline: float) -> None:
+    """The serving benchmark with the model on ``device``; skipped (and said so) when too little time is left."""
+    left = deadline - time.perf_counter()
+    if left < 150 and not dry_run:
+        report.step("serve", status="skipped", reason=f"{left:.0f} s left of the time limit")
+        return
+    from . import bench_serve
+
+    sizes: dict[str, Any] = (
+        dict(n_files=4, clients=(2, 4), repeats=1, seconds=(2.0, 6.0), workers=1, ramp_s=0.2,
+             model=dict(width=8, depth=2))
+        if dry_run else
+        dict(n_files=32, clients=(8, 32), repeats=1, seconds=(15.0, 240.0), workers=8, ramp_s=4.0, model={}))
+    t = time.perf_counter()
+    group = bench_serve.run(work / "serve", max_delay_ms=50.0, device=device, **sizes)
+    for f in group.figures:
+        report.figure(f"gpu_{f.key}", f"GPU: {f.title}", f.value, f.unit, f.description,
+                      target=f.target, op=f.op, details=f.details, note=f.note)
+    report.step("serve", status="ok", seconds=round(time.perf_counter() - t, 1), profile=group.profile)
+
+
 def merge(report_json: Path, docs: Path) -> None:
     """Put a report's figures into docs/benchmarks.json (``gpu`` key) and docs/benchmarks.md (a GPU section)."""
     doc = json.loads(report_json.read_text())
@@ -505,6 +531,7 @@ def main(argv: list[str] | None = None) -> int:
             ),
         )
     )
+    steps.append(("serve", lambda: run_serve(report, work, device=device, dry_run=args.dry_run, deadline=deadline)))
     failed = False
     try:
         for name, step in steps:

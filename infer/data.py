@@ -41,23 +41,23 @@ import queue
 import threading
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import torch
 from torch.utils.data import Dataset, Sampler
 
-from store import ConfigError, FeatureSpec, Store, open_store
+from store import ConfigError, FeatureSpec, Store, open_store, stack_parts
 
 from .augment import Augment, SpecAugment
 from .budget import Budget, CostModel
 from .collate import Batch, collate
 from .defaults import MAX_BATCH
-from .planner import Plan, plan_batches, training_plan
+from .planner import DEFAULT_BATCH_OVERHEAD_FRAMES, Plan, plan_batches, training_plan
 
 __all__ = [
-    "BudgetBatchSampler", "Item", "PadCollate", "SpecAugment", "StoreDataset", "feature_specs", "pad_collate",
-    "prefetch",
+    "ArrayDataset", "BudgetBatchSampler", "ClipSource", "Item", "PadCollate", "SpecAugment", "StoreDataset",
+    "feature_specs", "pad_collate", "prefetch", "stack_parts",
 ]
 
 log = logging.getLogger(__name__)
@@ -180,14 +180,7 @@ class StoreDataset(Dataset[Item]):
     def window(self, index: int, start: int, stop: int) -> np.ndarray:
         """Frames ``[start, stop)`` of item ``index`` as a ``(n_bins, stop - start)`` float32 copy."""
         s, row = self._open(), int(self.rows[index])
-        if len(self.specs) == 1:
-            return np.array(s.feature(self.feature).frames(row)[start:stop].T, dtype=np.float32)
-        out = np.empty((self.n_bins, stop - start), dtype=np.float32)
-        b = 0
-        for name, spec in self.specs.items():
-            out[b:b + spec.n_bins] = s.feature(name).frames(row)[start:stop].T
-            b += spec.n_bins
-        return out
+        return stack_parts([s.feature(name).frames(row)[start:stop] for name in self.specs])
 
     def __getitem__(self, index: int) -> Item:
         index = int(index)
@@ -207,6 +200,78 @@ class StoreDataset(Dataset[Item]):
     def __repr__(self) -> str:
         crop = "whole clips" if self.crop_frames is None else f"crops of {self.crop_frames} frames"
         return f"<StoreDataset {len(self)} clips of {self.feature}({self.n_bins}) at {self._where}, {crop}>"
+
+
+class ClipSource(Protocol):
+    """What :meth:`infer.runtime.Engine.clip_logits` runs on: whole clips by index.
+
+    :class:`StoreDataset` (clips in a store) and :class:`ArrayDataset`
+    (clips in memory) both are one.  ``lengths``: frames per clip (int64);
+    ``rows``: an id per clip (store rows, or positions); ``labels``: -1 for
+    none; ``n_bins``: rows of every clip; ``window(i, start, stop)``: frames
+    ``[start, stop)`` of clip ``i`` as ``(n_bins, stop - start)`` float32.
+    """
+
+    rows: np.ndarray
+    labels: np.ndarray
+
+    @property
+    def lengths(self) -> np.ndarray: ...
+
+    @property
+    def n_bins(self) -> int: ...
+
+    def window(self, index: int, start: int, stop: int) -> np.ndarray: ...
+
+    def __getitem__(self, index: int) -> Item: ...
+
+    def __len__(self) -> int: ...
+
+
+class ArrayDataset(Dataset[Item]):
+    """Whole clips held in memory, as a :class:`ClipSource`: ``(n_bins, n_frames)`` float32 arrays.
+
+    For clips that never went into a store (``specstore classify``, the
+    server's queued uploads).  ``labels``: one per clip (-1 = none, the
+    default).  The arrays are used as given, not copied; every clip must
+    have the same ``n_bins`` and at least one frame.
+    """
+
+    def __init__(self, arrays: Sequence[np.ndarray], labels: Sequence[int] | None = None) -> None:
+        self.arrays = list(arrays)
+        bins = {int(a.shape[0]) for a in self.arrays if a.ndim == 2}
+        if any(a.ndim != 2 or a.shape[1] < 1 for a in self.arrays) or len(bins) > 1:
+            raise ConfigError("clips must be (n_bins, n_frames) arrays with the same n_bins and >= 1 frame")
+        self._n_bins = bins.pop() if bins else 0
+        self.rows = np.arange(len(self.arrays), dtype=np.int64)
+        self.labels = (np.full(len(self.arrays), -1, dtype=np.int64) if labels is None
+                       else np.asarray(labels, dtype=np.int64))
+        if len(self.labels) != len(self.arrays):
+            raise ConfigError(f"{len(self.labels)} labels for {len(self.arrays)} clips")
+        self._lengths = np.array([a.shape[1] for a in self.arrays], dtype=np.int64)
+
+    @property
+    def lengths(self) -> np.ndarray:
+        """Frames of each clip."""
+        return self._lengths
+
+    @property
+    def n_bins(self) -> int:
+        """Rows of each clip."""
+        return self._n_bins
+
+    def __len__(self) -> int:
+        return len(self.arrays)
+
+    def window(self, index: int, start: int, stop: int) -> np.ndarray:
+        """Frames ``[start, stop)`` of clip ``index`` as a ``(n_bins, stop - start)`` float32 array."""
+        return np.asarray(self.arrays[index][:, start:stop], dtype=np.float32)
+
+    def __getitem__(self, index: int) -> Item:
+        index = int(index)
+        if not 0 <= index < len(self.arrays):
+            raise IndexError(f"item {index} out of range for a dataset of {len(self.arrays)} clips")
+        return Item(self.window(index, 0, int(self._lengths[index])), int(self.labels[index]), index, index)
 
 
 class PadCollate:
@@ -246,7 +311,9 @@ class BudgetBatchSampler(Sampler[list[int]]):
     every epoch with padding efficiency >= 0.95
     (:func:`infer.planner.training_plan`); otherwise the sorted inference
     plan (:func:`infer.planner.plan_batches`).  ``num_replicas``/``rank``:
-    this rank's share for DistributedDataParallel.  ``too_long``: what to do
+    this rank's share for DistributedDataParallel.  ``batch_overhead_frames``:
+    the sorted plan's price of one more batch, in padded frames
+    (:func:`~infer.planner.plan_batches`).  ``too_long``: what to do
     with clips that exceed the budget alone: ``"raise"`` (default; crop
     them, or raise the budget) or ``"leave"`` (left out of the batches and
     listed in :attr:`too_long_indices`, for a caller that runs them in
@@ -260,7 +327,8 @@ class BudgetBatchSampler(Sampler[list[int]]):
     def __init__(self, source: StoreDataset | np.ndarray | Sequence[int], budget: Budget | None = None, *,
                  budget_mb: float | None = None, cost: CostModel | None = None, max_batch: int = MAX_BATCH,
                  frame_align: int = 1, shuffle: bool = False, seed: int = 0, num_replicas: int = 1,
-                 rank: int = 0, too_long: str = "raise", pad_to: int | None = None) -> None:
+                 rank: int = 0, too_long: str = "raise", pad_to: int | None = None,
+                 batch_overhead_frames: float = DEFAULT_BATCH_OVERHEAD_FRAMES) -> None:
         self.dataset = source if isinstance(source, StoreDataset) else None
         self.lengths = np.asarray(source.lengths if isinstance(source, StoreDataset) else source, dtype=np.int64)
         if budget is None:
@@ -281,6 +349,7 @@ class BudgetBatchSampler(Sampler[list[int]]):
         self.rank = int(rank)
         self.too_long = too_long
         self.pad_to = pad_to
+        self.batch_overhead_frames = float(batch_overhead_frames)
         self.epoch = 0
         self._skip = 0  # batches of this epoch already done (a resumed run starts after them)
         self._yielded = 0
@@ -292,7 +361,8 @@ class BudgetBatchSampler(Sampler[list[int]]):
     def _plan(self) -> Plan:
         if self.shuffle:
             return training_plan(self.lengths, self.budget, seed=self.seed, epoch=self.epoch, pad_to=self.pad_to)
-        return plan_batches(self.lengths, self.budget, pad_to=self.pad_to)
+        return plan_batches(self.lengths, self.budget, pad_to=self.pad_to,
+                            batch_overhead_frames=self.batch_overhead_frames)
 
     def _planned(self) -> tuple[Plan, list[list[int]]]:
         """This rank's plan and batches of the current epoch (planned once per epoch)."""

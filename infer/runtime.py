@@ -39,10 +39,10 @@ from .budget import Budget
 from .collate import collate
 from .contract import exact_windows, masks_padding, time_stride, window_frames
 from .cost import measure_cost_per_frame
-from .data import BudgetBatchSampler, Item, PadCollate, StoreDataset, prefetch
+from .data import BudgetBatchSampler, ClipSource, Item, PadCollate, StoreDataset, prefetch
 from .device import PRECISIONS, amp, anon_rss_bytes, autocast_dtype, choose_device, memory_bytes, set_cpu_threads
 from .models import MaskedClassifier
-from .planner import Plan, plan_batches
+from .planner import DEFAULT_BATCH_OVERHEAD_FRAMES, Plan, plan_batches
 from .windows import run_windowed
 
 __all__ = ["Engine", "RowLogits", "RunOptions", "distinct_rows"]
@@ -216,47 +216,89 @@ class Engine:
     ) -> RowLogits:
         """Run ``model`` on store ``rows`` (of ``feature``) as whole clips; logits in row order.
 
-        The one prediction loop.  With ``dedupe`` each distinct content runs
-        once.  A model that masks padding runs on the planner's batches
+        The one prediction loop over a store.  With ``dedupe`` each distinct
+        content runs once; the distinct clips then go through
+        :meth:`clip_logits` as a :class:`~infer.data.StoreDataset`.
+        """
+        rows = np.asarray(rows, dtype=np.int64)
+        distinct, content = (distinct_rows(rows, store.hashes) if dedupe
+                             else (rows, np.arange(len(rows), dtype=np.int64)))
+        if not len(rows):
+            return RowLogits(np.zeros((0, 0), dtype=np.float32), distinct=0)
+        out = self.clip_logits(model, StoreDataset(store, feature, rows=distinct), budget=budget, desc=desc)
+        out.logits = out.logits[content]
+        return out
+
+    def clip_logits(
+        self,
+        model: nn.Module,
+        dataset: ClipSource,
+        *,
+        budget: Budget | None = None,
+        batches: Sequence[Sequence[int]] | None = None,
+        batch_overhead_frames: float | None = None,
+        desc: str = "predicting",
+        progress: bool | None = None,
+    ) -> RowLogits:
+        """Run ``model`` on every clip of ``dataset`` as a whole clip; logits ``(len(dataset), C)`` in its order.
+
+        ``dataset`` is any :class:`~infer.data.ClipSource`: a store's
+        :class:`~infer.data.StoreDataset` (what :meth:`logits` passes) or
+        clips held in memory (:class:`~infer.data.ArrayDataset`, what
+        ``specstore classify`` and the server pass).  A model that masks
+        padding runs on the planner's batches
         (:class:`~infer.data.BudgetBatchSampler` under ``budget``, measured
         for ``model`` if None), read and padded ahead by
         :func:`~infer.data.prefetch`; clips too long for a batch of one run
         in windows (exactly, when the model exposes ``pooled_sum``).  A model
         that does not mask padding runs on equal windows
-        (:mod:`infer.contract`).  The model must already be on the device
+        (:mod:`infer.contract`).  ``batches`` (lists of dataset indices)
+        replaces the planner's batches for a masking model, for a caller
+        that compares another batching rule (a fixed batch size); they are
+        run as given, unchecked against the budget.  ``batch_overhead_frames``:
+        the planner's price of one more batch in padded frames (default
+        :data:`~infer.planner.DEFAULT_BATCH_OVERHEAD_FRAMES`; a CPU, with
+        little cost per batch, can split more and pad less).  ``progress`` overrides
+        the options' tqdm setting.  The model must already be on the device
         (:meth:`prepare`); it runs in eval mode and its mode is restored.
         """
-        rows = np.asarray(rows, dtype=np.int64)
-        distinct, content = (distinct_rows(rows, store.hashes) if dedupe
-                             else (rows, np.arange(len(rows), dtype=np.int64)))
-        out = RowLogits(np.zeros((len(rows), 0), dtype=np.float32), distinct=len(distinct))
-        if not len(rows):
+        out = RowLogits(np.zeros((len(dataset), 0), dtype=np.float32), distinct=len(dataset))
+        if not len(dataset):
             return out
-        dataset = StoreDataset(store, feature, rows=distinct)
         was_training = model.training
         model.eval()
         retries_before = self.oom_retries
         if self.device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(self.device)
         peak = self._peak()
+        show = self.options.progress if progress is None else progress
         try:
-            with tqdm(total=len(distinct), unit="clip", desc=desc, disable=not self.options.progress,
-                      leave=False) as bar:
-                run = self._masked if masks_padding(model) else self._windowed
-                result, peak = run(model, dataset, budget, bar, peak)
+            with tqdm(total=len(dataset), unit="clip", desc=desc, disable=not show, leave=False) as bar:
+                if masks_padding(model):
+                    result, peak = self._masked(model, dataset, budget, bar, peak, batches, batch_overhead_frames)
+                else:
+                    result, peak = self._windowed(model, dataset, budget, bar, peak)
             out.oom_retries, out.peak_bytes = self.oom_retries - retries_before, peak
         finally:
             model.train(was_training)
-        logits, out.batches, out.efficiency, out.windowed, out.budget_bytes = result
-        out.logits = logits[content]
+        out.logits, out.batches, out.efficiency, out.windowed, out.budget_bytes = result
         return out
 
-    def _masked(self, model: nn.Module, dataset: StoreDataset, budget: Budget | None, bar: Any,
-                peak: int) -> tuple[tuple[np.ndarray, int, float, int, int], int]:
-        """Whole clips in length-binned batches; over-long clips in windows."""
+    def _masked(self, model: nn.Module, dataset: ClipSource, budget: Budget | None, bar: Any, peak: int,
+                given: Sequence[Sequence[int]] | None = None, batch_overhead_frames: float | None = None,
+                ) -> tuple[tuple[np.ndarray, int, float, int, int], int]:
+        """Whole clips in length-binned batches (or the ``given`` ones); over-long clips in windows."""
         budget = budget or self.budget(model, dataset.n_bins)
-        sampler = BudgetBatchSampler(dataset, budget, too_long="leave")
-        batches = list(sampler)
+        if given is None:
+            overhead = DEFAULT_BATCH_OVERHEAD_FRAMES if batch_overhead_frames is None else batch_overhead_frames
+            sampler = BudgetBatchSampler(np.asarray(dataset.lengths), budget, too_long="leave",
+                                         batch_overhead_frames=overhead)
+            batches = list(sampler)
+            plan = sampler.plan
+        else:
+            batches = [[int(i) for i in b] for b in given]
+            plan = Plan(np.asarray(dataset.lengths, dtype=np.int64), [np.asarray(b, dtype=np.int64) for b in batches],
+                        np.zeros(0, dtype=np.int64), budget)
         parts: list[tuple[np.ndarray, np.ndarray]] = []
         for batch in self._batches(dataset, batches, PadCollate(budget.frame_align)):
             b = batch.to(self.device, non_blocking=True) if self.device.type != "cpu" else batch
@@ -264,7 +306,7 @@ class Engine:
             bar.update(len(batch))
             peak = max(peak, self._peak())
         exact = exact_windows(model)
-        for index in sampler.too_long_indices.tolist():
+        for index in plan.too_long.tolist():
             x = dataset.window(index, 0, int(dataset.lengths[index]))
             with torch.inference_mode():
                 if exact:
@@ -275,7 +317,7 @@ class Engine:
             parts.append((np.array([index]), logit.float().cpu().numpy()[None]))
             bar.update(1)
             peak = max(peak, self._peak())
-        return (_assemble(parts, len(dataset)), len(batches), sampler.plan.efficiency, len(sampler.too_long_indices),
+        return (_assemble(parts, len(dataset)), len(batches), plan.efficiency, len(plan.too_long),
                 budget.budget_bytes), peak
 
     def _batches(self, dataset: Any, batches: list[list[int]], collate_fn: PadCollate) -> Iterator[Any]:
@@ -297,7 +339,7 @@ class Engine:
             outs.append(self._forward(model, b.x, b.lengths)[0])
         return torch.stack(outs).mean(dim=0)
 
-    def _windowed(self, model: nn.Module, dataset: StoreDataset, budget: Budget | None, bar: Any,
+    def _windowed(self, model: nn.Module, dataset: ClipSource, budget: Budget | None, bar: Any,
                   peak: int) -> tuple[tuple[np.ndarray, int, float, int, int], int]:
         """A model that does not mask padding: every clip as equal windows, logits averaged per clip."""
         w = window_frames(model)
@@ -333,7 +375,7 @@ class _Windows:
     window ``k``'s item, ``last[k]`` whether it is its item's last window.
     """
 
-    def __init__(self, dataset: StoreDataset, w: int) -> None:
+    def __init__(self, dataset: ClipSource, w: int) -> None:
         self.dataset = dataset
         spans: list[tuple[int, int]] = []
         owner: list[int] = []

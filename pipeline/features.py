@@ -57,7 +57,7 @@ from pipeline.audio import AudioError, StreamResampler, probe, stream_mono
 from store import ConfigError
 from store.spec import FeatureSpec
 
-__all__ = ["FeatureResult", "common_grid", "compute_features", "min_samples"]
+__all__ = ["FeatureResult", "common_grid", "compute_features", "min_samples", "stored_features"]
 
 #: Frames per FFT batch in the mel path: a (128, 2048) float32 batch is 1 MiB,
 #: which keeps window multiply, FFT, squaring and filterbank product in cache.
@@ -684,3 +684,21 @@ def compute_features(
     if sinks is not None:
         arrays = {}
     return FeatureResult(arrays=arrays, n_frames=n_frames, duration=n / sr, sample_rate=sr)
+
+
+def stored_features(
+    path: str | os.PathLike[str],
+    specs: Mapping[str, FeatureSpec],
+    *,
+    block_seconds: float = 60.0,
+) -> FeatureResult:
+    """The values a store would hold for ``path``: :func:`compute_features` in each spec's storage dtype.
+
+    What extraction writes into a shard (float16 for the default specs),
+    here as in-memory ``(n_frames, n_bins)`` arrays, so a file classified
+    without a store (``specstore classify``, the server) gets exactly the
+    inputs ``make infer`` reads from a store made of it.  Raises as
+    :func:`compute_features` does.
+    """
+    return compute_features(path, specs, block_seconds=block_seconds,
+                            out_dtypes={name: s.dtype for name, s in specs.items()})

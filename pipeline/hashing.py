@@ -32,7 +32,10 @@ from typing import Any
 
 from store import SpecstoreError
 
-__all__ = ["Fingerprint", "RECENT_SECONDS", "SourceChanged", "Stamp", "content_hash", "digest_fd", "fingerprint"]
+__all__ = [
+    "Fingerprint", "RECENT_SECONDS", "SourceChanged", "Stamp", "content_hash", "digest_bytes", "digest_fd",
+    "fingerprint",
+]
 
 #: A file modified this close to when it was stamped is hashed again, whatever its stamp says.
 RECENT_SECONDS = 2.0
@@ -77,6 +80,13 @@ class Fingerprint:
 
 def _new_hash() -> Any:
     return hashlib.blake2b(digest_size=16)
+
+
+def digest_bytes(data: bytes) -> str:
+    """BLAKE2b-128 hex digest of ``data``: the hash :func:`content_hash` gives a file holding these bytes."""
+    h = _new_hash()
+    h.update(data)
+    return str(h.hexdigest())
 
 
 def digest_fd(fd: int) -> str:

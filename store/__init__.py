@@ -22,6 +22,7 @@ from .metadata import Corpus
 from .reader import FeatureView, Store, open_store
 from .shard_writer import ShardInfo, ShardWriter, StoredClip, write_shard
 from .spec import FeatureSpec, default_specs, spec_differences
+from .stacking import stack_parts
 from .validate import validate
 from .writer import ErrorRow, IndexRow, RepairReport, StoreWriter, create_store
 
@@ -30,5 +31,5 @@ __all__ = [
     "SpecstoreError", "StoreLocked", "atomic_path", "check_output_path", "escape_path", "run_cli", "unescape_path",
     "write_atomic", "FeatureSpec", "FeatureView", "IndexRow", "ShardInfo", "ShardWriter", "SpecMismatch", "Store",
     "StoreCorrupt", "StoreError", "StoreNotFound", "StoreWriter", "StoredClip", "create_store", "default_specs",
-    "open_store", "spec_differences", "validate", "write_shard",
+    "open_store", "spec_differences", "stack_parts", "validate", "write_shard",
 ]

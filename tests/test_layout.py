@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGED = ("store", "pipeline", "infer", "democorpus", "realcorpus")
+PACKAGED = ("store", "pipeline", "infer", "democorpus", "realcorpus", "serving")
 
 
 def _modules(folder: Path) -> list[Path]:

@@ -1,0 +1,12 @@
+"""specstore's serving side: classify audio files directly (``specstore classify``) and serve a model over
+HTTP (``specstore serve``).
+
+It joins the two stages that never import each other: :mod:`serving.clips`
+decodes a file with the pipeline (the checkpoint's FeatureSpecs, the values
+a store would hold), :mod:`serving.model` runs clips on infer's Engine
+(Budget, planner, windows, OOM split).  :mod:`serving.policy` and
+:mod:`serving.batcher` are the online batcher, :mod:`serving.app` the
+Starlette service, :mod:`serving.cli` the commands.  Importing this package
+imports neither torch nor the audio stack (decode workers import only
+:mod:`serving.clips`).
+"""

@@ -1,0 +1,7 @@
+"""``python -m serving classify|serve ...`` = ``specstore classify|serve ...``."""
+
+import sys
+
+from .cli import main
+
+sys.exit(main())

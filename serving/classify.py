@@ -1,0 +1,175 @@
+"""``specstore classify FILE_OR_DIR... --model M``: top-k genres of audio files, with no store to build.
+
+Flow: expand the arguments (folders: their audio files, recursively, by
+extension; files named on the command line are all tried, whatever their
+name) -> hash each file (BLAKE2b, the store's content hash) so identical
+contents decode and run once -> decode the distinct contents with the
+checkpoint's FeatureSpecs in ``jobs`` worker processes
+(:func:`serving.clips.decode_file`, the values a store would hold) ->
+:class:`serving.model.Classifier` runs them through the same Engine,
+Budget and planner as ``make infer`` -> one row per file.  With a cache folder, contents decoded before are
+read back instead of decoded (:mod:`serving.cache`).  A file that
+cannot be read or decoded is one :class:`FileFailure` (one line on
+stderr); the others go through.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import multiprocessing
+import os
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from pipeline.corpus import AUDIO_EXTENSIONS
+from pipeline.hashing import content_hash
+from store import ConfigError, FeatureSpec
+
+from .cache import ClipCache
+from .clips import DecodedClip, decode_or_reason
+from .model import Classifier, top_k
+
+__all__ = ["ClassifyResult", "FileFailure", "FileResult", "classify_files", "expand_inputs"]
+
+
+@dataclass(frozen=True)
+class FileResult:
+    """One classified file: its path as given, seconds of audio, and the top-k ``(label, probability)`` pairs."""
+
+    path: str
+    duration: float
+    top: list[tuple[str, float]]
+    probs: np.ndarray = field(repr=False)
+
+
+@dataclass(frozen=True)
+class FileFailure:
+    """A file that could not be classified and why (one line)."""
+
+    path: str
+    reason: str
+
+
+@dataclass
+class ClassifyResult:
+    """Every input file as a result or a failure, in input order, and the run's figures."""
+
+    results: list[FileResult]
+    failures: list[FileFailure]
+    label_names: list[str]
+    distinct: int = 0
+    cached: int = 0
+    batches: int = 0
+    efficiency: float = 1.0
+    windowed: int = 0
+    oom_retries: int = 0
+
+
+def expand_inputs(inputs: Sequence[str | os.PathLike[str]]) -> list[str]:
+    """Files to classify: each file argument as given, each folder's audio files (recursive, sorted).
+
+    Raises :class:`~store.ConfigError` for an argument that does not exist
+    or a folder holding no audio files.
+    """
+    out: list[str] = []
+    for arg in inputs:
+        p = Path(arg)
+        if p.is_dir():
+            found = sorted(str(f) for f in p.rglob("*") if f.suffix.lower() in AUDIO_EXTENSIONS and f.is_file())
+            if not found:
+                raise ConfigError(f"{p} holds no audio files ({', '.join(sorted(AUDIO_EXTENSIONS))})")
+            out.extend(found)
+        elif p.exists() or p.is_symlink():
+            out.append(os.fspath(arg))
+        else:
+            raise ConfigError(f"no such file or folder: {p}")
+    if not out:
+        raise ConfigError("no files to classify")
+    return out
+
+
+def _decode_all(todo: dict[str, str], specs: dict[str, FeatureSpec], jobs: int,
+                progress: bool) -> Iterator[tuple[str, DecodedClip | str]]:
+    """``(hash, clip or reason)`` for each distinct content ``hash -> path``, in ``jobs`` processes."""
+    bar = tqdm(total=len(todo), unit="file", desc="decoding", disable=not progress, leave=False)
+    try:
+        if jobs <= 1 or len(todo) <= 1:
+            for h, path in todo.items():
+                yield h, decode_or_reason(path, specs, h)
+                bar.update(1)
+            return
+        # spawn: this process has torch's threads running, which a fork would copy half-started
+        with cf.ProcessPoolExecutor(max_workers=min(jobs, len(todo)),
+                                    mp_context=multiprocessing.get_context("spawn")) as pool:
+            futures = {pool.submit(decode_or_reason, path, specs, h): h for h, path in todo.items()}
+            for fut in cf.as_completed(futures):
+                yield futures[fut], fut.result()
+                bar.update(1)
+    finally:
+        bar.close()
+
+
+def classify_files(inputs: Sequence[str | os.PathLike[str]], classifier: Classifier, *, topk: int = 5,
+                   jobs: int = 1, progress: bool = True, cache: str | os.PathLike[str] | None = None,
+                   ) -> ClassifyResult:
+    """Classify every file of ``inputs`` (files and folders, see :func:`expand_inputs`) with ``classifier``.
+
+    ``jobs``: decode worker processes.  Identical contents (same bytes)
+    decode and run once.  ``cache``: a folder of decoded clips keyed by
+    content hash (:class:`~serving.cache.ClipCache`): files decoded before
+    with the same feature settings are not decoded again.  Raises
+    :class:`~store.ConfigError` for bad arguments; unreadable or
+    undecodable files become failures.
+    """
+    if not isinstance(topk, int) or topk < 1:
+        raise ConfigError(f"topk must be a positive integer, got {topk!r}")
+    if jobs < 1:
+        raise ConfigError(f"jobs must be at least 1, got {jobs}")
+    paths = expand_inputs(inputs)
+    hashes: dict[str, str] = {}
+    reasons: dict[str, str] = {}
+    for path in tqdm(paths, unit="file", desc="hashing", disable=not progress or len(paths) < 50, leave=False):
+        try:
+            hashes[path] = content_hash(path)
+        except IsADirectoryError:
+            reasons[path] = "unreadable: is a directory"
+        except OSError as e:
+            reasons[path] = f"unreadable: {e.strerror or e}"
+    todo: dict[str, str] = {}
+    for path, h in hashes.items():
+        todo.setdefault(h, path)
+    clips: dict[str, DecodedClip] = {}
+    failed: dict[str, str] = {}
+    store = ClipCache(cache, classifier.specs) if cache is not None else None
+    if store is not None:
+        for h in list(todo):
+            hit = store.get(h)
+            if hit is not None:
+                clips[h] = hit
+    for h, got in _decode_all({h: p for h, p in todo.items() if h not in clips}, classifier.specs, jobs, progress):
+        if isinstance(got, str):
+            failed[h] = got
+        else:
+            clips[h] = got
+            if store is not None:
+                store.put(got)
+    order = [h for h in todo if h in clips]  # input order, whatever order the workers finished in
+    res = classifier.run([clips[h].features for h in order], progress=progress)
+    row = {h: i for i, h in enumerate(order)}
+    out = ClassifyResult([], [], list(classifier.label_names), distinct=len(order),
+                         cached=store.hits if store is not None else 0, batches=res.run.batches,
+                         efficiency=res.run.efficiency, windowed=res.run.windowed, oom_retries=res.run.oom_retries)
+    for path in paths:
+        if path in reasons:
+            out.failures.append(FileFailure(path, reasons[path]))
+        elif hashes[path] in failed:
+            out.failures.append(FileFailure(path, failed[hashes[path]]))
+        else:
+            p = res.probs[row[hashes[path]]]
+            out.results.append(FileResult(path, clips[hashes[path]].duration, top_k(p, classifier.label_names, topk),
+                                          p))
+    return out

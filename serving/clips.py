@@ -1,0 +1,143 @@
+"""One audio file -> the model's input, as ``make features`` would store it: the decode side of serving.
+
+Runs inside the decode worker processes (and in ``specstore classify``'s),
+so it imports the pipeline and numpy only, never torch.  The checkpoint's
+:class:`~store.FeatureSpec` s drive :func:`pipeline.stored_features` (the
+same streaming decode and features extraction uses, block by block, in
+the store's dtype); the parts are stacked by :func:`store.stack_parts`, as
+:meth:`infer.data.StoreDataset.window` stacks them from a store.  So a clip
+classified here gets the exact input values ``make infer`` reads from a
+store of the same file.
+
+Uploads arrive as bytes: :func:`decode_bytes` writes them to a file of its
+own in a private temporary folder (a name the client never chooses),
+decodes it and deletes it.  Whatever goes wrong is a :class:`ClipError`
+with a one-line reason that names no server path.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+from pipeline.audio import AudioError, probe
+from pipeline.features import stored_features
+from pipeline.hashing import content_hash, digest_bytes
+from store import FeatureSpec, SpecstoreError, stack_parts
+
+__all__ = [
+    "ClipError", "DecodedClip", "decode_bytes", "decode_file", "decode_or_reason", "mel_picture", "warm_up",
+]
+
+#: Longest side of a log-mel picture, pixels (frames are averaged down to it).
+PICTURE_WIDTH = 640
+
+
+class ClipError(SpecstoreError):
+    """A file or upload that cannot be classified: not audio, too long, too short; one line, no server paths."""
+
+
+@dataclass
+class DecodedClip:
+    """One decoded file: ``features`` ``(n_bins, n_frames)`` float32 (store values), ``duration`` in seconds,
+    ``hash`` the BLAKE2b-128 of its bytes (the store's content hash), ``picture`` a PNG of its log-mel or None."""
+
+    features: np.ndarray
+    duration: float
+    hash: str
+    picture: bytes | None = None
+
+    @property
+    def n_frames(self) -> int:
+        return int(self.features.shape[1])
+
+
+def mel_picture(features: np.ndarray, limits: tuple[float, float], *, width: int = PICTURE_WIDTH) -> bytes:
+    """A PNG of ``(n_bins, n_frames)`` dB values, low bins at the bottom, colours fixed by ``limits`` (dB).
+
+    Frames are averaged in groups so the picture is at most ``width`` pixels
+    wide; one pixel per bin in height (magma colour map, as the notebook's
+    figures use fixed dB limits per feature kind).
+    """
+    from matplotlib import image  # only where a picture is asked for
+
+    n = features.shape[1]
+    group = max(1, -(-n // width))
+    cols = -(-n // group)
+    padded = np.full((features.shape[0], cols * group), np.nan, dtype=np.float32)
+    padded[:, :n] = features
+    small = np.nanmean(padded.reshape(features.shape[0], cols, group), axis=2)
+    buf = io.BytesIO()
+    image.imsave(buf, small, vmin=limits[0], vmax=limits[1], cmap="magma", origin="lower", format="png")
+    return buf.getvalue()
+
+
+def decode_file(path: str | os.PathLike[str], specs: Mapping[str, FeatureSpec], *,
+                max_seconds: float | None = None, picture: tuple[str, tuple[float, float]] | None = None,
+                block_seconds: float = 60.0, digest: str | None = None) -> DecodedClip:
+    """Decode ``path`` with ``specs`` (the checkpoint's, in its feature order) into a :class:`DecodedClip`.
+
+    ``max_seconds``: refuse longer audio (checked from the header before
+    decoding, and on the decoded samples); ``picture``: ``(feature name, dB
+    limits)`` of the part to draw as a PNG; ``digest``: the content hash if
+    the caller has it.  Raises :class:`ClipError` with the decoder's reason.
+    """
+    try:
+        if max_seconds is not None:
+            declared = probe(path).duration
+            if declared > max_seconds * 1.01 + 1.0:
+                raise ClipError(f"audio of {declared:.0f} s is longer than the limit of {max_seconds:.0f} s")
+        result = stored_features(path, specs, block_seconds=block_seconds)
+    except AudioError as e:
+        raise ClipError(e.reason) from None
+    except MemoryError:
+        raise ClipError("out of memory while decoding") from None
+    except ClipError:
+        raise
+    except Exception as e:  # a decoder bug on one odd file must not cost the others
+        raise ClipError(f"decode failed: {type(e).__name__}: {e}".splitlines()[0]) from None
+    if max_seconds is not None and result.duration > max_seconds * 1.01 + 1.0:
+        raise ClipError(f"audio of {result.duration:.0f} s is longer than the limit of {max_seconds:.0f} s")
+    features = stack_parts([result.arrays[name] for name in specs])
+    image = None
+    if picture is not None:
+        name, limits = picture
+        lo = sum(specs[k].n_bins for k in list(specs)[:list(specs).index(name)])
+        image = mel_picture(features[lo:lo + specs[name].n_bins], limits)
+    return DecodedClip(features, float(result.duration), digest or content_hash(path), image)
+
+
+def decode_bytes(data: bytes, specs: Mapping[str, FeatureSpec], *, max_seconds: float | None = None,
+                 picture: tuple[str, tuple[float, float]] | None = None,
+                 block_seconds: float = 60.0) -> DecodedClip:
+    """:func:`decode_file` of an upload's bytes, through a private temporary file deleted afterwards."""
+    if not data:
+        raise ClipError("empty file")
+    fd, tmp = tempfile.mkstemp(prefix="specstore-upload-", suffix=".audio")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        return decode_file(tmp, specs, max_seconds=max_seconds, picture=picture, block_seconds=block_seconds,
+                           digest=digest_bytes(data))
+    finally:
+        os.unlink(tmp)
+
+
+def decode_or_reason(path: str, specs: Mapping[str, FeatureSpec], digest: str) -> DecodedClip | str:
+    """:func:`decode_file`, or the one-line reason it failed (for worker pools: no exception to ship back)."""
+    try:
+        return decode_file(path, specs, digest=digest)
+    except ClipError as e:
+        return str(e)
+
+
+def warm_up() -> int:
+    """Run once in each new decode worker: the decode stack is imported before the first file arrives."""
+    import librosa.filters  # noqa: F401  (what the feature plans build on)
+
+    return 0

@@ -1,0 +1,102 @@
+"""When the online batcher closes a batch: pure functions over the queue, the budget and the clock.
+
+The offline planner (:func:`infer.planner.plan_batches`) sees every clip at
+once.  Online, clips arrive one by one, so the only new decision is *when*
+to close a batch; *which* clips go together is still the planner's:
+
+* ``"budget"`` (the default): plan the waiting clips with
+  :func:`~infer.planner.plan_batches` under the memory budget.  A planned
+  batch is closed as soon as it is full (``max_batch`` clips, or the next
+  clip of its length would break the budget); every batch is closed once
+  the oldest waiting clip has waited ``max_delay`` seconds.  A clip too
+  long for any batch goes at once, alone (the engine runs it in windows).
+* ``"fixed"``: the fixed batch of the article's baseline: the oldest
+  ``fixed_size`` clips in arrival order, whatever their lengths, closed
+  when that many wait or the oldest has waited ``max_delay``.
+
+Ready batches are returned oldest first (the batch holding the clip that
+has waited longest leads), so no clip waits behind newer ones for long.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from infer.budget import Budget
+from infer.planner import DEFAULT_BATCH_OVERHEAD_FRAMES, plan_batches
+from store import ConfigError
+
+__all__ = ["BATCHING", "BatchPolicy", "Waiting", "ready_batches"]
+
+BATCHING = ("budget", "fixed")
+
+
+@dataclass(frozen=True)
+class BatchPolicy:
+    """How the online batcher closes batches.
+
+    ``batching``: ``"budget"`` or ``"fixed"`` (see the module docstring);
+    ``max_delay``: seconds the oldest waiting clip may wait for its batch
+    to fill; ``fixed_size``: clips per batch for ``"fixed"``.
+    """
+
+    batching: str = "budget"
+    max_delay: float = 0.05
+    fixed_size: int = 4
+
+    def __post_init__(self) -> None:
+        if self.batching not in BATCHING:
+            raise ConfigError(f"batching must be one of {', '.join(BATCHING)}, not {self.batching!r}")
+        if not self.max_delay >= 0:
+            raise ConfigError(f"max_delay must be >= 0 seconds, got {self.max_delay!r}")
+        if self.fixed_size < 1:
+            raise ConfigError(f"fixed_size must be >= 1, got {self.fixed_size}")
+
+
+@dataclass(frozen=True)
+class Waiting:
+    """A queued clip: ``key`` (the batcher's id), ``frames`` (its length), ``since`` (monotonic s it joined)."""
+
+    key: int
+    frames: int
+    since: float
+
+
+def _full(size: int, padded: int, budget: Budget) -> bool:
+    """Whether a batch of ``size`` clips padded to ``padded`` frames can take no further clip of its length."""
+    return size >= budget.max_batch or not budget.fits(size + 1, padded)
+
+
+def ready_batches(waiting: Sequence[Waiting], budget: Budget, policy: BatchPolicy, now: float, *,
+                  batch_overhead_frames: float = DEFAULT_BATCH_OVERHEAD_FRAMES) -> list[list[int]]:
+    """The batches (lists of keys) to run now, oldest first; empty when every batch may still fill.
+
+    ``now`` is on the clock of the ``since`` values; ``batch_overhead_frames``
+    is the planner's price of one more batch (padded frames).  Pure: the
+    same queue, budget and time give the same batches.
+    """
+    if not waiting:
+        return []
+    due = min(w.since for w in waiting) + policy.max_delay <= now
+    if policy.batching == "fixed":
+        by_age = sorted(waiting, key=lambda w: (w.since, w.key))
+        alone = [w for w in by_age if not budget.fits(1, budget.align(w.frames))]
+        rest = [w for w in by_age if budget.fits(1, budget.align(w.frames))]
+        size = policy.fixed_size
+        groups = [[w.key] for w in alone]
+        whole = len(rest) // size * size
+        groups += [[w.key for w in rest[i:i + size]] for i in range(0, whole, size)]
+        if due and whole < len(rest):
+            groups.append([w.key for w in rest[whole:]])
+        return groups
+    lengths = np.array([w.frames for w in waiting], dtype=np.int64)
+    plan = plan_batches(lengths, budget, batch_overhead_frames=batch_overhead_frames)
+    since = np.array([w.since for w in waiting])
+    chosen = [(float(since[ids].min()), [waiting[i].key for i in ids.tolist()]) for ids in plan.batches
+              if due or _full(len(ids), plan.padded_length(ids), budget)]
+    chosen += [(float(since[i]), [waiting[i].key]) for i in plan.too_long.tolist()]
+    chosen.sort(key=lambda c: c[0])
+    return [keys for _, keys in chosen]

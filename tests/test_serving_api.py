@@ -1,0 +1,193 @@
+"""`specstore serve`'s HTTP API through Starlette's test client: answers, errors, limits, metrics.
+
+One server (classifier, one decode worker, batcher) for the module; tests
+that need other limits swap the service's config and put it back.
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from factories import make_checkpoint
+from starlette.testclient import TestClient
+
+from infer.runtime import RunOptions
+from pipeline.testing import write_music_like
+from serving.app import Service, create_app
+from serving.clips import decode_file
+from serving.config import ServeConfig
+from serving.model import Classifier
+from serving.policy import BatchPolicy
+from store import FeatureSpec
+
+SPEC = FeatureSpec.mel(n_bins=16)
+GENRES = ["ambient", "blues", "folk", "jazz", "metal", "rock"]
+
+
+@dataclasses.dataclass
+class Server:
+    client: TestClient
+    service: Service
+    files: list[Path]
+
+    def post(self, *files: tuple[str, bytes], query: str = "") -> Any:
+        return self.client.post(f"/classify{query}", files=[("file", (name, data, "application/octet-stream"))
+                                                             for name, data in files])
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    tmp = tmp_path_factory.mktemp("serve")
+    ckpt = make_checkpoint(tmp / "m.pt", spec=SPEC, labels=GENRES)
+    files = [write_music_like(tmp / name, seconds, seed=k, sr=sr, channels=ch)
+             for k, (name, seconds, sr, ch) in enumerate([("a.wav", 3.0, 22050, 1), ("b.flac", 5.5, 44100, 2),
+                                                         ("c.ogg", 1.5, 22050, 1), ("d.mp3", 4.0, 44100, 1)])]
+    config = ServeConfig(workers=1, max_queue=8, policy=BatchPolicy(max_delay=0.5), max_seconds=30.0)
+    # the GPU's price of a batch: clips of different lengths share batches, so batch composition is exercised
+    service = Service(Classifier(ckpt, RunOptions(device="cpu", progress=False), batch_overhead_frames=1024.0),
+                      config)
+    with TestClient(create_app(service)) as client:
+        yield Server(client, service, files)
+
+
+def swap(server: Server, **changes: Any) -> ServeConfig:
+    old = server.service.config
+    server.service.config = dataclasses.replace(old, **changes)
+    return old
+
+
+def test_health_page_and_metrics(server: Server) -> None:
+    h = server.client.get("/health").json()
+    assert h["status"] == "ok" and h["labels"] == GENRES and h["model"] == "m.pt" and h["device"] == "cpu"
+    page = server.client.get("/")
+    assert page.status_code == 200 and 'type="file"' in page.text and "classify?picture=1" in page.text
+    m = server.client.get("/metrics")
+    assert m.headers["content-type"].startswith("text/plain; version=0.0.4")
+    for name in ("specstore_requests_total", "specstore_batches_total", "specstore_padding_efficiency",
+                 "specstore_queue_depth", "specstore_oom_splits_total", "specstore_request_seconds_bucket"):
+        assert name in m.text
+
+
+def test_many_files_are_batched_together_and_each_answer_is_its_own(server: Server) -> None:
+    before = server.service.metrics.batches.get()
+    r = server.post(*[(f.name, f.read_bytes()) for f in server.files], query="?picture=1")
+    assert r.status_code == 200, r.text
+    answers = r.json()["files"]
+    assert [a["file"] for a in answers] == [f.name for f in server.files]
+    alone = server.service.classifier.run([decode_file(f, {"mel": SPEC}).features for f in server.files[:1]])
+    for f, a in zip(server.files, answers, strict=True):
+        clip = decode_file(f, {"mel": SPEC})
+        assert a["frames"] == clip.n_frames and abs(a["duration_s"] - clip.duration) < 1e-3
+        probs = [t["prob"] for t in a["top"]]
+        assert len(a["top"]) == 5 and probs == sorted(probs, reverse=True)
+        png = base64.b64decode(a["picture"].removeprefix("data:image/png;base64,"))
+        assert png.startswith(b"\x89PNG")
+        solo = server.service.classifier.run([clip.features]).probs[0]  # the clip alone, in a batch of one
+        expected = sorted(zip(solo.tolist(), GENRES, strict=True), reverse=True)[:5]
+        assert [t["label"] for t in a["top"]] == [lab for _, lab in expected]
+        np.testing.assert_allclose(probs, [p for p, _ in expected], atol=2e-6)
+    np.testing.assert_allclose(answers[0]["top"][0]["prob"], alone.probs[0].max(), atol=2e-6)
+    assert server.service.metrics.batches.get() - before < len(server.files)  # they shared batches
+
+
+def test_a_bad_upload_is_a_json_error_and_does_not_touch_the_others(server: Server) -> None:
+    good = server.files[0]
+    r = server.post(("notes.txt", b"just some text, not audio" * 20), (good.name, good.read_bytes()))
+    assert r.status_code == 200
+    bad, ok = r.json()["files"]
+    assert bad == {"file": "notes.txt", "error": "not an audio file: Format not recognised."}
+    assert ok["file"] == good.name and len(ok["top"]) == 5
+    r = server.post(("x.wav", b"RIFF\x00\x00\x00\x00WAVEfmt "))
+    assert r.status_code == 422 and r.json()["error"].startswith("not an audio file")
+    r = server.post(("empty.mp3", b""))
+    assert r.status_code == 422 and r.json()["error"] == "empty file"
+
+
+def test_a_client_file_name_is_only_text(server: Server) -> None:
+    r = server.post(("../../../../etc/passwd", server.files[2].read_bytes()))
+    assert r.status_code == 200 and r.json()["files"][0]["file"] == "passwd"
+
+
+def test_bad_requests(server: Server) -> None:
+    assert server.client.post("/classify", data={"a": "b"}).status_code == 400
+    assert server.client.post("/classify", content=b"--x\r\nnonsense", headers={
+        "content-type": "multipart/form-data; boundary=x"}).status_code == 400
+    r = server.post(("a.wav", server.files[0].read_bytes()), query="?topk=zero")
+    assert r.status_code == 400 and "topk" in r.json()["error"]
+    assert server.client.get("/classify").status_code == 405
+
+
+def test_limits_answer_413_503_and_504(server: Server) -> None:
+    data = server.files[1].read_bytes()
+    old = swap(server, max_file_mb=len(data) / 2 / 2**20)
+    try:
+        r = server.post(("b.flac", data))
+        assert r.status_code == 413 and "limit" in r.json()["error"]
+        r = server.post(("b.flac", data), ("c.ogg", server.files[2].read_bytes()))
+        assert r.status_code == 200 and "error" in r.json()["files"][0] and "top" in r.json()["files"][1]
+    finally:
+        server.service.config = old
+    old = swap(server, max_files=1)
+    try:
+        r = server.post(("a.wav", data), ("b.wav", data))
+        assert r.status_code in (400, 413)
+    finally:
+        server.service.config = old
+    old = swap(server, max_queue=1)
+    try:
+        r = server.post(("a.wav", data), ("b.wav", data))
+        assert r.status_code == 503 and r.headers["retry-after"] == "2" and "queue" in r.json()["error"]
+    finally:
+        server.service.config = old
+    old = swap(server, max_seconds=2.0)
+    try:
+        r = server.post(("b.flac", data))
+        assert r.status_code == 422 and "longer than the limit" in r.json()["error"]
+    finally:
+        server.service.config = old
+    old = swap(server, timeout=0.001)
+    try:
+        r = server.post(("b.flac", data))
+        assert r.status_code == 504
+    finally:
+        server.service.config = old
+    r = server.post(("b.flac", data))  # the server is fine afterwards
+    assert r.status_code == 200 and server.service.in_flight == 0
+    text = server.client.get("/metrics").text
+    for code in ("413", "503", "504"):
+        assert f'specstore_requests_total{{code="{code}"}}' in text
+
+
+def test_a_model_failure_answers_its_own_request_and_the_server_goes_on(server: Server,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    data = server.files[2].read_bytes()
+
+    def broken(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("simulated device failure")
+
+    with monkeypatch.context() as m:
+        m.setattr(server.service.classifier, "run", broken)
+        r = server.post(("c.ogg", data))
+    assert r.status_code == 500 and "simulated device failure" in r.json()["error"]
+    r = server.post(("c.ogg", data))
+    assert r.status_code == 200 and len(r.json()["files"][0]["top"]) == 5
+
+
+def test_a_decoder_that_kills_its_worker_fails_that_file_only(server: Server, monkeypatch: pytest.MonkeyPatch) -> None:
+    import crashing_decoder
+
+    import serving.app
+
+    data = server.files[0].read_bytes()
+    with monkeypatch.context() as m:
+        m.setattr(serving.app, "decode_bytes", crashing_decoder.crash)
+        r = server.post(("hostile.wav", data))
+    assert r.status_code == 422 and r.json()["error"] == "the decoder crashed on this file"
+    r = server.post(("a.wav", data))  # a new pool took over
+    assert r.status_code == 200 and len(r.json()["files"][0]["top"]) == 5

@@ -1,0 +1,143 @@
+"""`specstore serve` end to end: a real server process on 127.0.0.1, its page in headless Chromium, and a
+bounded load test.
+
+The browser is Debian's Chromium driven by Playwright (``make install``
+installs both; Playwright's own browser downloads are never used).  Without
+Chromium the browser test is skipped with the reason; CI installs it.
+Traffic goes to 127.0.0.1 only, in a bounded number of requests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from factories import make_checkpoint
+
+from pipeline.testing import write_music_like
+from store import FeatureSpec
+
+pytestmark = pytest.mark.slow
+
+SPEC = FeatureSpec.mel(n_bins=16)
+GENRES = ["ambient", "blues", "folk", "jazz", "metal", "rock"]
+CHROMIUM = next((p for p in ("/usr/bin/chromium", "/usr/bin/chromium-browser") if os.path.exists(p)),
+                shutil.which("chromium"))
+CHROMIUM_FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                  "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                  "--disable-dev-shm-usage"]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, list[Path]]]:
+    """``specstore serve`` in its own process on a free port; its base URL and a few audio files."""
+    tmp = tmp_path_factory.mktemp("e2e")
+    ckpt = make_checkpoint(tmp / "m.pt", spec=SPEC, labels=GENRES)
+    files = [write_music_like(tmp / f"song{k}.{ext}", 2.0 + 1.5 * k, seed=k, sr=22050, channels=1)
+             for k, ext in enumerate(["wav", "flac", "ogg", "wav"])]
+    port = free_port()
+    log = open(tmp / "server.log", "wb")  # noqa: SIM115  (closed below)
+    proc = subprocess.Popen([sys.executable, "-m", "serving", "serve", "--model", str(ckpt), "--port", str(port),
+                             "--device", "cpu", "--workers", "1", "--max-queue", "32", "--max-delay-ms", "100",
+                             "--batch-overhead-frames", "1024"],
+                            stdout=log, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 90
+        while True:
+            try:
+                if httpx.get(f"{url}/health", timeout=2).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            if proc.poll() is not None or time.monotonic() > deadline:
+                log.flush()
+                pytest.fail(f"the server did not start: {(tmp / 'server.log').read_text()[-2000:]}")
+            time.sleep(0.3)
+        yield url, files
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        log.close()
+
+
+def test_the_page_in_a_real_browser_uploads_a_file_and_shows_the_top_5(served: tuple[str, list[Path]],
+                                                                       tmp_path: Path) -> None:
+    if CHROMIUM is None:
+        pytest.skip("no Chromium (apt-get install chromium; `make install` does it)")
+    sync_api = pytest.importorskip("playwright.sync_api", reason="playwright not installed (make install)")
+    url, files = served
+    expected = httpx.post(f"{url}/classify", files={"file": (files[1].name, files[1].read_bytes())},
+                          timeout=60).json()["files"][0]["top"]
+    with sync_api.sync_playwright() as pw:
+        # a fresh profile; Playwright adds --headless and takes the profile folder as user_data_dir
+        browser = pw.chromium.launch_persistent_context(str(tmp_path / "profile"), executable_path=CHROMIUM,
+                                                        headless=True, args=CHROMIUM_FLAGS)
+        try:
+            page = browser.new_page()
+            page.goto(url + "/")
+            page.wait_for_function("document.getElementById('model').textContent.includes('6 genres')",
+                                   timeout=30_000)
+            page.set_input_files("#pick", [str(files[1]), str(files[0])])
+            page.wait_for_selector(".file[data-done='1'] >> nth=1", timeout=60_000)
+            box = page.locator(".file", has_text=files[1].name)
+            labels = box.locator("tr.genre td.label").all_text_contents()
+            probs = box.locator("tr.genre td.prob").all_text_contents()
+            assert labels == [t["label"] for t in expected]
+            assert probs == [f"{100 * t['prob']:.1f} %" for t in expected]
+            assert box.locator("img.mel").get_attribute("src").startswith("data:image/png;base64,")
+            assert page.locator(".file .error").count() == 0
+            page.screenshot(path=str(tmp_path / "page.png"))
+        finally:
+            browser.close()
+
+
+def test_bounded_load_on_localhost_answers_every_request(served: tuple[str, list[Path]]) -> None:
+    """24 uploads from 8 concurrent clients to 127.0.0.1: all answered, batched together, nothing failed."""
+    url, files = served
+    payloads = [(f.name, f.read_bytes()) for f in files]
+
+    async def run() -> list[int]:
+        async with httpx.AsyncClient(base_url=url, timeout=60) as client:
+            async def one_client(k: int) -> list[int]:
+                codes = []
+                for j in range(3):
+                    name, data = payloads[(k + j) % len(payloads)]
+                    codes.append((await client.post("/classify", files={"file": (name, data)})).status_code)
+                return codes
+
+            results = await asyncio.wait_for(asyncio.gather(*(one_client(k) for k in range(8))), timeout=180)
+        return [c for codes in results for c in codes]
+
+    before = _metric(url, "specstore_batches_total")
+    codes = asyncio.run(run())
+    assert codes == [200] * 24
+    batches = _metric(url, "specstore_batches_total") - before
+    assert 0 < batches < 24  # concurrent uploads shared batches
+    assert _metric(url, "specstore_queue_depth") == 0
+
+
+def _metric(url: str, name: str) -> float:
+    for line in httpx.get(f"{url}/metrics", timeout=10).text.splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[1])
+    raise AssertionError(f"no {name} in /metrics")
