@@ -16,7 +16,15 @@ from infer.models import MaskedClassifier
 from infer.split import RULE, RULE_OFFSET, SplitRule, split_keys
 from infer.train import TrainConfig, TrainError, config_path_for, train
 from infer.train.recipe import CROPS_PER_EPOCH, MAX_CROPS_PER_CLIP, DataFacts, resolve
-from infer.train.stats_head import C_GRID, fit_stats_head, grouped_folds
+from infer.train.stats_head import (
+    C_GRID,
+    DEFAULT_WEIGHT,
+    MIN_VALIDATION_CLIPS,
+    WEIGHTS,
+    choose_weight,
+    fit_stats_head,
+    grouped_folds,
+)
 from store import open_store
 
 #: A tiny model and short schedule; the recipe's auto options are left to resolve.
@@ -86,7 +94,10 @@ def test_default_training_keeps_the_last_epoch_and_reports_the_model_and_its_exp
     assert record["recipe"]["requested"]["crops_per_clip"] is None
     n_train = record["recipe"]["facts"]["clips"]
     assert record["train_config"]["crops_per_clip"] == min(MAX_CROPS_PER_CLIP, round(CROPS_PER_EPOCH / n_train))
-    assert set(record["recipe"]["rules"]) == {"crops_per_clip", "stats_head"}
+    assert set(record["recipe"]["rules"]) == {"crops_per_clip", "stats_head", "stats_weight"}
+    n_val = record["recipe"]["facts"]["clips"]  # a tiny store: too few validation clips to choose the weight
+    assert record["stats_weight"]["weight"] == DEFAULT_WEIGHT == record["model"]["kwargs"]["stats_weight"]
+    assert f"fewer than {MIN_VALIDATION_CLIPS} validation clips" in record["stats_weight"]["how"] and n_val
     assert record["stats_head"]["C"] in C_GRID and set(record["stats_head"]["cv"]) == {f"{c:g}" for c in C_GRID}
     names = [r["name"] for r in record["held_out"]]
     assert names == ["model", "CNN alone", "band-statistics logistic regression alone"]
@@ -161,3 +172,22 @@ def test_cross_validation_predicts_every_clip_once_by_a_model_that_never_saw_it(
     assert list(res.baselines) and json.loads((tmp_path / "cv" / "cv.json").read_text())["folds"] == 3
     with pytest.raises(CrossValError, match="folds"):
         cross_validate(store, tmp_path / "cv2", config, folds=1)
+
+
+def test_the_statistics_weight_is_chosen_by_validation_log_loss_only_on_enough_clips() -> None:
+    rng = np.random.default_rng(0)
+    n, k = 200, 4
+    truth = rng.integers(0, k, n)
+    onehot = np.eye(k)[truth]
+    cnn = 3.0 * onehot + rng.normal(0, 1.5, (n, k))  # a decent expert
+    useful = 2.0 * onehot + rng.normal(0, 1.5, (n, k))  # another, with independent errors
+    noise = rng.normal(0, 3.0, (n, k))  # an expert that knows nothing
+    assert choose_weight(cnn, useful, truth).weight > 0
+    assert choose_weight(cnn, noise, truth).weight == 0.0
+    chosen = choose_weight(cnn, useful, truth)
+    assert set(chosen.log_loss) == {f"{w:g}" for w in WEIGHTS}
+    assert chosen.log_loss[f"{chosen.weight:g}"] == min(chosen.log_loss.values())
+    few = choose_weight(cnn[:MIN_VALIDATION_CLIPS - 1], noise[:MIN_VALIDATION_CLIPS - 1],
+                        truth[:MIN_VALIDATION_CLIPS - 1])
+    assert few.weight == DEFAULT_WEIGHT and not few.log_loss and "fewer than" in few.how
+    assert choose_weight(cnn, np.zeros((n, k)), truth).weight == 0.0  # a tie goes to the CNN alone

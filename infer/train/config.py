@@ -39,7 +39,7 @@ class TrainError(ConfigError):
 
 RUNTIME_FIELDS = ("device", "precision", "budget_mb", "loader_workers")
 """Fields that may change between an interrupted run and its resumption (they do not change the result)."""
-AUTO_FIELDS = ("crops_per_clip", "stats_head")
+AUTO_FIELDS = ("crops_per_clip", "stats_head", "stats_weight")
 """Fields whose default (None) is auto: derived from the training data by :mod:`infer.train.recipe`."""
 
 
@@ -53,6 +53,11 @@ def _optional_seconds(text: str) -> float | None:
 def _optional_count(text: str) -> int | None:
     """A positive integer, or auto (None: the recipe derives it from the training data)."""
     return None if text.strip().lower() == "auto" else int(text)
+
+
+def _optional_float(text: str) -> float | None:
+    """A number, or auto (None: chosen at the end of training, :mod:`infer.train.stats_head`)."""
+    return None if text.strip().lower() == "auto" else float(text)
 
 
 def _optional_mb(text: str) -> float | None:
@@ -145,7 +150,9 @@ class TrainConfig:
                                          "fitted before the CNN trains (its strength chosen by grouped "
                                          "cross-validation on the training clips); the model's output adds its "
                                          "logits to the CNN's; auto: on for the built-in models")
-    stats_weight: float = _opt(1.0, "weight of the statistics head's logits in the model's output")
+    stats_weight: float | None = _opt(None, "weight of the statistics head's logits in the model's output; auto: "
+                                            "the least log-loss on the validation split when it holds 60 clips or "
+                                            "more, else 1", parse=_optional_float, metavar="W|auto")
     grad_checkpoint: bool = _opt(False, "gradient checkpointing: recompute activations in backward, so the "
                                         "memory budget packs larger batches (slower steps)")
     loader_workers: int = _opt(0, "batches are read by a prefetch thread (0) or by this many DataLoader "
@@ -182,6 +189,8 @@ class TrainConfig:
             raise TrainError("gain_db, tilt_db and pitch_shift must be >= 0")
         if not (self.mixup >= 0 and math.isfinite(self.mixup)):
             raise TrainError(f"mixup must be >= 0 (0 disables), got {self.mixup!r}")
+        if self.stats_weight is not None and not (self.stats_weight >= 0 and math.isfinite(self.stats_weight)):
+            raise TrainError(f"stats_weight must be a number >= 0 (or auto), got {self.stats_weight!r}")
         if self.input_time_pool < 1:
             raise TrainError(f"input_time_pool must be >= 1, got {self.input_time_pool}")
         if self.freq_pooling not in FREQ_POOLINGS:

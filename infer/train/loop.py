@@ -53,13 +53,14 @@ from store import Store, write_atomic
 
 from ..checkpoint import Checkpoint, load_checkpoint, save_checkpoint
 from ..contract import ModelSpec
-from ..models import count_parameters
+from ..models import MaskedClassifier, count_parameters
 from ..trust import Trust, with_named
 from .config import TrainConfig, TrainError
 from .prepare import Learner, Run, TrainData, default_training_feature, prepare_data, prepare_model, prepare_run
 from .report import Scalars, held_out_report, held_out_text, macro_f1, metrics_csv
 from .resume import ResumeState, save_resume
 from .schedule import lr_at
+from .stats_head import DEFAULT_WEIGHT, WeightChoice, choose_weight, stats_logits
 from .steps import epoch_seed, forward_backward, mixup
 
 __all__ = ["TrainResult", "config_path_for", "default_training_feature", "metrics_path_for", "train"]
@@ -128,7 +129,10 @@ class TrainResult:
         lines = [self.line()]
         rules: dict[str, str] = self.extra.get("recipe", {}).get("rules", {})
         for name, why in rules.items():
-            lines.append(f"  {name} (auto): {why}")
+            if name != "stats_weight" or not self.extra.get("stats_weight"):
+                lines.append(f"  {name} (auto): {why}")
+        if self.extra.get("stats_weight"):
+            lines.append(f"  stats_weight (auto): {self.extra['stats_weight']['how']}")
         if self.extra.get("held_out"):
             lines.append("  " + held_out_text(self.extra["held_out"], self.n_val))
         return "\n".join(lines)
@@ -238,7 +242,7 @@ def _write_config(run: Run, learner: Learner, extra: dict[str, Any]) -> None:
     record: dict[str, Any] = {
         "train_config": run.cfg.to_dict(), "model": learner.spec.to_dict(), "split": run.rule.to_dict(),
         "store": str(run.store.location), "feature": run.feature,
-        **{k: extra[k] for k in ("recipe", "stats_head", "held_out") if k in extra}}
+        **{k: extra[k] for k in ("recipe", "stats_head", "stats_weight", "held_out") if k in extra}}
     write_atomic(config_path_for(run.model_path), json.dumps(record, indent=2) + "\n")
 
 
@@ -335,18 +339,36 @@ def _end_epoch(run: Run, learner: Learner, extra: dict[str, Any], entry: dict[st
 
 def _finish(run: Run, learner: Learner, extra: dict[str, Any], last_logits: np.ndarray | None,
             trust: Trust) -> None:
-    """The kept checkpoint gets the whole history and the held-out report (also in ``config.json``)."""
+    """The kept checkpoint gets the whole history, its statistics head's weight (when auto) and the held-out
+    report (also in ``config.json``)."""
     ckpt = load_checkpoint(run.model_path)
     if len(run.val_rows):
-        logits = last_logits
-        model = learner.scored
+        logits, model = last_logits, learner.scored
         if run.cfg.select != "last" or logits is None:  # the kept epoch is not the last one: score it again
             model = run.engine.prepare(ckpt.build(run.device, trust_model_code=trust))
             logits = run.engine.logits(model, run.store, run.val_rows, feature=run.feature).logits
-        extra["held_out"] = held_out_report(model, logits, run.store, run.feature, run.val_rows)
+        truth = run.store.labels[run.val_rows].astype(np.int64)
+        cnn = stats = None
+        if isinstance(model, MaskedClassifier) and model.stats_linear is not None:
+            stats = stats_logits(model, run.store, run.feature, run.val_rows)
+            cnn = logits - model.config.stats_weight * stats
+            if run.cfg.stats_weight is None:
+                _set_weight(ckpt, learner, extra, choose_weight(cnn, stats, truth))
+            logits = cnn + ckpt.model.kwargs["stats_weight"] * stats
+        extra["held_out"] = held_out_report(truth, logits, cnn, stats)
         log.info("%s", held_out_text(extra["held_out"], len(run.val_rows)))
-    ckpt.extra.update({"history": learner.history, "epochs_done": len(learner.history), "complete": True,
-                       **({"held_out": extra["held_out"]} if "held_out" in extra else {})})
+    elif run.cfg.stats_weight is None and learner.stats_fit is not None:
+        _set_weight(ckpt, learner, extra, WeightChoice(DEFAULT_WEIGHT, f"{DEFAULT_WEIGHT:g}: no validation clips"))
+    final: dict[str, Any] = {k: extra[k] for k in ("held_out", "stats_weight") if k in extra}
+    ckpt.extra.update({"history": learner.history, "epochs_done": len(learner.history), "complete": True, **final})
     save_checkpoint(ckpt, run.model_path)
     _write_config(run, learner, extra)
+
+
+def _set_weight(ckpt: Checkpoint, learner: Learner, extra: dict[str, Any], choice: WeightChoice) -> None:
+    """Write the statistics head's weight into the checkpoint's model spec (the model is rebuilt from it)."""
+    ckpt.model = ModelSpec(ckpt.model.target, {**ckpt.model.kwargs, "stats_weight": choice.weight})
+    learner.spec = ckpt.model
+    extra["stats_weight"] = choice.to_dict()
+    log.info("stats_weight: %s", choice.how)
 

@@ -41,7 +41,7 @@ from ..trust import Trust, UntrustedModelError, with_named
 from .config import TrainConfig, TrainError
 from .recipe import DataFacts, data_facts, resolve
 from .resume import ResumeState, load_resume, resume_path_for
-from .stats_head import fit_stats_head
+from .stats_head import DEFAULT_WEIGHT, fit_stats_head
 from .steps import WeightAverage, class_weights, epoch_seed, param_groups
 
 __all__ = [
@@ -279,7 +279,7 @@ def model_spec_for(cfg: TrainConfig, model: nn.Module | str | None, model_args: 
         kwargs = {**available, "width": cfg.width, "depth": cfg.depth, "dropout": cfg.dropout, "pooling": cfg.pooling,
                   "input_time_pool": cfg.input_time_pool, "freq_pooling": cfg.freq_pooling,
                   "stem_freq_kernel": cfg.stem_freq_kernel, "stats_head": bool(cfg.stats_head),
-                  "stats_weight": cfg.stats_weight}
+                  "stats_weight": DEFAULT_WEIGHT if cfg.stats_weight is None else cfg.stats_weight}
         if cfg.normalization == "bin" and stats is not None:
             kwargs["bin_mean"] = [round(float(v), 3) for v in stats.bin_mean]
             kwargs["bin_std"] = [round(float(v), 3) for v in stats.bin_std]

@@ -11,7 +11,8 @@ choice made on a validation split of a dozen clips is noise (the run that
 motivated this module picked epoch 5 of 15 at 100 % on 13 clips, and lost
 13 points on new works).  So nothing here looks at validation figures: the
 rules were chosen by grouped cross-validation on the training splits of
-several corpora (docs/model.md), and validation only reports.
+several corpora (docs/model.md), and validation reports (with one bounded
+exception, ``stats_weight`` below).
 
 * ``crops_per_clip``: every epoch draws about :data:`CROPS_PER_EPOCH` random
   crops (at least one per clip, at most :data:`MAX_CROPS_PER_CLIP`), so a
@@ -23,6 +24,12 @@ several corpora (docs/model.md), and validation only reports.
   often the better expert, on thousands the CNN is, and their product keeps
   both; its strength is chosen by cross-validation inside the training split.
   Off for a user's own model.
+* ``stats_weight``: how much the statistics head counts against the CNN.  It
+  is the one choice made on validation figures, and only where they can carry
+  it: when training ends, the weight with the least log-loss on the
+  validation split (a smooth figure of every clip, five candidates) if it
+  holds at least :data:`~.stats_head.MIN_VALIDATION_CLIPS` clips; otherwise
+  :data:`~.stats_head.DEFAULT_WEIGHT`.
 """
 
 from __future__ import annotations
@@ -37,6 +44,7 @@ from store import Store
 
 from ..models import ARCHS
 from .config import TrainConfig
+from .stats_head import DEFAULT_WEIGHT, MIN_VALIDATION_CLIPS, WEIGHTS
 
 __all__ = ["CROPS_PER_EPOCH", "MAX_CROPS_PER_CLIP", "DataFacts", "Resolved", "data_facts", "resolve"]
 
@@ -110,4 +118,8 @@ def resolve(config: TrainConfig, facts: DataFacts, *, builtin: bool | None = Non
             "on: a logistic regression on band statistics beside the CNN, their logits added (C by grouped "
             "cross-validation on the training clips)" if builtin else
             "off: the statistics head belongs to the built-in models")
+    if changes.get("stats_head", config.stats_head) and config.stats_weight is None:
+        rules["stats_weight"] = (f"chosen when training ends: the least log-loss on the validation split among "
+                                 f"{', '.join(f'{w:g}' for w in WEIGHTS)} when it holds {MIN_VALIDATION_CLIPS} clips "
+                                 f"or more, else {DEFAULT_WEIGHT:g}")
     return Resolved(dataclasses.replace(config, **changes), rules)

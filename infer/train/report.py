@@ -4,7 +4,7 @@ The held-out report (:func:`held_out_report`) scores the saved model on the
 validation split and, for a model with a statistics head, each of its two
 experts alone (the CNN, and the logistic regression on band statistics,
 which is the simple baseline fitted on the same training clips), each with a
-bootstrap interval over the held-out clips.  It reports; it chooses nothing.
+bootstrap interval over the held-out clips.
 """
 
 from __future__ import annotations
@@ -16,14 +16,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
-from torch import nn
-
-from store import Store
 
 from ..baselines import bootstrap_ci
-from ..models import MaskedClassifier
-from .stats_head import clip_statistics
 
 __all__ = ["METRICS_COLUMNS", "HeldOut", "Scalars", "held_out_report", "held_out_text", "macro_f1", "metrics_csv"]
 
@@ -92,24 +86,14 @@ def _figures(name: str, truth: np.ndarray, logits: np.ndarray) -> HeldOut:
     return HeldOut(name, float(correct.mean()), bootstrap_ci(correct), macro_f1(truth, pred))
 
 
-def held_out_report(model: nn.Module, logits: np.ndarray, store: Store, feature: str, rows: np.ndarray
-                    ) -> list[dict[str, Any]]:
-    """The saved model's held-out figures, and its two experts' when it has a statistics head.
-
-    ``logits``: the model's logits on ``rows`` (what validation computed).
-    The statistics head's logits are computed from the clips' statistics; the
-    CNN's are the model's minus ``stats_weight`` times them (the model adds
-    the two).
-    """
-    truth = store.labels[rows].astype(np.int64)
+def held_out_report(truth: np.ndarray, logits: np.ndarray, cnn: np.ndarray | None = None,
+                    stats: np.ndarray | None = None) -> list[dict[str, Any]]:
+    """The model's held-out figures (``logits``), and each expert's when the model has a statistics head
+    (``cnn``: the CNN's logits, ``stats``: the statistics head's), JSON-ready."""
     report = [_figures("model", truth, logits)]
-    if isinstance(model, MaskedClassifier) and model.stats_linear is not None:
-        with torch.no_grad():
-            device = next(model.parameters()).device
-            statistics = torch.from_numpy(clip_statistics(model, store, feature, rows)).float().to(device)
-            stats = model.stats_logits(statistics).float().cpu().numpy()
-        report.append(_figures("CNN alone", truth, logits - model.config.stats_weight * stats))
-        report.append(_figures("band-statistics logistic regression alone", truth, stats))
+    if cnn is not None and stats is not None:
+        report += [_figures("CNN alone", truth, cnn),
+                   _figures("band-statistics logistic regression alone", truth, stats)]
     return [{**asdict(r), "accuracy_ci": list(r.accuracy_ci)} for r in report]
 
 
