@@ -47,6 +47,14 @@ mode, up to float rounding).  How that is guaranteed:
   weights' sum.  All three are sums over real frames, so batched == alone
   and exact windowing hold for them alike.
 
+With ``pool_window`` the pooling and the head run on each window of that
+many frames, counted from the clip's first frame (so the same windows in a
+batch as alone), and the clip's logits are the windows' logits averaged with
+their real frames as weights: the pooled "sums" are the weighted logits and
+the "counts" the real frames.  A window is owned whole by one of the
+windows a long clip is cut into when they start on multiples of it
+(:attr:`MaskedClassifier.window_align`), so exact windowing holds too.
+
 The optional statistics head (``stats_head``) is a linear classifier on
 three statistics of every input bin over the clip's real frames (after the
 input normalisation): mean, standard deviation and mean absolute
@@ -141,7 +149,11 @@ class ModelConfig:
     before any pooling blurs semitones).  ``stats_head``: add a second,
     linear classifier on the clip's per-bin statistics (see
     :class:`MaskedClassifier`); its logits, times ``stats_weight``, are added
-    to the CNN's in eval mode.
+    to the CNN's in eval mode.  ``pool_window`` (input frames, a multiple of
+    the time stride; 0 = the whole clip): pool and classify each window of
+    that many frames from the clip's start on its own and average the
+    windows' logits, weighted by their real frames, so a long clip is judged
+    as the training crops of that length were.
     """
 
     arch: str = "cnn"
@@ -166,6 +178,7 @@ class ModelConfig:
     stem_freq_kernel: int = 3
     stats_head: bool = False
     stats_weight: float = 1.0
+    pool_window: int = 0
 
     def __post_init__(self) -> None:
         if self.arch not in ARCHS:
@@ -188,6 +201,9 @@ class ModelConfig:
             raise ModelConfigError(f"unknown pooling {self.pooling!r}; expected one of {POOLINGS}")
         if self.freq_pooling not in FREQ_POOLINGS:
             raise ModelConfigError(f"unknown freq_pooling {self.freq_pooling!r}; expected one of {FREQ_POOLINGS}")
+        if not isinstance(self.pool_window, int) or isinstance(self.pool_window, bool) or self.pool_window < 0:
+            raise ModelConfigError(f"pool_window must be an integer >= 0 (frames; 0 = the whole clip), got "
+                                   f"{self.pool_window!r}")
         if not (self.stats_weight >= 0 and math.isfinite(self.stats_weight)):
             raise ModelConfigError(f"stats_weight must be a finite number >= 0, got {self.stats_weight!r}")
         if (self.bin_mean is None) != (self.bin_std is None):
@@ -431,6 +447,17 @@ class MaskedClassifier(nn.Module):
         """Input frames (in time) that one output frame depends on."""
         return self._receptive_field
 
+    @property
+    def window_align(self) -> int:
+        """Frames a long clip's windows (:mod:`infer.windows`) start and split on: the pooling window, or the
+        time stride when the whole clip is pooled at once."""
+        return self.config.pool_window or self._time_stride
+
+    def _check_pool_window(self) -> None:
+        if self.config.pool_window % self._time_stride:
+            raise ModelConfigError(f"pool_window ({self.config.pool_window} frames) must be a multiple of the "
+                                   f"model's time stride ({self._time_stride})")
+
     def _prepare(self, x: Tensor, lengths: Tensor | Any) -> tuple[Tensor, Tensor]:
         """Validate, normalise, mask and pad ``x`` to a multiple of the time stride."""
         if x.ndim != 4 or x.shape[1] != 1 or x.shape[2] != self.config.n_bins:
@@ -514,12 +541,35 @@ class MaskedClassifier(nn.Module):
         if self.attention is not None:
             score = self.attention(per_frame.transpose(1, 2))[..., 0].float()  # (B, T'), each frame alone
             weights = weights * torch.exp(ATTENTION_BOUND * torch.tanh(score / ATTENTION_BOUND))
-        sums = (per_frame * weights[:, None, :]).sum(dim=-1)
-        if self.config.pooling == "meanstd":
-            sums = torch.cat([sums, (per_frame.square() * weights[:, None, :]).sum(dim=-1)], dim=1)
+        if self.config.pool_window:
+            sums, counts = self._window_logits(per_frame, weights, keep.to(per_frame.dtype))
+        else:
+            sums, counts = self._frame_sums(per_frame, weights), weights.sum(dim=-1)
         if stats is not None:
             sums = torch.cat([sums, stats], dim=1)
-        return sums, weights.sum(dim=-1)
+        return sums, counts
+
+    def _frame_sums(self, per_frame: Tensor, weights: Tensor) -> Tensor:
+        """Sums over frames of ``per_frame (..., C, T)`` weighted by ``weights (..., T)`` (and of the squares,
+        for ``meanstd``): the pooling's statistics, ``(..., C)`` or ``(..., 2C)``."""
+        sums = (per_frame * weights[..., None, :]).sum(dim=-1)
+        if self.config.pooling == "meanstd":
+            sums = torch.cat([sums, (per_frame.square() * weights[..., None, :]).sum(dim=-1)], dim=-1)
+        return sums
+
+    def _window_logits(self, per_frame: Tensor, weights: Tensor, real: Tensor) -> tuple[Tensor, Tensor]:
+        """``pool_window``: each window's logits times its real frames, summed ``(B, n_classes)``, and the real
+        frames ``(B,)``; windows without a real frame count for nothing."""
+        size = self.config.pool_window // self._time_stride
+        b, c, t = per_frame.shape
+        n = -(-t // size)
+        pad = n * size - t
+        frames = F.pad(per_frame, (0, pad)).reshape(b, c, n, size).transpose(1, 2)  # (B, J, C, size)
+        w = F.pad(weights, (0, pad)).reshape(b, n, size)
+        real_frames = F.pad(real, (0, pad)).reshape(b, n, size).sum(dim=-1)  # (B, J)
+        logits = self._classify_cnn(self._frame_sums(frames, w).flatten(0, 1), w.sum(dim=-1).flatten())
+        logits = logits.float().reshape(b, n, -1) * real_frames[..., None]
+        return logits.sum(dim=1), real_frames.sum(dim=1)
 
     def _stats_sums(self, h: Tensor, lengths: Tensor, pool_start: Tensor | None = None,
                     pool_stop: Tensor | None = None) -> Tensor:
@@ -574,9 +624,13 @@ class MaskedClassifier(nn.Module):
         """
         extra = None
         n_stats = len(BAND_STATS) * self.config.n_bins + 2
-        if self.stats_linear is not None and sums.shape[1] == self.head.in_features + n_stats:
+        width = self.head.out_features if self.config.pool_window else self.head.in_features
+        if self.stats_linear is not None and sums.shape[1] == width + n_stats:
             sums, extra = sums[:, :-n_stats], sums[:, -n_stats:]
-        logits = self._classify_cnn(sums, counts)
+        if self.config.pool_window:  # the windows' logits, weighted by their real frames
+            logits = sums / counts.clamp(min=1.0)[:, None]
+        else:
+            logits = self._classify_cnn(sums, counts)
         if extra is not None and self.config.stats_weight:
             logits = logits + self.config.stats_weight * self.stats_logits(self.band_statistics(extra.float()))
         return logits
@@ -643,6 +697,7 @@ class SpectrogramCNN(MaskedClassifier):
             c_in = c_out
         self._time_stride = jump
         self._receptive_field = rf
+        self._check_pool_window()
 
 
 class Stem(nn.Module):
@@ -721,6 +776,7 @@ class SpectrogramResNet(MaskedClassifier):
                 c_in = c_out
         self._time_stride = jump
         self._receptive_field = rf
+        self._check_pool_window()
 
 
 def _halved(n: int, times: int) -> int:

@@ -89,8 +89,9 @@ def owned_spans(windows: list[tuple[int, int]], *, align: int = 1) -> list[tuple
 
 
 def default_context(model: MaskedClassifier, max_window: int) -> int:
-    """Context frames per side: the receptive field rounded up to the stride, capped at a quarter window."""
-    stride = model.time_stride
+    """Context frames per side: the receptive field rounded up to the model's window alignment (its time
+    stride, or its pooling window), capped at a quarter window."""
+    stride = model.window_align
     wanted = int(align_frames(model.receptive_field, stride))
     cap = (max_window // stride * stride) // 4 // stride * stride
     return min(wanted, cap)
@@ -116,7 +117,7 @@ def windowed_pooled_sum(
     """
     if array.ndim != 2:
         raise WindowError(f"expected a (n_bins, n_frames) array, got shape {array.shape}")
-    stride = model.time_stride
+    stride = model.window_align  # windows start and split on it, so each pooling window is owned whole
     window = max_window // stride * stride
     if context is None:
         context = default_context(model, max_window)

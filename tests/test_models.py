@@ -496,3 +496,39 @@ def test_clip_statistics_are_the_baselines_band_statistics_of_the_normalised_inp
     batch = collate([clip.astype(np.float32)])
     got = model.clip_statistics(batch.x, batch.lengths)[0].double().numpy()
     np.testing.assert_allclose(got, np.concatenate([expected[s] for s in STATS]), atol=1e-4)
+
+
+@pytest.mark.parametrize("arch,pooling,stats_head", [("cnn", "meanstd", True), ("resnet", "attention", False),
+                                                     ("cnn", "mean", False)])
+def test_window_pooling_is_batched_equal_alone_and_windows_exactly(arch: str, pooling: str, stats_head: bool) -> None:
+    from infer.windows import run_windowed
+
+    model = eval_model(tiny(arch, pooling=pooling, freq_pooling="keep", pool_window=16, stats_head=stats_head,
+                            **bin_stats(20)))
+    assert model.window_align == 16 and model.time_stride == 8
+    if model.attention is not None:
+        torch.nn.init.normal_(model.attention.weight, std=2.0)
+    clips = make_clips(20, [1, 3, 8, 9, 31, 97], seed=7)
+    batch = collate(clips, multiple_of=model.time_stride)
+    with torch.no_grad():
+        batched = model(batch.x, batch.lengths)
+    for i, clip in enumerate(clips):
+        torch.testing.assert_close(batched[i], logits_alone(model, clip), atol=ATOL, rtol=0)
+    long = make_clips(20, [500], seed=8)[0]
+    context = -(-model.receptive_field // model.window_align) * model.window_align
+    windowed = run_windowed(model, long, 4 * context + 40, context=context)
+    torch.testing.assert_close(windowed, logits_alone(model, long), atol=ATOL, rtol=0)
+
+
+def test_window_pooling_averages_the_windows_logits_weighted_by_their_frames() -> None:
+    # A one-frame time kernel: a window's activations depend on its own frames only, as the window alone.
+    model = eval_model(tiny("cnn", pooling="meanstd", pool_window=16, time_kernel=1, **bin_stats(20)))
+    whole = eval_model(tiny("cnn", pooling="meanstd", time_kernel=1, **bin_stats(20)))  # same seed, same weights
+    clip = make_clips(20, [40], seed=9)[0]  # windows of 16, 16 and 8 frames
+    parts = [logits_alone(whole, clip[:, a:b]) for a, b in ((0, 16), (16, 32), (32, 40))]
+    expected = (16 * parts[0] + 16 * parts[1] + 8 * parts[2]) / 40
+    torch.testing.assert_close(logits_alone(model, clip), expected, atol=ATOL, rtol=0)
+    one = make_clips(20, [16], seed=10)[0]  # one window: the same as pooling the whole clip
+    torch.testing.assert_close(logits_alone(model, one), logits_alone(whole, one), atol=ATOL, rtol=0)
+    with pytest.raises(ModelConfigError, match="multiple of the model's time stride"):
+        build_model(tiny("cnn", pool_window=12))

@@ -52,10 +52,18 @@ def test_crops_per_clip_auto_aims_at_a_number_of_crops_per_epoch() -> None:
 
 
 def test_options_the_user_sets_are_kept_and_whole_clips_take_one_pass() -> None:
-    given = resolve(TrainConfig(crops_per_clip=5, stats_head=False), facts(160))
+    given = resolve(TrainConfig(crops_per_clip=5, stats_head=False, pool_seconds=3.0), facts(160))
     assert given.config.crops_per_clip == 5 and given.config.stats_head is False and not given.rules
     whole = resolve(TrainConfig(crop_seconds=None), facts(40))
     assert whole.config.crops_per_clip == 1 and "whole clips" in whole.rules["crops_per_clip"]
+
+
+def test_pooling_windows_are_as_long_as_the_training_crops() -> None:
+    assert resolve(TrainConfig(), facts(100)).config.pool_seconds == TrainConfig().crop_seconds == 10.0
+    assert resolve(TrainConfig(crop_seconds=5.0), facts(100)).config.pool_seconds == 5.0
+    assert resolve(TrainConfig(crop_seconds=None), facts(100)).config.pool_seconds == 0.0
+    assert resolve(TrainConfig(arch="user_models:TinyNet"), facts(100)).config.pool_seconds == 0.0
+    assert resolve(TrainConfig(pool_seconds=0.0), facts(100)).config.pool_seconds == 0.0
 
 
 def test_the_statistics_head_is_on_for_built_in_models_only() -> None:
@@ -94,7 +102,10 @@ def test_default_training_keeps_the_last_epoch_and_reports_the_model_and_its_exp
     assert record["recipe"]["requested"]["crops_per_clip"] is None
     n_train = record["recipe"]["facts"]["clips"]
     assert record["train_config"]["crops_per_clip"] == min(MAX_CROPS_PER_CLIP, round(CROPS_PER_EPOCH / n_train))
-    assert set(record["recipe"]["rules"]) == {"crops_per_clip", "stats_head", "stats_weight"}
+    assert set(record["recipe"]["rules"]) == {"crops_per_clip", "pool_seconds", "stats_head", "stats_weight"}
+    stride = 2 * 2**2  # input time pool 2, two blocks
+    crop = int(round(0.5 / open_store(store).spec.frame_seconds)) // stride * stride
+    assert record["model"]["kwargs"]["pool_window"] == crop  # windows as long as the training crops
     n_val = record["recipe"]["facts"]["clips"]  # a tiny store: too few validation clips to choose the weight
     assert record["stats_weight"]["weight"] == DEFAULT_WEIGHT == record["model"]["kwargs"]["stats_weight"]
     assert f"fewer than {MIN_VALIDATION_CLIPS} validation clips" in record["stats_weight"]["how"] and n_val

@@ -39,7 +39,7 @@ class TrainError(ConfigError):
 
 RUNTIME_FIELDS = ("device", "precision", "budget_mb", "loader_workers")
 """Fields that may change between an interrupted run and its resumption (they do not change the result)."""
-AUTO_FIELDS = ("crops_per_clip", "stats_head", "stats_weight")
+AUTO_FIELDS = ("crops_per_clip", "pool_seconds", "stats_head", "stats_weight")
 """Fields whose default (None) is auto: derived from the training data by :mod:`infer.train.recipe`."""
 
 
@@ -145,6 +145,11 @@ class TrainConfig:
     normalization: str = _opt("bin", "input normalisation fitted on training frames (built-in models): global "
                                         "(one mean and std) or bin (per frequency bin)",
                               choices=("global", "bin"))
+    pool_seconds: float | None = _opt(None, "classify a clip window by window, each this many seconds long (from "
+                                            "its start), averaging the windows' logits (built-in models); 0 = pool "
+                                            "the whole clip at once; auto: the training crop's length (so a long "
+                                            "clip is judged as training saw it)", parse=_optional_float,
+                                      metavar="SECONDS|auto")
     stats_head: bool | None = _opt(None, "a statistics head beside the CNN (built-in models): a logistic "
                                          "regression on each clip's per-bin mean, std and frame-to-frame change, "
                                          "fitted before the CNN trains (its strength chosen by grouped "
@@ -189,6 +194,8 @@ class TrainConfig:
             raise TrainError("gain_db, tilt_db and pitch_shift must be >= 0")
         if not (self.mixup >= 0 and math.isfinite(self.mixup)):
             raise TrainError(f"mixup must be >= 0 (0 disables), got {self.mixup!r}")
+        if self.pool_seconds is not None and not (self.pool_seconds >= 0 and math.isfinite(self.pool_seconds)):
+            raise TrainError(f"pool_seconds must be >= 0 (0 = the whole clip; or auto), got {self.pool_seconds!r}")
         if self.stats_weight is not None and not (self.stats_weight >= 0 and math.isfinite(self.stats_weight)):
             raise TrainError(f"stats_weight must be a number >= 0 (or auto), got {self.stats_weight!r}")
         if self.input_time_pool < 1:

@@ -255,12 +255,14 @@ class Learner:
 
 
 def model_spec_for(cfg: TrainConfig, model: nn.Module | str | None, model_args: dict[str, Any] | None,
-                   available: dict[str, Any], stats: FrameStats | None = None, trust: Trust = False) -> ModelSpec:
+                   available: dict[str, Any], stats: FrameStats | None = None, trust: Trust = False,
+                   frame_seconds: float | None = None) -> ModelSpec:
     """How to build the model: the config's built-in architecture or import path, or a given module.
 
     ``available``: the store's facts a constructor may take (n_bins, n_classes, input_mean, input_std);
     ``stats``: the training frames' statistics (per-bin normalisation of the built-ins); ``trust``: the
-    model code that may be imported (:mod:`infer.trust`).
+    model code that may be imported (:mod:`infer.trust`); ``frame_seconds``: the feature's hop, which turns
+    ``pool_seconds`` into frames (rounded down to the model's time stride, as the training crop is).
     """
     if isinstance(model, nn.Module):
         spec = spec_of(model, model_args)
@@ -283,6 +285,9 @@ def model_spec_for(cfg: TrainConfig, model: nn.Module | str | None, model_args: 
         if cfg.normalization == "bin" and stats is not None:
             kwargs["bin_mean"] = [round(float(v), 3) for v in stats.bin_mean]
             kwargs["bin_std"] = [round(float(v), 3) for v in stats.bin_std]
+        if cfg.pool_seconds and frame_seconds:
+            stride = time_stride(ModelSpec(target, kwargs).build())
+            kwargs["pool_window"] = max(stride, int(round(cfg.pool_seconds / frame_seconds)) // stride * stride)
         return ModelSpec(target, kwargs)
     try:
         return ModelSpec.for_class(target, args, trust_model_code=trust, source="the training config", **available)
@@ -305,7 +310,8 @@ def prepare_model(run: Run, model: nn.Module | str | None, model_args: dict[str,
     else:
         spec = model_spec_for(cfg, model, model_args, {"n_bins": run.n_bins, "n_classes": run.n_classes,
                                                        "input_mean": round(frames.mean, 4),
-                                                       "input_std": round(frames.std, 4)}, frames, trust)
+                                                       "input_std": round(frames.std, 4)}, frames, trust,
+                              next(iter(run.specs.values())).frame_seconds)
     torch.manual_seed(cfg.seed)
     net = (model if isinstance(model, nn.Module) else spec.build(trust, source="the training config")).to(run.device)
     if cfg.grad_checkpoint:

@@ -24,6 +24,11 @@ exception, ``stats_weight`` below).
   often the better expert, on thousands the CNN is, and their product keeps
   both; its strength is chosen by cross-validation inside the training split.
   Off for a user's own model.
+* ``pool_seconds``: the length of the crops training sees (10 s by
+  default).  The model is trained on crops but classifies whole clips; with
+  this it classifies each window of that length as it was trained to and
+  averages the windows' logits, instead of pooling a 3-minute clip's
+  statistics at once (which differ from a 10-second crop's).
 * ``stats_weight``: how much the statistics head counts against the CNN.  It
   is the one choice made on validation figures, and only where they can carry
   it: when training ends, the weight with the least log-loss on the
@@ -118,6 +123,17 @@ def resolve(config: TrainConfig, facts: DataFacts, *, builtin: bool | None = Non
             "on: a logistic regression on band statistics beside the CNN, their logits added (C by grouped "
             "cross-validation on the training clips)" if builtin else
             "off: the statistics head belongs to the built-in models")
+    if config.pool_seconds is None:
+        builtin_model = config.arch in ARCHS if builtin is None else builtin
+        if not builtin_model or config.crop_seconds is None:
+            changes["pool_seconds"] = 0.0
+            rules["pool_seconds"] = ("0: the whole clip at once (" + (
+                "training sees whole clips)" if builtin_model else "a user model pools as it likes)"))
+        else:
+            changes["pool_seconds"] = config.crop_seconds
+            rules["pool_seconds"] = (f"{config.crop_seconds:g} s windows, as long as the training crops: a clip is "
+                                     "classified window by window, as training saw it, and the windows' logits are "
+                                     "averaged (weighted by their frames)")
     if changes.get("stats_head", config.stats_head) and config.stats_weight is None:
         rules["stats_weight"] = (f"chosen when training ends: the least log-loss on the validation split among "
                                  f"{', '.join(f'{w:g}' for w in WEIGHTS)} when it holds {MIN_VALIDATION_CLIPS} clips "
