@@ -15,7 +15,14 @@ from infer.crossval import CrossValError, cross_validate
 from infer.models import MaskedClassifier
 from infer.split import RULE, RULE_OFFSET, SplitRule, split_keys
 from infer.train import TrainConfig, TrainError, config_path_for, train
-from infer.train.recipe import CROPS_PER_EPOCH, MAX_CROPS_PER_CLIP, DataFacts, resolve
+from infer.train.recipe import (
+    CROPS_PER_EPOCH,
+    MAX_CROPS_PER_CLIP,
+    VAL_FRACTION,
+    DataFacts,
+    resolve,
+    resolve_validation,
+)
 from infer.train.stats_head import (
     C_GRID,
     DEFAULT_WEIGHT,
@@ -56,6 +63,22 @@ def test_options_the_user_sets_are_kept_and_whole_clips_take_one_pass() -> None:
     assert given.config.crops_per_clip == 5 and given.config.stats_head is False and not given.rules
     whole = resolve(TrainConfig(crop_seconds=None), facts(40))
     assert whole.config.crops_per_clip == 1 and "whole clips" in whole.rules["crops_per_clip"]
+
+
+def test_validation_is_held_out_only_when_it_can_measure_something() -> None:
+    small, why = resolve_validation(TrainConfig(), 400)
+    assert small.val_fraction == 0.0 and why is not None and "fewer than 60" in why and "specstore-cv" in why
+    large, why = resolve_validation(TrainConfig(), 1850)
+    assert large.val_fraction == VAL_FRACTION and why is not None and "185 of the 1850" in why
+    given, why = resolve_validation(TrainConfig(val_fraction=0.3), 100)
+    assert given.val_fraction == 0.3 and why is None
+
+
+def test_a_small_corpus_trains_on_every_clip(tmp_path: Path) -> None:
+    store = make_separable_store(tmp_path / "s.zarr", n=30)
+    res = train(store, tmp_path / "m.pt", TrainConfig(**{**TINY, "val_fraction": None, "epochs": 1}), progress=False)
+    assert res.n_val == 0 and res.n_train == 30 and "val_fraction (auto): 0:" in res.summary()
+    assert res.extra["stats_weight"]["weight"] == DEFAULT_WEIGHT  # nothing held out: the rule's weight
 
 
 def test_pooling_windows_are_as_long_as_the_training_crops() -> None:

@@ -39,7 +39,7 @@ class TrainError(ConfigError):
 
 RUNTIME_FIELDS = ("device", "precision", "budget_mb", "loader_workers")
 """Fields that may change between an interrupted run and its resumption (they do not change the result)."""
-AUTO_FIELDS = ("crops_per_clip", "pool_seconds", "stats_head", "stats_weight")
+AUTO_FIELDS = ("val_fraction", "crops_per_clip", "pool_seconds", "stats_head", "stats_weight")
 """Fields whose default (None) is auto: derived from the training data by :mod:`infer.train.recipe`."""
 
 
@@ -117,8 +117,11 @@ class TrainConfig:
     pitch_shift: int = _opt(2, "random pitch shift per clip and epoch, uniform in +-this many semitones, as a "
                                "roll of the CQT bins (stores with a CQT; 0 disables)")
     mixup: float = _opt(0.0, "mixup: mix each batch with itself shuffled, weight ~ Beta(a, a) (0 disables)")
-    val_fraction: float = _opt(0.1, "share of works (groups) or contents held out for validation (they do not "
-                                    "train: a larger share is a steadier figure and less training data)")
+    val_fraction: float | None = _opt(None, "share of works (groups) or contents held out for validation (they "
+                                            "do not train); auto: 10 % when that is 60 clips or more (enough to "
+                                            "measure and to choose stats_weight), else none: every clip trains "
+                                            "(judge such a corpus with specstore-cv)", parse=_optional_float,
+                                      metavar="FRACTION|auto")
     val_offset: float = _opt(0.0, "start of the held-out interval of split scores (cross-validation folds hold out "
                                   "[k/K, (k+1)/K); 0 for a plain validation split)")
     select: str = _opt("last", "which weights are saved: last (the end of the schedule: validation only reports) or "
@@ -206,9 +209,9 @@ class TrainConfig:
             raise TrainError(f"pooling must be one of {', '.join(POOLINGS)}, not {self.pooling!r}")
         if self.normalization not in ("global", "bin"):
             raise TrainError(f"normalization must be global or bin, not {self.normalization!r}")
-        if not 0 <= self.val_fraction < 1:
-            raise TrainError(f"val_fraction must be in [0, 1), got {self.val_fraction!r}")
-        if not 0 <= self.val_offset < 1 or self.val_offset + self.val_fraction > 1 + 1e-12:
+        if self.val_fraction is not None and not 0 <= self.val_fraction < 1:
+            raise TrainError(f"val_fraction must be in [0, 1) (or auto), got {self.val_fraction!r}")
+        if not 0 <= self.val_offset < 1 or self.val_offset + (self.val_fraction or 0.0) > 1 + 1e-12:
             raise TrainError(f"val_offset must be in [0, 1 - val_fraction], got {self.val_offset!r}")
         if self.select not in ("best", "last"):
             raise TrainError(f"select must be best or last, not {self.select!r}")

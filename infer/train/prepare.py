@@ -39,7 +39,7 @@ from ..runtime import Engine, RunOptions
 from ..split import SplitError, SplitRule, split_keys, training_fingerprint, training_rows
 from ..trust import Trust, UntrustedModelError, with_named
 from .config import TrainConfig, TrainError
-from .recipe import DataFacts, data_facts, resolve
+from .recipe import DataFacts, data_facts, resolve, resolve_validation
 from .resume import ResumeState, load_resume, resume_path_for
 from .stats_head import DEFAULT_WEIGHT, fit_stats_head
 from .steps import WeightAverage, class_weights, epoch_seed, param_groups
@@ -177,6 +177,7 @@ def prepare_run(store: str | os.PathLike[str] | Store, model_path: str | os.Path
                 model: nn.Module | str | None, threads: int | None, margin_mb: float | None,
                 overwrite: bool) -> Run:
     """Open, split, resolve the recipe, make the engine and find a resume state (see :class:`Run`)."""
+    requested = cfg
     path = check_output_path(model_path, what="MODEL")
     s = store if isinstance(store, Store) else open_store(store)
     try:
@@ -186,11 +187,14 @@ def prepare_run(store: str | os.PathLike[str] | Store, model_path: str | os.Path
     if cfg.feature is None:
         log.info("training on %s (the default: every feature the store holds, stacked frame by frame)",
                  "+".join(specs))
-    rule = SplitRule(cfg.val_fraction, cfg.seed, cfg.val_offset)
+    cfg, val_rule = resolve_validation(cfg, int((s.labels >= 0).sum()))
+    rule = SplitRule(cfg.val_fraction or 0.0, cfg.seed, cfg.val_offset)
     train_rows, val_rows = _split(s, rule)
     builtin = (cfg.arch in ARCHS) if model is None else (isinstance(model, str) and model in ARCHS)
     facts = data_facts(s, train_rows, split_keys(s))
     recipe = resolve(cfg, facts, builtin=builtin)
+    if val_rule is not None:
+        recipe.rules["val_fraction"] = val_rule
     for name, why in recipe.rules.items():
         log.info("%s (auto): %s", name, why)
     resolved = recipe.config
@@ -205,8 +209,8 @@ def prepare_run(store: str | os.PathLike[str] | Store, model_path: str | os.Path
     resume_path = resume_path_for(path)
     fingerprint = training_fingerprint(s, rule, "+".join(specs))
     state = _resumable(load_resume(resume_path), resolved, fingerprint, path, overwrite)
-    return Run(resolved, cfg, recipe.rules, facts, s, specs, rule, train_rows, val_rows, engine, path, resume_path,
-               fingerprint, state)
+    return Run(resolved, requested, recipe.rules, facts, s, specs, rule, train_rows, val_rows, engine, path,
+               resume_path, fingerprint, state)
 
 
 def _resumable(state: ResumeState | None, cfg: TrainConfig, fingerprint: str, model_path: Path,

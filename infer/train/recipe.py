@@ -14,6 +14,10 @@ rules were chosen by grouped cross-validation on the training splits of
 several corpora (docs/model.md), and validation reports (with one bounded
 exception, ``stats_weight`` below).
 
+* ``val_fraction`` (:func:`resolve_validation`): 10 % of the works when
+  that holds at least 60 clips; else nothing is held out, since a smaller
+  split neither measures nor chooses anything and a small corpus needs every
+  clip (``specstore-cv`` measures such a corpus honestly).
 * ``crops_per_clip``: every epoch draws about :data:`CROPS_PER_EPOCH` random
   crops (at least one per clip, at most :data:`MAX_CROPS_PER_CLIP`), so a
   corpus of 150 clips gets as many optimiser steps per epoch as one of 500
@@ -51,12 +55,37 @@ from ..models import ARCHS
 from .config import TrainConfig
 from .stats_head import DEFAULT_WEIGHT, MIN_VALIDATION_CLIPS, WEIGHTS
 
-__all__ = ["CROPS_PER_EPOCH", "MAX_CROPS_PER_CLIP", "DataFacts", "Resolved", "data_facts", "resolve"]
+__all__ = [
+    "CROPS_PER_EPOCH", "MAX_CROPS_PER_CLIP", "VAL_FRACTION", "DataFacts", "Resolved", "data_facts", "resolve",
+    "resolve_validation",
+]
 
 CROPS_PER_EPOCH = 480
 """Random crops an epoch aims at when ``crops_per_clip`` is auto (30 batches of 16)."""
 MAX_CROPS_PER_CLIP = 8
 """Most crops of one clip in an epoch when ``crops_per_clip`` is auto."""
+VAL_FRACTION = 0.1
+"""The validation share when ``val_fraction`` is auto and the corpus is large enough for it."""
+
+
+def resolve_validation(config: TrainConfig, n_labelled: int) -> tuple[TrainConfig, str | None]:
+    """``config`` with ``val_fraction`` set when it is auto, and the rule's sentence (None when it was set).
+
+    10 % of the works when that is at least :data:`~.stats_head.MIN_VALIDATION_CLIPS` clips; else none.  A
+    smaller split measures nothing (40 clips put one clip at 2.5 points and the interval at +-14) and costs the
+    training data that a small corpus lacks most.
+    """
+    if config.val_fraction is not None:
+        return config, None
+    expected = VAL_FRACTION * n_labelled
+    if expected >= MIN_VALIDATION_CLIPS:
+        return dataclasses.replace(config, val_fraction=VAL_FRACTION), (
+            f"{VAL_FRACTION:g}: about {expected:.0f} of the {n_labelled} labelled clips held out (by work) to "
+            "report on and to choose stats_weight")
+    return dataclasses.replace(config, val_fraction=0.0), (
+        f"0: 10 % of {n_labelled} labelled clips would be about {expected:.0f}, fewer than "
+        f"{MIN_VALIDATION_CLIPS}, too few to measure or choose anything; every clip trains (for an honest "
+        "figure on this corpus, run specstore-cv)")
 
 
 @dataclass(frozen=True)
