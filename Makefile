@@ -81,6 +81,8 @@ RUN_OPTS      = $(call opt,DEVICE,--device) $(call opt,PRECISION,--precision) $(
 FEATURES_OPTS = $(strip $(call opt,FEATURES,--features) $(call opt,JOBS,--jobs) $(call opt,LAYOUT,--layout) \
                 $(call opt,BACKEND,--backend) $(call opt,SCHEDULER,--scheduler) $(ARGS))
 INFER_OPTS    = $(strip $(call opt,OUT,--out) $(call opt,TOPK,--topk) $(RUN_OPTS) $(ARGS))
+CLASSIFY_OPTS = $(strip $(call opt,TOPK,--topk) $(call opt,JOBS,--jobs) $(RUN_OPTS) $(ARGS))
+SERVE_OPTS    = $(strip $(call opt,HOST,--host) $(call opt,PORT,--port) $(RUN_OPTS) $(SERVE_ARGS))
 PLAN_OPTS     = $(strip $(if $(MODEL),$(if $(wildcard $(MODEL)),--model $(call q,$(MODEL)))) $(RUN_OPTS) $(ARGS))
 TRAIN_OPTS    = $(strip $(call opt,CONFIG,--config) $(call opt,EPOCHS,--epochs) $(call opt,ARCH,--arch) \
                 $(call opt,MODEL_ARGS,--model-args) $(call opt,WIDTH,--width) $(call opt,CROP,--crop-seconds) \
@@ -119,14 +121,10 @@ browser-deps:  ## apt-get Debian's Chromium for the upload page's browser test, 
 	fi
 
 classify: install  ## FILES="a.mp3 dir/" MODEL=… (required): top-k genres of audio files, no store (ARGS=--csv|--json)
-	$(PY) -m serving classify $(FILES) --model $(call q,$(MODEL)) --device $(call q,$(DEVICE)) \
-		--topk $(call q,$(TOPK)) --max-batch $(call q,$(MAX_BATCH)) --precision $(call q,$(PRECISION)) \
-		--jobs $(call q,$(JOBS)) $(if $(BUDGET_MB),--budget-mb $(call q,$(BUDGET_MB))) $(ARGS)
+	$(PY) -m serving classify $(FILES) --model $(call q,$(MODEL)) $(CLASSIFY_OPTS)
 
 serve: install  ## MODEL=… (required) HOST=127.0.0.1 PORT=8000: upload page + JSON API + /metrics (SERVE_ARGS=--workers 4 …)
-	$(PY) -m serving serve --model $(call q,$(MODEL)) --host $(call q,$(HOST)) --port $(call q,$(PORT)) \
-		--device $(call q,$(DEVICE)) --max-batch $(call q,$(MAX_BATCH)) --precision $(call q,$(PRECISION)) \
-		$(if $(BUDGET_MB),--budget-mb $(call q,$(BUDGET_MB))) $(SERVE_ARGS)
+	$(PY) -m serving serve --model $(call q,$(MODEL)) $(SERVE_OPTS)
 
 corpus: install  ## generate the synthetic demo corpus into data/demo-corpus (deterministic)
 	@if [ ! -f $(DEMO_CORPUS)/.complete ]; then \

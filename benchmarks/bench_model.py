@@ -186,15 +186,15 @@ def run(work: Path, *, quick: bool) -> GroupResult:
     work.mkdir(parents=True, exist_ok=True)
     figures: list[Figure] = []
     if quick:
+        tiny = Corpus("tiny", "realcorpus tiny", lambda w: (w / "rc-tiny" / "train.csv", w / "rc-tiny" / "test.csv"),
+                      "make realcorpus-deps")
         if shutil.which("fluidsynth") is None:
             reason = "not measured: the tiny development corpus needs fluidsynth (make realcorpus-deps)"
-            return GroupResult("Model quality", _not_measured(GRID[0], reason), method=reason)
+            return GroupResult("Model quality", _not_measured(tiny, reason), method=reason)
         from realcorpus.generate import generate
 
         generate(work / "rc-tiny", size="tiny", jobs=2, progress=False)
-        tiny = Corpus("tiny", "realcorpus tiny", _own("", str(work / "rc-tiny"), ""), "")
-        figures = _measure(tiny, work, TrainConfig(epochs=1, width=8, depth=2, device="cpu"),
-                           work / "rc-tiny" / "train.csv", work / "rc-tiny" / "test.csv")
+        figures = _measure(tiny, work, TrainConfig(epochs=1, width=8, depth=2, device="cpu"), *tiny.manifests(work))
         return GroupResult("Model quality", figures, method="quick: the tiny corpus, one epoch (meaningless)")
     wanted = [c.strip() for c in os.environ.get("MODEL_CORPORA", "").split(",") if c.strip()]
     for corpus in GRID:

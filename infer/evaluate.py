@@ -194,6 +194,10 @@ def resolve_split(ckpt: LoadedModel, store: Store, split: str) -> tuple[str, Spl
     if split in ("val", "train") and rule is None:
         raise EvaluateError(f"the checkpoint records no train/validation split (not made by `make train`); "
                             f"cannot select split {split!r}, use split 'all'")
+    if split == "val" and rule is not None and rule.val_fraction <= 0:
+        raise EvaluateError("the model held out no validation clips (val_fraction 0: every labelled clip of this "
+                            "store trained it); evaluate a store of other works (split 'all'), train with a "
+                            "validation share (VAL=0.2), or measure the recipe with specstore-cv")
     return split, rule, trained_here
 
 

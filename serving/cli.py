@@ -60,6 +60,10 @@ def _add_run_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--batch-overhead-frames", type=float, default=None,
                    help="the planner's price of one more batch, padded frames (default: 64 on a CPU, where batches "
                         "cost little and may split to save padding; 1024 on a GPU)")
+    p.add_argument("--trust-model-code", action="store_true",
+                   help="build a checkpoint whose model is a user class (package.module:Class): imports that module, "
+                        "which runs its code; built-in models need no trust (or list trusted modules in "
+                        "SPECSTORE_TRUSTED_MODULES, comma-separated)")
     p.add_argument("-v", "--verbose", action="store_true", help="log details")
 
 
@@ -71,14 +75,14 @@ def _options(args: argparse.Namespace, progress: bool) -> object:
 
 
 def cmd_classify(args: argparse.Namespace) -> int:
-    from infer.explore.predictions import COLUMNS, escape_label
+    from infer.predictions import COLUMNS, escape_label
 
     from .classify import classify_files
     from .model import Classifier
 
     progress = not args.no_progress and sys.stderr.isatty()
     classifier = Classifier(args.model, _options(args, progress),  # type: ignore[arg-type]
-                            batch_overhead_frames=args.batch_overhead_frames)
+                            batch_overhead_frames=args.batch_overhead_frames, trust_model_code=args.trust_model_code)
     res = classify_files(args.inputs, classifier, topk=args.topk, jobs=args.jobs, progress=progress,
                          cache=args.cache)
     for f in res.failures:
@@ -125,7 +129,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         logging.getLogger(__name__).warning("listening on %s: reachable from other machines; put a reverse proxy "
                                             "with TLS and authentication in front of it", args.host)
     classifier = Classifier(args.model, _options(args, False),  # type: ignore[arg-type]
-                            batch_overhead_frames=args.batch_overhead_frames)
+                            batch_overhead_frames=args.batch_overhead_frames, trust_model_code=args.trust_model_code)
     app = create_app(Service(classifier, config))
     uvicorn.run(app, host=config.host, port=config.port, log_level="info" if args.verbose else "warning",
                 timeout_graceful_shutdown=10)

@@ -28,6 +28,7 @@ from infer.data import ArrayDataset
 from infer.explore.figures import DB_LIMITS
 from infer.planner import DEFAULT_BATCH_OVERHEAD_FRAMES
 from infer.runtime import Engine, RowLogits, RunOptions
+from infer.trust import Trust
 from store import ConfigError, FeatureSpec
 
 __all__ = ["CPU_BATCH_OVERHEAD_FRAMES", "Classifier", "ClipResults", "top_k"]
@@ -68,6 +69,8 @@ class Classifier:
 
     ``model``: a checkpoint path.  ``options``: device, precision, memory
     budget, ``max_batch`` (:class:`~infer.runtime.RunOptions`).
+    ``trust_model_code``: build a checkpoint that names a user model class
+    (:mod:`infer.trust`; a built-in model needs nothing).
     ``batch_overhead_frames``: the planner's price of one more batch, in
     padded frames (default :data:`CPU_BATCH_OVERHEAD_FRAMES` on a CPU, the
     planner's default elsewhere).  Raises
@@ -76,14 +79,14 @@ class Classifier:
     """
 
     def __init__(self, model: str | os.PathLike[str], options: RunOptions | None = None, *,
-                 batch_overhead_frames: float | None = None) -> None:
+                 batch_overhead_frames: float | None = None, trust_model_code: Trust = False) -> None:
         ckpt = load_checkpoint(model)
         self.name = os.fspath(model)
         self.label_names = list(ckpt.label_names)
         self.feature = ckpt.feature
         self.specs: dict[str, FeatureSpec] = dict(ckpt.specs)
         self.engine = Engine(options or RunOptions())
-        self.model = self.engine.prepare(ckpt.build())
+        self.model = self.engine.prepare(ckpt.build(trust_model_code=trust_model_code))
         self.budget = self.engine.budget(self.model, ckpt.n_bins)
         if batch_overhead_frames is None:
             batch_overhead_frames = (CPU_BATCH_OVERHEAD_FRAMES if self.engine.device.type == "cpu"

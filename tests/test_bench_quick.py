@@ -35,8 +35,7 @@ EXPECTED = {
     "library_sampler_over_budget", "library_workers_anon_per_store_byte", "library_workers_anon_vs_store",
     "library_prefetch_vs_workers1", "library_prefetch_vs_workers2",
     "serve_errors", "serve_peak_memory",
-    "model_realcorpus_accuracy", "model_realcorpus_margin", "model_realcorpus_macro_f1",
-    "model_realcorpus_best_baseline", "model_realcorpus_train_minutes",
+    "model_tiny_accuracy", "model_tiny_margin",
 }
 
 

@@ -18,9 +18,9 @@ from factories import LABELS, SMALL_SPECS, make_checkpoint, make_corpus, make_st
 
 from infer.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
 from infer.data import ArrayDataset, StoreDataset
-from infer.explore.predictions import read_predictions_csv
 from infer.models import ModelConfig, build_model
 from infer.predict import predict
+from infer.predictions import read_predictions_csv
 from infer.runtime import Engine, RunOptions
 from pipeline import extract
 from pipeline.hashing import content_hash, digest_bytes

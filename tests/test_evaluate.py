@@ -157,6 +157,9 @@ def test_bad_requests_are_one_line_errors(tmp_path: Path, capsys: pytest.Capture
                        "--no-progress"]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "split" in err
+    all_trained = make_checkpoint(tmp_path / "all.pt", split=SplitRule(0.0).to_dict())  # the small-corpus default
+    with pytest.raises(EvaluateError, match="held out no validation clips.*specstore-cv"):
+        evaluate(store, all_trained, split="val", device="cpu", progress=False)
     unlabelled = make_test_store(tmp_path / "u.zarr", [None, None])
     with pytest.raises(EvaluateError, match="no labelled clips"):
         evaluate(unlabelled, no_split, device="cpu", progress=False)

@@ -108,11 +108,24 @@ def test_every_way_to_load_a_checkpoint_refuses_untrusted_code(tmp_path: Path, m
         assert infer_main([*argv, "--no-progress"]) == 2, argv
         err = capsys.readouterr().err.strip()
         assert len(err.splitlines()) == 1 and "--trust-model-code" in err and str(ckpt) in err, err
+    from pipeline.testing import write_music_like
+    from serving.cli import main as specstore_main
+    from serving.model import Classifier
+
+    with pytest.raises(UntrustedModelError):
+        Classifier(ckpt)
+    audio = write_music_like(tmp_path / "a.wav", 1.0)
+    assert specstore_main(["classify", str(audio), "--model", str(ckpt), "--device", "cpu", "--no-progress"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "--trust-model-code" in err, err
     assert not marker.exists()
     # trusted: by the flag
     assert infer_main(["predict", str(store), str(ckpt), "--out", str(tmp_path / "p.csv"), "--no-progress",
                        "--trust-model-code"]) == 0
     assert marker.exists()
+    assert specstore_main(["classify", str(audio), "--model", str(ckpt), "--device", "cpu", "--no-progress",
+                           "--json", "--trust-model-code"]) == 0
+    assert '"top"' in capsys.readouterr().out
 
 
 def test_the_allow_list_trusts_modules_and_packages(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,

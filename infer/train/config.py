@@ -293,7 +293,7 @@ def add_config_arguments(parser: argparse.ArgumentParser) -> None:
         default = getattr(defaults, f.name)
         shown = ("auto" if f.name in AUTO_FIELDS else "none") if default is None else (
             f"{default:g}" if isinstance(default, float) else default)
-        help_text = f"{f.metadata['help']} (default {shown})"
+        help_text = f"{f.metadata['help']} (default {shown})".replace("%", "%%")  # argparse formats help with %
         if str(f.type).startswith("bool"):
             parser.add_argument(_flag(f.name), action=argparse.BooleanOptionalAction, default=argparse.SUPPRESS,
                                 help=help_text)
