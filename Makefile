@@ -39,6 +39,7 @@ ARGS        ?=
 OVERWRITE   ?=
 OUT_DIR     ?=
 SPLIT       ?=
+FOLDS       ?=
 BASELINES   ?=
 BASELINE_STORE ?=
 GPU_OUT     ?= reports/gpu-check
@@ -88,6 +89,10 @@ TRAIN_OPTS    = $(strip $(call opt,CONFIG,--config) $(call opt,EPOCHS,--epochs) 
                 $(call opt,MODEL_ARGS,--model-args) $(call opt,WIDTH,--width) $(call opt,CROP,--crop-seconds) \
                 $(call opt,LR,--lr) $(call opt,SEED,--seed) $(call opt,VAL,--val-fraction) $(RUN_OPTS) \
                 $(if $(OVERWRITE),--overwrite) $(ARGS))
+CV_OPTS       = $(strip $(call opt,CONFIG,--config) $(call opt,FOLDS,--folds) $(call opt,OUT_DIR,--out-dir) \
+                $(call opt,EPOCHS,--epochs) $(call opt,ARCH,--arch) $(call opt,MODEL_ARGS,--model-args) \
+                $(call opt,WIDTH,--width) $(call opt,CROP,--crop-seconds) $(call opt,LR,--lr) $(call opt,SEED,--seed) \
+                $(RUN_OPTS) $(if $(OVERWRITE),--overwrite) $(ARGS))
 EVAL_OPTS     = $(strip $(call opt,OUT_DIR,--out-dir) $(call opt,SPLIT,--split) $(RUN_OPTS) \
                 $(if $(BASELINES),--baselines) $(call opt,BASELINE_STORE,--baseline-store) $(ARGS))
 
@@ -95,7 +100,7 @@ EVAL_OPTS     = $(strip $(call opt,OUT_DIR,--out-dir) $(call opt,SPLIT,--split) 
 # quiet machine, up to 10x faster training on a busy one.
 export OMP_WAIT_POLICY ?= PASSIVE
 
-.PHONY: help install browser-deps classify serve features test test-fast corpus infer plan init-model train eval demo bench realcorpus realcorpus-deps gpu-check gpu-wheels lint
+.PHONY: help install browser-deps classify serve features test test-fast corpus infer plan init-model train cv eval demo bench realcorpus realcorpus-deps gpu-check gpu-wheels lint
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 16
@@ -145,6 +150,9 @@ init-model: install  ## write an untrained checkpoint for STORE to MODEL (both r
 
 train: install  ## STORE MODEL (required) EPOCHS ARCH MODEL_ARGS WIDTH CROP (s; 0 = whole) LR SEED VAL CONFIG=f.toml ARGS=... OVERWRITE=1
 	$(PY) -m infer train $(call q,$(STORE)) $(call q,$(MODEL)) $(TRAIN_OPTS)
+
+cv: install  ## STORE (required) FOLDS=5 OUT_DIR=reports/cv + train's options: judge a recipe by grouped k-fold cross-validation on training data
+	$(PY) -m infer cv $(call q,$(STORE)) $(CV_OPTS)
 
 eval: install  ## STORE MODEL (required) OUT_DIR=reports SPLIT=auto|all|val|train BASELINES=1 [BASELINE_STORE=train.zarr]
 	$(PY) -m infer eval $(call q,$(STORE)) $(call q,$(MODEL)) $(EVAL_OPTS)

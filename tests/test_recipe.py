@@ -78,6 +78,9 @@ def test_a_small_corpus_trains_on_every_clip(tmp_path: Path) -> None:
     store = make_separable_store(tmp_path / "s.zarr", n=30)
     res = train(store, tmp_path / "m.pt", TrainConfig(**{**TINY, "val_fraction": None, "epochs": 1}), progress=False)
     assert res.n_val == 0 and res.n_train == 30 and "val_fraction (auto): 0:" in res.summary()
+    fit = res.extra["stats_head"]  # with nothing held out, the baseline's own grouped CV figure is still reported
+    chosen = fit["cv"][format(fit["C"], "g")]
+    assert fit["folds"] >= 2 and f"accuracy {chosen['accuracy']:.3f} by" in res.summary()
     assert res.extra["stats_weight"]["weight"] == DEFAULT_WEIGHT  # nothing held out: the rule's weight
 
 

@@ -133,6 +133,11 @@ class TrainResult:
                 lines.append(f"  {name} (auto): {why}")
         if self.extra.get("stats_weight"):
             lines.append(f"  stats_weight (auto): {self.extra['stats_weight']['how']}")
+        fit = self.extra.get("stats_head")
+        chosen = fit.get("cv", {}).get(f"{fit['C']:g}") if isinstance(fit, dict) and fit.get("folds") else None
+        if isinstance(fit, dict) and chosen:
+            lines.append(f"  statistics head alone (the simple baseline): accuracy {chosen['accuracy']:.3f} by "
+                         f"{fit['folds']}-fold grouped cross-validation on the training clips (C {fit['C']:g})")
         if self.extra.get("held_out"):
             lines.append("  " + held_out_text(self.extra["held_out"], self.n_val))
         return "\n".join(lines)
