@@ -97,3 +97,13 @@ def test_the_makefile_spells_no_option_default(variable: str) -> None:
     makefile = (ROOT / "Makefile").read_text(encoding="utf-8")
     match = re.search(rf"^{variable}\s*\?=(.*)$", makefile, re.M)
     assert match is not None and match.group(1).strip() == "", variable
+
+
+def test_no_training_function_is_over_80_lines() -> None:
+    """infer/train/ stays readable: every function fits on a screen or two (its docstring included)."""
+    long = [f"{path.name}:{node.name} ({node.end_lineno - node.lineno + 1} lines)"
+            for path in sorted((ROOT / "infer" / "train").glob("*.py"))
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno is not None
+            and node.end_lineno - node.lineno + 1 > 80]
+    assert not long, long

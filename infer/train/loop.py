@@ -143,6 +143,20 @@ class TrainResult:
         return "\n".join(lines)
 
 
+def _named(model: nn.Module | str | None) -> list[str]:
+    """The import path the caller named (trusted: the caller chose it), if any."""
+    if isinstance(model, str):
+        return [model]
+    return [f"{type(model).__module__}:{type(model).__qualname__}"] if isinstance(model, nn.Module) else []
+
+
+def _show(bar: tqdm, entry: dict[str, Any]) -> None:
+    """One finished epoch on the progress bar: its loss and validation accuracy."""
+    bar.update(1)
+    bar.set_postfix_str(f"loss {entry['loss']:.3f}" + (
+        f", val acc {entry['val_accuracy']:.3f}" if entry["val_accuracy"] is not None else ""))
+
+
 def train(
     store: str | os.PathLike[str] | Store,
     model_path: str | os.PathLike[str],
@@ -181,9 +195,7 @@ def train(
     cfg = config or TrainConfig()
     if overrides:
         cfg = TrainConfig.from_dict({**cfg.to_dict(), **overrides})
-    named = model if isinstance(model, str) else (
-        f"{type(model).__module__}:{type(model).__qualname__}" if isinstance(model, nn.Module) else None)
-    trust = with_named(trust_model_code, *([named] if named else []))
+    trust = with_named(trust_model_code, *_named(model))
     t0 = time.perf_counter()
     run = prepare_run(store, model_path, cfg, model=model, threads=threads, margin_mb=margin_mb,
                       overwrite=overwrite)
@@ -206,9 +218,7 @@ def train(
             _end_epoch(run, learner, extra, entry)
             scalars.add(entry)
             epochs_run += 1
-            bar.update(1)
-            bar.set_postfix_str(f"loss {entry['loss']:.3f}" + (
-                f", val acc {entry['val_accuracy']:.3f}" if entry["val_accuracy"] is not None else ""))
+            _show(bar, entry)
             if on_epoch_end is not None:
                 on_epoch_end(entry)
     finally:
