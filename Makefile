@@ -85,14 +85,14 @@ INFER_OPTS    = $(strip $(call opt,OUT,--out) $(call opt,TOPK,--topk) $(RUN_OPTS
 CLASSIFY_OPTS = $(strip $(call opt,TOPK,--topk) $(call opt,JOBS,--jobs) $(RUN_OPTS) $(ARGS))
 SERVE_OPTS    = $(strip $(call opt,HOST,--host) $(call opt,PORT,--port) $(RUN_OPTS) $(SERVE_ARGS))
 PLAN_OPTS     = $(strip $(if $(MODEL),$(if $(wildcard $(MODEL)),--model $(call q,$(MODEL)))) $(RUN_OPTS) $(ARGS))
-TRAIN_OPTS    = $(strip $(call opt,CONFIG,--config) $(call opt,EPOCHS,--epochs) $(call opt,ARCH,--arch) \
+# The training recipe's options, shared by train and cv (cv trains the same recipe once per fold).
+RECIPE_OPTS   = $(call opt,CONFIG,--config) $(call opt,EPOCHS,--epochs) $(call opt,ARCH,--arch) \
                 $(call opt,MODEL_ARGS,--model-args) $(call opt,WIDTH,--width) $(call opt,CROP,--crop-seconds) \
-                $(call opt,LR,--lr) $(call opt,SEED,--seed) $(call opt,VAL,--val-fraction) $(RUN_OPTS) \
+                $(call opt,LR,--lr) $(call opt,SEED,--seed)
+TRAIN_OPTS    = $(strip $(RECIPE_OPTS) $(call opt,VAL,--val-fraction) $(RUN_OPTS) $(if $(OVERWRITE),--overwrite) \
+                $(ARGS))
+CV_OPTS       = $(strip $(RECIPE_OPTS) $(call opt,FOLDS,--folds) $(call opt,OUT_DIR,--out-dir) $(RUN_OPTS) \
                 $(if $(OVERWRITE),--overwrite) $(ARGS))
-CV_OPTS       = $(strip $(call opt,CONFIG,--config) $(call opt,FOLDS,--folds) $(call opt,OUT_DIR,--out-dir) \
-                $(call opt,EPOCHS,--epochs) $(call opt,ARCH,--arch) $(call opt,MODEL_ARGS,--model-args) \
-                $(call opt,WIDTH,--width) $(call opt,CROP,--crop-seconds) $(call opt,LR,--lr) $(call opt,SEED,--seed) \
-                $(RUN_OPTS) $(if $(OVERWRITE),--overwrite) $(ARGS))
 EVAL_OPTS     = $(strip $(call opt,OUT_DIR,--out-dir) $(call opt,SPLIT,--split) $(RUN_OPTS) \
                 $(if $(BASELINES),--baselines) $(call opt,BASELINE_STORE,--baseline-store) $(ARGS))
 

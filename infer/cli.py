@@ -25,7 +25,7 @@ from .models import ARCHS, ModelConfig, build_model
 from .predict import predict
 from .runtime import Engine, RunOptions
 from .train import TrainConfig, add_config_arguments, config_from_args, train
-from .trust import TRUST_ENV, Trust
+from .trust import Trust, add_trust_argument
 
 __all__ = ["COMMANDS", "build_parser", "main"]
 
@@ -55,13 +55,6 @@ def _add_run_args(p: argparse.ArgumentParser, *, training: bool = False) -> None
     p.add_argument("--threads", type=int, default=None, help="CPU threads (default: all cores)")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.add_argument("-v", "--verbose", action="store_true", help="log the plan and debug details")
-
-
-def _add_trust_arg(p: argparse.ArgumentParser, what: str) -> None:
-    p.add_argument("--trust-model-code", action="store_true",
-                   help=f"allow {what} to import the module its model's import path (package.module:Class) names, "
-                        "which runs that module's code; built-in models need no trust (or list trusted modules in "
-                        f"{TRUST_ENV}, comma-separated)")
 
 
 def _run_options(args: argparse.Namespace) -> RunOptions:
@@ -161,7 +154,7 @@ def _predict_parser(p: argparse.ArgumentParser) -> None:
     p.add_argument("model", help="checkpoint (.pt) from `make train` or `init`")
     p.add_argument("--out", default="predictions.csv", help="CSV to write (default predictions.csv)")
     p.add_argument("--topk", type=int, default=5, help="labels listed per clip (default 5)")
-    _add_trust_arg(p, "a checkpoint")
+    add_trust_argument(p, "a checkpoint")
     _add_run_args(p)
 
 
@@ -170,7 +163,7 @@ def _plan_parser(p: argparse.ArgumentParser) -> None:
     p.add_argument("store", help="feature store (path or URL)")
     p.add_argument("--model", default=None, help="checkpoint whose memory cost to plan for (default: the default CNN)")
     p.add_argument("--top", type=int, default=5, help="largest batches to list (default 5)")
-    _add_trust_arg(p, "the --model checkpoint")
+    add_trust_argument(p, "the --model checkpoint")
     _add_run_args(p)
 
 
@@ -197,7 +190,7 @@ def _train_parser(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", default=None, metavar="FILE", help="training options from a .toml or .json file")
     p.add_argument("--overwrite", action="store_true",
                    help="replace an existing MODEL that this configuration cannot resume")
-    _add_trust_arg(p, "a --config file (--arch given on the command line is trusted for this run)")
+    add_trust_argument(p, "a --config file (--arch given on the command line is trusted for this run)")
     add_config_arguments(p)
     _add_run_args(p, training=True)
 
@@ -215,7 +208,7 @@ def _cv_parser(p: argparse.ArgumentParser) -> None:
     p.add_argument("--folds", type=int, default=5, help="number of folds (default 5)")
     p.add_argument("--config", default=None, metavar="FILE", help="training options from a .toml or .json file")
     p.add_argument("--overwrite", action="store_true", help="replace fold models from another configuration")
-    _add_trust_arg(p, "a --config file (--arch given on the command line is trusted for this run)")
+    add_trust_argument(p, "a --config file (--arch given on the command line is trusted for this run)")
     add_config_arguments(p)
     _add_run_args(p, training=True)
 
@@ -237,7 +230,7 @@ def _eval_parser(p: argparse.ArgumentParser) -> None:
     p.add_argument("--baseline-store", default=None, metavar="STORE",
                    help="the store whose labelled clips the baselines learn from (default: the model's training "
                         "store, its training split)")
-    _add_trust_arg(p, "a checkpoint")
+    add_trust_argument(p, "a checkpoint")
     _add_run_args(p)
 
 

@@ -25,13 +25,14 @@ flag (or the allow-list) again when ``make infer`` loads it later.
 
 from __future__ import annotations
 
+import argparse
 import os
 from collections.abc import Collection
 
 from store import ConfigError
 
-__all__ = ["TRUST_ENV", "Trust", "UntrustedModelError", "check_trusted", "is_trusted", "trusted_modules",
-           "with_named"]
+__all__ = ["TRUST_ENV", "Trust", "UntrustedModelError", "add_trust_argument", "check_trusted", "is_trusted",
+           "trusted_modules", "with_named"]
 
 TRUST_ENV = "SPECSTORE_TRUSTED_MODULES"
 """Environment variable: comma-separated modules (or packages) whose model classes load without the flag."""
@@ -80,3 +81,12 @@ def check_trusted(target: str, trust: Trust = False, *, source: str = "") -> Non
         f"{source or 'the model'} names its model by the import path {target!r}; building it imports {module!r}, "
         f"which runs that module's code: pass --trust-model-code (make: TRUST_MODEL_CODE=1; Python: "
         f"trust_model_code=True) if you trust it, or add {module!r} to {TRUST_ENV}")
+
+
+def add_trust_argument(parser: argparse.ArgumentParser, what: str) -> None:
+    """``--trust-model-code`` on a command line: the one wording of the flag for every command that loads models
+    (``what``: the file whose model it trusts, e.g. "a checkpoint")."""
+    parser.add_argument("--trust-model-code", action="store_true",
+                        help=f"allow {what} to import the module its model's import path (package.module:Class) "
+                             "names, which runs that module's code; built-in models need no trust (or list trusted "
+                             f"modules in {TRUST_ENV}, comma-separated)")

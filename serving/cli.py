@@ -48,6 +48,7 @@ TLS in front of it to expose it (docs/serving.md).
 
 
 def _add_run_args(p: argparse.ArgumentParser) -> None:
+    from infer.trust import add_trust_argument
     p.add_argument("--model", required=True, help="checkpoint (.pt) from `make train` or `make init-model`")
     p.add_argument("--device", default="auto", help="auto (CUDA if available), cpu, cuda, cuda:N (default auto)")
     p.add_argument("--budget-mb", type=float, default=None,
@@ -60,10 +61,7 @@ def _add_run_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--batch-overhead-frames", type=float, default=None,
                    help="the planner's price of one more batch, padded frames (default: 64 on a CPU, where batches "
                         "cost little and may split to save padding; 1024 on a GPU)")
-    p.add_argument("--trust-model-code", action="store_true",
-                   help="build a checkpoint whose model is a user class (package.module:Class): imports that module, "
-                        "which runs its code; built-in models need no trust (or list trusted modules in "
-                        "SPECSTORE_TRUSTED_MODULES, comma-separated)")
+    add_trust_argument(p, "the --model checkpoint")
     p.add_argument("-v", "--verbose", action="store_true", help="log details")
 
 

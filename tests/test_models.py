@@ -452,21 +452,27 @@ def stats_model(arch: str = "cnn", weight: float = 1.0) -> MaskedClassifier:
     return model
 
 
-@pytest.mark.parametrize("arch", ["cnn", "resnet"])
-def test_statistics_head_is_batched_equal_alone_and_windows_exactly(arch: str) -> None:
+def _assert_batched_equal_alone_and_windows_exactly(model: torch.nn.Module, *, seed: int, align: int | None) -> None:
+    """Six clips of 1-97 frames batched equal each alone; a 500-frame clip windowed (context rounded up to
+    ``align``, default the time stride) equals it whole."""
     from infer.windows import run_windowed
 
-    model = stats_model(arch)
-    clips = make_clips(20, [1, 3, 8, 9, 31, 97], seed=3)
+    clips = make_clips(20, [1, 3, 8, 9, 31, 97], seed=seed)
     batch = collate(clips, multiple_of=model.time_stride)
     with torch.no_grad():
         batched = model(batch.x, batch.lengths)
     for i, clip in enumerate(clips):
         torch.testing.assert_close(batched[i], logits_alone(model, clip), atol=ATOL, rtol=0)
-    long = make_clips(20, [500], seed=4)[0]
-    context = -(-model.receptive_field // model.time_stride) * model.time_stride
+    long = make_clips(20, [500], seed=seed + 1)[0]
+    step = align or model.time_stride
+    context = -(-model.receptive_field // step) * step
     windowed = run_windowed(model, long, 4 * context + 40, context=context)
     torch.testing.assert_close(windowed, logits_alone(model, long), atol=ATOL, rtol=0)
+
+
+@pytest.mark.parametrize("arch", ["cnn", "resnet"])
+def test_statistics_head_is_batched_equal_alone_and_windows_exactly(arch: str) -> None:
+    _assert_batched_equal_alone_and_windows_exactly(stats_model(arch), seed=3, align=None)
 
 
 def test_statistics_head_adds_weighted_logits_in_eval_and_is_absent_in_training() -> None:
@@ -501,23 +507,12 @@ def test_clip_statistics_are_the_baselines_band_statistics_of_the_normalised_inp
 @pytest.mark.parametrize("arch,pooling,stats_head", [("cnn", "meanstd", True), ("resnet", "attention", False),
                                                      ("cnn", "mean", False)])
 def test_window_pooling_is_batched_equal_alone_and_windows_exactly(arch: str, pooling: str, stats_head: bool) -> None:
-    from infer.windows import run_windowed
-
     model = eval_model(tiny(arch, pooling=pooling, freq_pooling="keep", pool_window=16, stats_head=stats_head,
                             **bin_stats(20)))
     assert model.window_align == 16 and model.time_stride == 8
     if model.attention is not None:
         torch.nn.init.normal_(model.attention.weight, std=2.0)
-    clips = make_clips(20, [1, 3, 8, 9, 31, 97], seed=7)
-    batch = collate(clips, multiple_of=model.time_stride)
-    with torch.no_grad():
-        batched = model(batch.x, batch.lengths)
-    for i, clip in enumerate(clips):
-        torch.testing.assert_close(batched[i], logits_alone(model, clip), atol=ATOL, rtol=0)
-    long = make_clips(20, [500], seed=8)[0]
-    context = -(-model.receptive_field // model.window_align) * model.window_align
-    windowed = run_windowed(model, long, 4 * context + 40, context=context)
-    torch.testing.assert_close(windowed, logits_alone(model, long), atol=ATOL, rtol=0)
+    _assert_batched_equal_alone_and_windows_exactly(model, seed=7, align=model.window_align)
 
 
 def test_window_pooling_averages_the_windows_logits_weighted_by_their_frames() -> None:

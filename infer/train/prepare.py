@@ -158,6 +158,17 @@ class Run:
     def device(self) -> torch.device:
         return self.engine.device
 
+    @property
+    def frame_seconds(self) -> float:
+        """Seconds per frame of the training feature (its parts share one frame grid)."""
+        return next(iter(self.specs.values())).frame_seconds
+
+
+def _stride_frames(seconds: float, frame_seconds: float, stride: int) -> int:
+    """``seconds`` in frames, rounded down to a multiple of the model's time ``stride`` (at least one stride): the
+    training crop, and the pooling window that matches it."""
+    return max(stride, int(round(seconds / frame_seconds)) // stride * stride)
+
 
 def _split(s: Store, rule: SplitRule) -> tuple[np.ndarray, np.ndarray]:
     try:
@@ -291,7 +302,7 @@ def model_spec_for(cfg: TrainConfig, model: nn.Module | str | None, model_args: 
             kwargs["bin_std"] = [round(float(v), 3) for v in stats.bin_std]
         if cfg.pool_seconds and frame_seconds:
             stride = time_stride(ModelSpec(target, kwargs).build())
-            kwargs["pool_window"] = max(stride, int(round(cfg.pool_seconds / frame_seconds)) // stride * stride)
+            kwargs["pool_window"] = _stride_frames(cfg.pool_seconds, frame_seconds, stride)
         return ModelSpec(target, kwargs)
     try:
         return ModelSpec.for_class(target, args, trust_model_code=trust, source="the training config", **available)
@@ -315,7 +326,7 @@ def prepare_model(run: Run, model: nn.Module | str | None, model_args: dict[str,
         spec = model_spec_for(cfg, model, model_args, {"n_bins": run.n_bins, "n_classes": run.n_classes,
                                                        "input_mean": round(frames.mean, 4),
                                                        "input_std": round(frames.std, 4)}, frames, trust,
-                              next(iter(run.specs.values())).frame_seconds)
+                              run.frame_seconds)
     torch.manual_seed(cfg.seed)
     net = (model if isinstance(model, nn.Module) else spec.build(trust, source="the training config")).to(run.device)
     if cfg.grad_checkpoint:
@@ -409,8 +420,7 @@ def _crop_frames(run: Run, net: nn.Module, budget: Budget) -> tuple[int | None, 
     if masks_padding(net):
         limit = budget.max_window
         if cfg.crop_seconds is not None:
-            frame_seconds = next(iter(run.specs.values())).frame_seconds
-            limit = min(limit, max(stride, int(round(cfg.crop_seconds / frame_seconds)) // stride * stride))
+            limit = min(limit, _stride_frames(cfg.crop_seconds, run.frame_seconds, stride))
         pad_to = None
     else:  # equal windows: every training item is one window (short clips padded to it)
         limit = pad_to = window_frames(net)

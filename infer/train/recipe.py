@@ -83,7 +83,7 @@ def resolve_validation(config: TrainConfig, n_labelled: int) -> tuple[TrainConfi
             f"{VAL_FRACTION:g}: about {expected:.0f} of the {n_labelled} labelled clips held out (by work) to "
             "report on and to choose stats_weight")
     return dataclasses.replace(config, val_fraction=0.0), (
-        f"0: 10 % of {n_labelled} labelled clips would be about {expected:.0f}, fewer than "
+        f"0: {VAL_FRACTION:.0%} of {n_labelled} labelled clips would be about {expected:.0f}, fewer than "
         f"{MIN_VALIDATION_CLIPS}, too few to measure or choose anything; every clip trains (for an honest "
         "figure on this corpus, run specstore-cv)")
 
@@ -145,19 +145,19 @@ def resolve(config: TrainConfig, facts: DataFacts, *, builtin: bool | None = Non
             why = (f"{crops} random crop(s) of each of the {facts.clips} training clips per epoch: about "
                    f"{CROPS_PER_EPOCH} crops an epoch (at least 1, at most {MAX_CROPS_PER_CLIP} per clip)")
         changes["crops_per_clip"], rules["crops_per_clip"] = crops, why
+    if builtin is None:
+        builtin = config.arch in ARCHS
     if config.stats_head is None:
-        builtin = config.arch in ARCHS if builtin is None else builtin
         changes["stats_head"] = builtin
         rules["stats_head"] = (
             "on: a logistic regression on band statistics beside the CNN, their logits added (C by grouped "
             "cross-validation on the training clips)" if builtin else
             "off: the statistics head belongs to the built-in models")
     if config.pool_seconds is None:
-        builtin_model = config.arch in ARCHS if builtin is None else builtin
-        if not builtin_model or config.crop_seconds is None:
+        if not builtin or config.crop_seconds is None:
             changes["pool_seconds"] = 0.0
             rules["pool_seconds"] = ("0: the whole clip at once (" + (
-                "training sees whole clips)" if builtin_model else "a user model pools as it likes)"))
+                "training sees whole clips)" if builtin else "a user model pools as it likes)"))
         else:
             changes["pool_seconds"] = config.crop_seconds
             rules["pool_seconds"] = (f"{config.crop_seconds:g} s windows, as long as the training crops: a clip is "
