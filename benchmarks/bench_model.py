@@ -22,6 +22,11 @@ The grid (``MODEL_CORPORA=full,long`` runs some of them):
 * ``demo``: the synthetic demo corpus, a seeded quarter of its files (by
   content) as the test set.
 
+Training time: the full corpus within 15 minutes on 2 cores, and every
+corpus of about 200 clips (small, long, few-works, demo) within 5.  Beside
+the grid, :func:`train_step_layout` times one training step in the two
+memory layouts side by side (the engine trains in channels-last on CPU).
+
 A corpus that is not rendered is reported as not measured, with the
 command that renders it.  ``--quick`` renders the generator's tiny corpus
 instead (seconds; needs fluidsynth) and trains one small epoch: its values
@@ -39,7 +44,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .bench_common import ROOT, Figure, GroupResult, log
+from .bench_common import ROOT, CpuWindow, Figure, GroupResult, log, median, rotated
 
 DATA = ROOT / "data"
 
@@ -115,15 +120,16 @@ GRID = (
     Corpus("full", "realcorpus full (1635 / 215 clips)", _own("REALCORPUS", "realcorpus", "make realcorpus"),
            "make realcorpus", minutes=15.0, accuracy=0.95),
     Corpus("small", "realcorpus small (225 / 93 clips)", _own("RC_SMALL", "rc-small", "make realcorpus "
-           "REALCORPUS=data/rc-small RC_SIZE=small"), "make realcorpus REALCORPUS=data/rc-small RC_SIZE=small"),
+           "REALCORPUS=data/rc-small RC_SIZE=small"), "make realcorpus REALCORPUS=data/rc-small RC_SIZE=small",
+           minutes=5.0),
     Corpus("long", "realcorpus long, seed 1 (184 / 74 clips of 45-150 s)", _own("RC_LONG", "rc-long",
            "python -m realcorpus data/rc-long --size long --seed 1"),
            "python -m realcorpus data/rc-long --size long --seed 1", minutes=5.0),
     Corpus("few-works", "realcorpus full, 30 training clips per class (whole works)", _few_works,
-           "make realcorpus"),
+           "make realcorpus", minutes=5.0),
     Corpus("soundfont-shift", "realcorpus full, trained on 2 SoundFonts, tested on the other 2", _shift,
            "make realcorpus"),
-    Corpus("demo", "the synthetic demo corpus, a quarter of the files held out", _demo, "(generated)"),
+    Corpus("demo", "the synthetic demo corpus, a quarter of the files held out", _demo, "(generated)", minutes=5.0),
 )
 
 
@@ -180,6 +186,56 @@ def _measure(corpus: Corpus, work: Path, config: Any, train_csv: Path, test_csv:
     return figures
 
 
+def train_step_layout(*, steps: int, repeats: int, n_bins: int = 212, frames: int = 416) -> Figure:
+    """Seconds per training step of the default CNN in the contiguous layout / in channels-last (the engine's CPU
+    default since this round), side by side: the same batch (16 crops of 10 s: ``frames`` frames of
+    ``n_bins`` mel+cqt rows), forward, backward and AdamW step through ``infer.train.steps.forward_backward``,
+    ``repeats`` interleaved repeats of ``steps`` steps, order rotated; the ratio is the median of per-repeat
+    ratios (> 1: channels-last is faster)."""
+    import torch
+
+    from infer.models import ModelConfig, build_model
+    from infer.runtime import Engine, RunOptions
+    from infer.train.steps import forward_backward
+
+    generator = torch.Generator().manual_seed(0)
+    x = torch.randn(16, 1, n_bins, frames, generator=generator) * 20.0 - 40.0
+    lengths = torch.full((16,), frames, dtype=torch.int64)
+    y = torch.arange(16) % 6
+    variants = {}
+    for name, channels_last in (("contiguous", False), ("channels_last", True)):
+        engine = Engine(RunOptions(device="cpu", channels_last=channels_last, progress=False))
+        torch.manual_seed(0)
+        net = engine.prepare(build_model(ModelConfig(n_bins=n_bins, n_classes=6)), train=True)
+        optimizer = torch.optim.AdamW(net.parameters(), lr=1e-3)
+        scaler = torch.amp.GradScaler("cpu", enabled=False)
+        variants[name] = (engine, net, optimizer, scaler)
+
+    def run(name: str, n: int) -> None:
+        engine, net, optimizer, scaler = variants[name]
+        for _ in range(n):
+            optimizer.zero_grad(set_to_none=True)
+            forward_backward(net, engine, x, lengths, y, weights=None, label_smoothing=0.0, scaler=scaler)
+            scaler.step(optimizer)
+
+    for name in variants:  # warm-up: oneDNN picks its kernels on the first steps
+        run(name, 2)
+    times: dict[str, list[float]] = {k: [] for k in variants}
+    for r in range(repeats):
+        for name in rotated(list(variants), r):
+            with CpuWindow() as w:
+                run(name, steps)
+            times[name].append(w.wall / steps)
+    ratio = median([c / cl for c, cl in zip(times["contiguous"], times["channels_last"], strict=True)])
+    details = {"steps": steps, "repeats": repeats, "batch": [16, 1, n_bins, frames], "threads": torch.get_num_threads(),
+               "seconds_per_step": {k: [round(t, 3) for t in v] for k, v in times.items()}}
+    log.info("training step layout: contiguous / channels-last %.2fx", ratio)
+    return Figure("model_train_step_channels_last", "Training step: contiguous / channels-last (CPU)",
+                  round(ratio, 3), "x", "seconds per training step of the default CNN on one batch of 16 10 s "
+                  "crops, float32, the contiguous layout / channels-last (the engine's CPU layout for training "
+                  "and inference); > 1: channels-last is faster", details=details)
+
+
 def run(work: Path, *, quick: bool) -> GroupResult:
     from infer.train import TrainConfig
 
@@ -195,7 +251,9 @@ def run(work: Path, *, quick: bool) -> GroupResult:
 
         generate(work / "rc-tiny", size="tiny", jobs=2, progress=False)
         figures = _measure(tiny, work, TrainConfig(epochs=1, width=8, depth=2, device="cpu"), *tiny.manifests(work))
+        figures.append(train_step_layout(steps=1, repeats=1, n_bins=32, frames=64))
         return GroupResult("Model quality", figures, method="quick: the tiny corpus, one epoch (meaningless)")
+    figures.append(train_step_layout(steps=8, repeats=5))
     wanted = [c.strip() for c in os.environ.get("MODEL_CORPORA", "").split(",") if c.strip()]
     for corpus in GRID:
         if wanted and corpus.name not in wanted:

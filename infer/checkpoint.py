@@ -102,7 +102,8 @@ class Checkpoint:
         """A checkpoint of ``model``'s current weights; ``spec``: the feature's spec (or every part's, for a
         ``"mel+cqt"`` feature); ``model_spec`` says how to rebuild a user model (default:
         :func:`infer.contract.spec_of`)."""
-        state = {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
+        state = {k: v.detach().cpu().clone(memory_format=torch.contiguous_format)
+                 for k, v in model.state_dict().items()}
         specs = {feature: spec} if isinstance(spec, FeatureSpec) else dict(spec)
         if list(specs) != feature.split("+"):
             raise ConfigError(f"feature {feature!r} needs the specs of {feature.split('+')}, got {list(specs)}")

@@ -319,16 +319,21 @@ class BudgetBatchSampler(Sampler[list[int]]):
     listed in :attr:`too_long_indices`, for a caller that runs them in
     windows).  ``pad_to``: every batch will be padded to this many frames
     (equal windows, :class:`PadCollate` ``pad_to``), so the plan charges
-    that.  :attr:`plan` is the current epoch's :class:`~infer.planner.Plan`
-    of this rank's batches (its ``efficiency`` is the padding figure the
-    commands report).
+    that.  ``epoch_items``: with ``shuffle``, each epoch plans a fresh random
+    subset of this many indices (seeded by ``(seed, epoch)``) instead of all
+    of them: a dataset holding several random crops of every clip then
+    trains a fixed number of crops an epoch, each clip's share varying from
+    epoch to epoch.  :attr:`plan` is the current epoch's
+    :class:`~infer.planner.Plan` of this rank's batches (its ``efficiency``
+    is the padding figure the commands report).
     """
 
     def __init__(self, source: StoreDataset | np.ndarray | Sequence[int], budget: Budget | None = None, *,
                  budget_mb: float | None = None, cost: CostModel | None = None, max_batch: int = MAX_BATCH,
                  frame_align: int = 1, shuffle: bool = False, seed: int = 0, num_replicas: int = 1,
                  rank: int = 0, too_long: str = "raise", pad_to: int | None = None,
-                 batch_overhead_frames: float = DEFAULT_BATCH_OVERHEAD_FRAMES) -> None:
+                 batch_overhead_frames: float = DEFAULT_BATCH_OVERHEAD_FRAMES,
+                 epoch_items: int | None = None) -> None:
         self.dataset = source if isinstance(source, StoreDataset) else None
         self.lengths = np.asarray(source.lengths if isinstance(source, StoreDataset) else source, dtype=np.int64)
         if budget is None:
@@ -340,6 +345,8 @@ class BudgetBatchSampler(Sampler[list[int]]):
                                      source="budget_mb")
         if num_replicas < 1 or not 0 <= rank < num_replicas:
             raise ConfigError(f"rank must lie in [0, num_replicas), got rank {rank} of {num_replicas}")
+        if epoch_items is not None and (epoch_items < 1 or not shuffle):
+            raise ConfigError(f"epoch_items must be >= 1 and needs shuffle=True, got {epoch_items!r}")
         if too_long not in ("raise", "leave"):
             raise ConfigError(f"too_long must be 'raise' or 'leave', not {too_long!r}")
         self.budget = budget
@@ -350,6 +357,7 @@ class BudgetBatchSampler(Sampler[list[int]]):
         self.too_long = too_long
         self.pad_to = pad_to
         self.batch_overhead_frames = float(batch_overhead_frames)
+        self.epoch_items = epoch_items
         self.epoch = 0
         self._skip = 0  # batches of this epoch already done (a resumed run starts after them)
         self._yielded = 0
@@ -359,6 +367,13 @@ class BudgetBatchSampler(Sampler[list[int]]):
 
     # -- planning --------------------------------------------------------------------------------
     def _plan(self) -> Plan:
+        if self.shuffle and self.epoch_items is not None and self.epoch_items < len(self.lengths):
+            rng = np.random.default_rng([self.seed, self.epoch, 2])  # stream 2: apart from the plan's own draws
+            kept = np.sort(rng.choice(len(self.lengths), self.epoch_items, replace=False))
+            sub = training_plan(self.lengths[kept], self.budget, seed=self.seed, epoch=self.epoch,
+                                pad_to=self.pad_to)
+            return Plan(self.lengths, [kept[b] for b in sub.batches], kept[sub.too_long], sub.budget,
+                        name=f"{sub.name}, {self.epoch_items} of {len(self.lengths)} items", pad_to=sub.pad_to)
         if self.shuffle:
             return training_plan(self.lengths, self.budget, seed=self.seed, epoch=self.epoch, pad_to=self.pad_to)
         return plan_batches(self.lengths, self.budget, pad_to=self.pad_to,

@@ -141,6 +141,27 @@ def test_sampler_batches_fit_the_budget_and_cover_every_clip(shuffle: bool) -> N
             assert real / computed == pytest.approx(plan_batches(lengths, budget).efficiency)
 
 
+def test_sampler_epoch_items_trains_a_fresh_subset_of_fixed_size_every_epoch() -> None:
+    lengths = np.repeat(lognormal_lengths(100, seed=3), 3)  # three crops of each of 100 clips
+    budget = Budget(48_000_000, 1000.0, max_batch=16, frame_align=16)
+    sampler = BudgetBatchSampler(lengths, budget, shuffle=True, seed=1, epoch_items=160)
+    subsets = []
+    for epoch in range(3):
+        sampler.set_epoch(epoch)
+        items = [i for b in sampler for i in b]
+        assert len(items) == len(set(items)) == 160 and 0 <= min(items) and max(items) < len(lengths)
+        assert sampler.plan.efficiency >= 0.95 and sum(len(b) for b in sampler.plan.batches) == 160
+        for b in sampler:
+            assert budget.fits(len(b), budget.align(int(lengths[b].max())))
+        subsets.append(frozenset(items))
+    assert len(set(subsets)) == 3  # a fresh subset each epoch
+    again = BudgetBatchSampler(lengths, budget, shuffle=True, seed=1, epoch_items=160)
+    again.set_epoch(2)
+    assert frozenset(i for b in again for i in b) == subsets[2]  # seeded by (seed, epoch)
+    with pytest.raises(ConfigError, match="epoch_items"):
+        BudgetBatchSampler(lengths, budget, epoch_items=10)  # a subset needs shuffle
+
+
 def test_sampler_from_budget_mb_and_cost_and_too_long_clips() -> None:
     lengths = np.array([100, 200, 5000])
     with pytest.raises(ConfigError, match="too long for one batch"):

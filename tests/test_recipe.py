@@ -49,20 +49,33 @@ def facts(clips: int) -> DataFacts:
                      total_seconds=30.0 * clips)
 
 
-def test_crops_per_clip_auto_aims_at_a_number_of_crops_per_epoch() -> None:
-    crops = {n: resolve(TrainConfig(), facts(n)).config.crops_per_clip for n in (20, 60, 120, 160, 240, 480, 5000)}
-    assert crops == {20: MAX_CROPS_PER_CLIP, 60: 8, 120: 4, 160: 3, 240: 2, 480: 1, 5000: 1}
-    for n, c in crops.items():  # about CROPS_PER_EPOCH crops an epoch, unless a bound holds
-        assert c in (1, MAX_CROPS_PER_CLIP) or abs(n * c - CROPS_PER_EPOCH) <= n / 2
-    resolved = resolve(TrainConfig(), facts(160))
-    assert "3 random crop(s) of each of the 160 training clips" in resolved.rules["crops_per_clip"]
+def test_every_epoch_trains_a_fixed_number_of_crops_drawn_from_enough_crops_per_clip() -> None:
+    sizes = (20, 60, 120, 160, 184, 240, 479, 480, 5000)
+    got = {n: (c.crops_per_clip, c.crops_per_epoch) for n in sizes
+           for c in [resolve(TrainConfig(), facts(n)).config]}
+    assert got == {20: (MAX_CROPS_PER_CLIP, 160), 60: (8, 480), 120: (4, 480), 160: (3, 480), 184: (3, 480),
+                   240: (2, 480), 479: (2, 480), 480: (1, 480), 5000: (1, 5000)}
+    for n, (crops, epoch) in got.items():  # CROPS_PER_EPOCH an epoch, every clip once at least, from the fewest crops
+        assert epoch == min(max(n, CROPS_PER_EPOCH), n * MAX_CROPS_PER_CLIP) <= n * crops
+        assert crops == MAX_CROPS_PER_CLIP or n * (crops - 1) < epoch
+    rules = resolve(TrainConfig(), facts(184)).rules
+    assert "480: random crops an epoch" in rules["crops_per_epoch"] and "3: the fewest" in rules["crops_per_clip"]
+    assert "once an epoch" in resolve(TrainConfig(), facts(5000)).rules["crops_per_epoch"]
+    assert "all 8 crops" in resolve(TrainConfig(), facts(20)).rules["crops_per_epoch"]
+    given = resolve(TrainConfig(crops_per_clip=2), facts(184))  # the user's crops: every one of them each epoch
+    assert given.config.crops_per_epoch == 368 and "crops_per_clip" not in given.rules
+    fewer = resolve(TrainConfig(crops_per_epoch=300), facts(184)).config
+    assert (fewer.crops_per_clip, fewer.crops_per_epoch) == (2, 300)
 
 
 def test_options_the_user_sets_are_kept_and_whole_clips_take_one_pass() -> None:
-    given = resolve(TrainConfig(crops_per_clip=5, stats_head=False, pool_seconds=3.0), facts(160))
+    given = resolve(TrainConfig(crops_per_clip=5, crops_per_epoch=400, stats_head=False, pool_seconds=3.0,
+                                val_every=2), facts(160))
     assert given.config.crops_per_clip == 5 and given.config.stats_head is False and not given.rules
+    assert given.config.val_every == 2
     whole = resolve(TrainConfig(crop_seconds=None), facts(40))
     assert whole.config.crops_per_clip == 1 and "whole clips" in whole.rules["crops_per_clip"]
+    assert whole.config.crops_per_epoch == 40
 
 
 def test_validation_is_held_out_only_when_it_can_measure_something() -> None:
@@ -82,6 +95,27 @@ def test_a_small_corpus_trains_on_every_clip(tmp_path: Path) -> None:
     chosen = fit["cv"][format(fit["C"], "g")]
     assert fit["folds"] >= 2 and f"accuracy {chosen['accuracy']:.3f} by" in res.summary()
     assert res.extra["stats_weight"]["weight"] == DEFAULT_WEIGHT  # nothing held out: the rule's weight
+
+
+def test_validation_runs_every_epoch_only_when_it_chooses() -> None:
+    assert resolve(TrainConfig(), facts(100)).config.val_every == 5  # a third of 15 epochs: 5, 10, 15
+    assert resolve(TrainConfig(epochs=4), facts(100)).config.val_every == 2
+    assert resolve(TrainConfig(epochs=2), facts(100)).config.val_every == 1
+    best = resolve(TrainConfig(select="best"), facts(100))
+    assert best.config.val_every == 1 and "chooses" in best.rules["val_every"]
+    with pytest.raises(TrainError, match="val_every"):
+        TrainConfig(val_every=0)
+
+
+@pytest.mark.slow
+def test_epochs_between_validations_report_nothing_and_are_never_chosen(store: Path, tmp_path: Path) -> None:
+    cfg = TrainConfig(**{**TINY, "epochs": 5, "val_every": 2, "select": "best", "stats_head": False})
+    res = train(store, tmp_path / "e.pt", cfg, progress=False)
+    validated = [h["epoch"] for h in res.history if h["val_accuracy"] is not None]
+    assert validated == [2, 4, 5]  # every 2 epochs and after the last
+    assert res.best_epoch in validated
+    rows = (tmp_path / "e.metrics.csv").read_text(encoding="utf-8").splitlines()
+    assert rows[1].split(",")[3] == "" and rows[2].split(",")[3] != ""  # epoch 1 blank, epoch 2 measured
 
 
 def test_pooling_windows_are_as_long_as_the_training_crops() -> None:
@@ -127,8 +161,13 @@ def test_default_training_keeps_the_last_epoch_and_reports_the_model_and_its_exp
     record = json.loads(config_path_for(model_path).read_text(encoding="utf-8"))
     assert record["recipe"]["requested"]["crops_per_clip"] is None
     n_train = record["recipe"]["facts"]["clips"]
-    assert record["train_config"]["crops_per_clip"] == min(MAX_CROPS_PER_CLIP, round(CROPS_PER_EPOCH / n_train))
-    assert set(record["recipe"]["rules"]) == {"crops_per_clip", "pool_seconds", "stats_head", "stats_weight"}
+    per_epoch = min(max(n_train, CROPS_PER_EPOCH), MAX_CROPS_PER_CLIP * n_train)
+    assert record["train_config"]["crops_per_epoch"] == per_epoch
+    assert record["train_config"]["crops_per_clip"] == min(MAX_CROPS_PER_CLIP, -(-per_epoch // n_train))
+    assert sum(h["batches"] for h in res.history) >= len(res.history) * -(-per_epoch // TrainConfig().max_batch)
+    assert set(record["recipe"]["rules"]) == {"crops_per_clip", "crops_per_epoch", "pool_seconds", "stats_head",
+                                              "stats_weight", "val_every"}
+    assert record["train_config"]["val_every"] == 1  # a third of 3 epochs: every epoch
     stride = 2 * 2**2  # input time pool 2, two blocks
     crop = int(round(0.5 / open_store(store).spec.frame_seconds)) // stride * stride
     assert record["model"]["kwargs"]["pool_window"] == crop  # windows as long as the training crops

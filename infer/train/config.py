@@ -39,7 +39,8 @@ class TrainError(ConfigError):
 
 RUNTIME_FIELDS = ("device", "precision", "budget_mb", "loader_workers")
 """Fields that may change between an interrupted run and its resumption (they do not change the result)."""
-AUTO_FIELDS = ("val_fraction", "crops_per_clip", "pool_seconds", "stats_head", "stats_weight")
+AUTO_FIELDS = ("val_fraction", "val_every", "crops_per_clip", "crops_per_epoch", "pool_seconds", "stats_head",
+               "stats_weight")
 """Fields whose default (None) is auto: derived from the training data by :mod:`infer.train.recipe`."""
 
 
@@ -104,9 +105,14 @@ class TrainConfig:
                                    parse=_optional_mb, metavar="MIB")
     crop_seconds: float | None = _opt(10.0, "random crop per clip and epoch, seconds; 0 = whole clips",
                                       parse=_optional_seconds, metavar="SECONDS")
-    crops_per_clip: int | None = _opt(None, "random crops of every training clip per epoch (each with its own crop "
-                                            "and augmentation); auto: about 480 crops an epoch, 1-8 per clip "
-                                            "(infer/train/recipe.py)", parse=_optional_count, metavar="N|auto")
+    crops_per_clip: int | None = _opt(None, "random crops of every training clip an epoch may draw from (each with "
+                                            "its own crop and augmentation); auto: enough for crops_per_epoch, 1-8 "
+                                            "per clip (infer/train/recipe.py)", parse=_optional_count,
+                                      metavar="N|auto")
+    crops_per_epoch: int | None = _opt(None, "crops trained per epoch, a fresh random subset each epoch of the "
+                                             "crops_per_clip crops of every clip; auto: 480 (30 batches of 16), or "
+                                             "every clip once when there are more clips, or all crops when "
+                                             "crops_per_clip is set", parse=_optional_count, metavar="N|auto")
     time_masks: int = _opt(2, "SpecAugment time masks per clip (0 disables)")
     time_mask_frames: int = _opt(24, "widest time mask, frames")
     freq_masks: int = _opt(2, "SpecAugment frequency masks per clip (0 disables)")
@@ -124,6 +130,10 @@ class TrainConfig:
                                       metavar="FRACTION|auto")
     val_offset: float = _opt(0.0, "start of the held-out interval of split scores (cross-validation folds hold out "
                                   "[k/K, (k+1)/K); 0 for a plain validation split)")
+    val_every: int | None = _opt(None, "validate every this many epochs, and after the last; auto: every epoch with "
+                                       "select=best (it chooses), else every third of the schedule (validation "
+                                       "then only reports, and a pass over the held-out clips costs many "
+                                       "training steps)", parse=_optional_count, metavar="N|auto")
     select: str = _opt("last", "which weights are saved: last (the end of the schedule: validation only reports) or "
                                "best (the epoch with the best validation accuracy, then loss: noisy on few "
                                "validation clips)", choices=("last", "best"))
@@ -184,6 +194,10 @@ class TrainConfig:
             raise TrainError(f"label_smoothing must be in [0, 1), got {self.label_smoothing!r}")
         if self.crops_per_clip is not None and self.crops_per_clip < 1:
             raise TrainError(f"crops_per_clip must be >= 1, got {self.crops_per_clip}")
+        if self.crops_per_epoch is not None and self.crops_per_epoch < 1:
+            raise TrainError(f"crops_per_epoch must be >= 1, got {self.crops_per_epoch}")
+        if self.val_every is not None and (not isinstance(self.val_every, int) or self.val_every < 1):
+            raise TrainError(f"val_every must be a positive integer (or auto), got {self.val_every!r}")
         if self.max_batch < 1:
             raise TrainError(f"max_batch must be >= 1, got {self.max_batch}")
         if self.budget_mb is not None and not (self.budget_mb > 0 and math.isfinite(self.budget_mb)):

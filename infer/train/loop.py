@@ -12,9 +12,10 @@ and the budgeted batch sampler -> every epoch (:func:`_run_epoch`) a fresh
 plan over the cropped lengths, random crops read straight from the store's
 mmap views, augmentation inside real frames (:mod:`infer.augment`), AdamW
 with warm-up and cosine decay (:mod:`.schedule`), autocast on CUDA ->
-validation on whole held-out clips with the engine's prediction loop ->
-the checkpoint at ``model_path`` (:func:`_end_epoch`), ``metrics.csv`` and the
-resolved configuration (``<model>.config.json``) beside it.
+validation (every ``val_every`` epochs and after the last) on whole
+held-out clips with the engine's prediction loop -> the checkpoint at
+``model_path`` (:func:`_end_epoch`), ``metrics.csv`` and the resolved
+configuration (``<model>.config.json``) beside it.
 
 Which weights are saved: by default (``select="last"``) those at the end of
 the fixed schedule, so a few validation clips choose nothing; validation
@@ -214,7 +215,8 @@ def train(
     try:
         for epoch in range(learner.start_epoch, run.cfg.epochs):
             entry = _run_epoch(run, learner, data, epoch, bar)
-            val_logits = _validate(run, learner, data, entry)
+            if _validates(run.cfg, epoch + 1):
+                val_logits = _validate(run, learner, data, entry)
             _end_epoch(run, learner, extra, entry)
             scalars.add(entry)
             epochs_run += 1
@@ -302,6 +304,11 @@ def _run_epoch(run: Run, learner: Learner, data: TrainData, epoch: int, bar: Any
     }
 
 
+def _validates(cfg: TrainConfig, epoch: int) -> bool:
+    """Whether validation runs after ``epoch`` (1-based): every ``val_every`` epochs and after the last."""
+    return epoch == cfg.epochs or epoch % (cfg.val_every or 1) == 0
+
+
 def _validate(run: Run, learner: Learner, data: TrainData, entry: dict[str, Any]) -> np.ndarray | None:
     """Validation figures into ``entry`` (accuracy, macro-F1, loss of the scored model); its logits."""
     if not len(run.val_rows):
@@ -318,12 +325,15 @@ def _validate(run: Run, learner: Learner, data: TrainData, entry: dict[str, Any]
     return logits
 
 
-def _score(entry: dict[str, Any], select: str) -> tuple[float, float]:
-    """Larger is better: the epoch (``last``); or (val accuracy, -val loss), (-train loss, 0) without validation."""
+def _score(entry: dict[str, Any], select: str, validated: bool) -> tuple[float, float]:
+    """Larger is better: the epoch (``last``); or (val accuracy, -val loss), (-train loss, 0) without validation
+    clips (``validated``: the run has some; its epochs without validation are then never kept)."""
     if select == "last":
         return float(entry["epoch"]), 0.0
     if entry.get("val_accuracy") is not None:
         return float(entry["val_accuracy"]), -float(entry["val_loss"])
+    if validated:  # an epoch between validations is no candidate when validation chooses
+        return -math.inf, 0.0
     return -float(entry["loss"]), 0.0
 
 
@@ -331,7 +341,7 @@ def _end_epoch(run: Run, learner: Learner, extra: dict[str, Any], entry: dict[st
     """Record the epoch: the checkpoint if it is the one kept, the resume file, ``metrics.csv``, the log."""
     cfg, epoch = run.cfg, entry["epoch"]
     learner.history.append(entry)
-    score = _score(entry, cfg.select)
+    score = _score(entry, cfg.select, len(run.val_rows) > 0)
     if learner.best_score is None or score > learner.best_score:
         learner.best_score, learner.best_epoch = score, epoch
         save_checkpoint(Checkpoint.from_model(learner.scored, run.store.label_names, run.feature, run.specs, extra={

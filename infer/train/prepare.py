@@ -206,6 +206,8 @@ def prepare_run(store: str | os.PathLike[str] | Store, model_path: str | os.Path
     recipe = resolve(cfg, facts, builtin=builtin)
     if val_rule is not None:
         recipe.rules["val_fraction"] = val_rule
+    if not len(val_rows):
+        recipe.rules.pop("val_every", None)  # nothing to validate: the rule says nothing
     for name, why in recipe.rules.items():
         log.info("%s (auto): %s", name, why)
     resolved = recipe.config
@@ -214,7 +216,7 @@ def prepare_run(store: str | os.PathLike[str] | Store, model_path: str | os.Path
                     resolved.val_fraction)
     engine = Engine(RunOptions(device=resolved.device, precision=resolved.precision, budget_mb=resolved.budget_mb,
                                margin_mb=margin_mb, max_batch=resolved.max_batch, threads=threads,
-                               channels_last=False, progress=False))
+                               progress=False))
     if engine.device.type == "cpu":
         keep_freed_memory()
     resume_path = resume_path_for(path)
@@ -328,7 +330,8 @@ def prepare_model(run: Run, model: nn.Module | str | None, model_args: dict[str,
                                                        "input_std": round(frames.std, 4)}, frames, trust,
                               run.frame_seconds)
     torch.manual_seed(cfg.seed)
-    net = (model if isinstance(model, nn.Module) else spec.build(trust, source="the training config")).to(run.device)
+    net = run.engine.prepare(model if isinstance(model, nn.Module) else
+                             spec.build(trust, source="the training config"), train=True)
     if cfg.grad_checkpoint:
         if not hasattr(net, "grad_checkpoint"):
             raise TrainError(f"{type(net).__name__} has no grad_checkpoint attribute: it does not support "
@@ -435,7 +438,8 @@ def _crop_frames(run: Run, net: nn.Module, budget: Budget) -> tuple[int | None, 
 
 
 def prepare_data(run: Run, learner: Learner) -> TrainData:
-    """Budget -> crop -> augmentation -> dataset (each clip ``crops_per_clip`` times) -> sampler."""
+    """Budget -> crop -> augmentation -> dataset (each clip ``crops_per_clip`` times) -> sampler (``crops_per_epoch``
+    of them an epoch)."""
     cfg, net = run.cfg, learner.net
     budget = run.engine.budget(net, run.n_bins, training=True)
     eval_budget = run.engine.budget(net, run.n_bins)
@@ -444,7 +448,9 @@ def prepare_data(run: Run, learner: Learner) -> TrainData:
     repeats = (cfg.crops_per_clip or 1) if crop is not None else 1
     dataset = StoreDataset(run.store, run.feature, rows=np.repeat(run.train_rows, repeats), crop_frames=crop,
                            spec_augment=augment, seed=cfg.seed)
-    sampler = BudgetBatchSampler(dataset, budget, shuffle=True, seed=cfg.seed, pad_to=pad_to)
+    per_epoch = cfg.crops_per_epoch if crop is not None and cfg.crops_per_epoch is not None else None
+    sampler = BudgetBatchSampler(dataset, budget, shuffle=True, seed=cfg.seed, pad_to=pad_to,
+                                 epoch_items=per_epoch if per_epoch is not None and per_epoch < len(dataset) else None)
     weights = torch.tensor(class_weights(run.train_labels, run.n_classes), dtype=torch.float32,
                            device=run.device) if cfg.class_weighted else None
     return TrainData(dataset, sampler, PadCollate(time_stride(net), pad_to=pad_to), budget, eval_budget, weights)

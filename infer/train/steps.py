@@ -129,6 +129,7 @@ def forward_backward(model: nn.Module, engine: Engine, x: Tensor, lengths: Tenso
     batch was mixed (:func:`mixup`); the loss is the same mix of the two
     targets' losses.
     """
+    x = engine.layout(x)
     denom = weights[y].sum() if weights is not None else torch.tensor(float(len(y)), device=y.device)
     y_other = y[mix.perm] if mix is not None else None
 
