@@ -158,8 +158,9 @@ def _crops(config: TrainConfig, clips: int, rules: dict[str, str]) -> dict[str, 
         if config.crops_per_clip:
             why_epoch = f"{epoch}: every crop of every clip (crops_per_clip was set)"
         elif epoch < n * crops:
-            why_epoch = (f"{epoch}: random crops an epoch (about {epoch / config.max_batch:.0f} batches of {config.max_batch}), a fresh subset "
-                         f"each epoch of {crops} crop(s) of each of the {n} training clips")
+            batches = f"about {epoch / config.max_batch:.0f} batches of {config.max_batch}"
+            why_epoch = (f"{epoch}: random crops an epoch ({batches}), a fresh subset each epoch of {crops} "
+                         f"crop(s) of each of the {n} training clips")
         elif crops == 1:
             why_epoch = f"{epoch}: each of the {n} training clips once an epoch (at least {CROPS_PER_EPOCH} clips)"
         else:
