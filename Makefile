@@ -157,9 +157,10 @@ cv: install  ## STORE (required) FOLDS=5 OUT_DIR=reports/cv + train's options: j
 eval: install  ## STORE MODEL (required) OUT_DIR=reports SPLIT=auto|all|val|train BASELINES=1 [BASELINE_STORE=train.zarr]
 	$(PY) -m infer eval $(call q,$(STORE)) $(call q,$(MODEL)) $(EVAL_OPTS)
 
+# The demo owns models/demo.pt: one trained under other options (an older version) is replaced; the same run resumes.
 demo: install  ## the whole system on the synthetic demo corpus: features, train, predict, evaluate
 	@$(MAKE) --no-print-directory features CORPUS=$(DEMO_CORPUS) STORE=$(DEMO_STORE)
-	$(PY) -m infer train $(DEMO_STORE) $(DEMO_MODEL) $(DEMO_TRAIN)
+	$(PY) -m infer train $(DEMO_STORE) $(DEMO_MODEL) $(DEMO_TRAIN) --overwrite
 	$(PY) -m infer predict $(DEMO_STORE) $(DEMO_MODEL) --out reports/demo/predictions.csv
 	$(PY) -m infer eval $(DEMO_STORE) $(DEMO_MODEL) --out-dir reports/demo
 	@echo
