@@ -321,7 +321,7 @@ class BudgetBatchSampler(Sampler[list[int]]):
     (equal windows, :class:`PadCollate` ``pad_to``), so the plan charges
     that.  ``epoch_items``: with ``shuffle``, each epoch plans a fresh random
     subset of this many indices (seeded by ``(seed, epoch)``) instead of all
-    of them: a dataset holding several random crops of every clip then
+    of them (all of them when there are no more): a dataset holding several random crops of every clip then
     trains a fixed number of crops an epoch, each clip's share varying from
     epoch to epoch.  :attr:`plan` is the current epoch's
     :class:`~infer.planner.Plan` of this rank's batches (its ``efficiency``

@@ -448,9 +448,8 @@ def prepare_data(run: Run, learner: Learner) -> TrainData:
     repeats = (cfg.crops_per_clip or 1) if crop is not None else 1
     dataset = StoreDataset(run.store, run.feature, rows=np.repeat(run.train_rows, repeats), crop_frames=crop,
                            spec_augment=augment, seed=cfg.seed)
-    per_epoch = cfg.crops_per_epoch if crop is not None and cfg.crops_per_epoch is not None else None
     sampler = BudgetBatchSampler(dataset, budget, shuffle=True, seed=cfg.seed, pad_to=pad_to,
-                                 epoch_items=per_epoch if per_epoch is not None and per_epoch < len(dataset) else None)
+                                 epoch_items=cfg.crops_per_epoch if crop is not None else None)
     weights = torch.tensor(class_weights(run.train_labels, run.n_classes), dtype=torch.float32,
                            device=run.device) if cfg.class_weighted else None
     return TrainData(dataset, sampler, PadCollate(time_stride(net), pad_to=pad_to), budget, eval_budget, weights)

@@ -31,9 +31,10 @@ exception, ``stats_weight`` below).
   that reach it, at most :data:`MAX_CROPS_PER_CLIP`), so a corpus of 150
   clips gets as many optimiser steps an epoch as one of 480, and its epoch
   costs the same; a larger corpus costs one pass per epoch.  Grouped
-  cross-validation on two corpora of about 185 clips: 2 crops of each clip
-  an epoch (about 290 crops, 19 steps) lost 5 of 144 out-of-fold clips
-  against 3 (about 440); a few dozen steps an epoch under-fits.
+  cross-validation on the long corpus (184 clips; 4 of its 5 folds): 2 crops
+  of each clip an epoch (about 290 crops, 19 steps) lost 5 of 144
+  out-of-fold clips against 3 (about 440); a few dozen steps an epoch
+  under-fits.
 * ``stats_head``: on for the built-in models (a logistic regression on band
   statistics beside the CNN, :mod:`.stats_head`): on a few hundred clips it is
   often the better expert, on thousands the CNN is, and their product keeps
