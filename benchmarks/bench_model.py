@@ -188,7 +188,7 @@ def _measure(corpus: Corpus, work: Path, config: Any, train_csv: Path, test_csv:
 
 def train_step_layout(*, steps: int, repeats: int, n_bins: int = 212, frames: int = 416) -> Figure:
     """Seconds per training step of the default CNN in the contiguous layout / in channels-last (the engine's CPU
-    default since this round), side by side: the same batch (16 crops of 10 s: ``frames`` frames of
+    default), side by side: the same batch (16 crops of 10 s: ``frames`` frames of
     ``n_bins`` mel+cqt rows), forward, backward and AdamW step through ``infer.train.steps.forward_backward``,
     ``repeats`` interleaved repeats of ``steps`` steps, order rotated; the ratio is the median of per-repeat
     ratios (> 1: channels-last is faster)."""

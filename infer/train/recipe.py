@@ -147,7 +147,7 @@ def _crops(config: TrainConfig, clips: int, rules: dict[str, str]) -> dict[str, 
     ``rules``."""
     n = max(clips, 1)
     if config.crop_seconds is None:
-        crops, epoch = config.crops_per_clip or 1, n * (config.crops_per_clip or 1)
+        crops, epoch = config.crops_per_clip or 1, n  # whole clips are not repeated (prepare_data)
         why_clip = why_epoch = "whole clips (no crop): one pass per epoch"
     else:
         wanted = config.crops_per_epoch or (n * config.crops_per_clip if config.crops_per_clip else
