@@ -112,7 +112,8 @@ class TrainConfig:
     crops_per_epoch: int | None = _opt(None, "crops trained per epoch, a fresh random subset each epoch of the "
                                              "crops_per_clip crops of every clip; auto: 480 (30 batches of 16), or "
                                              "every clip once when there are more clips, or all crops when "
-                                             "crops_per_clip is set", parse=_optional_count, metavar="N|auto")
+                                             "crops_per_clip is set; whole clips (no crop): each clip once",
+                                     parse=_optional_count, metavar="N|auto")
     time_masks: int = _opt(2, "SpecAugment time masks per clip (0 disables)")
     time_mask_frames: int = _opt(24, "widest time mask, frames")
     freq_masks: int = _opt(2, "SpecAugment frequency masks per clip (0 disables)")

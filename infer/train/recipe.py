@@ -147,7 +147,9 @@ def _crops(config: TrainConfig, clips: int, rules: dict[str, str]) -> dict[str, 
     ``rules``."""
     n = max(clips, 1)
     if config.crop_seconds is None:
-        crops, epoch = config.crops_per_clip or 1, n  # whole clips are not repeated (prepare_data)
+        # one pass of the clips an epoch: prepare_data repeats no uncut clip; clips it must cut (over the memory
+        # budget, or a model of equal windows) give this many of their crops_per_clip windows
+        crops, epoch = config.crops_per_clip or 1, n
         why_clip = why_epoch = "whole clips (no crop): one pass per epoch"
     else:
         wanted = config.crops_per_epoch or (n * config.crops_per_clip if config.crops_per_clip else
