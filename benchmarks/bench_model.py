@@ -17,13 +17,15 @@ The grid (``MODEL_CORPORA=full,long`` runs some of them):
   184 / 74 clips of 45-150 s), the shape of a user's first corpus;
 * ``few-works``: the full corpus's training works cut to 30 clips per class,
   whole works (:func:`realcorpus.variants.few_works`), its test set;
+* ``fewest-works``: the same cut to 20 clips per class (about 130 clips), the
+  low end of the corpora the recipe adapts to;
 * ``soundfont-shift``: trained on two SoundFonts, tested on the other two
   (:func:`realcorpus.variants.soundfont_shift`);
 * ``demo``: the synthetic demo corpus, a seeded quarter of its files (by
   content) as the test set.
 
 Training time: the full corpus within 15 minutes on 2 cores, and every
-corpus of about 200 clips (small, long, few-works, demo) within 5.  Beside
+corpus of about 200 clips or fewer (small, long, few-works, fewest-works, demo) within 5.  Beside
 the grid, :func:`train_step_layout` times one training step in the two
 memory layouts side by side (the engine trains in channels-last on CPU).
 
@@ -74,11 +76,13 @@ def _own(env: str, default: str, render: str) -> Callable[[Path], tuple[Path, Pa
     return manifests
 
 
-def _few_works(work: Path) -> tuple[Path, Path]:
-    from realcorpus.variants import few_works
+def _few_works(name: str, per_class: int) -> Callable[[Path], tuple[Path, Path]]:
+    def manifests(work: Path) -> tuple[Path, Path]:
+        from realcorpus.variants import few_works
 
-    return few_works(_rendered(Path(os.environ.get("REALCORPUS", DATA / "realcorpus")), "make realcorpus"),
-                     work / "few-works", per_class=30)
+        return few_works(_rendered(Path(os.environ.get("REALCORPUS", DATA / "realcorpus")), "make realcorpus"),
+                         work / name, per_class=per_class)
+    return manifests
 
 
 def _shift(work: Path) -> tuple[Path, Path]:
@@ -125,8 +129,10 @@ GRID = (
     Corpus("long", "realcorpus long, seed 1 (184 / 74 clips of 45-150 s)", _own("RC_LONG", "rc-long",
            "python -m realcorpus data/rc-long --size long --seed 1"),
            "python -m realcorpus data/rc-long --size long --seed 1", minutes=5.0),
-    Corpus("few-works", "realcorpus full, 30 training clips per class (whole works)", _few_works,
+    Corpus("few-works", "realcorpus full, 30 training clips per class (whole works)", _few_works("few-works", 30),
            "make realcorpus", minutes=5.0),
+    Corpus("fewest-works", "realcorpus full, 20 training clips per class (whole works)",
+           _few_works("fewest-works", 20), "make realcorpus", minutes=5.0),
     Corpus("soundfont-shift", "realcorpus full, trained on 2 SoundFonts, tested on the other 2", _shift,
            "make realcorpus"),
     Corpus("demo", "the synthetic demo corpus, a quarter of the files held out", _demo, "(generated)", minutes=5.0),
@@ -140,6 +146,16 @@ def _not_measured(corpus: Corpus, reason: str) -> list[Figure]:
                    "points", reason, target=0.05, op=">=", note=reason)]
 
 
+def fresh_model_path(model: Path) -> Path:
+    """``model`` with any earlier run at that path removed (its checkpoint and resume state), so that training
+    starts afresh: `infer.train` resumes a matching finished run, which would time nothing."""
+    from infer.train import resume_path_for
+
+    for old in (model, resume_path_for(model)):
+        old.unlink(missing_ok=True)
+    return model
+
+
 def _measure(corpus: Corpus, work: Path, config: Any, train_csv: Path, test_csv: Path) -> list[Figure]:
     import pipeline
     from infer.evaluate import evaluate
@@ -149,10 +165,11 @@ def _measure(corpus: Corpus, work: Path, config: Any, train_csv: Path, test_csv:
     for split, manifest in (("train", train_csv), ("test", test_csv)):
         stores[split] = work / f"{corpus.name}-{split}.zarr"
         pipeline.extract(manifest, stores[split], features=("mel", "cqt"), progress=False)
+    model = fresh_model_path(work / f"{corpus.name}.pt")
     t0 = time.perf_counter()
-    result = train(stores["train"], work / f"{corpus.name}.pt", config, progress=False, overwrite=True)
+    result = train(stores["train"], model, config, progress=False, overwrite=True)
     minutes = (time.perf_counter() - t0) / 60
-    report = evaluate(stores["test"], work / f"{corpus.name}.pt", split="all", baselines=True,
+    report = evaluate(stores["test"], model, split="all", baselines=True,
                       baseline_store=stores["train"], device="cpu", progress=False)
     best = max(report.baselines, key=lambda b: b["accuracy"])
     lo, hi = report.accuracy_ci
