@@ -5,6 +5,7 @@ does) into a temporary folder, never over ``docs/``, and checks the schema
 of both files.  The quick run's values are meaningless (tiny sizes, one
 repeat); what is checked is that every figure is there, that ``met`` agrees
 with ``value``, ``op`` and ``target``, and that the doc shows each figure.
+Also: a rerun of the model grid in the same work folder trains afresh.
 """
 
 from __future__ import annotations
@@ -134,3 +135,24 @@ def test_merge_reruns_one_group_and_keeps_the_others(
     assert "--merge" in md and f"measured {before['started']}" in md
     for key in after["figures"]:
         assert f"`{key}`" in md, key
+
+
+def test_a_grid_rerun_trains_afresh_instead_of_resuming_the_finished_run(tmp_path: Path) -> None:
+    """`infer.train` resumes a finished run of the same configuration (training nothing), so a rerun of the
+    model grid in the same work folder would time 0 s; ``fresh_model_path`` removes the earlier run first."""
+    from factories import make_separable_store
+
+    from benchmarks.bench_model import fresh_model_path
+    from infer.train import TrainConfig, resume_path_for, train
+
+    config = TrainConfig(epochs=1, width=4, depth=2, max_batch=8, crop_seconds=None, val_fraction=0.25, device="cpu")
+    store = make_separable_store(tmp_path / "s.zarr", n=24)
+    model = tmp_path / "m.pt"
+    assert train(store, model, config, progress=False, overwrite=True).epochs_run == 1
+    assert resume_path_for(model).is_file()
+    assert train(store, model, config, progress=False, overwrite=True).epochs_run == 0  # resumed: nothing trained
+    path = fresh_model_path(model)
+    assert path == model and not model.exists() and not resume_path_for(model).exists()
+    again = train(store, path, config, progress=False, overwrite=True)
+    assert again.epochs_run == 1 and again.resumed_from == 0
+    assert fresh_model_path(tmp_path / "none.pt") == tmp_path / "none.pt"  # nothing there: nothing to remove
