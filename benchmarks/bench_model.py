@@ -25,9 +25,10 @@ The grid (``MODEL_CORPORA=full,long`` runs some of them):
   content) as the test set.
 
 Training time: the full corpus within 15 minutes on 2 cores, and every
-corpus of about 200 clips or fewer (small, long, few-works, fewest-works, demo) within 5.  Beside
-the grid, :func:`train_step_layout` times one training step in the two
-memory layouts side by side (the engine trains in channels-last on CPU).
+corpus of about 200 clips or fewer (small, long, few-works, fewest-works,
+demo) within 5.  Beside the grid, :func:`train_step_layout` times one
+training step in the two memory layouts side by side (the engine trains in
+channels-last on CPU).
 
 A corpus that is not rendered is reported as not measured, with the
 command that renders it.  ``--quick`` renders the generator's tiny corpus
@@ -76,20 +77,23 @@ def _own(env: str, default: str, render: str) -> Callable[[Path], tuple[Path, Pa
     return manifests
 
 
+def _full_corpus() -> Path:
+    """The rendered full corpus (``$REALCORPUS``, default data/realcorpus), which the cut corpora come from."""
+    return _rendered(Path(os.environ.get("REALCORPUS", DATA / "realcorpus")), "make realcorpus")
+
+
 def _few_works(name: str, per_class: int) -> Callable[[Path], tuple[Path, Path]]:
     def manifests(work: Path) -> tuple[Path, Path]:
         from realcorpus.variants import few_works
 
-        return few_works(_rendered(Path(os.environ.get("REALCORPUS", DATA / "realcorpus")), "make realcorpus"),
-                         work / name, per_class=per_class)
+        return few_works(_full_corpus(), work / name, per_class=per_class)
     return manifests
 
 
 def _shift(work: Path) -> tuple[Path, Path]:
     from realcorpus.variants import soundfont_shift
 
-    return soundfont_shift(_rendered(Path(os.environ.get("REALCORPUS", DATA / "realcorpus")), "make realcorpus"),
-                           work / "soundfont-shift")
+    return soundfont_shift(_full_corpus(), work / "soundfont-shift")
 
 
 def _demo(work: Path) -> tuple[Path, Path]:
