@@ -72,13 +72,28 @@ $(foreach t,infer init-model train eval,$(if $(filter $(t),$(MAKECMDGOALS)),$(ca
 $(foreach t,classify serve,$(if $(filter $(t),$(MAKECMDGOALS)),$(call needs,$(t),MODEL)))
 $(if $(filter classify,$(MAKECMDGOALS)),$(if $(strip $(FILES)),,$(error make classify needs FILES=... (audio files and/or folders))))
 
+# Yes/no variables have one rule: empty = unset (the command's own default), 1/yes/true/on = on,
+# 0/no/false/off = off (any case); anything else stops make at once with one line, before anything runs.
+# flag: its second argument (an option) when the variable its first names is on, nothing otherwise.
+BOOLEANS   := TRUST_MODEL_CODE OVERWRITE BASELINES QUICK
+BOOL_ON    := 1 yes true on
+BOOL_OFF   := 0 no false off
+# (lower-cases the letters the accepted values use; any other capital leaves a value unaccepted, as it should)
+lower       = $(subst A,a,$(subst E,e,$(subst F,f,$(subst L,l,$(subst N,n,$(subst O,o,$(subst R,r,$(subst S,s,$(subst \
+	T,t,$(subst U,u,$(subst Y,y,$(1))))))))))))
+bool_value  = $(call lower,$(strip $($(1))))
+bool_bad    = $(if $(bool_value),$(or $(filter-out 1,$(words $(bool_value))),$(filter-out $(BOOL_ON) $(BOOL_OFF),$(bool_value))))
+$(foreach v,$(BOOLEANS),$(if $(call bool_bad,$(v)),$(error $(v)=$(strip $($(v))) is not a yes/no value: \
+	use 1, yes, true or on; 0, no, false or off; or leave it empty)))
+flag        = $(if $(filter $(BOOL_ON),$(call bool_value,$(1))),$(2))
+
 # Values are quoted for the shell, so paths may hold spaces (and single quotes).
 q = '$(subst ','\'',$(1))'
 # $(call opt,VAR,--flag): "--flag 'value'" when VAR is set, nothing otherwise.
 opt = $(if $(strip $($(1))),$(2) $(call q,$($(1))))
 # Each command's options, every one only when its variable is set (ARGS last, as given).
 RUN_OPTS      = $(call opt,DEVICE,--device) $(call opt,PRECISION,--precision) $(call opt,MAX_BATCH,--max-batch) \
-                $(call opt,BUDGET_MB,--budget-mb) $(if $(TRUST_MODEL_CODE),--trust-model-code)
+                $(call opt,BUDGET_MB,--budget-mb) $(call flag,TRUST_MODEL_CODE,--trust-model-code)
 FEATURES_OPTS = $(strip $(call opt,FEATURES,--features) $(call opt,JOBS,--jobs) $(call opt,LAYOUT,--layout) \
                 $(call opt,BACKEND,--backend) $(call opt,SCHEDULER,--scheduler) $(ARGS))
 INFER_OPTS    = $(strip $(call opt,OUT,--out) $(call opt,TOPK,--topk) $(RUN_OPTS) $(ARGS))
@@ -89,12 +104,12 @@ PLAN_OPTS     = $(strip $(if $(MODEL),$(if $(wildcard $(MODEL)),--model $(call q
 RECIPE_OPTS   = $(call opt,CONFIG,--config) $(call opt,EPOCHS,--epochs) $(call opt,ARCH,--arch) \
                 $(call opt,MODEL_ARGS,--model-args) $(call opt,WIDTH,--width) $(call opt,CROP,--crop-seconds) \
                 $(call opt,LR,--lr) $(call opt,SEED,--seed)
-TRAIN_OPTS    = $(strip $(RECIPE_OPTS) $(call opt,VAL,--val-fraction) $(RUN_OPTS) $(if $(OVERWRITE),--overwrite) \
+TRAIN_OPTS    = $(strip $(RECIPE_OPTS) $(call opt,VAL,--val-fraction) $(RUN_OPTS) $(call flag,OVERWRITE,--overwrite) \
                 $(ARGS))
 CV_OPTS       = $(strip $(RECIPE_OPTS) $(call opt,FOLDS,--folds) $(call opt,OUT_DIR,--out-dir) $(RUN_OPTS) \
-                $(if $(OVERWRITE),--overwrite) $(ARGS))
+                $(call flag,OVERWRITE,--overwrite) $(ARGS))
 EVAL_OPTS     = $(strip $(call opt,OUT_DIR,--out-dir) $(call opt,SPLIT,--split) $(RUN_OPTS) \
-                $(if $(BASELINES),--baselines) $(call opt,BASELINE_STORE,--baseline-store) $(ARGS))
+                $(call flag,BASELINES,--baselines) $(call opt,BASELINE_STORE,--baseline-store) $(ARGS))
 
 # torch's OpenMP threads sleep instead of spinning when idle: same speed on a
 # quiet machine, up to 10x faster training on a busy one.
@@ -105,7 +120,8 @@ export OMP_WAIT_POLICY ?= PASSIVE
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 16
 
-install: $(VENV)/.installed  ## create .venv with everything pinned (torch 2.13.0 CPU)
+install: $(VENV)/.installed  ## create .venv with everything pinned (torch 2.13.0 CPU); prints the line that activates it
+	@$(if $(filter install,$(MAKECMDGOALS)),echo ". $(VENV)/bin/activate    # run this in your shell: the specstore commands and the project's python")
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -172,7 +188,7 @@ demo: install  ## the whole system on the synthetic demo corpus: features, train
 	@echo "  report       reports/demo/report.txt, report.json, confusion.png (held-out split)"
 
 bench: install  ## benchmarks side by side -> docs/benchmarks.md, .json (QUICK=1: smoke run; ONLY=model: one group, the others kept)
-	$(PY) -m benchmarks $(if $(QUICK),--quick) $(if $(ONLY),--only $(call q,$(ONLY)) --merge)
+	$(PY) -m benchmarks $(call flag,QUICK,--quick) $(if $(ONLY),--only $(call q,$(ONLY)) --merge)
 
 realcorpus-deps:  ## apt-get the renderer + SoundFonts that are missing (RC_APT=...; default: what the tests need)
 	@missing=""; for p in $(RC_APT); do \

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import os
 import shlex
 import shutil
@@ -77,3 +78,53 @@ def test_a_toml_max_batch_is_what_make_train_uses(tmp_path: Path) -> None:
     assert resolved["max_batch"] == 4
     extra = load_checkpoint(model).extra
     assert extra["history"][0]["batches"] >= -(-extra["n_train"] // 4)  # no batch held more than 4 clips
+
+
+# Every yes/no variable, the target that passes it and the flag it passes (issue 30, finding 1).
+BOOLEANS = {"TRUST_MODEL_CODE": ("infer", "--trust-model-code"), "OVERWRITE": ("train", "--overwrite"),
+            "BASELINES": ("eval", "--baselines"), "QUICK": ("bench", "--quick")}
+ON = ["1", "yes", "true", "on", "YES", "True", "On", " 1 "]
+OFF = ["0", "no", "false", "off", "NO", "False", "OFF", ""]
+
+
+def _make(*args: str, env_extra: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("MAKEFLAGS", "MFLAGS", "MAKELEVEL")) and k not in BOOLEANS}
+    env.update(env_extra or {})
+    return subprocess.run(["make", "-n", "--no-print-directory", "-C", str(ROOT), *args, "VENV=/nonexistent"],
+                          capture_output=True, text=True, timeout=60, env=env, check=False)
+
+
+def test_every_yes_no_variable_of_the_makefile_is_tested() -> None:
+    text = (ROOT / "Makefile").read_text(encoding="utf-8")
+    listed = re.search(r"^BOOLEANS\s*:=(.*)$", text, re.M)
+    assert listed is not None and set(listed.group(1).split()) == set(BOOLEANS)
+    used = set(re.findall(r"\$\(call flag,(\w+),", text))
+    assert used == set(BOOLEANS)
+    # no variable is turned into a bare flag by being merely non-empty (the pattern that made "0" mean on)
+    assert not re.findall(r"\$\(if \$\((\w+)\),--[\w-]+\)", text)
+
+
+@pytest.mark.parametrize("spelling", ON + OFF)
+@pytest.mark.parametrize("name", sorted(BOOLEANS))
+def test_a_yes_no_variable_means_what_it_says(name: str, spelling: str) -> None:
+    target, flag = BOOLEANS[name]
+    on = spelling.strip().lower() in ("1", "yes", "true", "on")
+    argv = dry(target, "STORE=s.zarr", "MODEL=m.pt", f"{name}={spelling}")
+    assert (flag in argv) is on
+    # make also reads the variable from the environment: the same rule holds there
+    proc = _make(target, "STORE=s.zarr", "MODEL=m.pt", env_extra={name: spelling})
+    assert proc.returncode == 0, proc.stderr
+    assert (flag in proc.stdout.split()) is on
+
+
+@pytest.mark.parametrize("value", ["maybe", "2", "yes please", "-1", "nope"])
+@pytest.mark.parametrize("name", sorted(BOOLEANS))
+def test_any_other_value_is_refused_in_one_line_before_anything_runs(name: str, value: str) -> None:
+    target, _ = BOOLEANS[name]
+    proc = _make(target, "STORE=s.zarr", "MODEL=m.pt", f"{name}={value}")
+    assert proc.returncode != 0
+    assert "/nonexistent/bin/python" not in proc.stdout  # nothing would have run
+    lines = [x for x in proc.stderr.splitlines() if x.strip()]
+    assert len(lines) == 1 and f"{name}={value} is not a yes/no value" in lines[0]
+    assert all(w in lines[0] for w in ("1, yes, true or on", "0, no, false or off"))
