@@ -18,6 +18,7 @@ from collections.abc import Callable
 __all__ = [
     "PROG",
     "ConfigError",
+    "IndexCorrupt",
     "OutputPathError",
     "SpecMismatch",
     "SpecstoreError",
@@ -51,6 +52,18 @@ class StoreNotFound(StoreError):
 
 class StoreCorrupt(StoreError):
     """The store exists but its metadata, index or chunks are damaged."""
+
+
+class IndexCorrupt(StoreCorrupt):
+    """The committed index lies about where clips are (overlaps, extents outside a shard, values out of range).
+
+    ``str(err)`` is the first problem on one line; ``problems`` lists one line
+    per kind of problem (what ``python -m store validate`` prints).
+    """
+
+    def __init__(self, message: str, problems: list[str]) -> None:
+        super().__init__(message)
+        self.problems = problems
 
 
 class StoreLocked(StoreError):

@@ -13,6 +13,7 @@ Everything here is pure: string building and metadata dicts, no I/O.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 FORMAT_NAME = "specstore"
@@ -50,6 +51,12 @@ LOCK_NAME = ".specstore-lock"
 CHECKSUM_ALGORITHM = "crc32c"
 
 
+#: What a shard or feature name may be: one path segment that cannot leave its folder ("..", "/", "\\").
+SAFE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")
+#: What ``commit.index`` may name: an index generation's group.
+INDEX_NAME = re.compile(rf"{INDEX_GROUP}/g[0-9]{{6,12}}")
+
+
 def shard_path(shard: str, feature: str | None = None) -> str:
     """Group path of a shard, or of one feature array inside it."""
     return f"{SHARDS_GROUP}/{shard}" if feature is None else f"{SHARDS_GROUP}/{shard}/{feature}"
@@ -67,7 +74,8 @@ def index_path(generation: int) -> str:
 
 def empty_commit() -> dict[str, Any]:
     """The commit record of a store with nothing committed yet."""
-    return {"generation": 0, "index": None, "shards": [], "label_names": [], "n_clips": 0, "n_errors": 0}
+    return {"generation": 0, "index": None, "shards": [], "shard_frames": [], "label_names": [], "n_clips": 0,
+            "n_errors": 0}
 
 
 def escape_path(path: str) -> str:

@@ -9,7 +9,7 @@ from typing import Any, Literal
 import zarr
 
 from .errors import StoreCorrupt, StoreError, StoreNotFound
-from .layout import ATTR_KEY, FORMAT_NAME, FORMAT_VERSION, LAYOUTS, empty_commit
+from .layout import ATTR_KEY, FORMAT_NAME, FORMAT_VERSION, INDEX_GROUP, INDEX_NAME, LAYOUTS, SAFE_NAME, empty_commit
 from .location import Location
 from .spec import FeatureSpec
 
@@ -34,7 +34,13 @@ class Corpus:
 
 @dataclass(frozen=True)
 class Commit:
-    """One committed state: which index generation and which shards are visible."""
+    """One committed state: which index generation and which shards are visible.
+
+    ``shard_frames[k]`` is shard ``k``'s frame count (what its own record
+    says), so a reader checks every extent of the index against its shard's
+    end without opening a shard; None for stores committed before commits
+    recorded it (a reader then checks each shard when it opens it).
+    """
 
     generation: int
     index: str | None
@@ -43,19 +49,39 @@ class Commit:
     n_clips: int
     n_errors: int
     corpora: tuple[Corpus, ...] = ()
+    shard_frames: tuple[int, ...] | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        doc: dict[str, Any] = {
             "generation": self.generation, "index": self.index, "shards": list(self.shards),
             "label_names": list(self.label_names), "n_clips": self.n_clips, "n_errors": self.n_errors,
             "corpora": [c.to_dict() for c in self.corpora],
         }
+        if self.shard_frames is not None:
+            doc["shard_frames"] = list(self.shard_frames)
+        return doc
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Commit:
+        frames = d.get("shard_frames")
         return cls(int(d["generation"]), d["index"], tuple(d["shards"]), tuple(d["label_names"]),
                    int(d["n_clips"]), int(d["n_errors"]),
-                   tuple(Corpus(str(c["root"]), str(c["prefix"])) for c in d.get("corpora", [])))
+                   tuple(Corpus(str(c["root"]), str(c["prefix"])) for c in d.get("corpora", [])),
+                   None if frames is None else tuple(int(n) for n in frames))
+
+    def check_names(self) -> None:
+        """Refuse (``ValueError``) an index or shard name that is not the format's: no path leaves the store."""
+        if self.index is not None and not (isinstance(self.index, str) and INDEX_NAME.fullmatch(self.index)):
+            raise ValueError(f"commit.index {self.index!r} is not an index generation ({INDEX_GROUP}/gNNNNNN)")
+        for name in self.shards:
+            if not (isinstance(name, str) and SAFE_NAME.fullmatch(name)):
+                raise ValueError(f"commit.shards holds {name!r}, which is not a shard name")
+        if len(set(self.shards)) != len(self.shards):
+            raise ValueError("commit.shards names a shard twice")
+        if self.shard_frames is not None and (len(self.shard_frames) != len(self.shards)
+                                              or any(n < 0 for n in self.shard_frames)):
+            raise ValueError(f"commit.shard_frames has {len(self.shard_frames)} counts (some negative?) "
+                             f"for {len(self.shards)} shards")
 
 
 @dataclass(frozen=True)
@@ -75,6 +101,9 @@ class StoreMetadata:
             raise StoreError("a store needs at least one feature")
         if self.default_feature not in self.features:
             raise StoreError(f"default feature {self.default_feature!r} is not one of {sorted(self.features)}")
+        bad = [k for k in self.features if not (isinstance(k, str) and SAFE_NAME.fullmatch(k))]
+        if bad:
+            raise StoreError(f"feature name {bad[0]!r} is not one path segment of letters, digits, '_', '-', '.'")
         rates = {(s.sample_rate, s.hop_length) for s in self.features.values()}
         if len(rates) != 1:
             raise StoreError("all features of a store must share sample_rate and hop_length (one frame grid)")
@@ -108,14 +137,18 @@ class StoreMetadata:
             raise StoreCorrupt(f"{where} has store format version {version}; this specstore reads version "
                                f"{FORMAT_VERSION}{hint}")
         try:
+            commit = Commit.from_dict(doc["commit"])
+            commit.check_names()
             return cls(
                 layout=doc["layout"],
                 features={k: FeatureSpec.from_dict(v) for k, v in doc["features"].items()},
                 default_feature=doc["default_feature"],
-                commit=Commit.from_dict(doc["commit"]),
+                commit=commit,
                 format_version=version,
             )
         except (KeyError, TypeError, ValueError) as e:
+            raise StoreCorrupt(f"{where} has unreadable store metadata: {e}") from None
+        except StoreError as e:
             raise StoreCorrupt(f"{where} has unreadable store metadata: {e}") from None
 
     def with_commit(self, commit: Commit) -> StoreMetadata:

@@ -10,6 +10,14 @@ chunk files, so a clip is a zero-copy view of the page cache; the
 compressed layout and remote stores go through zarr, to the same values.
 Either way a read returns what was written or raises :class:`StoreCorrupt`
 naming the shard (see :mod:`store.shards`).
+
+Opening also checks that the index tells the truth about where clips lie
+(:mod:`store.extents`: shard numbers, offsets, lengths and labels in range,
+no two clips sharing frames, every extent inside its shard) and refuses a
+store whose index lies with one line (:class:`IndexCorrupt`), so a read can
+never return another clip's frames.  Where the commit does not record its
+shards' frame counts (older stores), each shard's end is checked when the
+shard is first opened, before any of its frames are returned.
 """
 
 from __future__ import annotations
@@ -21,9 +29,11 @@ from typing import Any
 import numpy as np
 import zarr
 
+from .errors import IndexCorrupt, StoreCorrupt
+from .extents import Problem, index_problems, shard_ends
 from .layout import ERROR_COLUMNS, ERRORS_GROUP, INDEX_COLUMNS
 from .location import Location, as_location
-from .metadata import StoreMetadata, open_root
+from .metadata import StoreMetadata, load_metadata, open_root
 from .shards import ShardRecord, open_feature
 from .spec import FeatureSpec
 from .table import read_columns
@@ -32,6 +42,8 @@ __all__ = ["Store", "FeatureView", "open_store"]
 
 #: Shard arrays kept open per feature (each is an mmap or a zarr handle).
 _OPEN_SHARDS = 256
+#: Tries to open a store whose index a committing writer pruned meanwhile.
+_OPEN_ATTEMPTS = 3
 
 
 class FeatureView:
@@ -105,9 +117,28 @@ class Store:
         self.errors: list[tuple[str, str]] = list(zip(err["path"].tolist(), err["reason"].tolist(), strict=False))
         self._shard = idx["shard"].astype(np.int64)
         self._offset = idx["offset"].astype(np.int64)
-        for name in ("lengths", "durations", "labels", "_shard", "_offset"):
+        self._check_index(idx["hash"], idx["label"])
+        self._ends, self._end_rows = shard_ends(self._shard, self._offset, self.lengths, len(self.shards))
+        for name in ("lengths", "durations", "labels", "_shard", "_offset", "_ends", "_end_rows"):
             getattr(self, name).setflags(write=False)
         self._views: dict[str, FeatureView] = {}
+
+    def _check_index(self, hashes: np.ndarray, labels: np.ndarray) -> None:
+        """Refuse an index that lies about where its clips are: :class:`IndexCorrupt`, one line per kind."""
+        found = index_problems(self._shard, self._offset, self.lengths, labels, hashes, shard_names=self.shards,
+                               n_labels=len(self.label_names), shard_frames=self.metadata.commit.shard_frames)
+        if found:
+            lines = [self._problem_line(p) for p in found]
+            more = f" (and {len(lines) - 1} more kind(s) of problem)" if len(lines) > 1 else ""
+            raise IndexCorrupt(f"{lines[0]}{more}; {self._index_hint()}", lines)
+
+    def _problem_line(self, p: Problem) -> str:
+        more = f" ({p.count - 1} more clips too)" if p.count > 1 else ""
+        return f"store {self.location}: clip {p.row} ({self.paths[p.row]}) {p.what}{more}"
+
+    def _index_hint(self) -> str:
+        return (f"its index is damaged or forged (`python -m store validate {self.location}` lists every problem; "
+                f"extract the corpus into a new store)")
 
     # -- metadata ------------------------------------------------------------------------
     @property
@@ -155,9 +186,24 @@ class Store:
     def _open_shard_array(self, shard: int, feature: str) -> Any:
         record = self._records.get(shard)
         if record is None:
-            record = self._records[shard] = ShardRecord.load(self.location, self.shards[shard], self.metadata.features)
+            record = ShardRecord.load(self.location, self.shards[shard], self.metadata.features)
+            self._check_shard_end(shard, record)
+            self._records[shard] = record
         return open_feature(self.location, self._root, self.layout, record, feature,
                             self.metadata.features[feature], verify=self._verify)
+
+    def _check_shard_end(self, shard: int, record: ShardRecord) -> None:
+        """Refuse a shard whose record disagrees with the commit, or that ends before a clip pointing into it."""
+        recorded = self.metadata.commit.shard_frames
+        if recorded is not None and recorded[shard] != record.n_frames:
+            raise StoreCorrupt(f"store {self.location}: shard {record.name} holds {record.n_frames} frames but "
+                               f"commit {self.generation} records {recorded[shard]}; {self._index_hint()}")
+        if self._ends[shard] > record.n_frames:
+            row = int(self._end_rows[shard])
+            stop = int(self._offset[row] + self.lengths[row])
+            raise IndexCorrupt(self._problem_line(Problem(row, (
+                f"claims frames {self._offset[row]}..{stop} of shard {record.name}, which holds "
+                f"{record.n_frames} frames"))) + f"; {self._index_hint()}", [])
 
     # -- display -------------------------------------------------------------------------
     def summary(self) -> str:
@@ -196,5 +242,16 @@ def open_store(where: str | os.PathLike[str] | Location, storage_options: dict[s
     memory-mapped shard's checksum when it is first opened (one full read).
     """
     loc = as_location(where, storage_options)
-    root, meta = open_root(loc, "r")
-    return Store(loc, root, meta, verify=verify)
+    attempt = 1
+    while True:
+        root, meta = open_root(loc, "r")
+        try:
+            return Store(loc, root, meta, verify=verify)
+        except IndexCorrupt:
+            raise
+        except StoreCorrupt:
+            # A writer that committed KEEP_GENERATIONS times since zarr.json was read has pruned the
+            # index it named: read the newer commit.  The same commit failing again is real damage.
+            if attempt == _OPEN_ATTEMPTS or load_metadata(loc).commit.generation == meta.commit.generation:
+                raise
+            attempt += 1

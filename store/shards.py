@@ -34,7 +34,7 @@ from .layout import shard_path
 from .location import Location
 from .spec import FeatureSpec
 
-__all__ = ["ShardRecord", "VerifiedArray", "chunk_key", "open_feature", "shard_problems"]
+__all__ = ["ShardRecord", "VerifiedArray", "array_problem", "chunk_key", "open_feature", "shard_problems"]
 
 
 def chunk_key(shard: str, feature: str, k: int) -> str:
@@ -70,11 +70,46 @@ class ShardRecord:
             sums_doc = attrs.get("checksums") or {}
         except (ValueError, KeyError, TypeError):
             raise StoreCorrupt(f"committed shard {name} has corrupt metadata; {_repair_hint(loc)}") from None
+        if n_frames < 0:
+            raise StoreCorrupt(f"committed shard {name} records {n_frames} frames; {_repair_hint(loc)}")
         missing = [f for f in features if f not in sums_doc]
         if missing:
             raise StoreCorrupt(f"committed shard {name} records no checksums for {', '.join(missing)}")
         sums = {f: ChunkSums.from_dict(sums_doc[f], f"shard {name}/{f}") for f in features}
         return cls(name, n_frames, complete, sums)
+
+
+def array_problem(loc: Location, record: ShardRecord, feature: str, spec: FeatureSpec,
+                  shape: tuple[int, ...] | None = None, dtype: str | None = None) -> str | None:
+    """What is wrong with a shard's feature array against its record and the store's spec (None = nothing).
+
+    ``shape`` and ``dtype`` as zarr has them; when not given they are read
+    from the array's own ``zarr.json`` (metadata only, no frames).  Its
+    frames must be the record's, its bins and dtype the spec's.
+    """
+    where = f"shard {record.name}/{feature}"
+    if shape is None or dtype is None:
+        import json
+
+        raw = loc.get(f"{shard_path(record.name, feature)}/zarr.json")
+        if raw is None:
+            return f"committed shard {record.name} has no array {feature}"
+        try:
+            doc = json.loads(raw)
+            shape, dtype = tuple(int(n) for n in doc["shape"]), str(doc["data_type"])
+        except (ValueError, KeyError, TypeError):
+            return f"{where}: its array metadata is unreadable"
+    if len(shape) != 2 or shape[1] != spec.n_bins:
+        return f"{where} is an array of shape {shape}, but the store's {feature} spec has {spec.n_bins} bins"
+    if shape[0] != record.n_frames:
+        return f"{where} holds {shape[0]} frames, but the shard's record says {record.n_frames}"
+    try:
+        same_dtype = np.dtype(dtype) == np.dtype(spec.dtype)
+    except TypeError:
+        same_dtype = False
+    if not same_dtype:
+        return f"{where} holds {dtype} values, but the store's {feature} spec says {spec.dtype}"
+    return None
 
 
 class VerifiedArray:
@@ -94,9 +129,9 @@ class VerifiedArray:
             raise StoreCorrupt(f"committed shard {record.name} has no array {feature}; {_repair_hint(loc)}") from None
         self.shape = (record.n_frames, spec.n_bins)
         self.dtype = np.dtype(spec.dtype)
-        if tuple(self._arr.shape) != self.shape:
-            raise StoreCorrupt(f"shard {record.name}/{feature} is {tuple(self._arr.shape)}, its record says "
-                               f"{self.shape}; {_repair_hint(loc)}")
+        problem = array_problem(loc, record, feature, spec, tuple(self._arr.shape), str(self._arr.dtype))
+        if problem:
+            raise StoreCorrupt(f"{problem}; {_repair_hint(loc)}")
         self._cached: tuple[int, int, np.ndarray] | None = None
 
     def chunk(self, k: int) -> np.ndarray:
@@ -138,6 +173,12 @@ class VerifiedArray:
         return block[start - c0 * cf: stop - c0 * cf]
 
 
+def _frames_bytes(n_frames: int, spec: FeatureSpec) -> str:
+    """``"140 frames x 16 bins of float16 are 4480 bytes"``: what a raw chunk file must hold."""
+    return (f"{n_frames} frames x {spec.n_bins} bins of {spec.dtype} are "
+            f"{n_frames * spec.n_bins * np.dtype(spec.dtype).itemsize} bytes")
+
+
 def _raw_chunk_file(loc: Location, name: str, feature: str) -> Path:
     assert loc.local is not None
     return loc.local / chunk_key(name, feature, 0)
@@ -155,6 +196,9 @@ def open_feature(loc: Location, root: zarr.Group, layout: str, record: ShardReco
         raise StoreCorrupt(f"committed shard {record.name} is not marked complete; {_repair_hint(loc)}")
     if loc.local is None or layout != "raw":
         return VerifiedArray(loc, root, record, feature, spec)
+    problem = array_problem(loc, record, feature, spec)
+    if problem:
+        raise StoreCorrupt(f"{problem}; {_repair_hint(loc)}")
     chunk = _raw_chunk_file(loc, record.name, feature)
     row = spec.n_bins * np.dtype(spec.dtype).itemsize
     want = record.n_frames * row
@@ -164,8 +208,8 @@ def open_feature(loc: Location, root: zarr.Group, layout: str, record: ShardReco
         raise StoreCorrupt(f"shard {record.name}/{feature}: its data file {chunk} is missing; "
                            f"{_repair_hint(loc)}") from None
     if size != want:
-        raise StoreCorrupt(f"shard {record.name}/{feature}: its data file has {size} bytes, the shard holds "
-                           f"{record.n_frames} frames ({want} bytes); {_repair_hint(loc)}")
+        raise StoreCorrupt(f"shard {record.name}/{feature}: its data file has {size} bytes, but "
+                           f"{_frames_bytes(record.n_frames, spec)}; {_repair_hint(loc)}")
     if want == 0:
         return np.zeros((0, spec.n_bins), dtype=spec.dtype)
     mapped = np.memmap(chunk, dtype=np.dtype(spec.dtype).newbyteorder("<"), mode="r",
@@ -177,13 +221,15 @@ def open_feature(loc: Location, root: zarr.Group, layout: str, record: ShardReco
 
 
 def shard_problems(loc: Location, root: zarr.Group, layout: str, name: str, features: dict[str, FeatureSpec],
-                   *, deep: bool, needed_frames: int = 0) -> list[str]:
+                   *, deep: bool, needed_frames: int = 0, needed_by: str = "") -> list[str]:
     """What is wrong with a committed shard (empty = whole).
 
-    Quick: its record is readable and complete, every chunk of every feature
-    exists with its recorded size, and it holds the ``needed_frames`` the
-    index points into.  ``deep`` also reads every chunk and checks its
-    checksum.  Each problem names the shard.
+    Quick: its record is readable and complete, every feature array has the
+    record's frames and the spec's bins and dtype, every chunk exists with
+    its recorded size, and it holds the ``needed_frames`` the index points
+    into (``needed_by``: the clip that needs them, for the message).
+    ``deep`` also reads every chunk and checks its checksum.  Each problem
+    names the shard.
     """
     try:
         record = ShardRecord.load(loc, name, features)
@@ -193,27 +239,42 @@ def shard_problems(loc: Location, root: zarr.Group, layout: str, name: str, feat
     if not record.complete:
         problems.append(f"committed shard {name} is not marked complete")
     if record.n_frames < needed_frames:
-        problems.append(f"shard {name} holds {record.n_frames} frames; the index needs {needed_frames}")
+        problems.append(f"shard {name} holds {record.n_frames} frames; the index needs {needed_frames}"
+                        + (f" ({needed_by})" if needed_by else ""))
     for feat, spec in features.items():
-        sums = record.sums[feat]
-        n_chunks = sums.n_chunks(record.n_frames)
-        if len(sums.crc) != n_chunks:
-            problems.append(f"shard {name}/{feat} records {len(sums.crc)} checksums for {n_chunks} chunks")
-            continue
-        row = spec.n_bins * np.dtype(spec.dtype).itemsize
-        for k in range(n_chunks):
-            size = loc.size(chunk_key(name, feat, k))
-            if size is None:
-                problems.append(f"shard {name}/{feat}: chunk {k} is missing")
-            elif size != sums.nbytes[k] or (layout == "raw" and size != record.n_frames * row):
-                problems.append(f"shard {name}/{feat}: chunk {k} has {size} bytes, its record says {sums.nbytes[k]}")
-        if problems or not deep:
+        found = _chunk_problems(loc, layout, record, feat, spec)
+        problems += found
+        if found or problems or not deep:
             continue
         try:
             arr = open_feature(loc, root, layout, record, feat, spec, verify=True)
             if isinstance(arr, VerifiedArray):
-                for k in range(n_chunks):
+                for k in range(arr.sums.n_chunks(record.n_frames)):
                     arr.chunk(k)
         except StoreError as e:
             problems.append(str(e))
+    return problems
+
+
+def _chunk_problems(loc: Location, layout: str, record: ShardRecord, feat: str, spec: FeatureSpec) -> list[str]:
+    """Quick checks of one feature array of a shard: its metadata, then each chunk's presence and size."""
+    name = record.name
+    problem = array_problem(loc, record, feat, spec)
+    if problem:
+        return [problem]
+    sums = record.sums[feat]
+    n_chunks = sums.n_chunks(record.n_frames)
+    if len(sums.crc) != n_chunks:
+        return [f"shard {name}/{feat} records {len(sums.crc)} checksums for {n_chunks} chunks"]
+    row = spec.n_bins * np.dtype(spec.dtype).itemsize
+    problems = []
+    for k in range(n_chunks):
+        size = loc.size(chunk_key(name, feat, k))
+        if size is None:
+            problems.append(f"shard {name}/{feat}: chunk {k} is missing")
+        elif size != sums.nbytes[k]:
+            problems.append(f"shard {name}/{feat}: chunk {k} has {size} bytes, its record says {sums.nbytes[k]}")
+        elif layout == "raw" and size != record.n_frames * row:
+            problems.append(f"shard {name}/{feat}: chunk {k} has {size} bytes, but "
+                            f"{_frames_bytes(record.n_frames, spec)}")
     return problems

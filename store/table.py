@@ -13,6 +13,9 @@ from .errors import StoreCorrupt
 
 __all__ = ["read_columns", "write_columns", "empty_column"]
 
+#: numpy dtype kinds a column may be read as: strings (zarr's, numpy's, objects), integers, floats.
+_KINDS = {"str": "TUO", "i": "iu", "f": "f"}
+
 
 def empty_column(dtype: str) -> np.ndarray:
     """A zero-length column of ``dtype`` (``"str"`` = variable-length UTF-8)."""
@@ -42,6 +45,11 @@ def read_columns(root: zarr.Group, path: str | None, schema: Mapping[str, str]) 
         out = {name: np.asarray(group[name][...]) for name in schema}
     except KeyError as e:
         raise StoreCorrupt(f"the committed table {path} is missing column {e}") from None
+    for name, dtype in schema.items():
+        kinds = _KINDS["str" if dtype == "str" else np.dtype(dtype).kind]
+        if out[name].ndim != 1 or out[name].dtype.kind not in kinds:
+            raise StoreCorrupt(f"the committed table {path} has a column {name} of {out[name].dtype} "
+                               f"{out[name].shape}; the format says 1-D {dtype}")
     lengths = {len(v) for v in out.values()}
     if len(lengths) > 1:
         raise StoreCorrupt(f"the committed table {path} has columns of different lengths")

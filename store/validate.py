@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from .errors import StoreError
+from .errors import IndexCorrupt, StoreError
 from .reader import open_store
 from .shards import shard_problems
 
@@ -18,15 +18,21 @@ def validate(where: str | os.PathLike[str], *, deep: bool = False,
              storage_options: dict[str, Any] | None = None) -> list[str]:
     """Return a list of problems (empty = valid) with the committed state at ``where``.
 
-    Checks the metadata, that index columns agree, that paths are unique,
-    labels in range, that one content hash always maps to one place, and
-    that every row points inside a committed, complete shard every chunk of
-    which exists with the size its record implies.  ``deep`` also reads every
-    chunk, checks its CRC-32C and that its values are finite.  Uncommitted
-    shards are not problems (the next writer removes them).
+    Checks the metadata; that the index tells the truth (what
+    :func:`open_store` refuses: shard numbers, offsets, lengths and labels
+    in range, no two clips sharing frames, every extent inside its shard;
+    one line per kind of problem); that index columns agree, paths are
+    unique and one content hash always maps to one place; and that every
+    committed shard is complete, its arrays have its record's frames and
+    the spec's bins, and every chunk exists with the size its record
+    implies.  ``deep`` also reads every chunk, checks its CRC-32C and that
+    its values are finite.  Uncommitted shards are not problems (the next
+    writer removes them).
     """
     try:
         s = open_store(where, storage_options)
+    except IndexCorrupt as e:
+        return e.problems or [str(e)]
     except StoreError as e:
         return [str(e)]
     problems: list[str] = []
@@ -37,24 +43,17 @@ def validate(where: str | os.PathLike[str], *, deep: bool = False,
         problems.append(f"error table has {len(s.errors)} rows but the commit records {s.metadata.commit.n_errors}")
     if len(set(s.paths)) != n:
         problems.append("index paths are not unique")
-    if n and (s.labels.min() < -1 or s.labels.max() >= len(s.label_names)):
-        problems.append("a label is out of range of label_names")
-    if n and (s.lengths.min() < 1 or (s.durations <= 0).any()):
-        problems.append("a clip has no frames or no duration")
-    shard_ids = s._shard
-    if n and (shard_ids.min() < 0 or shard_ids.max() >= len(s.shards)):
-        problems.append("a row points at a shard outside the commit")
-        return problems
+    if n and not (s.durations > 0).all():
+        problems.append("a clip has no duration")
     place: dict[str, tuple[int, int, int]] = {}
-    for h, sh, off, ln in zip(s.hashes, shard_ids.tolist(), s._offset.tolist(), s.lengths.tolist(), strict=False):
+    for h, sh, off, ln in zip(s.hashes, s._shard.tolist(), s._offset.tolist(), s.lengths.tolist(), strict=False):
         if place.setdefault(h, (sh, off, ln)) != (sh, off, ln):
             problems.append(f"content {h[:12]} is indexed at two different places")
-    extents: dict[int, int] = {}
-    for sh, off, ln in zip(shard_ids.tolist(), s._offset.tolist(), s.lengths.tolist(), strict=False):
-        extents[sh] = max(extents.get(sh, 0), off + ln)
     for sh, name in enumerate(s.shards):
+        row = int(s._end_rows[sh])
+        needed_by = f"clip {row}, {s.paths[row]}" if row >= 0 else ""
         problems += shard_problems(s.location, s._root, s.layout, name, s.specs, deep=deep,
-                                   needed_frames=extents.get(sh, 0))
+                                   needed_frames=int(s._ends[sh]), needed_by=needed_by)
     if deep and not problems:
         for feat in s.specs:
             view = s.feature(feat)

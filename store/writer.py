@@ -46,7 +46,7 @@ from .location import Location, as_location
 from .lock import LEASE_SECONDS, WriterLock
 from .metadata import Commit, Corpus, StoreMetadata, load_metadata, open_root
 from .shard_writer import ShardInfo, StoredClip, write_shard
-from .shards import shard_problems
+from .shards import ShardRecord, shard_problems
 from .spec import FeatureSpec, spec_differences
 from .table import read_columns, write_columns
 
@@ -326,6 +326,7 @@ class StoreWriter:
             len(ordered),
             len(err_paths),
             old.corpora if corpora is None else tuple(corpora),
+            self._shard_frames(old, keep, shards),
         )
         meta = self.metadata.with_commit(new)
         self._check_not_overtaken(old)
@@ -333,6 +334,23 @@ class StoreWriter:
         self.metadata, self._index, self._errors = meta, columns, err_cols
         self._prune(gen)
         return new
+
+    def _shard_frames(self, old: Commit, keep: Sequence[int], new: Sequence[ShardInfo]) -> tuple[int, ...] | None:
+        """Frame counts of the next commit's shards (``keep`` of the old ones, then ``new``), for readers' checks.
+
+        A store committed before commits recorded them gets them from its
+        shards' own records, once; None if one of those cannot be read (a
+        reader then checks each shard when it opens it).
+        """
+        if old.shard_frames is not None:
+            kept = [old.shard_frames[i] for i in keep]
+        else:
+            try:
+                kept = [ShardRecord.load(self.location, old.shards[i], self.metadata.features).n_frames for i in keep]
+            except StoreError as e:
+                log.warning("%s: shard frame counts not recorded (%s)", self.location, e)
+                return None
+        return tuple(kept) + tuple(info.n_frames for info in new)
 
     def _check_not_overtaken(self, old: Commit) -> None:
         """Refuse to commit when the lock is lost or the store moved on since this writer read it."""
@@ -420,7 +438,7 @@ def create_store(
         lock = WriterLock.acquire(loc)
         try:
             if not loc.exists():  # nobody created it while we took the lock
-                commit = Commit(0, None, (), tuple(label_names), 0, 0)
+                commit = Commit(0, None, (), tuple(label_names), 0, 0, shard_frames=())
                 # The root document carries the metadata from its first write: a crash
                 # right after it leaves an empty, valid store.  No overwrite: that would
                 # delete the lock file we hold.

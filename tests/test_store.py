@@ -116,6 +116,29 @@ def test_uncommitted_shard_is_invisible_and_removed_as_orphan(tmp_path: Path) ->
     assert not (tmp_path / "s.zarr" / "shards" / info.name).exists()
 
 
+def test_a_reader_whose_index_was_pruned_meanwhile_opens_the_newer_commit(tmp_path: Path, monkeypatch) -> None:
+    """A reader slow enough for a writer to commit KEEP_GENERATIONS times reads the newer commit, no error."""
+    import store.reader as reader
+    from store.metadata import load_metadata
+
+    w = create_store(tmp_path / "s.zarr", SPECS)
+    rng = np.random.default_rng(12)
+    _add(w, rng, [("a.wav", 5)])
+    stale = load_metadata(reader.as_location(tmp_path / "s.zarr"))  # generation 1, read "before" the commits
+    for k in range(4):
+        _add(w, rng, [(f"b{k}.wav", 5)])
+    real, calls = reader.open_root, []
+
+    def slow_open_root(loc, mode):
+        root, meta = real(loc, mode)
+        calls.append(meta.commit.generation)
+        return (root, stale) if len(calls) == 1 else (root, meta)
+
+    monkeypatch.setattr(reader, "open_root", slow_open_root)
+    s = open_store(tmp_path / "s.zarr")
+    assert len(s) == 5 and calls == [5, 5]
+
+
 @pytest.mark.slow
 def test_reader_snapshot_is_stable_while_writer_commits(tmp_path: Path) -> None:
     w = create_store(tmp_path / "s.zarr", SPECS)
