@@ -27,7 +27,7 @@ import soxr
 
 from store import SpecstoreError
 
-from .integrity import truncation_reason
+from .integrity import audio_after, mp3_declares_frames, truncation_reason
 
 __all__ = ["AudioError", "AudioInfo", "StreamResampler", "probe", "stream_mono", "DEFAULT_BLOCK_SAMPLES"]
 
@@ -38,6 +38,14 @@ DEFAULT_BLOCK_SAMPLES = 65536
 
 #: soxr quality that librosa 0.11's default ``res_type="soxr_hq"`` selects.
 _SOXR_QUALITY = "HQ"
+
+#: Sample frames an Ogg stream may decode short of its last page's granule position without being
+#: called truncated: one long Vorbis block (8192; an Opus packet is at most 5760), for encoders that
+#: round the end.  FLAC's STREAMINFO count is exact; an MP3 without a Xing frame count declares an
+#: estimate (not compared).
+OGG_END_SLACK = 8192
+#: The same for an MP3 whose Xing header counts its frames: two frames of 1152 samples.
+MP3_END_SLACK = 2304
 
 
 class AudioError(SpecstoreError):
@@ -106,11 +114,12 @@ def _check_path(path: str) -> None:
         raise AudioError(f"unreadable: {exc.strerror or exc}", path) from None
 
 
-def _open(path: str) -> sf.SoundFile:
-    """Open ``path`` for decoding, mapping every failure to :class:`AudioError`."""
-    _check_path(path)
+def _open(path: str, fd: int | None = None) -> sf.SoundFile:
+    """Open ``path`` (through ``fd`` when given, checked already) for decoding; failures are :class:`AudioError`."""
+    if fd is None:
+        _check_path(path)
     try:
-        return sf.SoundFile(path)
+        return sf.SoundFile(path if fd is None else fd, closefd=False)
     except sf.LibsndfileError as exc:
         raise AudioError(f"not an audio file: {_sf_message(exc)}", path) from None
     except (sf.SoundFileError, RuntimeError, ValueError, TypeError) as exc:
@@ -232,18 +241,37 @@ def stream_mono(
 
     Decoders read a truncated file up to where it breaks off without an
     error; a file whose container declares more audio than it holds (see
-    :mod:`pipeline.integrity`; FLAC checked against its declared sample count
-    at the end) raises :class:`AudioError` with a "truncated: ..." reason, so
-    a half-copied file never enters the store as a shorter clip.  Also raises
-    for files that cannot be opened, decode errors (with the frame where they
-    hit), non-finite samples, and files with no samples at all.
+    :mod:`pipeline.integrity`; FLAC, Ogg and an MP3's Xing frame count
+    checked against the decoded sample count at the end) raises :class:`AudioError` with a
+    "truncated: ..." reason, so a half-copied file never enters the store as
+    a shorter clip.  libsndfile never decodes past the frame count its header
+    declares, so a header that declares *less* than the file holds would make
+    a shorter clip silently: when the decoder stopped before the end of the
+    file and an Ogg page, FLAC frame or MPEG audio frame follows where it
+    stopped (:func:`pipeline.integrity.audio_after`), this raises with a
+    "longer than declared: ..." reason.  Also raises for files that cannot be
+    opened, decode errors (with the frame where they hit), non-finite
+    samples, and files with no samples at all.
     """
     if target_sr <= 0 or int(target_sr) != target_sr:
         raise ValueError(f"target_sr must be a positive integer (Hz), not {target_sr!r}")
     if block_samples <= 0:
         raise ValueError(f"block_samples must be positive, not {block_samples!r}")
     p = os.fspath(path)
-    f = _open(p)
+    _check_path(p)
+    try:
+        fd = os.open(p, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+    except OSError as exc:
+        raise AudioError(f"unreadable: {exc.strerror or exc}", p) from None
+    try:
+        yield from _stream_fd(p, fd, int(target_sr), block_samples)
+    finally:
+        os.close(fd)
+
+
+def _stream_fd(p: str, fd: int, target_sr: int, block_samples: int) -> Iterator[np.ndarray]:
+    """:func:`stream_mono` of ``p`` read through the descriptor ``fd`` (whose offset shows how far it was read)."""
+    f = _open(p, fd)
     with f:
         try:
             truncated = truncation_reason(p)
@@ -251,11 +279,11 @@ def stream_mono(
             raise AudioError(f"unreadable: {exc.strerror or exc}", p) from None
         if truncated:
             raise AudioError(truncated, p)
-        declared = int(f.frames) if f.format == "FLAC" else 0
+        declared = int(f.frames)
         native_sr = int(f.samplerate)
         if native_sr <= 0:
             raise AudioError(f"not an audio file: sample rate {native_sr}", p)
-        resampler = None if native_sr == target_sr else StreamResampler(native_sr, int(target_sr))
+        resampler = None if native_sr == target_sr else StreamResampler(native_sr, target_sr)
         n_in = 0  # source frames decoded
         while True:
             try:
@@ -273,9 +301,45 @@ def stream_mono(
                 yield out
         if n_in == 0:
             raise AudioError("zero-length audio", p)
-        if 0 < n_in < declared:
-            raise AudioError(f"truncated: the FLAC header declares {declared} samples, {n_in} decoded", p)
+        reason = _length_reason(f, fd, declared, n_in)
+        if reason:
+            raise AudioError(reason, p)
         if resampler is not None:
             tail = resampler.finish()
             if tail.shape[0]:
                 yield tail
+
+
+def _declares(fmt: str, exact: bool) -> str:
+    """How a reason names where the declared length comes from (``exact``: an MP3 with a Xing frame count)."""
+    if fmt == "MP3":
+        return "the MP3 Xing header declares" if exact else "the MP3 has no Xing frame count; libsndfile estimates"
+    return f"the {'Ogg' if fmt == 'OGG' else fmt} header declares"
+
+
+def _length_reason(f: sf.SoundFile, fd: int, declared: int, decoded: int) -> str | None:
+    """Why the ``decoded`` sample frames disagree with the ``declared`` ones of the file open as ``f`` on ``fd``.
+
+    Shorter: FLAC's STREAMINFO count must be met exactly, an Ogg stream's
+    last granule position within :data:`OGG_END_SLACK` frames, an MP3's
+    Xing frame count (when it has one) within :data:`MP3_END_SLACK`.  Longer
+    (libsndfile stopped at the declared count): audio follows the byte where
+    the decoder stopped reading.  None when they agree.
+    """
+    fmt = str(f.format)
+    try:
+        stopped = os.lseek(fd, 0, os.SEEK_CUR)
+        size = os.fstat(fd).st_size
+        with open(fd, "rb", closefd=False) as raw:
+            exact = fmt == "FLAC" or fmt == "MP3" and mp3_declares_frames(raw)
+            slack = {"OGG": OGG_END_SLACK, "MP3": MP3_END_SLACK}.get(fmt, 0)
+            header = _declares(fmt, exact)
+            if (exact or fmt == "OGG") and decoded + slack < declared:
+                return f"truncated: {header} {declared} samples, {decoded} decoded"
+            more = None if decoded < declared else audio_after(raw, fmt, stopped, declared)
+    except OSError as exc:
+        return f"unreadable: {exc.strerror or exc}"
+    if more is None:
+        return None
+    return (f"longer than declared: {header} {declared} samples ({declared / f.samplerate:.2f} s), "
+            f"but more audio follows at byte {more} of {size}")

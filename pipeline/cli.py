@@ -24,8 +24,10 @@ paths are relative to the CSV). wav, flac, ogg, opus and mp3 are read.
 Rerunning the same command resumes an interrupted run and adds only new or
 changed files; identical files are decoded once. Bad files are recorded in
 the store's error table with their reason (`python -m store info STORE`) and
-never stop the run. One run writes a store at a time; a store holds one
-corpus unless --add-corpus adds another.
+never stop the run: among them links that lead out of the corpus folder (or
+the manifest's folder; --follow-links follows them) and files whose header
+declares more or less audio than they hold. One run writes a store at a
+time; a store holds one corpus unless --add-corpus adds another.
 
 Feature parameters default to 22 050 Hz mono; log-mel n_fft 2048, hop 512,
 128 mels up to 8 kHz; CQT 84 bins from C1, hop 512. A --spec file holds one
@@ -91,6 +93,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--remove-missing", action="store_true", help="drop indexed paths whose files are no longer in the corpus"
     )
+    p.add_argument(
+        "--follow-links",
+        action="store_true",
+        help="follow links to files and folders outside the corpus root (default: recorded as bad files, "
+        "so a downloaded corpus cannot pull in other audio of this machine)",
+    )
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     return p
@@ -123,6 +131,7 @@ def main(argv: list[str] | None = None) -> int:
             progress=not args.no_progress,
             add_corpus=args.add_corpus,
             remove_missing=args.remove_missing,
+            follow_links=args.follow_links,
         )
         print(summary.report())
         return 0

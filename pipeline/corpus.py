@@ -10,6 +10,14 @@ musical work, so that movements of one work stay on one side of a split) may
 be empty.  Paths are recorded relative to the corpus root with ``/``
 separators, so a store does not depend on where the corpus was mounted, and
 escaped losslessly where a file name is not UTF-8 (:func:`store.escape_path`).
+
+Links never lead out of the corpus root unless asked (``follow_links``): a
+link to a file or folder whose real path is outside the root (the folder, or
+the manifest's folder) is recorded as a bad entry with its reason
+(:func:`outside_root`), so a downloaded corpus cannot pull other audio of the
+machine into a store.  Links that stay inside the root are followed.  A
+manifest row that names a path outside its folder outright (absolute, or
+with ``..``) is read as written: the manifest names it in plain text.
 """
 
 from __future__ import annotations
@@ -21,7 +29,7 @@ from pathlib import Path
 
 from store import SpecstoreError, escape_path
 
-__all__ = ["AUDIO_EXTENSIONS", "CorpusError", "CorpusItem", "scan_corpus"]
+__all__ = ["AUDIO_EXTENSIONS", "CorpusError", "CorpusItem", "outside_root", "scan_corpus"]
 
 #: File extensions treated as audio (case-insensitive).
 AUDIO_EXTENSIONS = frozenset({".wav", ".flac", ".ogg", ".opus", ".mp3"})
@@ -35,8 +43,9 @@ class CorpusError(SpecstoreError):
 class CorpusItem:
     """One file to index: where it is on disk, how the store names it, its label (None = none) and group.
 
-    ``problem`` is a reason found while scanning (a folder link that loops):
-    such an item is recorded in the store's error table, never decoded.
+    ``problem`` is a reason found while scanning (a folder link that loops, a
+    link out of the corpus root): such an item is recorded in the store's
+    error table, never decoded.
     """
 
     source: Path
@@ -50,8 +59,33 @@ def _is_audio(name: str) -> bool:
     return os.path.splitext(name)[1].lower() in AUDIO_EXTENSIONS
 
 
-def _scan_folder(root: Path) -> list[CorpusItem]:
-    """Every audio file under ``root``, following links to folders but never round a loop."""
+def _inside(path: str, real_root: str) -> bool:
+    return path == real_root or path.startswith(real_root.rstrip(os.sep) + os.sep)
+
+
+def outside_root(path: str | os.PathLike[str], root: str | os.PathLike[str]) -> str | None:
+    """Why ``path``, found in the folder ``root``, may not be read as part of it: it leads outside through a link.
+
+    Returns a one-line reason when the real path of ``path`` (every link
+    resolved, a broken link's target included) is not ``root``'s real path
+    or below it, else None.  This is the corpus rule that ``follow_links``
+    lifts; a folder search elsewhere (``specstore classify``) can apply the
+    same rule to what it finds.
+    """
+    real_root = os.path.realpath(root)
+    target = os.path.realpath(path)
+    if _inside(target, real_root):
+        return None
+    kind = "folder" if os.path.isdir(target) else "file"
+    return f"link to a {kind} outside the corpus ({target}): not followed without --follow-links"
+
+
+def _scan_folder(root: Path, follow_links: bool) -> list[CorpusItem]:
+    """Every audio file under ``root``, following links to folders but never round a loop.
+
+    Links whose target is outside ``root`` are recorded as problems unless
+    ``follow_links``.
+    """
     items: list[CorpusItem] = []
 
     def rel_of(p: Path) -> str:
@@ -72,6 +106,11 @@ def _scan_folder(root: Path) -> list[CorpusItem]:
                 is_dir = entry.is_dir(follow_symlinks=True)
             except OSError:
                 is_dir = False
+            if not follow_links and (is_dir or _is_audio(entry.name)) and entry.is_symlink():
+                escape = outside_root(full, root)
+                if escape:
+                    items.append(CorpusItem(full, rel_of(full), None, problem=escape))
+                    continue
             if is_dir:
                 st = full.stat()
                 key = (st.st_dev, st.st_ino)
@@ -93,7 +132,8 @@ def _scan_folder(root: Path) -> list[CorpusItem]:
 _SEPARATORS = {";": "semicolon", "\t": "tab", "|": "pipe"}
 
 
-def _scan_manifest(csv_path: Path) -> tuple[Path, list[CorpusItem]]:
+def _scan_manifest(csv_path: Path, follow_links: bool) -> tuple[Path, list[CorpusItem]]:
+    """The rows of a manifest; a row inside the CSV's folder whose link leads out of it is a problem item."""
     root = csv_path.parent
     items: list[CorpusItem] = []
     try:
@@ -124,7 +164,10 @@ def _scan_manifest(csv_path: Path) -> tuple[Path, list[CorpusItem]]:
                 seen.add(rel)
                 label = (row.get("label") or "").strip() or None
                 group = (row.get("group") or "").strip()
-                items.append(CorpusItem(full, escape_path(rel), label, group))
+                escape = None
+                if not follow_links and _inside(os.path.normpath(full), os.path.normpath(root)):
+                    escape = outside_root(full, root)
+                items.append(CorpusItem(full, escape_path(rel), label, group, problem=escape))
     except UnicodeDecodeError:
         raise CorpusError(f"{csv_path}: the manifest is not UTF-8 text") from None
     except csv.Error as e:
@@ -132,12 +175,13 @@ def _scan_manifest(csv_path: Path) -> tuple[Path, list[CorpusItem]]:
     return root, items
 
 
-def scan_corpus(corpus: str | os.PathLike[str]) -> tuple[Path, list[CorpusItem]]:
+def scan_corpus(corpus: str | os.PathLike[str], *, follow_links: bool = False) -> tuple[Path, list[CorpusItem]]:
     """The corpus root and its audio files, sorted by stored path.
 
     Raises :class:`CorpusError` when the corpus does not exist or holds no
     audio.  Broken links and unreadable files are *listed* (they become error
-    rows of the store, with their reason), not skipped.
+    rows of the store, with their reason), not skipped; so are links whose
+    target is outside the root, unless ``follow_links`` (then followed).
     """
     p = Path(corpus).expanduser()
     if not p.exists():
@@ -145,9 +189,9 @@ def scan_corpus(corpus: str | os.PathLike[str]) -> tuple[Path, list[CorpusItem]]
     if p.is_file():
         if p.suffix.lower() != ".csv":
             raise CorpusError(f"corpus {corpus} is a file but not a .csv manifest")
-        root, items = _scan_manifest(p.absolute())
+        root, items = _scan_manifest(p.absolute(), follow_links)
     else:
-        root, items = p.absolute(), _scan_folder(p.absolute())
+        root, items = p.absolute(), _scan_folder(p.absolute(), follow_links)
     if not items:
         raise CorpusError(f"corpus {corpus} holds no audio files ({', '.join(sorted(AUDIO_EXTENSIONS))})")
     return root, sorted(items, key=lambda it: it.path)

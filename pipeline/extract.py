@@ -261,6 +261,7 @@ def extract(
     storage_options: dict[str, Any] | None = None,
     add_corpus: bool = False,
     remove_missing: bool = False,
+    follow_links: bool = False,
 ) -> ExtractSummary:
     """Decode ``corpus`` once into the feature store ``store``; resumable and deduplicated.
 
@@ -271,16 +272,17 @@ def extract(
     ``threading``; ``ray`` if installed).  A store records the corpus it
     was extracted from: another corpus goes in only with ``add_corpus``
     (under its own path prefix).  ``remove_missing`` drops indexed paths
-    whose files are gone.  Returns an :class:`ExtractSummary`; raises
-    ``ConfigError`` for bad arguments (before any work), ``CorpusError`` for
-    an unusable corpus, ``StoreError`` for an incompatible or locked store,
-    :class:`ExtractError` when writing fails.
+    whose files are gone.  Links whose target lies outside the corpus root
+    are recorded as bad files unless ``follow_links``.  Returns an
+    :class:`ExtractSummary`; raises ``ConfigError`` for bad arguments (before
+    any work), ``CorpusError`` for an unusable corpus, ``StoreError`` for an
+    incompatible or locked store, :class:`ExtractError` when writing fails.
     """
     t0 = time.perf_counter()
     specs = _check_arguments(tuple(features), specs, jobs, backend, block_seconds, commit_seconds)
     loc = as_location(store, storage_options)
     loc.check_writable_path()
-    root, items = scan_corpus(corpus)
+    root, items = scan_corpus(corpus, follow_links=follow_links)
     clean_stale_worker_files()
     summary = ExtractSummary(store=str(store), files=len(items))
     with create_store(loc, specs, layout=layout) as writer:

@@ -13,6 +13,15 @@ Uploads arrive as bytes: :func:`decode_bytes` writes them to a file of its
 own in a private temporary folder (a name the client never chooses),
 decodes it and deletes it.  Whatever goes wrong is a :class:`ClipError`
 with a one-line reason that names no server path.
+
+Decode work is bounded before it starts: the header's sample rate,
+channels and duration (:func:`pipeline.audio.probe`) are each checked
+against ``max_sample_rate``, ``max_channels`` and ``max_seconds``, so a
+file is refused before any sample is decoded (a decode running in a
+worker pool cannot be cancelled).  The bound holds because libsndfile
+never decodes past the frame count its header declares; a header that
+declares less than the file holds is refused after that short decode
+("longer than declared", :func:`pipeline.audio.stream_mono`).
 """
 
 from __future__ import annotations
@@ -25,13 +34,16 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pipeline.audio import AudioError, probe
+from pipeline.audio import AudioError, AudioInfo, probe
 from pipeline.features import stored_features
 from pipeline.hashing import content_hash, digest_bytes
 from store import FeatureSpec, SpecstoreError, stack_parts
 
+from .config import DEFAULT_MAX_CHANNELS, DEFAULT_MAX_SAMPLE_RATE  # the server's defaults, re-exported
+
 __all__ = [
-    "ClipError", "DecodedClip", "decode_bytes", "decode_file", "decode_or_reason", "mel_picture", "warm_up",
+    "DEFAULT_MAX_CHANNELS", "DEFAULT_MAX_SAMPLE_RATE", "ClipError", "DecodedClip", "check_header", "decode_bytes",
+    "decode_file", "decode_or_reason", "mel_picture", "warm_up",
 ]
 
 #: Longest side of a log-mel picture, pixels (frames are averaged down to it).
@@ -77,21 +89,43 @@ def mel_picture(features: np.ndarray, limits: tuple[float, float], *, width: int
     return buf.getvalue()
 
 
+def _too_long(seconds: float, max_seconds: float) -> bool:
+    """Longer than ``max_seconds``, allowing 1 % + 1 s for headers that round their length."""
+    return seconds > max_seconds * 1.01 + 1.0
+
+
+def check_header(info: AudioInfo, *, max_seconds: float | None = None, max_sample_rate: int | None = None,
+                 max_channels: int | None = None) -> None:
+    """Raise :class:`ClipError` naming the limit when the header ``info`` asks for more decode work than allowed.
+
+    ``max_sample_rate`` in Hz, ``max_channels`` a count, ``max_seconds`` in
+    seconds (with 1 % + 1 s of slack); None = no limit.
+    """
+    if max_sample_rate is not None and info.sample_rate > max_sample_rate:
+        raise ClipError(f"sample rate of {info.sample_rate} Hz is above the limit of {max_sample_rate} Hz")
+    if max_channels is not None and info.channels > max_channels:
+        raise ClipError(f"audio of {info.channels} channels is above the limit of {max_channels} channels")
+    if max_seconds is not None and _too_long(info.duration, max_seconds):
+        raise ClipError(f"audio of {info.duration:.0f} s is longer than the limit of {max_seconds:.0f} s")
+
+
 def decode_file(path: str | os.PathLike[str], specs: Mapping[str, FeatureSpec], *,
-                max_seconds: float | None = None, picture: tuple[str, tuple[float, float]] | None = None,
+                max_seconds: float | None = None, max_sample_rate: int | None = None,
+                max_channels: int | None = None, picture: tuple[str, tuple[float, float]] | None = None,
                 block_seconds: float = 60.0, digest: str | None = None) -> DecodedClip:
     """Decode ``path`` with ``specs`` (the checkpoint's, in its feature order) into a :class:`DecodedClip`.
 
-    ``max_seconds``: refuse longer audio (checked from the header before
-    decoding, and on the decoded samples); ``picture``: ``(feature name, dB
-    limits)`` of the part to draw as a PNG; ``digest``: the content hash if
-    the caller has it.  Raises :class:`ClipError` with the decoder's reason.
+    ``max_seconds`` (s), ``max_sample_rate`` (Hz), ``max_channels``: refuse
+    files whose header asks for more (:func:`check_header`, before any
+    decoding; the duration again on the decoded samples); None = no limit.
+    ``picture``: ``(feature name, dB limits)`` of the part to draw as a PNG;
+    ``digest``: the content hash if the caller has it.  Raises
+    :class:`ClipError` with the reason.
     """
     try:
-        if max_seconds is not None:
-            declared = probe(path).duration
-            if declared > max_seconds * 1.01 + 1.0:
-                raise ClipError(f"audio of {declared:.0f} s is longer than the limit of {max_seconds:.0f} s")
+        if max_seconds is not None or max_sample_rate is not None or max_channels is not None:
+            check_header(probe(path), max_seconds=max_seconds, max_sample_rate=max_sample_rate,
+                         max_channels=max_channels)
         result = stored_features(path, specs, block_seconds=block_seconds)
     except AudioError as e:
         raise ClipError(e.reason) from None
@@ -101,7 +135,7 @@ def decode_file(path: str | os.PathLike[str], specs: Mapping[str, FeatureSpec], 
         raise
     except Exception as e:  # a decoder bug on one odd file must not cost the others
         raise ClipError(f"decode failed: {type(e).__name__}: {e}".splitlines()[0]) from None
-    if max_seconds is not None and result.duration > max_seconds * 1.01 + 1.0:
+    if max_seconds is not None and _too_long(result.duration, max_seconds):
         raise ClipError(f"audio of {result.duration:.0f} s is longer than the limit of {max_seconds:.0f} s")
     features = stack_parts([result.arrays[name] for name in specs])
     image = None
@@ -113,25 +147,29 @@ def decode_file(path: str | os.PathLike[str], specs: Mapping[str, FeatureSpec], 
 
 
 def decode_bytes(data: bytes, specs: Mapping[str, FeatureSpec], *, max_seconds: float | None = None,
+                 max_sample_rate: int | None = None, max_channels: int | None = None,
                  picture: tuple[str, tuple[float, float]] | None = None,
                  block_seconds: float = 60.0) -> DecodedClip:
-    """:func:`decode_file` of an upload's bytes, through a private temporary file deleted afterwards."""
+    """:func:`decode_file` of an upload's bytes (same limits), through a private temporary file deleted afterwards."""
     if not data:
         raise ClipError("empty file")
     fd, tmp = tempfile.mkstemp(prefix="specstore-upload-", suffix=".audio")
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
-        return decode_file(tmp, specs, max_seconds=max_seconds, picture=picture, block_seconds=block_seconds,
+        return decode_file(tmp, specs, max_seconds=max_seconds, max_sample_rate=max_sample_rate,
+                           max_channels=max_channels, picture=picture, block_seconds=block_seconds,
                            digest=digest_bytes(data))
     finally:
         os.unlink(tmp)
 
 
-def decode_or_reason(path: str, specs: Mapping[str, FeatureSpec], digest: str) -> DecodedClip | str:
-    """:func:`decode_file`, or the one-line reason it failed (for worker pools: no exception to ship back)."""
+def decode_or_reason(path: str, specs: Mapping[str, FeatureSpec], digest: str, *, max_seconds: float | None = None,
+                     max_sample_rate: int | None = None, max_channels: int | None = None) -> DecodedClip | str:
+    """:func:`decode_file` (same limits), or the one-line reason it failed (for worker pools: no exception to ship)."""
     try:
-        return decode_file(path, specs, digest=digest)
+        return decode_file(path, specs, digest=digest, max_seconds=max_seconds, max_sample_rate=max_sample_rate,
+                           max_channels=max_channels)
     except ClipError as e:
         return str(e)
 
