@@ -121,7 +121,10 @@ def classify_files(inputs: Sequence[str | os.PathLike[str]], classifier: Classif
     ``jobs``: decode worker processes.  Identical contents (same bytes)
     decode and run once.  ``cache``: a folder of decoded clips keyed by
     content hash (:class:`~serving.cache.ClipCache`): files decoded before
-    with the same feature settings are not decoded again.  Raises
+    with the same feature settings are not decoded again; an entry that
+    fails its checks is logged, and the file decoded and the entry
+    rewritten.  A file whose probabilities come out non-finite is a
+    failure, never a row with NaN in it.  Raises
     :class:`~store.ConfigError` for bad arguments; unreadable or
     undecodable files become failures.
     """
@@ -160,6 +163,9 @@ def classify_files(inputs: Sequence[str | os.PathLike[str]], classifier: Classif
     order = [h for h in todo if h in clips]  # input order, whatever order the workers finished in
     res = classifier.run([clips[h].features for h in order], progress=progress)
     row = {h: i for i, h in enumerate(order)}
+    for h in order:  # not expected from finite inputs, but a NaN must never reach a table, a CSV or JSON
+        if not np.isfinite(res.probs[row[h]]).all():
+            failed[h] = "the model gave non-finite probabilities"
     out = ClassifyResult([], [], list(classifier.label_names), distinct=len(order),
                          cached=store.hits if store is not None else 0, batches=res.run.batches,
                          efficiency=res.run.efficiency, windowed=res.run.windowed, oom_retries=res.run.oom_retries)
