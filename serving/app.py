@@ -8,16 +8,20 @@ Routes:
   query ``topk`` (default the server's, at most the number of labels) and ``picture=1`` (a PNG data URL
   per file).  200 ``{"model", "labels", "files": [{"file", "duration_s",
   "frames", "top": [{"label", "prob"}], "picture"?} or {"file", "error"}]}``;
-  every file failed: 422 with ``error`` (500 when the server failed); limits: 413 (too large), 400 (no
-  files, malformed), 503 + ``Retry-After`` (queue full), 504 (timeout).
-* ``GET /health``: model, labels, device, budget, queue depth.
+  every file failed: 422 with ``error`` (500 when the server failed); limits: 413 (too large, too many
+  files), 400 (no files, malformed), 503 + ``Retry-After`` (busy), 504 (timeout).
+* ``GET /health``: model, labels, device, budget, queue depth, limits.
 * ``GET /metrics``: Prometheus text (:mod:`serving.metrics`).
 
-Each upload is read into memory (bounded by the limits), decoded in a
-worker process (:func:`serving.clips.decode_bytes`: content checked by
-decoding, never by name; the client's file name is only echoed back) and
-queued on the :class:`~serving.batcher.Batcher`.  A bad upload is a JSON
-error for that file alone.
+A request is admitted by its declared bytes before its body is read, and
+its files are streamed to the server's own folder
+(:func:`serving.uploads.receive_uploads`); each is decoded by path in a
+worker process (:func:`serving.clips.decode_file`: content checked by
+decoding, never by name; the client's file name is only echoed back),
+queued on the :class:`~serving.batcher.Batcher`, and deleted when its
+request ends.  A bad upload is a JSON error for that file alone.  Host and
+Origin are checked (:func:`create_app`); connection-level limits live in
+:mod:`serving.connections`.
 """
 
 from __future__ import annotations
@@ -27,78 +31,82 @@ import base64
 import concurrent.futures as cf
 import contextlib
 import functools
+import itertools
 import logging
 import multiprocessing
+import shutil
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
+from collections import Counter
+from collections.abc import AsyncIterator
 from concurrent.futures.process import BrokenProcessPool
 from importlib import resources
+from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from starlette.applications import Starlette
-from starlette.datastructures import UploadFile
-from starlette.exceptions import HTTPException
-from starlette.requests import ClientDisconnect, Request
+from starlette.middleware import Middleware
+from starlette.middleware.cors import CORSMiddleware
+from starlette.middleware.trustedhost import TrustedHostMiddleware
+from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from .batcher import Batcher, BatchError
-from .clips import ClipError, DecodedClip, decode_bytes, warm_up
+from .clips import ClipError, DecodedClip, decode_file, warm_up
 from .config import ServeConfig
+from .connections import ConnectionGuard
 from .metrics import Metrics
 from .model import Classifier, top_k
+from .uploads import ByteBudget, Refused, Upload, Uploads, make_folder, receive_uploads
 
 __all__ = ["Service", "create_app"]
 
 log = logging.getLogger(__name__)
 
-_NAME_CHARS = 200
 _SERVER_FAULT = "_server_fault"  # marks an answer that failed on the server's side, not the upload's
-
-
-class _TooLarge(Exception):
-    """The request body passed the size limit."""
-
-
-def _limited(receive: Callable[[], Awaitable[MutableMapping[str, Any]]],
-             limit: int) -> Callable[[], Awaitable[MutableMapping[str, Any]]]:
-    """``receive`` that raises :class:`_TooLarge` once the body passes ``limit`` bytes."""
-    seen = 0
-
-    async def wrapped() -> MutableMapping[str, Any]:
-        nonlocal seen
-        message = await receive()
-        if message.get("type") == "http.request":
-            seen += len(message.get("body", b""))
-            if seen > limit:
-                raise _TooLarge
-        return message
-
-    return wrapped
 
 
 def _error(status: int, message: str, *, headers: dict[str, str] | None = None, **extra: Any) -> JSONResponse:
     return JSONResponse({"error": message, **extra}, status_code=status, headers=headers)
 
 
-def _client_name(upload: UploadFile, index: int) -> str:
-    """The name to echo back: the client's file name (only ever text in the answer), or ``file-N``."""
-    name = (upload.filename or "").replace("\\", "/").rsplit("/", 1)[-1]
-    name = "".join(ch for ch in name if ch.isprintable())[:_NAME_CHARS]
-    return name or f"file-{index + 1}"
-
-
 class Service:
-    """The server's state: classifier, decode pool, batcher, metrics and limits.  One per process."""
+    """The server's state: classifier, decode pool, batcher, metrics and limits.  One per process.
 
-    def __init__(self, classifier: Classifier, config: ServeConfig | None = None) -> None:
+    ``guard``: the connection guard the server's protocol uses (:func:`serving.connections.uvicorn_config`),
+    when it was made before the service (:func:`serving.server.serve` binds the port first); its metrics
+    become the service's.
+    """
+
+    def __init__(self, classifier: Classifier, config: ServeConfig | None = None, *,
+                 guard: ConnectionGuard | None = None) -> None:
+        config = config or ServeConfig()
         self.classifier = classifier
-        self.config = config or ServeConfig()
-        self.metrics = Metrics()
-        self.batcher = Batcher(classifier, self.config.policy, self.metrics)
+        self.guard = guard or ConnectionGuard(config)  # the server's connections (its protocol shares it)
+        self.metrics: Metrics = self.guard.metrics
+        self.batcher = Batcher(classifier, config.policy, self.metrics)
+        self._config = config
+        self.guard.config = config
+        self.upload_bytes = ByteBudget(config.max_inflight_bytes, on_full=self.guard.drop_stalled)
         self.in_flight = 0
+        self.by_client: Counter[str] = Counter()
         self._pool: cf.ProcessPoolExecutor | None = None
+        self._folder: Path | None = None
+        self._names = itertools.count()
         self._picture = classifier.picture_part()
+
+    @property
+    def config(self) -> ServeConfig:
+        return self._config
+
+    @config.setter
+    def config(self, config: ServeConfig) -> None:
+        """Replace the limits; the byte budget and the connection guard follow (bytes held stay counted)."""
+        self._config = config
+        self.upload_bytes.capacity = config.max_inflight_bytes
+        self.guard.config = config
 
     @property
     def model_name(self) -> str:
@@ -111,17 +119,23 @@ class Service:
         return cf.ProcessPoolExecutor(max_workers=self.config.workers, mp_context=multiprocessing.get_context("spawn"))
 
     async def start(self) -> None:
-        """Start the decode workers (warmed up) and the batcher."""
+        """Make the uploads folder, start the decode workers (warmed up) and the batcher."""
+        self._folder = make_folder()
         self._pool = self._new_pool()
         loop = asyncio.get_running_loop()
         await asyncio.gather(*(loop.run_in_executor(self._pool, warm_up) for _ in range(self.config.workers)))
         await self.batcher.start()
 
     async def stop(self) -> None:
+        """Stop the batcher and the workers (off the event loop) and remove the uploads folder."""
         await self.batcher.stop()
         if self._pool is not None:
-            self._pool.shutdown(wait=True, cancel_futures=True)
-            self._pool = None
+            pool, self._pool = self._pool, None
+            await asyncio.get_running_loop().run_in_executor(
+                None, functools.partial(pool.shutdown, wait=True, cancel_futures=True))
+        if self._folder is not None:
+            shutil.rmtree(self._folder, ignore_errors=True)
+            self._folder = None
 
     @contextlib.asynccontextmanager
     async def lifespan(self, app: Starlette) -> AsyncIterator[None]:
@@ -132,10 +146,17 @@ class Service:
             await self.stop()
 
     # -- one file -----------------------------------------------------------------------------------
-    async def decode(self, data: bytes, picture: bool) -> DecodedClip:
-        """Decode an upload in the worker pool; a crashed worker's pool is replaced and the file tried once more."""
+    async def decode(self, path: Path, picture: bool) -> DecodedClip:
+        """Decode an upload in the worker pool; a crashed worker's pool is replaced and the file tried once more.
+
+        The limits on the decode's work (duration, sample rate, channels) are checked from the file's header
+        in the worker before decoding starts: a decode cannot be cancelled once it runs.  A decode whose
+        request has gone is cancelled if it has not started, and its result dropped if it has.
+        """
         loop = asyncio.get_running_loop()
-        job = functools.partial(decode_bytes, data, self.classifier.specs, max_seconds=self.config.max_seconds,
+        config = self.config
+        job = functools.partial(decode_file, str(path), self.classifier.specs, max_seconds=config.max_seconds,
+                                max_sample_rate=config.max_sample_rate, max_channels=config.max_channels,
                                 picture=self._picture if picture else None)
         for attempt in range(2):
             pool = self._pool
@@ -152,11 +173,18 @@ class Service:
                     raise ClipError("the decoder crashed on this file") from None
         raise AssertionError("unreachable")
 
-    async def classify_one(self, name: str, data: bytes, topk: int, picture: bool) -> dict[str, Any]:
+    async def classify_one(self, upload: Upload, topk: int, picture: bool) -> dict[str, Any]:
         """The answer for one uploaded file (a result or an ``error``); counted in the metrics."""
+        name = upload.name
+        if upload.path is None or upload.error is not None:
+            self.metrics.files.inc(1, "bad")
+            return {"file": name, "error": upload.error or "no data"}
+        if upload.size == 0:
+            self.metrics.files.inc(1, "bad")
+            return {"file": name, "error": "empty file"}
         t0 = time.perf_counter()
         try:
-            clip = await self.decode(data, picture)
+            clip = await self.decode(upload.path, picture)
         except ClipError as e:
             self.metrics.files.inc(1, "bad")
             return {"file": name, "error": str(e)}
@@ -186,19 +214,24 @@ class Service:
         return HTMLResponse(text)
 
     async def health(self, request: Request) -> Response:
-        c = self.classifier
+        c, k = self.classifier, self.config
         return JSONResponse({
             "status": "ok", "model": self.model_name, "labels": c.label_names,
             "feature": c.feature, "device": str(c.engine.device), "budget_mib": round(c.budget.budget_bytes / 2**20),
-            "max_batch": c.budget.max_batch, "batching": self.config.policy.batching,
-            "queue_depth": self.in_flight, "limits": {
-                "max_file_mb": self.config.max_file_mb, "max_files": self.config.max_files,
-                "max_seconds": self.config.max_seconds, "max_queue": self.config.max_queue,
-                "timeout_s": self.config.timeout},
+            "max_batch": c.budget.max_batch, "batching": k.policy.batching,
+            "queue_depth": self.in_flight, "inflight_upload_bytes": self.upload_bytes.used,
+            "open_connections": self.guard.total, "limits": {
+                "max_file_mb": k.max_file_mb, "max_files": k.max_files, "max_seconds": k.max_seconds,
+                "max_sample_rate": k.max_sample_rate, "max_channels": k.max_channels,
+                "max_queue": k.max_queue, "max_client_clips": k.client_clips,
+                "max_inflight_mb": k.max_inflight_bytes / 2**20, "timeout_s": k.timeout,
+                "read_timeout_s": k.read_timeout, "min_upload_kib_s": k.min_upload_kib_s,
+                "max_connections": k.max_connections, "max_client_connections": k.max_client_connections},
         })
 
     async def metrics_page(self, request: Request) -> Response:
         self.metrics.queue_depth.set(self.in_flight)
+        self.metrics.inflight_bytes.set(self.upload_bytes.used)
         return PlainTextResponse(self.metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
 
     async def classify(self, request: Request) -> Response:
@@ -212,76 +245,68 @@ class Service:
         self.metrics.latency.observe(time.perf_counter() - t0)
         return response
 
-    def _options(self, request: Request) -> tuple[int, bool] | JSONResponse:
+    def _options(self, request: Request) -> tuple[int, bool]:
         q = request.query_params
         try:
             topk = int(q.get("topk", self.config.topk))
         except ValueError:
-            return _error(400, "topk must be a whole number")
+            raise Refused(400, "topk must be a whole number") from None
         if topk < 1:
-            return _error(400, "topk must be at least 1")
+            raise Refused(400, "topk must be at least 1")
         return min(topk, len(self.classifier.label_names)), q.get("picture", "0").lower() in ("1", "true", "yes")
 
-    async def _read_files(self, request: Request) -> list[tuple[str, bytes | None]] | JSONResponse:
-        """``(name, bytes)`` per uploaded file (``None`` bytes: over the size limit), or an error response."""
-        limit = self.config.max_request_bytes
-        try:
-            declared = int(request.headers.get("content-length", "0") or 0)
-        except ValueError:
-            return _error(400, "bad Content-Length")
-        if declared > limit:
-            return _error(413, f"request of {declared} bytes is over the limit of {limit} bytes "
-                               f"({self.config.max_files} files of {self.config.max_file_mb:g} MiB)")
-        limited = Request(request.scope, receive=_limited(request.receive, limit))
-        try:
-            form = await limited.form(max_files=self.config.max_files, max_fields=16)
-        except _TooLarge:
-            return _error(413, f"request body is over the limit of {limit} bytes")
-        except HTTPException as e:
-            return _error(400, f"malformed upload: {e.detail}")
-        except ClientDisconnect:
-            return _error(400, "the client went away")
-        try:
-            uploads = [v for _, v in form.multi_items() if isinstance(v, UploadFile)]
-            if not uploads:
-                return _error(400, "no files: send multipart/form-data with one or more file fields")
-            files: list[tuple[str, bytes | None]] = []
-            for i, up in enumerate(uploads):
-                name = _client_name(up, i)
-                too_big = up.size is not None and up.size > self.config.max_file_bytes
-                files.append((name, None if too_big else await up.read()))
-            return files
-        finally:
-            await form.close()
+    def _admit_clips(self, client: str, n: int) -> None:
+        """Count ``n`` clips of ``client`` as in progress, or refuse them (503) if the queue or its share is full."""
+        config = self.config
+        if self.in_flight + n > config.max_queue:
+            raise Refused(503, f"the queue is full ({self.in_flight} clips in progress); retry shortly",
+                          {"Retry-After": str(config.retry_after)})
+        if self.by_client[client] + n > config.client_clips:
+            raise Refused(503, f"your address has {self.by_client[client]} clips in progress, the most one client "
+                               f"may have is {config.client_clips}; retry shortly",
+                          {"Retry-After": str(config.retry_after)})
+        self.in_flight += n
+        self.by_client[client] += n
+        self.metrics.queue_depth.set(self.in_flight)
+
+    def _release_clips(self, client: str, n: int) -> None:
+        self.in_flight -= n
+        self.by_client[client] -= n
+        if self.by_client[client] <= 0:
+            del self.by_client[client]
+        self.metrics.queue_depth.set(self.in_flight)
 
     async def _classify(self, request: Request) -> Response:
-        options = self._options(request)
-        if isinstance(options, JSONResponse):
-            return options
-        topk, picture = options
-        files = await self._read_files(request)
-        if isinstance(files, JSONResponse):
-            return files
-        too_big = f"file is over the limit of {self.config.max_file_mb:g} MiB"
-        if len(files) == 1 and files[0][1] is None:
+        if self._folder is None:
+            return _error(503, "the server is not running", headers={"Retry-After": str(self.config.retry_after)})
+        uploads = Uploads()
+        try:
+            topk, picture = self._options(request)
+            uploads = await receive_uploads(request, self._folder, self.config, self.upload_bytes, self._names)
+            self.metrics.inflight_bytes.set(self.upload_bytes.used)
+            return await self._answer(request, uploads.files, topk, picture)
+        except Refused as e:
+            # the body may be unread: the connection closes after the answer, so nothing more is taken from it
+            return _error(e.status, e.message, headers={**e.headers, "Connection": "close"})
+        finally:
+            uploads.remove(self.upload_bytes)
+            self.metrics.inflight_bytes.set(self.upload_bytes.used)
+
+    async def _answer(self, request: Request, files: list[Upload], topk: int, picture: bool) -> Response:
+        request.state.files = len(files)  # for the access log
+        if len(files) == 1 and files[0].error is not None:
             self.metrics.files.inc(1, "bad")
-            return _error(413, too_big, file=files[0][0])
-        n = sum(1 for _, data in files if data is not None)
-        if self.in_flight + n > self.config.max_queue:
-            return _error(503, f"the queue is full ({self.in_flight} clips in progress); retry shortly",
-                          headers={"Retry-After": str(self.config.retry_after)})
-        self.in_flight += n
-        self.metrics.queue_depth.set(self.in_flight)
+            return _error(413, files[0].error, file=files[0].name)
+        n = sum(1 for f in files if f.error is None)
+        client = request.client.host if request.client else ""
+        self._admit_clips(client, n)
         try:
             async with asyncio.timeout(self.config.timeout):
-                answers = await asyncio.gather(*(
-                    self.classify_one(name, data, topk, picture) if data is not None
-                    else _immediate({"file": name, "error": too_big}) for name, data in files))
+                answers = await asyncio.gather(*(self.classify_one(f, topk, picture) for f in files))
         except TimeoutError:
             return _error(504, f"the request took longer than {self.config.timeout:g} s")
         finally:
-            self.in_flight -= n
-            self.metrics.queue_depth.set(self.in_flight)
+            self._release_clips(client, n)
         server_fault = any(a.pop(_SERVER_FAULT, False) for a in answers)
         if all("error" in a for a in answers):
             return _error(500 if server_fault else 422,
@@ -289,18 +314,60 @@ class Service:
         return JSONResponse({"model": self.model_name, "labels": self.classifier.label_names, "files": answers})
 
 
-async def _immediate(value: dict[str, Any]) -> dict[str, Any]:
-    return value
+class OriginCheck:
+    """Refuse (403) a state-changing request sent by a web page of another origin, unless it is allowed.
+
+    A browser sends ``Origin`` with every cross-origin POST, and a
+    multipart POST needs no preflight, so without this check any page the
+    operator opens could make the browser spend the server.  Requests with
+    no ``Origin`` (curl, scripts) and from the server's own page (same
+    host and port as the ``Host`` header, which :class:`TrustedHostMiddleware`
+    has checked) pass; so do the ``allowed`` origins (``--cors-origin``).
+    """
+
+    SAFE = frozenset({"GET", "HEAD", "OPTIONS"})
+
+    def __init__(self, app: ASGIApp, allowed: tuple[str, ...] = ()) -> None:
+        self.app = app
+        self.allowed = {o.rstrip("/").lower() for o in allowed}
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["method"] not in self.SAFE:
+            headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+            origin = headers.get("origin")
+            if origin is not None and not self._allowed(origin, headers.get("host", "")):
+                response = _error(403, f"cross-origin request from {origin[:100]} refused (a --cors-origin "
+                                       f"allows an origin)", headers={"Connection": "close"})
+                await response(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+    def _allowed(self, origin: str, host: str) -> bool:
+        o = origin.rstrip("/").lower()
+        if o in self.allowed:
+            return True
+        parts = urlsplit(o)
+        return parts.scheme in ("http", "https") and bool(parts.netloc) and parts.netloc == host.lower()
 
 
 def create_app(service: Service) -> Starlette:
-    """The Starlette application serving ``service`` (its lifespan starts and stops the workers and batcher)."""
+    """The Starlette application serving ``service`` (its lifespan starts and stops the workers and batcher).
+
+    ``Host`` must be one of the config's :attr:`~serving.config.ServeConfig.hosts` (400 otherwise: DNS
+    rebinding cannot read answers), and a cross-origin POST is refused unless ``cors_origins`` names it.
+    """
+    config = service.config
     routes = [
         Route("/", service.page, methods=["GET"]),
         Route("/classify", service.classify, methods=["POST"]),
         Route("/health", service.health, methods=["GET"]),
         Route("/metrics", service.metrics_page, methods=["GET"]),
     ]
-    app = Starlette(routes=routes, lifespan=service.lifespan)
+    middleware = [Middleware(TrustedHostMiddleware, allowed_hosts=list(config.hosts), www_redirect=False)]
+    if config.cors_origins:
+        middleware.append(Middleware(CORSMiddleware, allow_origins=list(config.cors_origins),
+                                     allow_methods=["GET", "POST"], allow_headers=["*"]))
+    middleware.append(Middleware(OriginCheck, allowed=config.cors_origins))
+    app = Starlette(routes=routes, middleware=middleware, lifespan=service.lifespan)
     app.state.service = service
     return app

@@ -16,8 +16,12 @@ import logging
 import os
 import sys
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from store import PROG, run_cli
+
+if TYPE_CHECKING:
+    from .policy import BatchPolicy
 
 __all__ = ["build_parser", "main"]
 
@@ -72,7 +76,16 @@ def _options(args: argparse.Namespace, progress: bool) -> object:
                       margin_mb=args.margin_mb, max_batch=args.max_batch, threads=args.threads, progress=progress)
 
 
+def _check_model(path: str) -> None:
+    """A missing checkpoint is one line before torch is imported (loading it would say the same, seconds later)."""
+    if not os.path.isfile(path):
+        from store import ConfigError
+
+        raise ConfigError(f"no checkpoint at {path} (train one with `make train`)")
+
+
 def cmd_classify(args: argparse.Namespace) -> int:
+    _check_model(args.model)
     from infer.predictions import COLUMNS, escape_label
 
     from .classify import classify_files
@@ -85,11 +98,10 @@ def cmd_classify(args: argparse.Namespace) -> int:
                          cache=args.cache)
     for f in res.failures:
         print(f"{PROG}: {f.path}: {f.reason}", file=sys.stderr)
-    if args.json:
-        json.dump([{"path": r.path, "duration_s": round(r.duration, 3),
-                    "top": [{"label": lab, "prob": round(p, 6)} for lab, p in r.top]} for r in res.results]
-                  + [{"path": f.path, "error": f.reason} for f in res.failures], sys.stdout, indent=1)
-        print()
+    if args.json:  # strict JSON, whole or nothing: classify_files turns non-finite answers into failures
+        print(json.dumps([{"path": r.path, "duration_s": round(r.duration, 3),
+                           "top": [{"label": lab, "prob": round(p, 6)} for lab, p in r.top]} for r in res.results]
+                         + [{"path": f.path, "error": f.reason} for f in res.failures], indent=1, allow_nan=False))
     elif args.csv:
         w = csv.writer(sys.stdout)
         w.writerow(COLUMNS)
@@ -111,30 +123,50 @@ def cmd_classify(args: argparse.Namespace) -> int:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    import uvicorn
-
-    from .app import Service, create_app
-    from .config import ServeConfig, default_workers
-    from .model import Classifier
-    from .policy import BatchPolicy
+    from .config import ServeConfig, default_workers, is_loopback
+    from .server import serve
 
     config = ServeConfig(
-        host=args.host, port=args.port, workers=args.workers or default_workers(), max_file_mb=args.max_file_mb,
-        max_files=args.max_files, max_seconds=args.max_seconds, max_queue=args.max_queue, timeout=args.timeout,
-        topk=args.topk, policy=BatchPolicy(batching=args.batching, max_delay=args.max_delay_ms / 1000.0,
-                                           fixed_size=args.fixed_batch))
-    if args.host not in ("127.0.0.1", "localhost", "::1"):
+        host=args.host, port=args.port, allowed_hosts=tuple(args.allowed_host), cors_origins=tuple(args.cors_origin),
+        workers=default_workers() if args.workers is None else args.workers, max_file_mb=args.max_file_mb,
+        max_files=args.max_files, max_seconds=args.max_seconds, max_sample_rate=args.max_sample_rate,
+        max_channels=args.max_channels, max_queue=args.max_queue,
+        max_client_clips=args.max_client_clips, max_inflight_mb=args.max_inflight_mb, timeout=args.timeout,
+        read_timeout=args.read_timeout, min_upload_kib_s=args.min_upload_kib_s, max_connections=args.max_connections,
+        max_client_connections=args.max_client_connections, topk=args.topk,
+        policy=_policy(args.batching, args.max_delay_ms / 1000.0, args.fixed_batch))
+    _check_model(args.model)
+    if not is_loopback(args.host):
         logging.getLogger(__name__).warning("listening on %s: reachable from other machines; put a reverse proxy "
                                             "with TLS and authentication in front of it", args.host)
-    classifier = Classifier(args.model, _options(args, False),  # type: ignore[arg-type]
-                            batch_overhead_frames=args.batch_overhead_frames, trust_model_code=args.trust_model_code)
-    app = create_app(Service(classifier, config))
-    uvicorn.run(app, host=config.host, port=config.port, log_level="info" if args.verbose else "warning",
-                timeout_graceful_shutdown=10)
+    if not args.quiet:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(message)s"))
+        access = logging.getLogger("serving.access")
+        access.addHandler(handler)
+        access.setLevel(logging.INFO)
+        access.propagate = False
+
+    def load() -> object:
+        from .model import Classifier
+
+        return Classifier(args.model, _options(args, False),  # type: ignore[arg-type]
+                          batch_overhead_frames=args.batch_overhead_frames, trust_model_code=args.trust_model_code)
+
+    serve(load, config, log_level="info" if args.verbose else "warning",
+          announce=lambda line: print(f"{PROG}: {line}", file=sys.stderr, flush=True))
     return 0
 
 
+def _policy(batching: str, max_delay: float, fixed_size: int) -> BatchPolicy:
+    from .policy import BatchPolicy
+
+    return BatchPolicy(batching=batching, max_delay=max_delay, fixed_size=fixed_size)
+
+
 def build_parser() -> argparse.ArgumentParser:
+    from .config import ServeConfig
+
     parser = argparse.ArgumentParser(prog=PROG, description="Classify audio files by genre, or serve a model over "
                                      "HTTP, with memory-budgeted batching.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -159,21 +191,56 @@ def build_parser() -> argparse.ArgumentParser:
                        formatter_class=argparse.RawDescriptionHelpFormatter,
                        description="Serve MODEL over HTTP: uploads are decoded in worker processes and batched by "
                                    "length under the memory budget with concurrent requests.")
-    s.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine only)")
-    s.add_argument("--port", type=int, default=8000, help="port (default 8000)")
+    d = ServeConfig.__dataclass_fields__
+    s.add_argument("--host", default=d["host"].default,
+                   help="address to listen on (default 127.0.0.1: this machine only)")
+    s.add_argument("--port", type=int, default=d["port"].default, help="port (default 8000)")
+    s.add_argument("--allowed-host", action="append", default=[], metavar="NAME",
+                   help="a Host header value to answer (repeatable; '*' for any); default the loopback names, and "
+                        "required with a --host other than loopback (a guard against DNS rebinding)")
+    s.add_argument("--cors-origin", action="append", default=[], metavar="URL",
+                   help="a web origin (https://site.example) whose pages may post to the API (repeatable; "
+                        "default none: cross-origin posts get 403, the server's own page always works)")
     s.add_argument("--workers", type=int, default=None, help="decode worker processes (default: cores, at most 4)")
-    s.add_argument("--max-file-mb", type=float, default=50.0, help="largest upload per file, MiB (default 50)")
-    s.add_argument("--max-files", type=int, default=16, help="files per request (default 16)")
-    s.add_argument("--max-seconds", type=float, default=600.0, help="longest audio per file, s (default 600)")
-    s.add_argument("--max-queue", type=int, default=64,
-                   help="clips in progress at once; more get 503 + Retry-After (default 64)")
-    s.add_argument("--timeout", type=float, default=120.0, help="seconds per request before 504 (default 120)")
+    s.add_argument("--max-file-mb", type=float, default=d["max_file_mb"].default,
+                   help="largest upload per file, MiB (default 50)")
+    s.add_argument("--max-files", type=int, default=d["max_files"].default, help="files per request (default 16)")
+    s.add_argument("--max-seconds", type=float, default=d["max_seconds"].default,
+                   help="longest audio per file, s, checked from the header before decoding (default 600)")
+    s.add_argument("--max-sample-rate", type=int, default=d["max_sample_rate"].default,
+                   help="highest sample rate an upload may declare, Hz, checked from the header before decoding "
+                        "(default 192000)")
+    s.add_argument("--max-channels", type=int, default=d["max_channels"].default,
+                   help="most channels an upload may declare, checked from the header before decoding (default 8)")
+    s.add_argument("--max-queue", type=int, default=d["max_queue"].default,
+                   help="clips in progress at once; more get 503 + Retry-After; a request with more files gets "
+                        "413 (default 64)")
+    s.add_argument("--max-client-clips", type=int, default=None,
+                   help="clips in progress from one client address (default: half of --max-queue, at least "
+                        "--max-files)")
+    s.add_argument("--max-inflight-mb", type=float, default=None,
+                   help="upload bytes held at once, MiB, reserved from each request's Content-Length before its "
+                        "body is read; the bound on the server's temporary disk (default --max-queue x "
+                        "--max-file-mb)")
+    s.add_argument("--timeout", type=float, default=d["timeout"].default,
+                   help="seconds from a request's last byte to its answer before 504 (default 120)")
+    s.add_argument("--read-timeout", type=float, default=d["read_timeout"].default,
+                   help="seconds a client has to send a whole request (headers and body), or more for an upload "
+                        "that keeps --min-upload-kib-s; slower clients are dropped with 408 (default 10)")
+    s.add_argument("--min-upload-kib-s", type=float, default=d["min_upload_kib_s"].default,
+                   help="slowest average upload accepted beyond --read-timeout, KiB/s (default 16)")
+    s.add_argument("--max-connections", type=int, default=d["max_connections"].default,
+                   help="connections open at once; more are answered 503 and closed (default 512)")
+    s.add_argument("--max-client-connections", type=int, default=d["max_client_connections"].default,
+                   help="connections open at once from one client address (default 64; behind a reverse proxy, "
+                        "the proxy's upstream connections)")
     s.add_argument("--topk", type=int, default=5, help="genres per file unless ?topk= says (default 5)")
     s.add_argument("--batching", default="budget", choices=("budget", "fixed"),
                    help="budget: length-binned batches under the memory budget (default); fixed: --fixed-batch "
                         "clips in arrival order (the baseline)")
     s.add_argument("--max-delay-ms", type=float, default=50.0,
                    help="longest a clip waits for its batch to fill, ms (default 50)")
+    s.add_argument("--quiet", action="store_true", help="no access-log line per request")
     s.add_argument("--fixed-batch", type=int, default=4, help="clips per batch with --batching fixed (default 4)")
     _add_run_args(s)
     s.set_defaults(func=cmd_serve)

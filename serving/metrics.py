@@ -112,6 +112,14 @@ class Metrics:
         self.windowed = Counter(f"{p}windowed_clips_total", "clips too long for any batch, run in windows")
         self.queue_depth = Gauge(f"{p}queue_depth", "clips admitted and not yet answered (decoding, waiting, running)")
         self.waiting = Gauge(f"{p}batcher_waiting", "decoded clips waiting for a batch")
+        self.connections = Gauge(f"{p}open_connections", "HTTP connections open now")
+        self.refused_connections = Counter(f"{p}refused_connections_total",
+                                           "connections closed at once: too many in all or from one client",
+                                           ("reason",))
+        self.dropped_connections = Counter(f"{p}dropped_connections_total",
+                                           "connections dropped for sending too slowly, by what was late",
+                                           ("phase",))
+        self.inflight_bytes = Gauge(f"{p}inflight_upload_bytes", "upload bytes reserved by requests in progress")
         self.audio_seconds = Counter(f"{p}audio_seconds_total", "seconds of audio classified")
         self.latency = Histogram(f"{p}request_seconds", "latency of /classify requests, seconds")
         self.decode_seconds = Histogram(f"{p}decode_seconds", "decode + features time per file, seconds")
@@ -136,6 +144,7 @@ class Metrics:
         parts: list[Counter | Histogram] = [
             self.requests, self.files, self.batches, self.batched_clips, self.real_frames, self.computed_frames,
             self.padding_efficiency, self.oom_splits, self.windowed, self.queue_depth, self.waiting,
+            self.connections, self.refused_connections, self.dropped_connections, self.inflight_bytes,
             self.audio_seconds, self.latency, self.decode_seconds, self.batch_seconds, self.batch_size,
         ]
         return "\n".join(line for m in parts for line in m.lines()) + "\n"

@@ -52,7 +52,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     # the GPU's price of a batch: clips of different lengths share batches, so batch composition is exercised
     service = Service(Classifier(ckpt, RunOptions(device="cpu", progress=False), batch_overhead_frames=1024.0),
                       config)
-    with TestClient(create_app(service)) as client:
+    with TestClient(create_app(service), base_url="http://localhost") as client:
         yield Server(client, service, files)
 
 
@@ -140,10 +140,18 @@ def test_limits_answer_413_503_and_504(server: Server) -> None:
     finally:
         server.service.config = old
     old = swap(server, max_queue=1)
+    try:  # more files than the queue holds can never succeed: 413 (not 503), before any decode
+        r = server.post(("a.wav", data), ("b.wav", data))
+        assert r.status_code == 413 and "limit" in r.json()["error"]
+    finally:
+        server.service.config = old
+    old = swap(server, max_queue=2)
+    server.service.in_flight += 1  # another request's clip
     try:
         r = server.post(("a.wav", data), ("b.wav", data))
-        assert r.status_code == 503 and r.headers["retry-after"] == "2" and "queue" in r.json()["error"]
+        assert r.status_code == 503 and r.headers["retry-after"] == "1" and "queue" in r.json()["error"]
     finally:
+        server.service.in_flight -= 1
         server.service.config = old
     old = swap(server, max_seconds=2.0)
     try:
@@ -186,7 +194,7 @@ def test_a_decoder_that_kills_its_worker_fails_that_file_only(server: Server, mo
 
     data = server.files[0].read_bytes()
     with monkeypatch.context() as m:
-        m.setattr(serving.app, "decode_bytes", crashing_decoder.crash)
+        m.setattr(serving.app, "decode_file", crashing_decoder.crash)
         r = server.post(("hostile.wav", data))
     assert r.status_code == 422 and r.json()["error"] == "the decoder crashed on this file"
     r = server.post(("a.wav", data))  # a new pool took over
