@@ -8,20 +8,24 @@ Writes ``benchmarks.json`` and ``benchmarks.md`` into ``--out-dir``
 ``--quick`` is a smoke run (tiny sizes, one repeat,
 under a minute) that exercises every benchmark and writes the same files;
 its values are not meaningful.  Groups (``--only``): extract, extract-mem,
-plan, infer, infer-mem, reads, gpu, library, model, serve; with ``--merge`` the groups not
-rerun are kept from the report already there, each marked with its date.  Nothing here is collected by pytest
-(no ``test_`` names); ``tests/test_bench_quick.py`` runs the quick mode.
+plan, infer, infer-mem, reads, gpu, library, model, serve, serve-limits; with ``--merge`` the groups not
+rerun are kept from the report already there, each marked with its date.  A group that needs what
+``make install`` does not give (the quick model group renders with fluidsynth and a Debian SoundFont) is
+skipped where that is missing, with one line saying how to enable it (``make realcorpus-deps``).  Nothing
+here is collected by pytest (no ``test_`` names); ``tests/test_bench_quick.py`` runs the quick mode.
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime
+import importlib.util
 import json
 import logging
 import shutil
 import tempfile
 import time
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -29,7 +33,8 @@ from typing import Any
 from . import bench_common
 from .bench_common import GroupResult, load_average, log, machine_info, wait_for_quiet
 
-GROUPS = ("extract", "extract-mem", "plan", "infer", "infer-mem", "reads", "gpu", "library", "model", "serve")
+GROUPS = ("extract", "extract-mem", "plan", "infer", "infer-mem", "reads", "gpu", "library", "model", "serve",
+          "serve-limits")
 
 #: Sizes: full run (about 6-8 minutes on 2 cores) and the smoke run.
 FULL: dict[str, dict[str, Any]] = {
@@ -47,6 +52,8 @@ FULL: dict[str, dict[str, Any]] = {
     "model": dict(quick=False),
     "serve": dict(n_files=64, clients=(8, 32), repeats=3, seconds=(15.0, 240.0), workers=2, max_delay_ms=50.0,
                   ramp_s=4.0, model={}),
+    "serve-limits": dict(n_slow=300, n_normal=16, seconds=(5.0, 15.0), read_timeout=10.0,
+                         model=dict(width=8, depth=2)),
 }
 QUICK: dict[str, dict[str, Any]] = {
     "extract": dict(n_files=8, mean_seconds=3.0, repeats=1),
@@ -63,6 +70,7 @@ QUICK: dict[str, dict[str, Any]] = {
     "model": dict(quick=True),
     "serve": dict(n_files=4, clients=(2, 4), repeats=1, seconds=(2.0, 6.0), workers=1, max_delay_ms=50.0,
                   ramp_s=0.2, model=dict(width=8, depth=2)),
+    "serve-limits": dict(n_slow=24, n_normal=4, seconds=(2.0, 4.0), read_timeout=2.0, model=dict(width=8, depth=2)),
 }
 
 NOTES = [
@@ -116,11 +124,43 @@ def _runner(name: str, work: Path, sizes: dict[str, Any]) -> Callable[[], GroupR
         from . import bench_serve
 
         return lambda: bench_serve.run(work / "serve", **sizes)
+    if name == "serve-limits":
+        from . import bench_serve_limits
+
+        return lambda: bench_serve_limits.run(work / "serve-limits", **sizes)
     if name == "model":
         from . import bench_model
 
         return lambda: bench_model.run(work / "model", **sizes)
     raise ValueError(name)
+
+
+def unavailable(name: str, quick: bool) -> str | None:
+    """Why group ``name`` cannot run on this machine, as one line that says how to enable it; None if it can.
+
+    Only the quick model group needs more than ``make install`` gives: it renders the tiny development corpus,
+    which needs fluidsynth and a SoundFont from Debian packages (``make realcorpus-deps``: apt-get, root or
+    sudo) and music21.  The full model group measures corpora rendered beforehand and reports each missing one
+    as not measured.
+    """
+    if name != "model" or not quick:
+        return None
+    from realcorpus.catalogue import SIZES, RealCorpusError
+    from realcorpus.render import check_renderer
+
+    try:
+        check_renderer(SIZES["tiny"].soundfonts)
+    except RealCorpusError as e:
+        return f"{e} to measure it"
+    if importlib.util.find_spec("music21") is None:
+        return "missing music21: run `.venv/bin/pip install -e '.[realcorpus]'` to measure it"
+    return None
+
+
+def select_groups(names: list[str], quick: bool) -> tuple[list[str], dict[str, str]]:
+    """The groups of ``names`` that can run here, and the others with why not (see :func:`unavailable`)."""
+    reasons = {name: unavailable(name, quick) for name in names}
+    return [n for n in names if reasons[n] is None], {n: r for n, r in reasons.items() if r is not None}
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -160,13 +200,17 @@ def main(argv: list[str] | None = None) -> int:
     if load_before[0] >= args.max_load and not args.quick:
         log.warning("load average %.2f: other processes are busy; figures will be noisy", load_before[0])
     started = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    run_id = uuid.uuid4().hex  # what marks a group as this run's: two runs may start in the same minute
+    runnable, skipped = select_groups(args.groups, args.quick)
+    for name, why in skipped.items():
+        log.warning("== %s skipped: %s", name, why)
     own_work = args.workdir is None
     work = Path(tempfile.mkdtemp(prefix="specstore-bench-")) if own_work else args.workdir
     work.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     groups: list[GroupResult] = []
     try:
-        for name in args.groups:
+        for name in runnable:
             log.info("== %s", name)
             g0 = time.perf_counter()
             result = _runner(name, work, sizes[name])()
@@ -190,6 +234,7 @@ def main(argv: list[str] | None = None) -> int:
     meta = {
         "notes": NOTES,
         "command": command, "runner": "python -m benchmarks", "quick": args.quick, "started": started,
+        "run": run_id, "skipped": skipped,
         "wall_seconds": round(time.perf_counter() - t0, 1), "load_before": load_before,
         "load_after": load_average(), "machine": machine_info(), "sizes": {g: sizes[g] for g in args.groups},
     }

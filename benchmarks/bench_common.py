@@ -78,6 +78,8 @@ class GroupResult:
     seconds: float = 0.0
     measured: str = ""
     """When it was measured (UTC), where that differs from the report's run (groups kept by ``--merge``)."""
+    run: str = ""
+    """The id of the run that measured it, for groups kept by ``--merge`` from an earlier run; empty: this run."""
 
 
 def median(xs: Sequence[float]) -> float:

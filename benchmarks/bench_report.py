@@ -22,12 +22,15 @@ def _met(m: bool | None) -> str:
 
 
 def to_json(groups: list[GroupResult], meta: dict[str, Any]) -> dict[str, Any]:
+    """The report as ``benchmarks.json`` holds it: ``meta`` (with the run's ``started`` time and unique ``run``
+    id), every group with the run that measured it, a summary, and every figure under its key."""
     figures = {f.key: {**f.to_dict(), "group": g.name} for g in groups for f in g.figures}
     with_target = [f for f in figures.values() if f["met"] is not None]
     return {
         **meta,
         "groups": {g.name: {"method": g.method, "profile": g.profile, "seconds": round(g.seconds, 1),
-                            "measured": g.measured or meta["started"]} for g in groups},
+                            "measured": g.measured or meta["started"], "run": g.run or meta["run"]}
+                   for g in groups},
         "summary": {"figures": len(figures), "with_target": len(with_target),
                     "met": sum(1 for f in with_target if f["met"]),
                     "missed": [k for k, f in figures.items() if f["met"] is False],
@@ -47,6 +50,15 @@ def _details_line(d: dict[str, Any]) -> str:
             v = ", ".join(str(x) for x in v)
         keep.append(f"{k}: {v}")
     return "; ".join(keep)
+
+
+def from_earlier_run(group: GroupResult, doc: dict[str, Any]) -> bool:
+    """Whether ``group`` was kept from an earlier run (``--merge``) rather than measured in the run of ``doc``.
+
+    Run ids are compared, not times: a merge that starts in the same minute as the run it keeps figures from
+    still marks them with their date.
+    """
+    return bool(group.run) and group.run != doc["run"]
 
 
 def to_markdown(doc: dict[str, Any], groups: list[GroupResult]) -> str:
@@ -81,7 +93,9 @@ def to_markdown(doc: dict[str, Any], groups: list[GroupResult]) -> str:
         "",
         *(["Groups marked \"measured DATE\" under \"How each group was measured\" were kept from an earlier "
            "run (`--merge`); the rest were measured in this one.", ""]
-          if any(g.measured and g.measured != doc["started"] for g in groups) else []),
+          if any(from_earlier_run(g, doc) for g in groups) else []),
+        *([f"Not run here: {'; '.join(f'`{k}` ({why})' for k, why in doc['skipped'].items())}.", ""]
+          if doc.get("skipped") else []),
         f"{s['met']} of {s['with_target']} targets met"
         + (f"; missed: {', '.join('`' + k + '`' for k in s['missed'])}" if s["missed"] else "")
         + (f"; not measured: {', '.join('`' + k + '`' for k in s['not_measured'])}" if s["not_measured"] else "")
@@ -99,7 +113,7 @@ def to_markdown(doc: dict[str, Any], groups: list[GroupResult]) -> str:
             lines.append(f"| {f.title} (`{f.key}`) | {value} | {target} | {_met(f.met)} |")
     lines += ["", "## How each group was measured", ""]
     for g in groups:
-        when = f", measured {g.measured}" if g.measured and g.measured != doc["started"] else ""
+        when = f", measured {g.measured or '?'}" if from_earlier_run(g, doc) else ""
         lines += [f"### {g.name[:1].upper() + g.name[1:]} ({g.seconds:.0f} s{when})", "", g.method, ""]
         for f in g.figures:
             lines.append(
@@ -126,11 +140,11 @@ def write(out_dir: Path, groups: list[GroupResult], meta: dict[str, Any]) -> tup
     return jp, mp
 
 
-
 def merged(old: dict[str, Any], groups: list[GroupResult]) -> list[GroupResult]:
     """``groups`` (just measured) with the other groups of an earlier report ``old`` (``benchmarks.json``),
-    rebuilt with their figures, method and measurement date, in ``old``'s order: rerunning one group keeps
-    the others."""
+    rebuilt with their figures, method, measurement date and the id of the run that measured them, in
+    ``old``'s order: rerunning one group keeps the others.  (A report written before run ids were recorded
+    gets the id ``earlier <its start time>``: anything but the new run's id says "kept".)"""
     info = old.get("groups", {})
     rerun = {g.name: g for g in groups}
     combined: dict[str, GroupResult] = {}
@@ -142,6 +156,7 @@ def merged(old: dict[str, Any], groups: list[GroupResult]) -> list[GroupResult]:
         g = info.get(name, {})
         group = combined.setdefault(name, GroupResult(
             name, [], method=g.get("method", ""), profile=g.get("profile", ""), seconds=g.get("seconds", 0.0),
-            measured=g.get("measured", old.get("started", ""))))
+            measured=g.get("measured", old.get("started", "")),
+            run=g.get("run") or old.get("run") or f"earlier {old.get('started', '')}".strip()))
         group.figures.append(Figure.from_dict(key, f))
     return list(combined.values()) + [g for g in groups if g.name not in combined]

@@ -1,5 +1,6 @@
 """Export a specstore store (or some of its clips) to a Hugging Face ``datasets.Dataset``.
 
+    . .venv/bin/activate      # once per shell, after make install (the README's set-up)
     python examples/hf_datasets_recipe.py data/demo.zarr data/demo-hf --labelled-only
 
 :func:`to_hf_dataset` writes one row per clip with ``datasets.Dataset.from_generator``:

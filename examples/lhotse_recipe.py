@@ -1,5 +1,6 @@
 """lhotse on a specstore store: a ``CutSet`` whose features are read from the store, no copy made.
 
+    . .venv/bin/activate      # once per shell, after make install (the README's set-up)
     python examples/lhotse_recipe.py data/demo.zarr --budget-mb 512 --epochs 1
 
 Importing this module registers a lhotse *features reader* for the storage type
@@ -155,7 +156,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p.add_argument("--feature", default=None)
     p.add_argument("--budget-mb", type=float, default=512.0, help="memory one batch may use, MiB")
     p.add_argument("--cost-kib", type=float, default=33.0, help="a model's KiB per padded clip-frame")
-    p.add_argument("--buckets", type=int, default=10)
+    p.add_argument("--buckets", type=int, default=10,
+                   help="lhotse buckets (fewer when the store has fewer labelled clips)")
     p.add_argument("--epochs", type=int, default=1)
     p.add_argument("--workers", type=int, default=0)
     args = p.parse_args(argv)
@@ -163,7 +165,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     shift = next(iter(cuts)).frame_shift
     budget = Budget(int(args.budget_mb * 2**20), args.cost_kib * 1024)
     max_duration = max_duration_for(budget, shift)
-    sampler = DynamicBucketingSampler(cuts, max_duration=max_duration, num_buckets=args.buckets, shuffle=True)
+    sampler = DynamicBucketingSampler(cuts, max_duration=max_duration, num_buckets=min(args.buckets, len(cuts)),
+                                      shuffle=True)  # lhotse needs a cut per bucket
     loader = DataLoader(GenreCutDataset(), sampler=sampler, batch_size=None, num_workers=args.workers)
     real = computed = batches = over = 0
     for epoch in range(args.epochs):

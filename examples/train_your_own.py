@@ -1,5 +1,6 @@
 """Train your own PyTorch model on a specstore store: the plain loop, with the three data imports.
 
+    . .venv/bin/activate      # once per shell, after make install (the README's set-up)
     python examples/train_your_own.py data/demo.zarr --epochs 5 --out models/mine.pt
 
 What it does (every step is ordinary PyTorch; specstore supplies the data pieces):

@@ -5,15 +5,23 @@ does) into a temporary folder, never over ``docs/``, and checks the schema
 of both files.  The quick run's values are meaningless (tiny sizes, one
 repeat); what is checked is that every figure is there, that ``met`` agrees
 with ``value``, ``op`` and ``target``, and that the doc shows each figure.
-Also: a rerun of the model grid in the same work folder trains afresh.
+Also: a rerun of the model grid in the same work folder trains afresh; a group whose dependency is missing
+is skipped with one line (issue 32, 7); a merge keeps the "measured DATE" of the groups it keeps even when it
+starts in the same minute as the run it merges (issue 32, 8).
 """
 
 from __future__ import annotations
 
+import dataclasses
+import datetime as dt
+import importlib.util
 import json
+import logging
 import math
+import shutil
 import subprocess
 import sys
+import types
 from pathlib import Path
 
 import pytest
@@ -38,6 +46,8 @@ EXPECTED = {
     "serve_errors", "serve_peak_memory",
     "model_tiny_accuracy", "model_tiny_margin",
 }
+#: The figures of the quick model group, which is skipped where its renderer is missing (fluidsynth, a SoundFont).
+MODEL_QUICK = {"model_tiny_accuracy", "model_tiny_margin"}
 
 
 @pytest.fixture(scope="module")
@@ -69,6 +79,11 @@ def test_every_figure_has_value_target_met(quick_run: tuple[Path, subprocess.Com
     cores = doc["machine"]["cores"]
     expected = set(EXPECTED) | ({f"extract_jobs{cores}_speedup", f"extract_jobs{cores}_vs_naive_jobs{cores}"}
                                 if cores > 1 else set())
+    assert set(doc["skipped"]) <= {"model"}, doc["skipped"]
+    if "model" in doc["skipped"]:  # this machine lacks the renderer: said in one line how to get it
+        assert "make realcorpus-deps" in doc["skipped"]["model"] or "music21" in doc["skipped"]["model"]
+        expected -= MODEL_QUICK
+        assert not MODEL_QUICK & set(figures)
     assert expected <= set(figures), sorted(expected - set(figures))
     for key, f in figures.items():
         for field in ("value", "target", "met", "unit", "description"):
@@ -117,6 +132,7 @@ def test_merge_reruns_one_group_and_keeps_the_others(
     out, proc = quick_run
     assert proc.returncode == 0, proc.stderr[-3000:]
     before = json.loads((out / "benchmarks.json").read_text())
+    assert {g["run"] for g in before["groups"].values()} == {before["run"]}
     for name in ("benchmarks.json", "benchmarks.md"):
         shutil.copy(out / name, tmp_path / name)
     again = subprocess.run([sys.executable, "-m", "benchmarks", "--quick", "--only", "plan", "--merge", "--out-dir",
@@ -126,9 +142,11 @@ def test_merge_reruns_one_group_and_keeps_the_others(
     assert list(after["figures"]) == list(before["figures"])  # every figure, in the same order
     plan = after["figures"]["plan_uniform_ours"]["group"]
     assert after["groups"][plan]["measured"] == after["started"]
+    assert after["groups"][plan]["run"] == after["run"] != before["run"]
     for name, g in after["groups"].items():
         if name != plan:
             assert g["measured"] == before["started"] and g["method"] == before["groups"][name]["method"], name
+            assert g["run"] == before["run"], name
     kept = [k for k, f in after["figures"].items() if f["group"] != plan]
     assert all(after["figures"][k] == before["figures"][k] for k in kept)
     md = (tmp_path / "benchmarks.md").read_text()
@@ -156,3 +174,85 @@ def test_a_grid_rerun_trains_afresh_instead_of_resuming_the_finished_run(tmp_pat
     again = train(store, path, config, progress=False, overwrite=True)
     assert again.epochs_run == 1 and again.resumed_from == 0
     assert fresh_model_path(tmp_path / "none.pt") == tmp_path / "none.pt"  # nothing there: nothing to remove
+
+
+# -- issue 32: a merge in the same minute, a group whose dependency is missing --------------------------------------
+
+def _frozen_clock(monkeypatch: pytest.MonkeyPatch, when: dt.datetime) -> None:
+    """``python -m benchmarks`` sees the time ``when`` (every run starts in the same minute)."""
+    from benchmarks import __main__ as bench_main
+
+    class Frozen(dt.datetime):
+        @classmethod
+        def now(cls, tz: dt.tzinfo | None = None) -> Frozen:  # type: ignore[override]
+            return cls.fromtimestamp(when.timestamp(), tz)
+
+    monkeypatch.setattr(bench_main, "datetime", types.SimpleNamespace(datetime=Frozen, UTC=dt.UTC))
+
+
+def test_a_merge_in_the_same_minute_still_marks_the_groups_it_keeps(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The report marks a kept group "measured DATE" by the run that measured it, not by comparing minutes:
+    a ``--merge`` that starts in the minute of the run it merges used to drop the marker (and the provenance)."""
+    from benchmarks.__main__ import main
+
+    _frozen_clock(monkeypatch, dt.datetime(2031, 5, 6, 7, 8, 9, tzinfo=dt.UTC))
+    assert main(["--quick", "--only", "plan", "--out-dir", str(tmp_path), "--workdir", str(tmp_path / "w1")]) == 0
+    before = json.loads((tmp_path / "benchmarks.json").read_text())
+    assert before["started"] == "2031-05-06 07:08 UTC"
+    assert main(["--quick", "--only", "gpu", "--merge", "--out-dir", str(tmp_path),
+                 "--workdir", str(tmp_path / "w2")]) == 0
+    after = json.loads((tmp_path / "benchmarks.json").read_text())
+    assert after["started"] == before["started"]  # the same minute
+    plan = before["figures"]["plan_uniform_ours"]["group"]
+    gpu = after["figures"]["gpu_oom_retries"]["group"]
+    md = (tmp_path / "benchmarks.md").read_text()
+    headings = [line for line in md.splitlines() if line.startswith("### ")]
+    kept = [h for h in headings if h.startswith(f"### {plan[:1].upper() + plan[1:]} (")]
+    rerun = [h for h in headings if h.startswith(f"### {gpu[:1].upper() + gpu[1:]} (")]
+    assert len(kept) == 1 and kept[0].endswith(f", measured {before['started']})"), headings
+    assert len(rerun) == 1 and "measured" not in rerun[0], headings
+    assert "were kept from an earlier run (`--merge`)" in md
+    assert after["groups"][plan]["run"] == before["run"] != after["run"] == after["groups"][gpu]["run"]
+
+
+def test_a_quick_run_without_the_renderer_skips_the_model_group_in_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Right after ``make install`` there is no csound-soundfont (and maybe a fluidsynth from elsewhere): the
+    quick model group is skipped with one line naming ``make realcorpus-deps``, not a RealCorpusError traceback."""
+    import realcorpus.render as render
+    from benchmarks.__main__ import main
+
+    real_which = shutil.which
+    monkeypatch.setattr(shutil, "which", lambda name, *a, **k: "/usr/bin/fluidsynth" if name == "fluidsynth"
+                        else real_which(name, *a, **k))  # fluidsynth is there, the SoundFont is not
+    sf = render.SOUNDFONTS["csoundgm"]
+    monkeypatch.setitem(render.SOUNDFONTS, "csoundgm", dataclasses.replace(sf, path=str(tmp_path / "none.sf2")))
+    caplog.set_level(logging.INFO)
+    assert main(["--quick", "--only", "model", "--out-dir", str(tmp_path / "out"),
+                 "--workdir", str(tmp_path / "w")]) == 0
+    said = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(said) == 1 and "model skipped" in said[0] and "csound-soundfont" in said[0], said
+    assert "make realcorpus-deps" in said[0] and "\n" not in said[0]
+    doc = json.loads((tmp_path / "out" / "benchmarks.json").read_text())
+    assert list(doc["skipped"]) == ["model"] and not doc["figures"]
+    assert "Not run here: `model` (missing csound-soundfont" in (tmp_path / "out" / "benchmarks.md").read_text()
+
+
+def test_group_selection_skips_only_what_cannot_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import realcorpus.render as render
+    from benchmarks.__main__ import GROUPS, select_groups
+
+    monkeypatch.setattr(render, "fluidsynth_path", lambda: None)
+    runnable, skipped = select_groups(list(GROUPS), quick=True)
+    assert runnable == [g for g in GROUPS if g != "model"] and list(skipped) == ["model"]
+    assert skipped["model"].startswith("missing fluidsynth") and "make realcorpus-deps" in skipped["model"]
+    assert select_groups(list(GROUPS), quick=False) == (list(GROUPS), {})  # the full grid reads rendered corpora
+    monkeypatch.setattr(render, "fluidsynth_path", lambda: "/usr/bin/fluidsynth")
+    for name, sf in list(render.SOUNDFONTS.items()):  # every SoundFont present
+        (tmp_path / name).write_bytes(b"")
+        monkeypatch.setitem(render.SOUNDFONTS, name, dataclasses.replace(sf, path=str(tmp_path / name)))
+    if importlib.util.find_spec("music21") is not None:
+        assert select_groups(["plan", "model"], quick=True) == (["plan", "model"], {})
