@@ -27,9 +27,12 @@ from store import ConfigError
 
 from .defaults import MAX_BATCH
 
-__all__ = ["Budget", "CostModel", "PlanError", "align_frames"]
+__all__ = ["MAX_FRAMES", "Budget", "CostModel", "PlanError", "align_frames"]
 
 _MIB = 1 << 20
+MAX_FRAMES = 2**62
+"""The longest window :attr:`Budget.max_window` reports (frames), whatever the budget and cost: frame counts
+stay within int64, numpy's type for lengths and padded frames."""
 
 
 def align_frames(frames: Any, multiple: int) -> Any:
@@ -130,15 +133,29 @@ class Budget:
 
     @cached_property
     def max_window(self) -> int:
-        """Longest aligned length (frames) one clip may have in a batch of one (0 if none fits)."""
-        frames = int((self.budget_bytes - self.fixed_overhead) // self.cost_per_frame)
-        frames = max(frames, 0) // self.frame_align * self.frame_align
-        # The division can round either way: settle on the exact rule batches use.
-        while frames > 0 and not self.fits(1, frames):
-            frames -= self.frame_align
-        while self.fits(1, frames + self.frame_align):
-            frames += self.frame_align
-        return frames
+        """Longest aligned length (frames) one clip may have in a batch of one (0 if none fits; at most
+        :data:`MAX_FRAMES`).
+
+        The largest ``k * frame_align`` that :meth:`fits`, found by bisection
+        from the division's estimate: ``fits(1, k * frame_align)`` only turns
+        false as ``k`` grows (float rounding keeps the product monotone), so
+        it ends after about ``2 * log2(k)`` tests whatever the figures.  (The
+        walk in steps of ``frame_align`` it replaces took up to
+        ``ulp(estimate) / frame_align`` steps, as long as adding a frame did
+        not change the float product: for ever at a budget of 1e30 MiB.)
+        """
+        align = self.frame_align
+        cap = MAX_FRAMES // align
+        if self.fits(1, cap * align):
+            return cap * align
+        room = max((self.budget_bytes - self.fixed_overhead) / self.cost_per_frame, 0.0)  # inf for a tiny cost
+        low, high = 0, min(max(int(min(room, float(MAX_FRAMES))) // align, 1), cap)
+        while self.fits(1, high * align):  # fits(1, low * align) holds unless low == 0; fits at cap does not
+            low, high = high, min(high * 2, cap)
+        while high - low > 1:
+            mid = (low + high) // 2
+            low, high = (mid, high) if self.fits(1, mid * align) else (low, mid)
+        return low * align
 
     def describe(self) -> str:
         """One line: the budget, its source and the cost rule."""

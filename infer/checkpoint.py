@@ -29,7 +29,7 @@ from torch import nn
 from store import ConfigError, FeatureSpec, SpecstoreError, Store, atomic_path, spec_differences
 
 from .contract import ModelSpec, spec_of
-from .models import ModelConfig, ModelConfigError
+from .models import ARCHS, ModelConfig, ModelConfigError
 from .trust import Trust, UntrustedModelError
 
 __all__ = ["Checkpoint", "CheckpointError", "check_store_matches", "load_checkpoint", "read_torch_file",
@@ -160,11 +160,18 @@ def load_checkpoint(path: str | os.PathLike[str]) -> Checkpoint:
     if version not in (1, VERSION):
         raise CheckpointError(f"{p} has checkpoint version {version}; this specstore reads 1 and {VERSION}")
     try:
-        if version == 1:  # a built-in model's config
-            config = ModelConfig.from_dict(raw["model"]).to_dict()
-            model = ModelSpec(config.pop("arch"), config)
+        if version == 1:  # a built-in model's config (checked below)
+            config = dict(raw["model"])
+            arch = config.pop("arch", ModelConfig.arch)
+            if arch not in ARCHS:
+                raise ModelConfigError(f"unknown arch {arch!r}; expected one of {ARCHS}")
+            model = ModelSpec(arch, config)
         else:
             model = ModelSpec.from_dict(raw["model"])
+    except (KeyError, TypeError, ValueError, ModelConfigError, ConfigError) as e:
+        raise CheckpointError(f"{p} has unreadable checkpoint metadata: {e}") from None
+    _check_model_config(model, p)
+    try:
         return Checkpoint(
             model=model, label_names=list(raw["label_names"]),
             feature=str(raw["feature"]),
@@ -174,6 +181,18 @@ def load_checkpoint(path: str | os.PathLike[str]) -> Checkpoint:
         )
     except (KeyError, TypeError, ValueError, ModelConfigError, ConfigError) as e:
         raise CheckpointError(f"{p} has unreadable checkpoint metadata: {e}") from None
+
+
+def _check_model_config(model: ModelSpec, path: Path) -> None:
+    """A built-in model's config, checked against its bounds (:class:`~infer.models.ModelConfig`: every
+    field, the time stride and the parameter count) when the checkpoint is read, before any tensor of the
+    model is allocated; one line naming the field, the value and the bound."""
+    if not model.builtin:
+        return
+    try:
+        model.config  # noqa: B018 -- constructing the config is the check
+    except (TypeError, ValueError, ConfigError) as e:
+        raise CheckpointError(f"{path} has a bad {model.target} model config: {e}") from None
 
 
 def check_store_matches(ckpt: Checkpoint, store: Store) -> None:

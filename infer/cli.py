@@ -23,7 +23,7 @@ from .checkpoint import Checkpoint, load_checkpoint, save_checkpoint
 from .evaluate import EVAL_SPLITS, evaluate
 from .models import ARCHS, ModelConfig, build_model
 from .predict import predict
-from .runtime import Engine, RunOptions
+from .runtime import Engine, RunOptions, check_run_option
 from .train import TrainConfig, add_config_arguments, config_from_args, train
 from .trust import Trust, add_trust_argument
 
@@ -62,6 +62,13 @@ def _run_options(args: argparse.Namespace) -> RunOptions:
     return RunOptions(**given, margin_mb=args.margin_mb, threads=args.threads, progress=not args.no_progress)
 
 
+def _check_training_run_args(args: argparse.Namespace) -> None:
+    """``--threads`` and ``--margin-mb`` of ``train``/``cv`` against :class:`RunOptions`' bounds, before any
+    data is read (the run options are made only once the store is open and the recipe resolved)."""
+    check_run_option("threads", args.threads)
+    check_run_option("margin_mb", args.margin_mb)
+
+
 # -- the commands ------------------------------------------------------------------------------------
 
 def cmd_predict(args: argparse.Namespace) -> int:
@@ -74,8 +81,9 @@ def cmd_predict(args: argparse.Namespace) -> int:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
+    options = _run_options(args)  # bad options first, before the store is opened
     s = open_store(args.store)
-    engine = Engine(_run_options(args))
+    engine = Engine(options)
     if args.model:
         ckpt = load_checkpoint(args.model)
         model = ckpt.build(trust_model_code=args.trust_model_code)
@@ -109,6 +117,7 @@ def cmd_init(args: argparse.Namespace) -> int:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
+    _check_training_run_args(args)
     base = TrainConfig.from_file(args.config) if args.config else None
     config = config_from_args(args, base)
     # --arch on the command line is the user naming the code; an arch from --config FILE needs the flag.
@@ -122,6 +131,7 @@ def cmd_train(args: argparse.Namespace) -> int:
 def cmd_cv(args: argparse.Namespace) -> int:
     from .crossval import cross_validate
 
+    _check_training_run_args(args)
     base = TrainConfig.from_file(args.config) if args.config else None
     config = config_from_args(args, base)
     trust: Trust = True if args.trust_model_code else [args.arch] if hasattr(args, "arch") else False

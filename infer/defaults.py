@@ -1,18 +1,20 @@
-"""The run defaults, in one place: device, precision, memory budget, batch size.
+"""The run defaults, in one place: device, precision, memory budget, batch size (and their bounds).
 
 Every command that runs a model (``make infer``, ``make eval``, ``make
 plan``, ``make train``) and every object that plans batches
 (:class:`~infer.runtime.RunOptions`, :class:`~infer.budget.Budget`,
 :class:`~infer.data.BudgetBatchSampler`, the training config's runtime
 fields) takes its default from here; the command lines and the Makefile pass
-an option only when the user sets it.  Training's own defaults (epochs,
-learning rate, crops, ...) live in :mod:`infer.train.config`.  Pure
-constants: no torch.
+an option only when the user sets it.  The bounds here are applied by
+:class:`~infer.runtime.RunOptions` (beside each of its fields).  Training's
+own defaults (epochs, learning rate, crops, ...) live in
+:mod:`infer.train.config`.  Pure constants: no torch.
 """
 
 from __future__ import annotations
 
-__all__ = ["CPU_BUDGET_MB", "CUDA_MARGIN_MB", "DEVICE", "MAX_BATCH", "PRECISION", "PRECISIONS"]
+__all__ = ["CPU_BUDGET_MB", "CUDA_MARGIN_MB", "DEVICE", "MAX_BATCH", "MAX_BATCH_LIMIT", "MAX_BUDGET_MB",
+           "MAX_LOADER_WORKERS", "PRECISION", "PRECISIONS"]
 
 DEVICE = "auto"
 """``auto`` (CUDA when available, else CPU), ``cpu``, ``cuda`` or ``cuda:N``."""
@@ -25,6 +27,20 @@ PRECISION = "auto"
 
 MAX_BATCH = 16
 """Most clips in one batch (the seed article's advice)."""
+
+MAX_BATCH_LIMIT = 4096
+"""The largest ``max_batch`` accepted: the planner's dynamic programme tries every batch size up to it for
+every clip (``O(clips x max_batch)`` steps), and 4096 clips is already the GPU check's largest batch."""
+
+MAX_BUDGET_MB = float(2**20)
+"""The largest memory budget (and GPU margin) accepted, MiB: 1 TiB.  The planner charges a batch
+``B * T * cost_per_frame + overhead`` bytes in float64 and compares it with the budget; up to 2**40 bytes
+these figures stay 2**13 times below 2**53, where float64 stops counting single bytes, and frame counts
+stay far inside int64.  1 TiB per batch is beyond any machine's RAM or GPU today."""
+
+MAX_LOADER_WORKERS = 64
+"""The most DataLoader worker processes accepted: each holds its own reader of the store, and beyond the
+cores they only compete for them."""
 
 CPU_BUDGET_MB = 2048.0
 """Memory (MiB) one batch may use on CPU unless configured: inference and training alike (the measured

@@ -39,7 +39,15 @@ from .metrics import classification_metrics, confusion
 from .plots import PlotError, plot_confusion
 from .predict import LoadedModel, ModelLike, open_inputs
 from .runtime import Engine, RunOptions
-from .split import SPLITS, SplitError, SplitRule, split_keys, training_fingerprint, training_rows
+from .split import (
+    SPLITS,
+    SplitError,
+    SplitRule,
+    split_keys,
+    training_fingerprint,
+    training_rows,
+    ungrouped_split_warning,
+)
 from .trust import Trust
 
 __all__ = ["EVAL_SPLITS", "EvaluateError", "Report", "evaluate", "resolve_split", "write_report"]
@@ -238,6 +246,8 @@ def evaluate(
     t0 = time.perf_counter()
     opts, s, ckpt = open_inputs(store, model, options, overrides, model_args, trust_model_code)
     split, rule, trained_here = resolve_split(ckpt, s, split)
+    if split == "val" and (why := ungrouped_split_warning(s)):
+        log.warning("%s", why)
 
     rows = np.arange(len(s), dtype=np.int64) if rule is None or split == "all" else rule.select(split_keys(s), split)
     labels = s.labels[rows]

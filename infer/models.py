@@ -75,7 +75,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -88,6 +87,8 @@ from torch.utils.checkpoint import checkpoint
 from store import ConfigError
 from store.records import from_record
 
+from .limits import Limit, bounded, check_fields, field_limit
+
 __all__ = [
     "ARCHS",
     "BAND_STATS",
@@ -96,6 +97,8 @@ __all__ = [
     "MaskedClassifier",
     "ModelConfig",
     "FREQ_POOLINGS",
+    "MAX_PARAMETERS",
+    "MAX_TIME_STRIDE",
     "POOLINGS",
     "ModelConfigError",
     "SpectrogramCNN",
@@ -119,6 +122,16 @@ MIN_FRAMES = 1
 
 class ModelConfigError(ConfigError):
     """A model configuration is invalid (bad value or unknown field)."""
+
+
+MAX_PARAMETERS = 10**9
+"""Most parameters a built-in model config may ask for (4 GB of float32 weights, checked from the config
+before anything is built); the recipe's CNN has under 1 M, the default ResNet 2.8 M."""
+MAX_TIME_STRIDE = 2**16
+"""Largest total time stride (frames) a config may give: every batch is padded to a multiple of it, and
+65 536 frames is 25 min at 43 frames/s."""
+_DB_RANGE = 1000.0
+"""Bound of the input normalisation's dB figures: float32 powers and magnitudes lie within +-450 dB."""
 
 
 @dataclass(frozen=True)
@@ -154,74 +167,122 @@ class ModelConfig:
     that many frames from the clip's start on its own and average the
     windows' logits, weighted by their real frames, so a long clip is judged
     as the training crops of that length were.
+
+    Every numeric field is bounded (its :class:`~infer.limits.Limit`, stated
+    beside it with the reason), the total time stride is at most
+    :data:`MAX_TIME_STRIDE` and the parameter count (:attr:`n_parameters`,
+    computed from the config) at most :data:`MAX_PARAMETERS`: a config is
+    checked when it is made, so a checkpoint cannot make the loader allocate
+    more than that.
     """
 
     arch: str = "cnn"
-    n_bins: int = 128
-    n_classes: int = 10
-    width: int = 32
-    depth: int = 4
-    blocks_per_stage: int = 2
-    max_width: int = 512
-    dropout: float = 0.1
-    time_kernel: int = 3
+    n_bins: int = bounded(128, 1, 16384, "input rows, the bins of every stacked feature; mel and CQT use "
+                                         "16-256 each")
+    n_classes: int = bounded(10, 1, 100_000, "labels; a tag vocabulary of a few thousand is already large")
+    width: int = bounded(32, 1, 4096, "channels of the first block; the recipe uses 32, ResNet-50's widest "
+                                      "layer has 2048")
+    depth: int = bounded(4, 1, 16, "blocks or stages, each halving time: 2**16 frames of stride is 25 min at "
+                                   "43 frames/s")
+    blocks_per_stage: int = bounded(2, 1, 64, "residual blocks per stage; ResNet-152's longest stage has 36")
+    max_width: int = bounded(512, 1, 4096, "the channel cap, as width")
+    dropout: float = bounded(0.1, 0.0, 1.0, "a probability; 1 would drop every feature", high_open=True)
+    time_kernel: int = bounded(3, 1, 255, "the convs' kernel along time, frames; 255 frames is 6 s at "
+                                          "43 frames/s", odd=True)
     time_pool: bool = True
-    input_mean: float = -40.0
-    input_std: float = 40.0
-    bn_momentum: float = 0.1
-    bn_eps: float = 1e-5
+    input_mean: float = bounded(-40.0, -_DB_RANGE, _DB_RANGE, "dB; float32 powers and magnitudes lie within "
+                                                               "+-450 dB")
+    input_std: float = bounded(40.0, 0.0, _DB_RANGE, "dB, a scale: positive", low_open=True)
+    bn_momentum: float = bounded(0.1, 0.0, 1.0, "BatchNorm's running-statistics momentum", low_open=True)
+    bn_eps: float = bounded(1e-5, 0.0, 1.0, "added to the variance of roughly unit-scale activations",
+                             low_open=True)
     bin_mean: tuple[float, ...] | None = None
+    """Per-bin input means (``n_bins`` values, dB): each within :attr:`input_mean`'s bounds."""
     bin_std: tuple[float, ...] | None = None
+    """Per-bin input scales (``n_bins`` values, dB): each within :attr:`input_std`'s bounds."""
     pooling: str = "mean"
-    input_time_pool: int = 1
+    input_time_pool: int = bounded(1, 1, 256, "input frames averaged into one; 256 frames is 6 s at "
+                                              "43 frames/s")
     freq_pooling: str = "mean"
-    stem_freq_kernel: int = 3
+    stem_freq_kernel: int = bounded(3, 1, 255, "the first conv's kernel along frequency, bins; 13 spans "
+                                               "an octave of CQT bins", odd=True)
     stats_head: bool = False
-    stats_weight: float = 1.0
-    pool_window: int = 0
+    stats_weight: float = bounded(1.0, 0.0, 1e6, "a weight on logits; the recipe chooses 0-2")
+    pool_window: int = bounded(0, 0, 2**24, "input frames, 0 = the whole clip; 2**24 frames is 4 days at "
+                                            "43 frames/s")
 
     def __post_init__(self) -> None:
+        check_fields(self, ModelConfigError)
+        for name in ("time_pool", "stats_head"):
+            if not isinstance(getattr(self, name), bool):
+                raise ModelConfigError(f"{name} must be true or false, got {getattr(self, name)!r}")
         if self.arch not in ARCHS:
             raise ModelConfigError(f"unknown arch {self.arch!r}; expected one of {ARCHS}")
-        for name in ("n_bins", "n_classes", "width", "depth", "blocks_per_stage", "max_width", "input_time_pool"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ModelConfigError(f"{name} must be a positive integer, got {value!r}")
-        if not isinstance(self.time_kernel, int) or self.time_kernel < 1 or self.time_kernel % 2 == 0:
-            raise ModelConfigError(f"time_kernel must be a positive odd integer, got {self.time_kernel!r}")
-        if not isinstance(self.stem_freq_kernel, int) or self.stem_freq_kernel < 1 or self.stem_freq_kernel % 2 == 0:
-            raise ModelConfigError(f"stem_freq_kernel must be a positive odd integer, got {self.stem_freq_kernel!r}")
-        if not 0.0 <= self.dropout < 1.0:
-            raise ModelConfigError(f"dropout must be in [0, 1), got {self.dropout!r}")
-        if not self.input_std > 0:
-            raise ModelConfigError(f"input_std must be positive, got {self.input_std!r}")
-        if not 0.0 < self.bn_momentum <= 1.0 or not self.bn_eps > 0:
-            raise ModelConfigError("bn_momentum must be in (0, 1] and bn_eps positive")
         if self.pooling not in POOLINGS:
             raise ModelConfigError(f"unknown pooling {self.pooling!r}; expected one of {POOLINGS}")
         if self.freq_pooling not in FREQ_POOLINGS:
             raise ModelConfigError(f"unknown freq_pooling {self.freq_pooling!r}; expected one of {FREQ_POOLINGS}")
-        if not isinstance(self.pool_window, int) or isinstance(self.pool_window, bool) or self.pool_window < 0:
-            raise ModelConfigError(f"pool_window must be an integer >= 0 (frames; 0 = the whole clip), got "
-                                   f"{self.pool_window!r}")
-        if not (self.stats_weight >= 0 and math.isfinite(self.stats_weight)):
-            raise ModelConfigError(f"stats_weight must be a finite number >= 0, got {self.stats_weight!r}")
+        self._check_bin_normalisation()
+        if self.time_stride > MAX_TIME_STRIDE:
+            raise ModelConfigError(f"the model's time stride (input_time_pool x 2**depth = {self.time_stride} "
+                                   f"frames) is above its bound {MAX_TIME_STRIDE}: every clip would be padded to "
+                                   "a multiple of it")
+        if self.n_parameters > MAX_PARAMETERS:
+            raise ModelConfigError(f"the model config asks for {self.n_parameters:,} parameters, above the bound "
+                                   f"of {MAX_PARAMETERS:,} (4 GB of float32 weights); lower width, max_width, "
+                                   "depth or the kernel sizes")
+
+    def _check_bin_normalisation(self) -> None:
+        """``bin_mean``/``bin_std``: both or neither, ``n_bins`` finite values each within the bounds of
+        ``input_mean``/``input_std``; stored as tuples of floats."""
         if (self.bin_mean is None) != (self.bin_std is None):
             raise ModelConfigError("give bin_mean and bin_std together (or neither)")
-        for name in ("bin_mean", "bin_std"):
+        for name, like in (("bin_mean", "input_mean"), ("bin_std", "input_std")):
             values = getattr(self, name)
             if values is None:
                 continue
-            try:
-                values = tuple(float(v) for v in values)
-            except (TypeError, ValueError):
-                raise ModelConfigError(f"{name} must be a list of {self.n_bins} numbers") from None
-            if len(values) != self.n_bins or not all(math.isfinite(v) for v in values):
+            if isinstance(values, (str, bytes)) or not hasattr(values, "__len__"):
+                raise ModelConfigError(f"{name} must be a list of {self.n_bins} numbers")
+            if len(values) != self.n_bins:
                 raise ModelConfigError(f"{name} must hold {self.n_bins} finite numbers (one per bin), "
                                        f"got {len(values)}")
-            if name == "bin_std" and min(values) <= 0:
-                raise ModelConfigError("bin_std must be positive")
-            object.__setattr__(self, name, values)
+            limit: Limit = field_limit(type(self), like)
+            for i, v in enumerate(values):
+                limit.check(f"{name}[{i}]", v, ModelConfigError)
+            object.__setattr__(self, name, tuple(float(v) for v in values))
+
+    @property
+    def time_stride(self) -> int:
+        """Input frames per output frame: ``input_time_pool x 2**depth`` (``input_time_pool`` without
+        ``time_pool``), the same for both archs."""
+        return self.input_time_pool * (2**self.depth if self.time_pool else 1)
+
+    @property
+    def n_parameters(self) -> int:
+        """Parameters of the model this config builds (trainable or not), counted from the config alone,
+        before any tensor is allocated: the check that bounds what a checkpoint can make the loader
+        allocate."""
+        chans = self.channels
+        kt = self.time_kernel
+        if self.arch == "cnn":
+            c_ins, fks = [1, *chans[:-1]], [self.stem_freq_kernel] + [3] * (self.depth - 1)
+            n = sum(c_in * c_out * fk * kt + 2 * c_out for c_in, c_out, fk in zip(c_ins, chans, fks, strict=True))
+        else:
+            n = chans[0] * self.stem_freq_kernel * kt + 2 * chans[0]
+            c_in = chans[0]
+            for i, c_out in enumerate(chans):
+                for j in range(self.blocks_per_stage):
+                    n += c_in * c_out * 3 * kt + c_out * c_out * 3 * kt + 4 * c_out
+                    if (i > 0 and j == 0) or c_in != c_out:
+                        n += c_in * c_out + 2 * c_out
+                    c_in = c_out
+        features = chans[-1] * (_halved(self.n_bins, self.depth) if self.freq_pooling == "keep" else 1)
+        n += (features * (2 if self.pooling == "meanstd" else 1) + 1) * self.n_classes
+        if self.pooling == "attention":
+            n += features + 1
+        if self.stats_head:
+            n += (len(BAND_STATS) * self.n_bins + 1) * self.n_classes
+        return n
 
     @property
     def channels(self) -> list[int]:
@@ -236,6 +297,12 @@ class ModelConfig:
     def from_dict(cls, data: dict[str, Any]) -> ModelConfig:
         """Inverse of :meth:`to_dict`; rejects unknown fields with one clear error."""
         return from_record(cls, data, "model config", ModelConfigError)
+
+    @classmethod
+    def check_field(cls, name: str, value: Any, error: type[ConfigError] = ModelConfigError) -> None:
+        """Check one bounded field's value alone (e.g. a training option that becomes it), as
+        construction would."""
+        field_limit(cls, name).check(name, value, error)
 
 
 def time_mask(lengths: Tensor, n_frames: int, dtype: torch.dtype) -> Tensor:

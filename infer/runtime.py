@@ -41,11 +41,12 @@ from .contract import exact_windows, masks_padding, time_stride, window_frames
 from .cost import measure_cost_per_frame
 from .data import BudgetBatchSampler, ClipSource, Item, PadCollate, StoreDataset, prefetch
 from .device import PRECISIONS, amp, anon_rss_bytes, autocast_dtype, choose_device, memory_bytes, set_cpu_threads
+from .limits import bounded, check_fields, field_limit, usable_cores
 from .models import MaskedClassifier
 from .planner import DEFAULT_BATCH_OVERHEAD_FRAMES, Plan, plan_batches
 from .windows import run_windowed
 
-__all__ = ["Engine", "RowLogits", "RunOptions", "distinct_rows"]
+__all__ = ["Engine", "RowLogits", "RunOptions", "check_run_option", "distinct_rows"]
 
 log = logging.getLogger(__name__)
 
@@ -60,34 +61,45 @@ class RunOptions:
     ``budget_mb``: MiB one batch may use (CPU default 2048; on CUDA the free
     memory minus ``margin_mb``, default 1536, capped by ``budget_mb``).
     ``max_batch``: most clips in one batch (default 16).  Defaults come from
-    :mod:`infer.defaults`.  ``threads``: CPU threads
-    (default all cores).  ``channels_last``: None = on for CPU, where it is
-    faster for these convolutions.  ``loader_workers``: batches are read and
-    padded by one prefetch thread (0, the default: fastest for mmap-backed
-    stores on a few cores) or by that many DataLoader worker processes (for
-    a GPU that one thread cannot keep busy).  ``progress``: tqdm bars.
+    :mod:`infer.defaults`.  ``threads``: CPU threads (default, and at
+    most, the cores this process may use).  ``channels_last``: None = on for
+    CPU, where it is faster for these convolutions.  ``loader_workers``:
+    batches are read and padded by one prefetch thread (0, the default:
+    fastest for mmap-backed stores on a few cores) or by that many
+    DataLoader worker processes (for a GPU that one thread cannot keep
+    busy).  ``progress``: tqdm bars.
+    Every number is bounded (the :class:`~infer.limits.Limit` beside it, the
+    reason with it) and checked when the options are made, so every command
+    that runs a model refuses a value out of range in one line.
     """
 
     device: str = defaults.DEVICE
     precision: str = defaults.PRECISION
-    budget_mb: float | None = None
-    margin_mb: float | None = None
-    max_batch: int = defaults.MAX_BATCH
-    threads: int | None = None
+    budget_mb: float | None = bounded(None, 0.0, defaults.MAX_BUDGET_MB, "MiB one batch may use; the planner's "
+                                      "byte arithmetic holds up to 1 TiB", kind=float, low_open=True, optional=True,
+                                      spelled="BUDGET_MB, --budget-mb")
+    margin_mb: float | None = bounded(None, 0.0, defaults.MAX_BUDGET_MB, "GPU MiB kept free, at most the largest "
+                                      "budget", kind=float, optional=True, spelled="--margin-mb")
+    max_batch: int = bounded(defaults.MAX_BATCH, 1, defaults.MAX_BATCH_LIMIT, "the planner tries every batch size up "
+                             "to it for every clip", spelled="MAX_BATCH, --max-batch")
+    threads: int | None = bounded(None, 1, usable_cores, "the CPU cores this process may use; more threads only "
+                                  "compete for them", kind=int, optional=True, spelled="--threads")
     channels_last: bool | None = None
-    loader_workers: int = 0
+    loader_workers: int = bounded(0, 0, defaults.MAX_LOADER_WORKERS, "DataLoader worker processes, each with its "
+                                  "own reader of the store", spelled="--loader-workers")
     progress: bool = True
 
     def __post_init__(self) -> None:
         if self.precision not in PRECISIONS:
             raise ConfigError(f"precision must be one of {', '.join(PRECISIONS)}, not {self.precision!r}")
-        if not isinstance(self.max_batch, int) or self.max_batch < 1:
-            raise ConfigError(f"max_batch must be a positive integer, got {self.max_batch!r}")
-        if self.loader_workers < 0:
-            raise ConfigError(f"loader_workers must be >= 0, got {self.loader_workers}")
-        if self.threads is not None and self.threads < 1:
-            raise ConfigError(f"threads must be at least 1, got {self.threads}")
+        check_fields(self)
         memory_bytes(torch.device("cpu"), self.budget_mb, self.margin_mb)  # validates both figures
+
+
+def check_run_option(name: str, value: Any, error: type[ConfigError] = ConfigError) -> None:
+    """Check a copy of the :class:`RunOptions` setting ``name`` (e.g. the training config's ``max_batch``)
+    against that setting's bound, as :class:`RunOptions` would; ``error`` if it is out of bounds."""
+    field_limit(RunOptions, name).check(name, value, error)
 
 
 def distinct_rows(rows: np.ndarray, hashes: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:

@@ -18,6 +18,15 @@ content hash (:func:`split_keys`).  Consequences:
 The split is not stratified: each class's held-out share is ``val_fraction``
 in expectation (binomial spread), which is what a content-addressed rule can
 promise.
+
+Without groups, only identical files are kept together: the stems of one
+song, excerpts of one recording or movements of one work are different
+contents and land on both sides, so held-out figures on a small corpus can
+be near-perfect and mean nothing.  :func:`ungrouped_split_warning` says so
+when a store with no groups and fewer than :data:`MIN_CLIPS_UNGROUPED`
+clips in its smallest class is split (``make train`` with a validation
+share, ``make cv``, ``make eval`` of the validation split); groups come
+from a manifest's ``group`` column or ``specstore-features --group-by``.
 """
 
 from __future__ import annotations
@@ -32,9 +41,8 @@ import numpy as np
 from store import ConfigError, Store
 
 __all__ = [
-    "RULE", "RULE_OFFSET", "SPLITS", "SplitError", "SplitRule", "split_keys", "split_score", "split_scores",
-    "training_fingerprint",
-    "training_rows",
+    "MIN_CLIPS_UNGROUPED", "RULE", "RULE_OFFSET", "SPLITS", "SplitError", "SplitRule", "split_keys", "split_score",
+    "split_scores", "training_fingerprint", "training_rows", "ungrouped_split_warning",
 ]
 
 RULE = "blake2b-64(seed:key) / 2**64 < val_fraction; key = the clip's group, else its content hash"
@@ -47,6 +55,10 @@ _LEGACY_RULES = ("blake2b-64(seed:hash) / 2**64 < val_fraction",)
 """Earlier spellings of the same rule (stores without groups: the key is the content hash)."""
 
 SPLITS = ("all", "train", "val")
+MIN_CLIPS_UNGROUPED = 30
+"""Below this many clips in its smallest class, a split of a store without groups is warned about
+(:func:`ungrouped_split_warning`): one near-duplicate pair across the split then moves a class's figure by
+several points."""
 
 
 class SplitError(ConfigError):
@@ -59,6 +71,31 @@ def split_keys(store: Store) -> list[str]:
     if groups is None:
         return list(store.hashes)
     return [g or h for g, h in zip(groups, store.hashes, strict=True)]
+
+
+def ungrouped_split_warning(store: Store) -> str | None:
+    """One line for a split of ``store`` by content hash alone on a small corpus, else None.
+
+    Said when no labelled clip of ``store`` has a group and its smallest
+    class (of the labelled clips, duplicates counted per path) has fewer
+    than :data:`MIN_CLIPS_UNGROUPED` clips.
+    """
+    labels = np.asarray(store.labels)
+    labelled = np.flatnonzero(labels >= 0)
+    groups = getattr(store, "groups", None)
+    if not len(labelled) or (groups is not None and any(groups[int(r)] for r in labelled)):
+        return None
+    counts = np.bincount(labels[labelled].astype(np.int64))
+    present = np.flatnonzero(counts)
+    smallest = int(present[np.argmin(counts[present])])
+    if counts[smallest] >= MIN_CLIPS_UNGROUPED:
+        return None
+    return (f"the train/validation split of {store.location} is by content hash (it records no groups) and its "
+            f"smallest class, {store.label_names[smallest]!r}, has {int(counts[smallest])} clips (under "
+            f"{MIN_CLIPS_UNGROUPED}): near-duplicates (stems or excerpts of one song, movements of one work) can "
+            "land on both sides and make held-out figures optimistic; group them: rerun `make features` with "
+            "ARGS=\"--group-by parent\" (or a regular expression over the path; no decoding again), or give the "
+            "manifest a group column")
 
 
 def split_score(key: str, seed: int = 0) -> float:

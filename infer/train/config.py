@@ -28,7 +28,8 @@ from store.records import from_record
 
 from .. import defaults
 from ..device import PRECISIONS
-from ..models import ARCHS, FREQ_POOLINGS, POOLINGS
+from ..models import ARCHS, FREQ_POOLINGS, POOLINGS, ModelConfig
+from ..runtime import check_run_option
 
 __all__ = ["RUNTIME_FIELDS", "TrainConfig", "TrainError", "add_config_arguments", "config_from_args"]
 
@@ -187,8 +188,10 @@ class TrainConfig:
             raise TrainError(f"epochs must be a positive integer, got {self.epochs!r}")
         if not self.lr > 0 or not math.isfinite(self.lr):
             raise TrainError(f"lr must be positive, got {self.lr!r}")
-        if self.weight_decay < 0 or not 0 <= self.warmup_fraction < 1 or not 0 < self.final_lr_ratio <= 1:
-            raise TrainError("weight_decay must be >= 0, warmup_fraction in [0, 1), final_lr_ratio in (0, 1]")
+        if not (self.weight_decay >= 0 and math.isfinite(self.weight_decay)) or not 0 <= self.warmup_fraction < 1 \
+                or not 0 < self.final_lr_ratio <= 1:
+            raise TrainError("weight_decay must be a finite number >= 0, warmup_fraction in [0, 1), final_lr_ratio in "
+                             "(0, 1]")
         if not 0 <= self.ema < 1:
             raise TrainError(f"ema must be in [0, 1) (0 disables), got {self.ema!r}")
         if not 0 <= self.label_smoothing < 1:
@@ -199,10 +202,8 @@ class TrainConfig:
             raise TrainError(f"crops_per_epoch must be >= 1, got {self.crops_per_epoch}")
         if self.val_every is not None and (not isinstance(self.val_every, int) or self.val_every < 1):
             raise TrainError(f"val_every must be a positive integer (or auto), got {self.val_every!r}")
-        if self.max_batch < 1:
-            raise TrainError(f"max_batch must be >= 1, got {self.max_batch}")
-        if self.budget_mb is not None and not (self.budget_mb > 0 and math.isfinite(self.budget_mb)):
-            raise TrainError(f"budget_mb must be a positive, finite number of MiB, got {self.budget_mb}")
+        for name in ("max_batch", "budget_mb", "loader_workers"):  # the run options' own bounds
+            check_run_option(name, getattr(self, name), TrainError)
         if self.crop_seconds is not None and not (self.crop_seconds > 0 and math.isfinite(self.crop_seconds)):
             raise TrainError(f"crop_seconds must be positive (or None for whole clips), got {self.crop_seconds}")
         if min(self.time_masks, self.time_mask_frames, self.freq_masks, self.freq_mask_bins) < 0:
@@ -216,8 +217,11 @@ class TrainConfig:
             raise TrainError(f"pool_seconds must be >= 0 (0 = the whole clip; or auto), got {self.pool_seconds!r}")
         if self.stats_weight is not None and not (self.stats_weight >= 0 and math.isfinite(self.stats_weight)):
             raise TrainError(f"stats_weight must be a number >= 0 (or auto), got {self.stats_weight!r}")
-        if self.input_time_pool < 1:
-            raise TrainError(f"input_time_pool must be >= 1, got {self.input_time_pool}")
+        if self.arch in ARCHS:  # the built-in model's own bounds (ModelConfig), before any data is read
+            for name in ("width", "depth", "dropout", "stem_freq_kernel", "input_time_pool"):
+                ModelConfig.check_field(name, getattr(self, name), TrainError)
+            if self.stats_weight is not None:
+                ModelConfig.check_field("stats_weight", self.stats_weight, TrainError)
         if self.freq_pooling not in FREQ_POOLINGS:
             raise TrainError(f"freq_pooling must be one of {', '.join(FREQ_POOLINGS)}, not {self.freq_pooling!r}")
         if self.pooling not in POOLINGS:
@@ -238,8 +242,6 @@ class TrainConfig:
         if self.model_args is not None and self.arch in ARCHS:
             raise TrainError("model_args is for import-path models; the built-ins take width, depth, dropout, "
                              "pooling")
-        if self.loader_workers < 0:
-            raise TrainError(f"loader_workers must be >= 0, got {self.loader_workers}")
         if self.precision not in PRECISIONS:
             raise TrainError(f"precision must be one of {', '.join(PRECISIONS)}, not {self.precision!r}")
 

@@ -36,7 +36,7 @@ from ..contract import ModelSpec, masks_padding, spec_of, time_stride, window_fr
 from ..data import BudgetBatchSampler, PadCollate, StoreDataset, feature_specs, prefetch
 from ..models import ARCHS, MaskedClassifier
 from ..runtime import Engine, RunOptions
-from ..split import SplitError, SplitRule, split_keys, training_fingerprint, training_rows
+from ..split import SplitError, SplitRule, split_keys, training_fingerprint, training_rows, ungrouped_split_warning
 from ..trust import Trust, UntrustedModelError, with_named
 from .config import TrainConfig, TrainError
 from .recipe import DataFacts, data_facts, resolve, resolve_validation
@@ -181,6 +181,9 @@ def _split(s: Store, rule: SplitRule) -> tuple[np.ndarray, np.ndarray]:
     if len(np.unique(labels)) < 2:
         raise TrainError(f"the training split holds only one label ({s.label_names[int(labels[0])]}); "
                          "a classifier needs at least two")
+    # Said once per command: cross-validation's folds share one split, and fold 1 is the one at offset 0.
+    if len(val_rows) and rule.val_offset == 0 and (why := ungrouped_split_warning(s)):
+        log.warning("%s", why)
     return train_rows, val_rows
 
 
