@@ -44,6 +44,7 @@ from store.location import as_location
 
 from .cleanup import clean_stale_worker_files
 from .corpus import CorpusError, CorpusItem, scan_corpus
+from .decoder_log import DecoderWarnings, log_lines
 from .features import min_samples
 from .hashing import Fingerprint, SourceChanged, fingerprint
 from .tasks import TaskItem, TaskResult, run_task
@@ -87,6 +88,7 @@ class ExtractSummary:
     wall_seconds: float = 0.0
     clips_in_store: int = 0
     jobs: int = 0
+    decoder: DecoderWarnings = field(default_factory=DecoderWarnings)  # the C decoders' messages on stderr
 
     def report(self, max_errors: int = 20) -> str:
         """A short human-readable summary, bad files with their reasons included."""
@@ -107,6 +109,9 @@ class ExtractSummary:
         ]
         if self.repaired:
             lines.append(f"repaired     {self.repaired:,} paths of damaged shards dropped and decoded again")
+        note = self.decoder.summary()
+        if note is not None:
+            lines.append(f"decoder      {note}")
         lines.append(f"bad files    {len(self.errors):,}")
         for path, reason in sorted(self.errors.items())[:max_errors]:
             lines.append(f"  {path}: {reason}")
@@ -262,6 +267,7 @@ def extract(
     add_corpus: bool = False,
     remove_missing: bool = False,
     follow_links: bool = False,
+    group_by: str | None = None,
 ) -> ExtractSummary:
     """Decode ``corpus`` once into the feature store ``store``; resumable and deduplicated.
 
@@ -273,7 +279,12 @@ def extract(
     was extracted from: another corpus goes in only with ``add_corpus``
     (under its own path prefix).  ``remove_missing`` drops indexed paths
     whose files are gone.  Links whose target lies outside the corpus root
-    are recorded as bad files unless ``follow_links``.  Returns an
+    are recorded as bad files unless ``follow_links``.  ``group_by``
+    (``"parent"`` or a regular expression over the path) gives a folder
+    corpus's files groups, as a manifest's ``group`` column does
+    (:func:`pipeline.corpus.scan_corpus`); each run sets the groups of the
+    corpus's indexed paths anew, so a rerun with another ``group_by`` (or
+    none) regroups them without decoding (logged).  Returns an
     :class:`ExtractSummary`; raises ``ConfigError`` for bad arguments (before
     any work), ``CorpusError`` for an unusable corpus, ``StoreError`` for an
     incompatible or locked store, :class:`ExtractError` when writing fails.
@@ -282,7 +293,7 @@ def extract(
     specs = _check_arguments(tuple(features), specs, jobs, backend, block_seconds, commit_seconds)
     loc = as_location(store, storage_options)
     loc.check_writable_path()
-    root, items = scan_corpus(corpus, follow_links=follow_links)
+    root, items = scan_corpus(corpus, follow_links=follow_links, group_by=group_by)
     clean_stale_worker_files()
     summary = ExtractSummary(store=str(store), files=len(items))
     with create_store(loc, specs, layout=layout) as writer:
@@ -420,6 +431,7 @@ class _Run:
         committed = w.committed_rows()
         known = w.committed_hashes()
         quick: list[IndexRow] = []
+        regrouped = 0
         for it in scanned:
             fp = self.fps.get(it.path)
             if fp is None:
@@ -430,6 +442,7 @@ class _Run:
                 if old != self.row(it, fp.hash):
                     quick.append(self.row(it, fp.hash))
                     summary.refreshed += 1
+                    regrouped += old.group != it.group
                 continue
             if old is not None:
                 summary.changed += 1
@@ -438,6 +451,10 @@ class _Run:
                 summary.duplicates += 1
             else:
                 self.todo.setdefault(fp.hash, []).append(it)
+        if regrouped:
+            log.warning("%d indexed paths get another group than the store recorded (groups follow this run's "
+                        "--group-by, or a manifest's group column): the train/validation split changes, so "
+                        "retrain models trained on this store before", regrouped)
         summary.duplicates += sum(len(v) - 1 for v in self.todo.values())
         summary.errors.update(errors)
         present = {it.path for it in items}
@@ -480,8 +497,8 @@ class _Run:
                                "use jobs=1 or the threading backend, or a file or object-store path")
         if not tasks:
             return
-        calls = [delayed(run_task)(url, t, self.spec_dicts, self.block_seconds, self.storage_options)
-                 for t in tasks]
+        calls = [delayed(run_task)(url, t, self.spec_dicts, self.block_seconds, self.storage_options,
+                                   driver_pid=os.getpid()) for t in tasks]
 
         def finished() -> Iterator[TaskResult]:
             """Task results as they finish (in rounds where the backend can only return whole lists)."""
@@ -549,3 +566,5 @@ class _Run:
             summary.errors[first.path] = reason
             self.leftover += copies
         summary.audio_seconds += res.seconds
+        log_lines(res.decoder)  # the lines of worker processes (the driver's own are on stderr already)
+        summary.decoder.add(res.decoder)

@@ -18,14 +18,13 @@ from __future__ import annotations
 import logging
 import multiprocessing
 import os
-import sys
-from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
 from store import FeatureSpec, ShardInfo, ShardWriter
 
 from .audio import AudioError
+from .decoder_log import DecoderWarnings, captured_stderr, divert_stderr
 from .features import compute_features
 from .hashing import Fingerprint, Stamp, digest_fd
 
@@ -65,26 +64,7 @@ class TaskResult:
     decoded: dict[str, Decoded] = field(default_factory=dict)  # hash -> what was actually decoded
     seconds: float = 0.0
     files: int = 0
-
-
-class _SilenceDecoderStderr:
-    """Send the C decoders' own stderr chatter (libmpg123's "part2_3_length ... too large") to /dev/null.
-
-    Only in worker processes, where it would interleave with the driver's
-    progress bar; every problem that matters reaches the driver as an
-    :class:`AudioError` reason instead.  Reusable; restores fd 2 on exit.
-    """
-
-    def __enter__(self) -> None:
-        sys.stderr.flush()
-        self._saved = os.dup(2)
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, 2)
-        os.close(devnull)
-
-    def __exit__(self, *exc: object) -> None:
-        os.dup2(self._saved, 2)
-        os.close(self._saved)
+    decoder: DecoderWarnings = field(default_factory=DecoderWarnings)  # the C decoders' messages, counted
 
 
 def _fd_path(fd: int, source: str) -> str:
@@ -102,7 +82,7 @@ def _open_reason(e: OSError) -> str:
 
 
 def _decode_one(item: TaskItem, shard: ShardWriter, specs: dict[str, FeatureSpec], block_seconds: float,
-                quiet: AbstractContextManager[Any], tries: int) -> tuple[Decoded, float] | tuple[str, bool]:
+                tries: int) -> tuple[Decoded, float] | tuple[str, bool]:
     """Decode ``item`` into the shard's current clip: ``(what was decoded, seconds)`` or ``(reason, about_file)``.
 
     ``about_file`` is True when the reason concerns this file (gone, kept
@@ -119,10 +99,9 @@ def _decode_one(item: TaskItem, shard: ShardWriter, specs: dict[str, FeatureSpec
             fp = item.fingerprint
             known = fp is not None and fp.trusted and fp.stamp == before
             try:
-                with quiet:
-                    feats = compute_features(_fd_path(fd, item.source), specs, block_seconds=block_seconds,
-                                             out_dtypes={k: s.dtype for k, s in specs.items()},
-                                             sinks={k: shard.sink(k) for k in specs})
+                feats = compute_features(_fd_path(fd, item.source), specs, block_seconds=block_seconds,
+                                         out_dtypes={k: s.dtype for k, s in specs.items()},
+                                         sinks={k: shard.sink(k) for k in specs})
                 failure = None
             except AudioError as e:
                 failure = e.reason
@@ -157,19 +136,27 @@ def run_task(
     block_seconds: float,
     storage_options: dict[str, Any] | None = None,
     tries: int = DECODE_TRIES,
+    driver_pid: int | None = None,
 ) -> TaskResult:
     """Decode ``items``, compute every feature once per file, stream them into one new shard.
 
     Per-file audio problems become ``failed`` entries with their reason and
     never stop the task.  Errors writing the shard (a full disk, say)
     propagate: the driver stops the run and the store stays at its last commit.
+
+    In a worker process (not the driver's, ``driver_pid``; or any child of
+    multiprocessing) the C decoders' lines on stderr are diverted and come
+    back in ``result.decoder`` for the driver to log, so they do not
+    interleave with its progress bar; run in the driver's process they stay
+    on stderr and are counted (:mod:`pipeline.decoder_log`).
     """
     feature_specs = {k: FeatureSpec.from_dict(v) for k, v in specs.items()}
     result = TaskResult(shard=None, files=len(items))
-    quiet = _SilenceDecoderStderr() if multiprocessing.parent_process() is not None else nullcontext()
-    with ShardWriter(store_url, storage_options=storage_options) as shard:
+    if multiprocessing.parent_process() is not None or driver_pid not in (None, os.getpid()):
+        divert_stderr()
+    with ShardWriter(store_url, storage_options=storage_options) as shard, captured_stderr(result.decoder):
         for item in items:
-            outcome = _decode_one(item, shard, feature_specs, block_seconds, quiet, tries)
+            outcome = _decode_one(item, shard, feature_specs, block_seconds, tries)
             if isinstance(outcome[0], str):
                 reason, about_file = outcome
                 (result.unavailable if about_file else result.failed)[item.hash] = reason

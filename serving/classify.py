@@ -10,7 +10,11 @@ checkpoint's FeatureSpecs in ``jobs`` worker processes
 Budget and planner as ``make infer`` -> one row per file.  With a cache folder, contents decoded before are
 read back instead of decoded (:mod:`serving.cache`).  A file that
 cannot be read or decoded is one :class:`FileFailure` (one line on
-stderr); the others go through.
+stderr); the others go through.  What the C decoders print on stderr
+(libmpg123's notes on frames it conceals) is logged under
+``specstore.decoder`` from the worker processes (``-v`` shows it) or left
+on stderr when decoding in-process, and counted: the run ends with one
+summary line (:mod:`pipeline.decoder_log`).
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from pipeline.corpus import AUDIO_EXTENSIONS
+from pipeline.decoder_log import DecoderLogListener, DecoderWarnings, captured_stderr, log_summary
 from pipeline.hashing import content_hash
 from store import ConfigError, FeatureSpec
 
@@ -67,6 +72,7 @@ class ClassifyResult:
     efficiency: float = 1.0
     windowed: int = 0
     oom_retries: int = 0
+    decoder: DecoderWarnings = field(default_factory=DecoderWarnings)
 
 
 def expand_inputs(inputs: Sequence[str | os.PathLike[str]]) -> list[str]:
@@ -92,25 +98,34 @@ def expand_inputs(inputs: Sequence[str | os.PathLike[str]]) -> list[str]:
     return out
 
 
-def _decode_all(todo: dict[str, str], specs: dict[str, FeatureSpec], jobs: int,
-                progress: bool) -> Iterator[tuple[str, DecodedClip | str]]:
-    """``(hash, clip or reason)`` for each distinct content ``hash -> path``, in ``jobs`` processes."""
+def _decode_all(todo: dict[str, str], specs: dict[str, FeatureSpec], jobs: int, progress: bool,
+                decoder: DecoderWarnings) -> Iterator[tuple[str, DecodedClip | str]]:
+    """``(hash, clip or reason)`` for each distinct content ``hash -> path``, in ``jobs`` processes.
+
+    The C decoders' messages on stderr are counted into ``decoder`` (once
+    the generator is done): in-process they stay on stderr; from worker
+    processes they are logged at INFO under ``specstore.decoder``.
+    """
     bar = tqdm(total=len(todo), unit="file", desc="decoding", disable=not progress, leave=False)
+    listener = DecoderLogListener()
     try:
         if jobs <= 1 or len(todo) <= 1:
             for h, path in todo.items():
-                yield h, decode_or_reason(path, specs, h)
+                with captured_stderr(decoder):
+                    got = decode_or_reason(path, specs, h)
+                yield h, got
                 bar.update(1)
             return
         # spawn: this process has torch's threads running, which a fork would copy half-started
-        with cf.ProcessPoolExecutor(max_workers=min(jobs, len(todo)),
-                                    mp_context=multiprocessing.get_context("spawn")) as pool:
+        with cf.ProcessPoolExecutor(max_workers=min(jobs, len(todo)), mp_context=multiprocessing.get_context("spawn"),
+                                    **listener.pool_options()) as pool:
             futures = {pool.submit(decode_or_reason, path, specs, h): h for h, path in todo.items()}
             for fut in cf.as_completed(futures):
                 yield futures[fut], fut.result()
                 bar.update(1)
     finally:
         bar.close()
+        decoder.add(listener.close())  # after the pool: its workers' last lines are in
 
 
 def classify_files(inputs: Sequence[str | os.PathLike[str]], classifier: Classifier, *, topk: int = 5,
@@ -148,12 +163,14 @@ def classify_files(inputs: Sequence[str | os.PathLike[str]], classifier: Classif
     clips: dict[str, DecodedClip] = {}
     failed: dict[str, str] = {}
     store = ClipCache(cache, classifier.specs) if cache is not None else None
+    decoder = DecoderWarnings()
     if store is not None:
         for h in list(todo):
             hit = store.get(h)
             if hit is not None:
                 clips[h] = hit
-    for h, got in _decode_all({h: p for h, p in todo.items() if h not in clips}, classifier.specs, jobs, progress):
+    for h, got in _decode_all({h: p for h, p in todo.items() if h not in clips}, classifier.specs, jobs, progress,
+                              decoder):
         if isinstance(got, str):
             failed[h] = got
         else:
@@ -168,7 +185,8 @@ def classify_files(inputs: Sequence[str | os.PathLike[str]], classifier: Classif
             failed[h] = "the model gave non-finite probabilities"
     out = ClassifyResult([], [], list(classifier.label_names), distinct=len(order),
                          cached=store.hits if store is not None else 0, batches=res.run.batches,
-                         efficiency=res.run.efficiency, windowed=res.run.windowed, oom_retries=res.run.oom_retries)
+                         efficiency=res.run.efficiency, windowed=res.run.windowed, oom_retries=res.run.oom_retries,
+                         decoder=decoder)
     for path in paths:
         if path in reasons:
             out.failures.append(FileFailure(path, reasons[path]))
@@ -178,4 +196,5 @@ def classify_files(inputs: Sequence[str | os.PathLike[str]], classifier: Classif
             p = res.probs[row[hashes[path]]]
             out.results.append(FileResult(path, clips[hashes[path]].duration, top_k(p, classifier.label_names, topk),
                                           p))
+    log_summary(decoder)  # the run's one line about the decoders' messages (none when there were none)
     return out

@@ -121,6 +121,9 @@ class Metrics:
                                            ("phase",))
         self.inflight_bytes = Gauge(f"{p}inflight_upload_bytes", "upload bytes reserved by requests in progress")
         self.audio_seconds = Counter(f"{p}audio_seconds_total", "seconds of audio classified")
+        # counted by the decode pool's listener thread (its only writer), not on the event loop's
+        self.decoder_warnings = Counter(f"{p}decoder_warnings_total", "messages the audio decoders printed about "
+                                        "the files they decoded (libmpg123's on damaged frames; logged at INFO)")
         self.latency = Histogram(f"{p}request_seconds", "latency of /classify requests, seconds")
         self.decode_seconds = Histogram(f"{p}decode_seconds", "decode + features time per file, seconds")
         self.batch_seconds = Histogram(f"{p}batch_seconds", "model time per closed batch, seconds")
@@ -145,6 +148,7 @@ class Metrics:
             self.requests, self.files, self.batches, self.batched_clips, self.real_frames, self.computed_frames,
             self.padding_efficiency, self.oom_splits, self.windowed, self.queue_depth, self.waiting,
             self.connections, self.refused_connections, self.dropped_connections, self.inflight_bytes,
-            self.audio_seconds, self.latency, self.decode_seconds, self.batch_seconds, self.batch_size,
+            self.audio_seconds, self.decoder_warnings, self.latency, self.decode_seconds, self.batch_seconds,
+            self.batch_size,
         ]
         return "\n".join(line for m in parts for line in m.lines()) + "\n"
