@@ -14,6 +14,7 @@ DEMO_CORPUS := data/demo-corpus
 CORPUS      ?= $(DEMO_CORPUS)
 STORE       ?=
 FEATURES    ?=
+GROUP_BY    ?=
 JOBS        ?=
 LAYOUT      ?=
 BACKEND     ?=
@@ -94,7 +95,8 @@ opt = $(if $(strip $($(1))),$(2) $(call q,$($(1))))
 # Each command's options, every one only when its variable is set (ARGS last, as given).
 RUN_OPTS      = $(call opt,DEVICE,--device) $(call opt,PRECISION,--precision) $(call opt,MAX_BATCH,--max-batch) \
                 $(call opt,BUDGET_MB,--budget-mb) $(call flag,TRUST_MODEL_CODE,--trust-model-code)
-FEATURES_OPTS = $(strip $(call opt,FEATURES,--features) $(call opt,JOBS,--jobs) $(call opt,LAYOUT,--layout) \
+FEATURES_OPTS = $(strip $(call opt,FEATURES,--features) $(call opt,JOBS,--jobs) $(call opt,GROUP_BY,--group-by) \
+                $(call opt,LAYOUT,--layout) \
                 $(call opt,BACKEND,--backend) $(call opt,SCHEDULER,--scheduler) $(ARGS))
 INFER_OPTS    = $(strip $(call opt,OUT,--out) $(call opt,TOPK,--topk) $(RUN_OPTS) $(ARGS))
 CLASSIFY_OPTS = $(strip $(call opt,TOPK,--topk) $(call opt,JOBS,--jobs) $(RUN_OPTS) $(ARGS))
@@ -151,7 +153,7 @@ corpus: install  ## generate the synthetic demo corpus into data/demo-corpus (de
 	@if [ ! -f $(DEMO_CORPUS)/.complete ]; then \
 		$(PY) -m democorpus $(DEMO_CORPUS) && touch $(DEMO_CORPUS)/.complete; fi
 
-features: install  ## CORPUS=dir|manifest.csv STORE=out.zarr (required) FEATURES=mel,cqt JOBS=n LAYOUT=raw|zstd ARGS=...
+features: install  ## CORPUS=dir|manifest.csv STORE=out.zarr (required) FEATURES=mel,cqt JOBS=n GROUP_BY=parent|REGEX LAYOUT=raw|zstd ARGS=...
 	@if [ $(call q,$(CORPUS)) = $(call q,$(DEMO_CORPUS)) ]; then $(MAKE) --no-print-directory corpus; fi
 	$(PY) -m pipeline.cli $(call q,$(CORPUS)) $(call q,$(STORE)) $(FEATURES_OPTS)
 

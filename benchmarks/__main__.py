@@ -8,7 +8,7 @@ Writes ``benchmarks.json`` and ``benchmarks.md`` into ``--out-dir``
 ``--quick`` is a smoke run (tiny sizes, one repeat,
 under a minute) that exercises every benchmark and writes the same files;
 its values are not meaningful.  Groups (``--only``): extract, extract-mem,
-plan, infer, infer-mem, reads, gpu, library, model, serve, serve-limits; with ``--merge`` the groups not
+plan, infer, infer-mem, reads, gpu, library, model, serve, serve-limits, startup; with ``--merge`` the groups not
 rerun are kept from the report already there, each marked with its date.  A group that needs what
 ``make install`` does not give (the quick model group renders with fluidsynth and a Debian SoundFont) is
 skipped where that is missing, with one line saying how to enable it (``make realcorpus-deps``).  Nothing
@@ -34,7 +34,7 @@ from . import bench_common
 from .bench_common import GroupResult, load_average, log, machine_info, wait_for_quiet
 
 GROUPS = ("extract", "extract-mem", "plan", "infer", "infer-mem", "reads", "gpu", "library", "model", "serve",
-          "serve-limits")
+          "serve-limits", "startup")
 
 #: Sizes: full run (about 6-8 minutes on 2 cores) and the smoke run.
 FULL: dict[str, dict[str, Any]] = {
@@ -54,6 +54,7 @@ FULL: dict[str, dict[str, Any]] = {
                   ramp_s=4.0, model={}),
     "serve-limits": dict(n_slow=300, n_normal=16, seconds=(5.0, 15.0), read_timeout=10.0,
                          model=dict(width=8, depth=2)),
+    "startup": dict(repeats=7),
 }
 QUICK: dict[str, dict[str, Any]] = {
     "extract": dict(n_files=8, mean_seconds=3.0, repeats=1),
@@ -71,6 +72,7 @@ QUICK: dict[str, dict[str, Any]] = {
     "serve": dict(n_files=4, clients=(2, 4), repeats=1, seconds=(2.0, 6.0), workers=1, max_delay_ms=50.0,
                   ramp_s=0.2, model=dict(width=8, depth=2)),
     "serve-limits": dict(n_slow=24, n_normal=4, seconds=(2.0, 4.0), read_timeout=2.0, model=dict(width=8, depth=2)),
+    "startup": dict(repeats=1),
 }
 
 NOTES = [
@@ -128,6 +130,10 @@ def _runner(name: str, work: Path, sizes: dict[str, Any]) -> Callable[[], GroupR
         from . import bench_serve_limits
 
         return lambda: bench_serve_limits.run(work / "serve-limits", **sizes)
+    if name == "startup":
+        from . import bench_startup
+
+        return lambda: bench_startup.run(**sizes)
     if name == "model":
         from . import bench_model
 

@@ -11,9 +11,10 @@ deadline rather than refused at the door):
 
 * 75 held uploads, connected first: headers declaring the largest request
   (16 x 10 MiB, the whole upload budget), 64 KiB of body, then nothing;
-  the first holds the budget until it is dropped, so normal clients meet
-  the worst case (503 until then), and the admission budget refuses the
-  other 74 at once;
+  the first holds the budget until it is dropped (as a stalled upload
+  once a ready client is refused for want of bytes, or at its read
+  deadline), so normal clients meet the worst case, and the admission
+  budget refuses the other 74 at once;
 * 75 body tricklers: whole headers declaring a 1 MiB upload, then one
   body byte every 2 s;
 * 75 header tricklers: a request line, then one header byte every 2 s;
@@ -22,8 +23,8 @@ deadline rather than refused at the door):
 One second in, the same 16 normal clients upload again (each retries a
 503 after its ``Retry-After``, as HTTP clients should), while ``/health``
 is polled every 100 ms.  Measured: when each slow client was dropped
-against its own deadline (``read_timeout``, plus the time its bytes buy at
-``min_upload_kib_s``), each normal client's latency against its quiet
+against its own deadline (``read_timeout``, or the longer time its bytes
+buy at ``min_upload_kib_s``), each normal client's latency against its quiet
 one (side by side, in deadlines), ``/health`` latency p50/p99, peak
 RssAnon of the server's process tree over its idle figure, peak bytes in
 the server's temporary folder against ``max_inflight_mb``, and the files

@@ -22,22 +22,35 @@ and ``infer.evaluate(store, model, out_dir)`` are what ``make infer``, ``make
 train`` and ``make eval`` run.
 """
 
-from .budget import Budget, CostModel, PlanError
-from .checkpoint import Checkpoint, CheckpointError, load_checkpoint, save_checkpoint
-from .contract import ModelSpec
-from .cost import measure_cost_per_frame
-from .data import BudgetBatchSampler, PadCollate, StoreDataset, pad_collate, prefetch
-from .evaluate import Report, evaluate
-from .planner import Plan, plan_batches, shuffled_training_plan, training_plan
-from .predict import PredictStats, predict
-from .predictions import Predictions
-from .runtime import Engine, RunOptions
-from .train import TrainConfig, TrainError, TrainResult, train
+from typing import TYPE_CHECKING
 
-__all__ = [
-    "Budget", "BudgetBatchSampler", "Checkpoint", "CheckpointError", "CostModel", "Engine", "ModelSpec",
-    "PadCollate", "Plan", "PlanError", "PredictStats", "Predictions", "Report", "RunOptions", "StoreDataset",
-    "TrainConfig", "TrainError", "TrainResult", "evaluate", "load_checkpoint", "measure_cost_per_frame",
-    "pad_collate", "plan_batches", "predict", "prefetch", "save_checkpoint", "shuffled_training_plan", "train",
-    "training_plan",
-]
+from store.lazy import lazy_package
+
+__all__ = lazy_package(__name__, {
+    "budget": ("Budget", "CostModel", "PlanError"),
+    "checkpoint": ("Checkpoint", "CheckpointError", "load_checkpoint", "save_checkpoint"),
+    "contract": ("ModelSpec",),
+    "cost": ("measure_cost_per_frame",),
+    "data": ("BudgetBatchSampler", "PadCollate", "StoreDataset", "pad_collate", "prefetch"),
+    "evaluate": ("Report", "evaluate"),
+    "planner": ("Plan", "plan_batches", "shuffled_training_plan", "training_plan"),
+    "predict": ("PredictStats", "predict"),
+    "predictions": ("Predictions",),
+    "run_options": ("RunOptions",),
+    "runtime": ("Engine",),
+    "train": ("TrainConfig", "TrainError", "TrainResult", "train"),
+})
+
+if TYPE_CHECKING:
+    from .budget import Budget, CostModel, PlanError
+    from .checkpoint import Checkpoint, CheckpointError, load_checkpoint, save_checkpoint
+    from .contract import ModelSpec
+    from .cost import measure_cost_per_frame
+    from .data import BudgetBatchSampler, PadCollate, StoreDataset, pad_collate, prefetch
+    from .evaluate import Report, evaluate
+    from .planner import Plan, plan_batches, shuffled_training_plan, training_plan
+    from .predict import PredictStats, predict
+    from .predictions import Predictions
+    from .run_options import RunOptions
+    from .runtime import Engine
+    from .train import TrainConfig, TrainError, TrainResult, train

@@ -7,6 +7,11 @@ Make targets call these.  Every failure a user can cause (missing store or
 checkpoint, spec mismatch, no GPU, a store without labels, a bad option) is
 one line on stderr, ``specstore: error: ...``, and exit status 2
 (:func:`store.run_cli`).
+
+The parsers, the option checks and the path checks (a missing store or
+checkpoint) need no torch: torch, zarr and the models are imported inside
+each command, after them, so ``--help`` and a mistyped path answer at once
+(``tests/test_fast_start.py``).
 """
 
 from __future__ import annotations
@@ -15,16 +20,17 @@ import argparse
 import logging
 import sys
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
-from store import StoreError, open_store, run_cli
+from store import ConfigError, StoreError, run_cli
+from store.atomic import check_output_path
+from store.presence import check_store_present
 
 from . import defaults
-from .checkpoint import Checkpoint, load_checkpoint, save_checkpoint
-from .evaluate import EVAL_SPLITS, evaluate
-from .models import ARCHS, ModelConfig, build_model
-from .predict import predict
-from .runtime import Engine, RunOptions, check_run_option
-from .train import TrainConfig, add_config_arguments, config_from_args, train
+from .defaults import EVAL_SPLITS
+from .model_config import ARCHS, ModelConfig
+from .run_options import RunOptions, check_run_option
+from .train.config import TrainConfig, add_config_arguments, config_from_args
 from .trust import Trust, add_trust_argument
 
 __all__ = ["COMMANDS", "build_parser", "main"]
@@ -62,6 +68,14 @@ def _run_options(args: argparse.Namespace) -> RunOptions:
     return RunOptions(**given, margin_mb=args.margin_mb, threads=args.threads, progress=not args.no_progress)
 
 
+def _check_checkpoint(model: str | None) -> None:
+    """A checkpoint path that is not a file is one line before torch is imported (loading it would say the
+    same, seconds later); an import path ``package.module:Class`` (:mod:`infer.contract`) is left to the
+    loader."""
+    if model is not None and ":" not in model and not Path(model).is_file():
+        raise ConfigError(f"no checkpoint at {Path(model)} (train one with `make train`)")
+
+
 def _check_training_run_args(args: argparse.Namespace) -> None:
     """``--threads`` and ``--margin-mb`` of ``train``/``cv`` against :class:`RunOptions`' bounds, before any
     data is read (the run options are made only once the store is open and the recipe resolved)."""
@@ -72,7 +86,12 @@ def _check_training_run_args(args: argparse.Namespace) -> None:
 # -- the commands ------------------------------------------------------------------------------------
 
 def cmd_predict(args: argparse.Namespace) -> int:
-    res = predict(args.store, args.model, args.out, topk=args.topk, options=_run_options(args),
+    options = _run_options(args)
+    check_store_present(args.store)
+    _check_checkpoint(args.model)
+    from .predict import predict
+
+    res = predict(args.store, args.model, args.out, topk=args.topk, options=options,
                   trust_model_code=args.trust_model_code)
     print(res.stats.line())
     if args.out:
@@ -82,6 +101,14 @@ def cmd_predict(args: argparse.Namespace) -> int:
 
 def cmd_plan(args: argparse.Namespace) -> int:
     options = _run_options(args)  # bad options first, before the store is opened
+    check_store_present(args.store)
+    _check_checkpoint(args.model)
+    from store import open_store
+
+    from .checkpoint import load_checkpoint
+    from .models import build_model
+    from .runtime import Engine
+
     s = open_store(args.store)
     engine = Engine(options)
     if args.model:
@@ -99,6 +126,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 
 def cmd_init(args: argparse.Namespace) -> int:
+    check_store_present(args.store)
+    from store import open_store
+
     s = open_store(args.store)
     if not s.label_names:
         raise StoreError(f"{args.store} has no labels; a classifier needs label names")
@@ -107,6 +137,9 @@ def cmd_init(args: argparse.Namespace) -> int:
         raise StoreError(f"store has no feature {feature!r}; it has {', '.join(s.specs)}")
     config = ModelConfig(arch=args.arch, n_bins=s.specs[feature].n_bins, n_classes=len(s.label_names))
     import torch
+
+    from .checkpoint import Checkpoint, save_checkpoint
+    from .models import build_model
 
     torch.manual_seed(args.seed)
     model = build_model(config)
@@ -122,6 +155,10 @@ def cmd_train(args: argparse.Namespace) -> int:
     config = config_from_args(args, base)
     # --arch on the command line is the user naming the code; an arch from --config FILE needs the flag.
     trust: Trust = True if args.trust_model_code else [args.arch] if hasattr(args, "arch") else False
+    check_output_path(args.model, what="MODEL")
+    check_store_present(args.store)
+    from .train.loop import train
+
     result = train(args.store, args.model, config, progress=not args.no_progress, threads=args.threads,
                    margin_mb=args.margin_mb, overwrite=args.overwrite, trust_model_code=trust)
     print(result.summary())
@@ -129,12 +166,13 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 
 def cmd_cv(args: argparse.Namespace) -> int:
-    from .crossval import cross_validate
-
     _check_training_run_args(args)
     base = TrainConfig.from_file(args.config) if args.config else None
     config = config_from_args(args, base)
     trust: Trust = True if args.trust_model_code else [args.arch] if hasattr(args, "arch") else False
+    check_store_present(args.store)
+    from .crossval import cross_validate
+
     result = cross_validate(args.store, args.out_dir, config, folds=args.folds, progress=not args.no_progress,
                             threads=args.threads, overwrite=args.overwrite, trust_model_code=trust)
     print(result.line())
@@ -143,8 +181,15 @@ def cmd_cv(args: argparse.Namespace) -> int:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
+    options = _run_options(args)
+    check_store_present(args.store)
+    _check_checkpoint(args.model)
+    if args.baseline_store is not None:
+        check_store_present(args.baseline_store)
+    from .evaluate import evaluate
+
     report = evaluate(args.store, args.model, args.out_dir, split=args.split, baselines=args.baselines,
-                      baseline_store=args.baseline_store, options=_run_options(args),
+                      baseline_store=args.baseline_store, options=options,
                       trust_model_code=args.trust_model_code)
     print(report.summary())
     if report.n_unlabelled or report.n_unknown_label:

@@ -13,8 +13,8 @@ own defaults (epochs, learning rate, crops, ...) live in
 
 from __future__ import annotations
 
-__all__ = ["CPU_BUDGET_MB", "CUDA_MARGIN_MB", "DEVICE", "MAX_BATCH", "MAX_BATCH_LIMIT", "MAX_BUDGET_MB",
-           "MAX_LOADER_WORKERS", "PRECISION", "PRECISIONS"]
+__all__ = ["CPU_BUDGET_MB", "CUDA_MARGIN_MB", "DEVICE", "EVAL_SPLITS", "MAX_BATCH", "MAX_BATCH_LIMIT",
+           "MAX_BUDGET_MB", "MAX_LOADER_WORKERS", "PRECISION", "PRECISIONS"]
 
 DEVICE = "auto"
 """``auto`` (CUDA when available, else CPU), ``cpu``, ``cuda`` or ``cuda:N``."""
@@ -49,3 +49,7 @@ cost per frame already includes what training keeps for backward)."""
 CUDA_MARGIN_MB = 1536.0
 """GPU memory (MiB) kept free beyond the budget (the seed keeps 1.5 GB); the budget on CUDA is the free
 memory minus this margin, capped by a configured budget."""
+
+EVAL_SPLITS = ("auto", "all", "train", "val")
+"""``make eval``'s ``--split``: auto (the held-out split on the store the model was trained on, every clip
+elsewhere), or one of :data:`infer.split.SPLITS`; here so the command line offers them without torch."""

@@ -35,12 +35,12 @@ import torch
 from store import SpecstoreError, Store, open_store, write_atomic
 
 from .baselines import BaselineResult, bootstrap_ci, fit_baselines
+from .defaults import EVAL_SPLITS
 from .metrics import classification_metrics, confusion
 from .plots import PlotError, plot_confusion
 from .predict import LoadedModel, ModelLike, open_inputs
 from .runtime import Engine, RunOptions
 from .split import (
-    SPLITS,
     SplitError,
     SplitRule,
     split_keys,
@@ -56,7 +56,6 @@ log = logging.getLogger(__name__)
 
 TOPK = 5
 """Top-k accuracy is reported for k = min(TOPK, number of model classes)."""
-EVAL_SPLITS = ("auto", *SPLITS)
 
 
 class EvaluateError(SpecstoreError, ValueError):

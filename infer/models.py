@@ -74,9 +74,7 @@ accumulated in float32).
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -84,10 +82,18 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
-from store import ConfigError
-from store.records import from_record
-
-from .limits import Limit, bounded, check_fields, field_limit
+from .model_config import (
+    ARCHS,
+    BAND_STATS,
+    FREQ_POOLINGS,
+    MAX_PARAMETERS,
+    MAX_TIME_STRIDE,
+    MIN_FRAMES,
+    POOLINGS,
+    ModelConfig,
+    ModelConfigError,
+    _halved,
+)
 
 __all__ = [
     "ARCHS",
@@ -108,201 +114,8 @@ __all__ = [
     "time_mask",
 ]
 
-ARCHS = ("cnn", "resnet")
-BAND_STATS = ("mean", "std", "delta")
-"""Statistics of every input bin the statistics head sees, in order: mean, standard deviation and mean
-absolute frame-to-frame change over the clip's real frames (normalised input units)."""
-POOLINGS = ("mean", "meanstd", "attention")
-FREQ_POOLINGS = ("mean", "keep")
 ATTENTION_BOUND = 5.0
 """Attention pooling scores lie in ``[-5, 5]``: frame weights within ``e**±5``, no overflow in any sum."""
-MIN_FRAMES = 1
-"""Shortest clip (frames) the models accept: lengths shrink as ceil(L/stride)."""
-
-
-class ModelConfigError(ConfigError):
-    """A model configuration is invalid (bad value or unknown field)."""
-
-
-MAX_PARAMETERS = 10**9
-"""Most parameters a built-in model config may ask for (4 GB of float32 weights, checked from the config
-before anything is built); the recipe's CNN has under 1 M, the default ResNet 2.8 M."""
-MAX_TIME_STRIDE = 2**16
-"""Largest total time stride (frames) a config may give: every batch is padded to a multiple of it, and
-65 536 frames is 25 min at 43 frames/s."""
-_DB_RANGE = 1000.0
-"""Bound of the input normalisation's dB figures: float32 powers and magnitudes lie within +-450 dB."""
-
-
-@dataclass(frozen=True)
-class ModelConfig:
-    """Architecture hyper-parameters; saved in checkpoints via :meth:`to_dict`.
-
-    ``arch``: ``"cnn"`` (``depth`` conv blocks, each conv3x3-BN-ReLU then a
-    2x2 max pool over frequency and time) or ``"resnet"`` (a conv stem with a
-    2x2 max pool, then ``depth`` stages of ``blocks_per_stage`` residual
-    blocks; stages after the first halve frequency and time with a stride-2
-    conv).  Channels of block/stage ``i`` are ``min(width * 2**i, max_width)``.
-    ``time_kernel`` (odd) is the convs' kernel size along time (3 by default;
-    1 gives a model with a one-frame receptive field in time, used to test
-    windowing).  ``time_pool=False`` keeps full time resolution (no striding
-    in time).  ``input_mean``/``input_std`` (dB) define the fixed input
-    normalisation ``(x - input_mean) / input_std``; ``bin_mean``/``bin_std``
-    (``n_bins`` values each, dB) replace it with a per-bin one.  ``pooling``:
-    ``"mean"`` (MaskedGAP), ``"meanstd"`` (mean and standard deviation over
-    real frames) or ``"attention"`` (see the module docstring).  ``input_time_pool``:
-    average this many input frames into one before the first conv (after
-    normalisation and masking), which divides the cost of every layer by it.
-    ``freq_pooling``: ``"mean"`` averages the last activations over
-    frequency; ``"keep"`` keeps every (channel, frequency row) pair as a
-    feature of its own (the head then sees where in the spectrum, e.g. which
-    register, a pattern occurs).  ``stem_freq_kernel`` (odd): the first
-    conv's kernel size along frequency (3 like the others by default; 13
-    spans an octave of CQT bins, so the first layer sees every interval
-    before any pooling blurs semitones).  ``stats_head``: add a second,
-    linear classifier on the clip's per-bin statistics (see
-    :class:`MaskedClassifier`); its logits, times ``stats_weight``, are added
-    to the CNN's in eval mode.  ``pool_window`` (input frames, a multiple of
-    the time stride; 0 = the whole clip): pool and classify each window of
-    that many frames from the clip's start on its own and average the
-    windows' logits, weighted by their real frames, so a long clip is judged
-    as the training crops of that length were.
-
-    Every numeric field is bounded (its :class:`~infer.limits.Limit`, stated
-    beside it with the reason), the total time stride is at most
-    :data:`MAX_TIME_STRIDE` and the parameter count (:attr:`n_parameters`,
-    computed from the config) at most :data:`MAX_PARAMETERS`: a config is
-    checked when it is made, so a checkpoint cannot make the loader allocate
-    more than that.
-    """
-
-    arch: str = "cnn"
-    n_bins: int = bounded(128, 1, 16384, "input rows, the bins of every stacked feature; mel and CQT use "
-                                         "16-256 each")
-    n_classes: int = bounded(10, 1, 100_000, "labels; a tag vocabulary of a few thousand is already large")
-    width: int = bounded(32, 1, 4096, "channels of the first block; the recipe uses 32, ResNet-50's widest "
-                                      "layer has 2048")
-    depth: int = bounded(4, 1, 16, "blocks or stages, each halving time: 2**16 frames of stride is 25 min at "
-                                   "43 frames/s")
-    blocks_per_stage: int = bounded(2, 1, 64, "residual blocks per stage; ResNet-152's longest stage has 36")
-    max_width: int = bounded(512, 1, 4096, "the channel cap, as width")
-    dropout: float = bounded(0.1, 0.0, 1.0, "a probability; 1 would drop every feature", high_open=True)
-    time_kernel: int = bounded(3, 1, 255, "the convs' kernel along time, frames; 255 frames is 6 s at "
-                                          "43 frames/s", odd=True)
-    time_pool: bool = True
-    input_mean: float = bounded(-40.0, -_DB_RANGE, _DB_RANGE, "dB; float32 powers and magnitudes lie within "
-                                                               "+-450 dB")
-    input_std: float = bounded(40.0, 0.0, _DB_RANGE, "dB, a scale: positive", low_open=True)
-    bn_momentum: float = bounded(0.1, 0.0, 1.0, "BatchNorm's running-statistics momentum", low_open=True)
-    bn_eps: float = bounded(1e-5, 0.0, 1.0, "added to the variance of roughly unit-scale activations",
-                             low_open=True)
-    bin_mean: tuple[float, ...] | None = None
-    """Per-bin input means (``n_bins`` values, dB): each within :attr:`input_mean`'s bounds."""
-    bin_std: tuple[float, ...] | None = None
-    """Per-bin input scales (``n_bins`` values, dB): each within :attr:`input_std`'s bounds."""
-    pooling: str = "mean"
-    input_time_pool: int = bounded(1, 1, 256, "input frames averaged into one; 256 frames is 6 s at "
-                                              "43 frames/s")
-    freq_pooling: str = "mean"
-    stem_freq_kernel: int = bounded(3, 1, 255, "the first conv's kernel along frequency, bins; 13 spans "
-                                               "an octave of CQT bins", odd=True)
-    stats_head: bool = False
-    stats_weight: float = bounded(1.0, 0.0, 1e6, "a weight on logits; the recipe chooses 0-2")
-    pool_window: int = bounded(0, 0, 2**24, "input frames, 0 = the whole clip; 2**24 frames is 4 days at "
-                                            "43 frames/s")
-
-    def __post_init__(self) -> None:
-        check_fields(self, ModelConfigError)
-        for name in ("time_pool", "stats_head"):
-            if not isinstance(getattr(self, name), bool):
-                raise ModelConfigError(f"{name} must be true or false, got {getattr(self, name)!r}")
-        if self.arch not in ARCHS:
-            raise ModelConfigError(f"unknown arch {self.arch!r}; expected one of {ARCHS}")
-        if self.pooling not in POOLINGS:
-            raise ModelConfigError(f"unknown pooling {self.pooling!r}; expected one of {POOLINGS}")
-        if self.freq_pooling not in FREQ_POOLINGS:
-            raise ModelConfigError(f"unknown freq_pooling {self.freq_pooling!r}; expected one of {FREQ_POOLINGS}")
-        self._check_bin_normalisation()
-        if self.time_stride > MAX_TIME_STRIDE:
-            raise ModelConfigError(f"the model's time stride (input_time_pool x 2**depth = {self.time_stride} "
-                                   f"frames) is above its bound {MAX_TIME_STRIDE}: every clip would be padded to "
-                                   "a multiple of it")
-        if self.n_parameters > MAX_PARAMETERS:
-            raise ModelConfigError(f"the model config asks for {self.n_parameters:,} parameters, above the bound "
-                                   f"of {MAX_PARAMETERS:,} (4 GB of float32 weights); lower width, max_width, "
-                                   "depth or the kernel sizes")
-
-    def _check_bin_normalisation(self) -> None:
-        """``bin_mean``/``bin_std``: both or neither, ``n_bins`` finite values each within the bounds of
-        ``input_mean``/``input_std``; stored as tuples of floats."""
-        if (self.bin_mean is None) != (self.bin_std is None):
-            raise ModelConfigError("give bin_mean and bin_std together (or neither)")
-        for name, like in (("bin_mean", "input_mean"), ("bin_std", "input_std")):
-            values = getattr(self, name)
-            if values is None:
-                continue
-            if isinstance(values, (str, bytes)) or not hasattr(values, "__len__"):
-                raise ModelConfigError(f"{name} must be a list of {self.n_bins} numbers")
-            if len(values) != self.n_bins:
-                raise ModelConfigError(f"{name} must hold {self.n_bins} finite numbers (one per bin), "
-                                       f"got {len(values)}")
-            limit: Limit = field_limit(type(self), like)
-            for i, v in enumerate(values):
-                limit.check(f"{name}[{i}]", v, ModelConfigError)
-            object.__setattr__(self, name, tuple(float(v) for v in values))
-
-    @property
-    def time_stride(self) -> int:
-        """Input frames per output frame: ``input_time_pool x 2**depth`` (``input_time_pool`` without
-        ``time_pool``), the same for both archs."""
-        return self.input_time_pool * (2**self.depth if self.time_pool else 1)
-
-    @property
-    def n_parameters(self) -> int:
-        """Parameters of the model this config builds (trainable or not), counted from the config alone,
-        before any tensor is allocated: the check that bounds what a checkpoint can make the loader
-        allocate."""
-        chans = self.channels
-        kt = self.time_kernel
-        if self.arch == "cnn":
-            c_ins, fks = [1, *chans[:-1]], [self.stem_freq_kernel] + [3] * (self.depth - 1)
-            n = sum(c_in * c_out * fk * kt + 2 * c_out for c_in, c_out, fk in zip(c_ins, chans, fks, strict=True))
-        else:
-            n = chans[0] * self.stem_freq_kernel * kt + 2 * chans[0]
-            c_in = chans[0]
-            for i, c_out in enumerate(chans):
-                for j in range(self.blocks_per_stage):
-                    n += c_in * c_out * 3 * kt + c_out * c_out * 3 * kt + 4 * c_out
-                    if (i > 0 and j == 0) or c_in != c_out:
-                        n += c_in * c_out + 2 * c_out
-                    c_in = c_out
-        features = chans[-1] * (_halved(self.n_bins, self.depth) if self.freq_pooling == "keep" else 1)
-        n += (features * (2 if self.pooling == "meanstd" else 1) + 1) * self.n_classes
-        if self.pooling == "attention":
-            n += features + 1
-        if self.stats_head:
-            n += (len(BAND_STATS) * self.n_bins + 1) * self.n_classes
-        return n
-
-    @property
-    def channels(self) -> list[int]:
-        """Output channels of each block (cnn) or stage (resnet)."""
-        return [min(self.width * 2**i, self.max_width) for i in range(self.depth)]
-
-    def to_dict(self) -> dict[str, Any]:
-        """A JSON-ready dict (what checkpoints hold)."""
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> ModelConfig:
-        """Inverse of :meth:`to_dict`; rejects unknown fields with one clear error."""
-        return from_record(cls, data, "model config", ModelConfigError)
-
-    @classmethod
-    def check_field(cls, name: str, value: Any, error: type[ConfigError] = ModelConfigError) -> None:
-        """Check one bounded field's value alone (e.g. a training option that becomes it), as
-        construction would."""
-        field_limit(cls, name).check(name, value, error)
 
 
 def time_mask(lengths: Tensor, n_frames: int, dtype: torch.dtype) -> Tensor:
@@ -846,11 +659,6 @@ class SpectrogramResNet(MaskedClassifier):
         self._check_pool_window()
 
 
-def _halved(n: int, times: int) -> int:
-    """Frequency rows left after ``times`` halvings (2x2 pools or stride-2 convs): ceil(n / 2) each time."""
-    for _ in range(times):
-        n = -(-n // 2)
-    return n
 
 
 def build_model(config: ModelConfig) -> MaskedClassifier:

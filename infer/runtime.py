@@ -1,7 +1,7 @@
 """The engine that prediction, evaluation and training share: device, precision, budget, plan, batch loop.
 
-:class:`RunOptions` is what a user chooses (device, precision, memory budget,
-batch size, threads); :class:`Engine` is those options resolved on this
+:class:`RunOptions` (:mod:`infer.run_options`) is what a user chooses (device,
+precision, memory budget, batch size, threads); :class:`Engine` is those options resolved on this
 machine: the ``torch.device``, the autocast dtype, the memory layout, and
 the methods every command calls:
 
@@ -34,72 +34,20 @@ from tqdm.auto import tqdm
 
 from store import ConfigError, Store
 
-from . import defaults
 from .budget import Budget
 from .collate import collate
 from .contract import exact_windows, masks_padding, time_stride, window_frames
 from .cost import measure_cost_per_frame
 from .data import BudgetBatchSampler, ClipSource, Item, PadCollate, StoreDataset, prefetch
-from .device import PRECISIONS, amp, anon_rss_bytes, autocast_dtype, choose_device, memory_bytes, set_cpu_threads
-from .limits import bounded, check_fields, field_limit, usable_cores
+from .device import amp, anon_rss_bytes, autocast_dtype, choose_device, memory_bytes, set_cpu_threads
 from .models import MaskedClassifier
 from .planner import DEFAULT_BATCH_OVERHEAD_FRAMES, Plan, plan_batches
+from .run_options import RunOptions, check_run_option
 from .windows import run_windowed
 
 __all__ = ["Engine", "RowLogits", "RunOptions", "check_run_option", "distinct_rows"]
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class RunOptions:
-    """How to run a model: chosen by the user, resolved by :class:`Engine`.
-
-    ``device``: ``auto`` (CUDA if available), ``cpu``, ``cuda``, ``cuda:N``.
-    ``precision``: ``auto`` (bf16 autocast on CUDA where supported, else
-    fp16; fp32 on CPU), ``fp32``, ``bf16`` or ``fp16`` (CUDA only).
-    ``budget_mb``: MiB one batch may use (CPU default 2048; on CUDA the free
-    memory minus ``margin_mb``, default 1536, capped by ``budget_mb``).
-    ``max_batch``: most clips in one batch (default 16).  Defaults come from
-    :mod:`infer.defaults`.  ``threads``: CPU threads (default, and at
-    most, the cores this process may use).  ``channels_last``: None = on for
-    CPU, where it is faster for these convolutions.  ``loader_workers``:
-    batches are read and padded by one prefetch thread (0, the default:
-    fastest for mmap-backed stores on a few cores) or by that many
-    DataLoader worker processes (for a GPU that one thread cannot keep
-    busy).  ``progress``: tqdm bars.
-    Every number is bounded (the :class:`~infer.limits.Limit` beside it, the
-    reason with it) and checked when the options are made, so every command
-    that runs a model refuses a value out of range in one line.
-    """
-
-    device: str = defaults.DEVICE
-    precision: str = defaults.PRECISION
-    budget_mb: float | None = bounded(None, 0.0, defaults.MAX_BUDGET_MB, "MiB one batch may use; the planner's "
-                                      "byte arithmetic holds up to 1 TiB", kind=float, low_open=True, optional=True,
-                                      spelled="BUDGET_MB, --budget-mb")
-    margin_mb: float | None = bounded(None, 0.0, defaults.MAX_BUDGET_MB, "GPU MiB kept free, at most the largest "
-                                      "budget", kind=float, optional=True, spelled="--margin-mb")
-    max_batch: int = bounded(defaults.MAX_BATCH, 1, defaults.MAX_BATCH_LIMIT, "the planner tries every batch size up "
-                             "to it for every clip", spelled="MAX_BATCH, --max-batch")
-    threads: int | None = bounded(None, 1, usable_cores, "the CPU cores this process may use; more threads only "
-                                  "compete for them", kind=int, optional=True, spelled="--threads")
-    channels_last: bool | None = None
-    loader_workers: int = bounded(0, 0, defaults.MAX_LOADER_WORKERS, "DataLoader worker processes, each with its "
-                                  "own reader of the store", spelled="--loader-workers")
-    progress: bool = True
-
-    def __post_init__(self) -> None:
-        if self.precision not in PRECISIONS:
-            raise ConfigError(f"precision must be one of {', '.join(PRECISIONS)}, not {self.precision!r}")
-        check_fields(self)
-        memory_bytes(torch.device("cpu"), self.budget_mb, self.margin_mb)  # validates both figures
-
-
-def check_run_option(name: str, value: Any, error: type[ConfigError] = ConfigError) -> None:
-    """Check a copy of the :class:`RunOptions` setting ``name`` (e.g. the training config's ``max_batch``)
-    against that setting's bound, as :class:`RunOptions` would; ``error`` if it is out of bounds."""
-    field_limit(RunOptions, name).check(name, value, error)
 
 
 def distinct_rows(rows: np.ndarray, hashes: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:

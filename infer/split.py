@@ -93,9 +93,9 @@ def ungrouped_split_warning(store: Store) -> str | None:
     return (f"the train/validation split of {store.location} is by content hash (it records no groups) and its "
             f"smallest class, {store.label_names[smallest]!r}, has {int(counts[smallest])} clips (under "
             f"{MIN_CLIPS_UNGROUPED}): near-duplicates (stems or excerpts of one song, movements of one work) can "
-            "land on both sides and make held-out figures optimistic; group them: rerun `make features` with "
-            "ARGS=\"--group-by parent\" (or a regular expression over the path; no decoding again), or give the "
-            "manifest a group column")
+            "land on both sides and make held-out figures optimistic; give the store groups: rerun `make features` "
+            "with GROUP_BY=parent (--group-by parent) or a regular expression over the path (nothing is decoded "
+            "again), or use a manifest's group column")
 
 
 def split_score(key: str, seed: int = 0) -> float:

@@ -5,10 +5,11 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+from pathlib import Path
 
 from store import ConfigError, run_cli
 
-from .extract import extract
+from .corpus import CorpusError
 from .spec_options import parse_fmax, specs_from_options
 
 EPILOG = """\
@@ -17,6 +18,8 @@ examples:
   specstore-features manifest.csv data/set.zarr --features mel --jobs 8 --layout zstd
   specstore-features ~/music/gtzan data/16k.zarr --sample-rate 16000 --hop 256 --n-mels 64 --cqt-bins 72
   specstore-features ~/music/gtzan data/mine.zarr --spec features.toml
+  specstore-features ~/music/stems data/stems.zarr --group-by parent
+  specstore-features ~/music/stems data/stems.zarr --group-by '^[^/]+/([^/_]+)_'
 
 The corpus is a folder with one sub-folder per label (GTZAN style) or a CSV
 with a header 'path,label[,group]' (label and group may be empty; relative
@@ -28,6 +31,17 @@ never stop the run: among them links that lead out of the corpus folder (or
 the manifest's folder; --follow-links follows them) and files whose header
 declares more or less audio than they hold. One run writes a store at a
 time; a store holds one corpus unless --add-corpus adds another.
+
+Groups keep the stems, excerpts or movements of one work on one side of
+every train/validation split and cross-validation fold. A manifest has a
+group column; a folder corpus gets groups with --group-by: 'parent' (the
+file's folder below its label folder: rock/album/t.wav is in group 'album';
+files directly in a label folder get none) or a regular expression searched
+in the path relative to the corpus root (the group is its first capture
+group, else the whole match; files it does not match get none). Files
+without a group are split by content; their count is logged. Each run sets
+the groups anew: rerun with another --group-by (or none) to regroup without
+decoding again.
 
 Feature parameters default to 22 050 Hz mono; log-mel n_fft 2048, hop 512,
 128 mels up to 8 kHz; CQT 84 bins from C1, hop 512. A --spec file holds one
@@ -99,6 +113,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="follow links to files and folders outside the corpus root (default: recorded as bad files, "
         "so a downloaded corpus cannot pull in other audio of this machine)",
     )
+    p.add_argument(
+        "--group-by",
+        default=None,
+        metavar="parent|REGEX",
+        help="group a folder corpus's files so that one work stays on one side of a split: 'parent' (the folder "
+        "below the label folder) or a regular expression over the path (first capture group, else the match); "
+        "a manifest uses its group column instead",
+    )
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     return p
@@ -117,6 +139,10 @@ def main(argv: list[str] | None = None) -> int:
         specs = specs_from_options(features, spec_file=args.spec, sample_rate=args.sample_rate, hop=args.hop,
                                    n_mels=args.n_mels, n_fft=args.n_fft, fmax=getattr(args, "fmax", "default"),
                                    cqt_bins=args.cqt_bins)
+        if not Path(args.corpus).expanduser().exists():  # at once, before librosa and zarr are imported
+            raise CorpusError(f"corpus {args.corpus} does not exist")
+        from .extract import extract
+
         summary = extract(
             args.corpus,
             args.store,
@@ -132,6 +158,7 @@ def main(argv: list[str] | None = None) -> int:
             add_corpus=args.add_corpus,
             remove_missing=args.remove_missing,
             follow_links=args.follow_links,
+            group_by=args.group_by,
         )
         print(summary.report())
         return 0

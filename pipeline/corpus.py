@@ -18,21 +18,45 @@ the manifest's folder) is recorded as a bad entry with its reason
 machine into a store.  Links that stay inside the root are followed.  A
 manifest row that names a path outside its folder outright (absolute, or
 with ``..``) is read as written: the manifest names it in plain text.
+
+Groups of a folder corpus (``group_by``, the ``--group-by`` option): a
+folder has no ``group`` column, so without ``group_by`` its files have no
+group and a train/validation split keys them by content (the stems of one
+song can then land on both sides).  ``group_by="parent"`` gives each file
+the path of its folder below the label folder (``rock/album/cd1/t.wav``:
+``album/cd1``; the label is left out, so the stems of one song filed under
+several labels, ``drums/song1/`` and ``bass/song1/``, form one group); a
+file directly in a label folder, or in the root, gets none.  Any other value
+is a regular expression (Python ``re``) searched in the stored path relative
+to the corpus root: the group is its first capture group, or the whole match
+when it has none; a file it does not match (or whose capture is empty) gets
+none.  A file without a group is split by its content, as before; how many
+files got none is logged once.  A manifest names its groups in its
+``group`` column and refuses ``group_by``.
 """
 
 from __future__ import annotations
 
 import csv
+import dataclasses
+import logging
 import os
+import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from store import SpecstoreError, escape_path
+from store import ConfigError, SpecstoreError, escape_path
 
-__all__ = ["AUDIO_EXTENSIONS", "CorpusError", "CorpusItem", "outside_root", "scan_corpus"]
+__all__ = ["AUDIO_EXTENSIONS", "GROUP_BY_PARENT", "CorpusError", "CorpusItem", "group_rule", "outside_root",
+           "scan_corpus"]
+
+log = logging.getLogger(__name__)
 
 #: File extensions treated as audio (case-insensitive).
 AUDIO_EXTENSIONS = frozenset({".wav", ".flac", ".ogg", ".opus", ".mp3"})
+#: The ``group_by`` keyword for "the file's folder below its label folder" (anything else is a regex).
+GROUP_BY_PARENT = "parent"
 
 
 class CorpusError(SpecstoreError):
@@ -129,6 +153,48 @@ def _scan_folder(root: Path, follow_links: bool) -> list[CorpusItem]:
     return items
 
 
+def _parent_group(path: str) -> str:
+    """``label/a/b/file.wav`` -> ``a/b``: the file's folder below its label folder ("" directly in one)."""
+    parts = path.split("/")
+    return "/".join(parts[1:-1])
+
+
+def group_rule(group_by: str) -> Callable[[str], str]:
+    """The function giving a folder corpus's stored path (relative to its root) its group ("" = none).
+
+    ``group_by`` is :data:`GROUP_BY_PARENT` or a regular expression (see
+    the module docstring).  Raises :class:`~store.ConfigError`, one line,
+    for an empty value or a regular expression that does not compile.
+    """
+    if not group_by:
+        raise ConfigError("--group-by needs a value: parent, or a regular expression over the path")
+    if group_by == GROUP_BY_PARENT:
+        return _parent_group
+    try:
+        pattern = re.compile(group_by)
+    except re.error as e:
+        raise ConfigError(f"--group-by {group_by!r} is not a valid regular expression: {e}") from None
+
+    def by_regex(path: str) -> str:
+        m = pattern.search(path)
+        if m is None:
+            return ""
+        return (m.group(1) if pattern.groups else m.group(0)) or ""
+
+    return by_regex
+
+
+def _grouped(items: list[CorpusItem], group_by: str, rule: Callable[[str], str]) -> list[CorpusItem]:
+    """``items`` with the groups ``rule`` gives them; logs once how many got none (they split by content)."""
+    out = [dataclasses.replace(it, group=rule(it.path)) if it.problem is None else it for it in items]
+    none = [it.path for it in out if it.problem is None and not it.group]
+    if none:
+        why = "directly in a label folder (or the root)" if group_by == GROUP_BY_PARENT else "not matched"
+        log.warning("--group-by %s gives no group to %d of %d files, %s (first: %s): each is split by its "
+                    "content", group_by, len(none), len(out), why, none[0])
+    return out
+
+
 _SEPARATORS = {";": "semicolon", "\t": "tab", "|": "pipe"}
 
 
@@ -175,23 +241,35 @@ def _scan_manifest(csv_path: Path, follow_links: bool) -> tuple[Path, list[Corpu
     return root, items
 
 
-def scan_corpus(corpus: str | os.PathLike[str], *, follow_links: bool = False) -> tuple[Path, list[CorpusItem]]:
+def scan_corpus(corpus: str | os.PathLike[str], *, follow_links: bool = False,
+                group_by: str | None = None) -> tuple[Path, list[CorpusItem]]:
     """The corpus root and its audio files, sorted by stored path.
 
     Raises :class:`CorpusError` when the corpus does not exist or holds no
     audio.  Broken links and unreadable files are *listed* (they become error
     rows of the store, with their reason), not skipped; so are links whose
     target is outside the root, unless ``follow_links`` (then followed).
+    ``group_by`` groups a folder corpus's files (see the module docstring);
+    a bad regular expression is a :class:`~store.ConfigError` and a manifest
+    a :class:`CorpusError` (it has its own ``group`` column), both raised
+    before the corpus is read.
     """
+    rule = None if group_by is None else group_rule(group_by)
     p = Path(corpus).expanduser()
     if not p.exists():
         raise CorpusError(f"corpus {corpus} does not exist")
     if p.is_file():
         if p.suffix.lower() != ".csv":
             raise CorpusError(f"corpus {corpus} is a file but not a .csv manifest")
+        if rule is not None:
+            raise CorpusError(f"--group-by is for folder corpora; the manifest {corpus} names each file's group "
+                              "in its 'group' column (header path,label,group)")
         root, items = _scan_manifest(p.absolute(), follow_links)
     else:
         root, items = p.absolute(), _scan_folder(p.absolute(), follow_links)
     if not items:
         raise CorpusError(f"corpus {corpus} holds no audio files ({', '.join(sorted(AUDIO_EXTENSIONS))})")
-    return root, sorted(items, key=lambda it: it.path)
+    items = sorted(items, key=lambda it: it.path)
+    if rule is not None and group_by is not None:
+        items = _grouped(items, group_by, rule)
+    return root, items

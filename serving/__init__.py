@@ -6,7 +6,10 @@ decodes a file with the pipeline (the checkpoint's FeatureSpecs, the values
 a store would hold), :mod:`serving.model` runs clips on infer's Engine
 (Budget, planner, windows, OOM split).  :mod:`serving.policy` and
 :mod:`serving.batcher` are the online batcher, :mod:`serving.app` the
-Starlette service, :mod:`serving.cli` the commands.  Importing this package
+Starlette service, :mod:`serving.uploads` admits uploads by bytes and
+streams them to disk, :mod:`serving.connections` holds read deadlines and
+connection caps below the ASGI layer, :mod:`serving.server` runs it all
+(port first, model behind a 503), :mod:`serving.cli` the commands.  Importing this package
 imports neither torch nor the audio stack (decode workers import only
 :mod:`serving.clips`).
 """

@@ -53,6 +53,8 @@ from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, R
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from pipeline.decoder_log import DecoderLogListener, log_summary
+
 from .batcher import Batcher, BatchError
 from .clips import ClipError, DecodedClip, decode_file, warm_up
 from .config import ServeConfig
@@ -96,6 +98,7 @@ class Service:
         self._folder: Path | None = None
         self._names = itertools.count()
         self._picture = classifier.picture_part()
+        self.decoder_log = DecoderLogListener(lambda library: self.metrics.decoder_warnings.inc())
 
     @property
     def config(self) -> ServeConfig:
@@ -115,8 +118,10 @@ class Service:
 
     # -- life cycle ---------------------------------------------------------------------------------
     def _new_pool(self) -> cf.ProcessPoolExecutor:
-        # spawn: the server has torch's threads running, which a fork would copy half-started
-        return cf.ProcessPoolExecutor(max_workers=self.config.workers, mp_context=multiprocessing.get_context("spawn"))
+        # spawn: the server has torch's threads running, which a fork would copy half-started; the workers'
+        # decoder messages on stderr (libmpg123's) come to self.decoder_log: logged under specstore.decoder, counted
+        return cf.ProcessPoolExecutor(max_workers=self.config.workers, mp_context=multiprocessing.get_context("spawn"),
+                                      **self.decoder_log.pool_options())
 
     async def start(self) -> None:
         """Make the uploads folder, start the decode workers (warmed up) and the batcher."""
@@ -133,6 +138,7 @@ class Service:
             pool, self._pool = self._pool, None
             await asyncio.get_running_loop().run_in_executor(
                 None, functools.partial(pool.shutdown, wait=True, cancel_futures=True))
+        log_summary(self.decoder_log.close(), "since the server started")
         if self._folder is not None:
             shutil.rmtree(self._folder, ignore_errors=True)
             self._folder = None

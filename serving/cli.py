@@ -21,6 +21,8 @@ from typing import TYPE_CHECKING
 from store import PROG, run_cli
 
 if TYPE_CHECKING:
+    from infer.run_options import RunOptions
+
     from .policy import BatchPolicy
 
 __all__ = ["build_parser", "main"]
@@ -69,8 +71,9 @@ def _add_run_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("-v", "--verbose", action="store_true", help="log details")
 
 
-def _options(args: argparse.Namespace, progress: bool) -> object:
-    from infer.runtime import RunOptions
+def _options(args: argparse.Namespace, progress: bool) -> RunOptions:
+    """The run options, checked (one line for a bad value) without importing torch."""
+    from infer.run_options import RunOptions
 
     return RunOptions(device=args.device, precision=args.precision, budget_mb=args.budget_mb,
                       margin_mb=args.margin_mb, max_batch=args.max_batch, threads=args.threads, progress=progress)
@@ -92,7 +95,7 @@ def cmd_classify(args: argparse.Namespace) -> int:
     from .model import Classifier
 
     progress = not args.no_progress and sys.stderr.isatty()
-    classifier = Classifier(args.model, _options(args, progress),  # type: ignore[arg-type]
+    classifier = Classifier(args.model, _options(args, progress),
                             batch_overhead_frames=args.batch_overhead_frames, trust_model_code=args.trust_model_code)
     res = classify_files(args.inputs, classifier, topk=args.topk, jobs=args.jobs, progress=progress,
                          cache=args.cache)
@@ -147,10 +150,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
         access.setLevel(logging.INFO)
         access.propagate = False
 
+    options = _options(args, False)  # a bad run option is one line before the port opens
+
     def load() -> object:
         from .model import Classifier
 
-        return Classifier(args.model, _options(args, False),  # type: ignore[arg-type]
+        return Classifier(args.model, options,
                           batch_overhead_frames=args.batch_overhead_frames, trust_model_code=args.trust_model_code)
 
     serve(load, config, log_level="info" if args.verbose else "warning",

@@ -4,32 +4,43 @@ This package is the stable centre of the project and knows nothing of audio
 or torch.  The format is documented in ``store/FORMAT.md``.
 """
 
-from .atomic import atomic_path, check_output_path, write_atomic
-from .errors import (
-    PROG,
-    ConfigError,
-    OutputPathError,
-    SpecMismatch,
-    SpecstoreError,
-    StoreCorrupt,
-    StoreError,
-    StoreLocked,
-    StoreNotFound,
-    run_cli,
-)
-from .layout import FORMAT_VERSION, escape_path, unescape_path
-from .metadata import Corpus
-from .reader import FeatureView, Store, open_store
-from .shard_writer import ShardInfo, ShardWriter, StoredClip, write_shard
-from .spec import FeatureSpec, default_specs, spec_differences
-from .stacking import stack_parts
-from .validate import validate
-from .writer import ErrorRow, IndexRow, RepairReport, StoreWriter, create_store
+from typing import TYPE_CHECKING
 
-__all__ = [
-    "FORMAT_VERSION", "PROG", "ConfigError", "Corpus", "ErrorRow", "OutputPathError", "RepairReport",
-    "SpecstoreError", "StoreLocked", "atomic_path", "check_output_path", "escape_path", "run_cli", "unescape_path",
-    "write_atomic", "FeatureSpec", "FeatureView", "IndexRow", "ShardInfo", "ShardWriter", "SpecMismatch", "Store",
-    "StoreCorrupt", "StoreError", "StoreNotFound", "StoreWriter", "StoredClip", "create_store", "default_specs",
-    "open_store", "spec_differences", "stack_parts", "validate", "write_shard",
-]
+from .lazy import lazy_package
+
+__all__ = lazy_package(__name__, {
+    "atomic": ("atomic_path", "check_output_path", "write_atomic"),
+    "errors": ("PROG", "ConfigError", "OutputPathError", "SpecMismatch", "SpecstoreError", "StoreCorrupt",
+               "StoreError", "StoreLocked", "StoreNotFound", "run_cli"),
+    "layout": ("FORMAT_VERSION", "escape_path", "unescape_path"),
+    "metadata": ("Corpus",),
+    "reader": ("FeatureView", "Store", "open_store"),
+    "shard_writer": ("ShardInfo", "ShardWriter", "StoredClip", "write_shard"),
+    "spec": ("FeatureSpec", "default_specs", "spec_differences"),
+    "stacking": ("stack_parts",),
+    "validate": ("validate",),
+    "writer": ("ErrorRow", "IndexRow", "RepairReport", "StoreWriter", "create_store"),
+})
+
+if TYPE_CHECKING:
+    from .atomic import atomic_path, check_output_path, write_atomic
+    from .errors import (
+        PROG,
+        ConfigError,
+        OutputPathError,
+        SpecMismatch,
+        SpecstoreError,
+        StoreCorrupt,
+        StoreError,
+        StoreLocked,
+        StoreNotFound,
+        run_cli,
+    )
+    from .layout import FORMAT_VERSION, escape_path, unescape_path
+    from .metadata import Corpus
+    from .reader import FeatureView, Store, open_store
+    from .shard_writer import ShardInfo, ShardWriter, StoredClip, write_shard
+    from .spec import FeatureSpec, default_specs, spec_differences
+    from .stacking import stack_parts
+    from .validate import validate
+    from .writer import ErrorRow, IndexRow, RepairReport, StoreWriter, create_store

@@ -1,14 +1,27 @@
-"""Command line: ``python -m store validate|info|repair PATH``."""
+"""Command line: ``python -m store validate|info|repair PATH``.
+
+zarr is imported only once the arguments are parsed and the store path is known to be there, so ``--help``,
+a usage error and a mistyped path answer at once.
+"""
 
 from __future__ import annotations
 
 import argparse
 import sys
 
-from .errors import run_cli
-from .reader import open_store
-from .validate import validate
-from .writer import StoreWriter
+from .errors import StoreNotFound, run_cli
+from .presence import check_store_present
+
+
+def _problems(path: str, *, deep: bool) -> list[str]:
+    """What ``validate`` finds wrong; a missing store is its one problem, found before zarr is imported."""
+    try:
+        check_store_present(path)
+    except StoreNotFound as e:
+        return [str(e)]
+    from .validate import validate
+
+    return validate(path, deep=deep)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -30,19 +43,24 @@ def main(argv: list[str] | None = None) -> int:
 
     def body() -> int:
         if args.command == "validate":
-            problems = validate(args.path, deep=args.deep)
+            problems = _problems(args.path, deep=args.deep)
             for p in problems:
                 print(f"invalid: {p}", file=sys.stderr)
             if not problems:
                 print(f"{args.path}: valid")
             return 1 if problems else 0
+        check_store_present(args.path)  # a mistyped path is one line before zarr is imported
         if args.command == "repair":
+            from .writer import StoreWriter
+
             with StoreWriter.open(args.path) as w:
                 report = w.repair(deep=not args.quick)
             for p in report.problems:
                 print(f"damaged: {p}", file=sys.stderr)
             print(f"{args.path}: {report.line()}")
             return 0
+        from .reader import open_store
+
         print(open_store(args.path).summary())
         return 0
 

@@ -81,7 +81,7 @@ def closed_within(s: socket.socket, seconds: float) -> bool:
     try:
         while s.recv(65536):
             pass
-    except (TimeoutError, socket.timeout):
+    except TimeoutError:
         return False
     except ConnectionResetError:
         return True
@@ -339,7 +339,8 @@ def test_a_chunked_body_is_cut_off_at_the_budget(live: Live) -> None:
 
 
 def test_a_normal_upload_still_works_and_leaves_no_file(live: Live) -> None:
-    r = httpx.post(live.url("/classify"), files={"file": ("a.wav", live.audio)}, headers={"host": "localhost"}, timeout=60)
+    r = httpx.post(live.url("/classify"), files={"file": ("a.wav", live.audio)}, headers={"host": "localhost"},
+                   timeout=60)
     assert r.status_code == 200, r.text
     assert r.json()["files"][0]["top"][0]["label"] in r.json()["labels"]
     assert live.folder_files() == [] and live.service.upload_bytes.used == 0

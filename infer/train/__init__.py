@@ -15,18 +15,27 @@ Data come through :mod:`infer.data` (the store dataset with per-item crops
 and :mod:`infer.augment`'s SpecAugment, the budgeted batch sampler, the
 padding collate); batches are planned by :func:`infer.planner.training_plan`
 under the engine's :class:`~infer.budget.Budget`; the split is
-:mod:`infer.split`'s.
+:mod:`infer.split`'s.  The names below are imported on first use (:mod:`store.lazy`), so
+``from infer.train.config import TrainConfig`` (the commands' options) costs no torch.
 """
 
-from ..planner import MIN_TRAINING_EFFICIENCY, training_plan
-from ..split import training_rows
-from .config import TrainConfig, TrainError, add_config_arguments, config_from_args
-from .loop import TrainResult, config_path_for, metrics_path_for, train
-from .resume import resume_path_for
-from .schedule import lr_at
+from typing import TYPE_CHECKING
 
-__all__ = [
-    "MIN_TRAINING_EFFICIENCY", "TrainConfig", "TrainError", "TrainResult", "add_config_arguments",
-    "config_from_args", "config_path_for", "lr_at", "metrics_path_for", "resume_path_for", "train",
-    "training_plan", "training_rows",
-]
+from store.lazy import lazy_package
+
+__all__ = lazy_package(__name__, {
+    "..planner": ("MIN_TRAINING_EFFICIENCY", "training_plan"),
+    "..split": ("training_rows",),
+    "config": ("TrainConfig", "TrainError", "add_config_arguments", "config_from_args"),
+    "loop": ("TrainResult", "config_path_for", "metrics_path_for", "train"),
+    "resume": ("resume_path_for",),
+    "schedule": ("lr_at",),
+})
+
+if TYPE_CHECKING:
+    from ..planner import MIN_TRAINING_EFFICIENCY, training_plan
+    from ..split import training_rows
+    from .config import TrainConfig, TrainError, add_config_arguments, config_from_args
+    from .loop import TrainResult, config_path_for, metrics_path_for, train
+    from .resume import resume_path_for
+    from .schedule import lr_at

@@ -8,7 +8,8 @@ option is one edit: a field here.  :meth:`TrainConfig.from_file` reads a
 TOML or JSON file holding any subset of the fields (``--config FILE``);
 options given on the command line override the file.  The resolved
 configuration is written next to the checkpoint (``<model>.config.json``)
-and into the checkpoint itself.
+and into the checkpoint itself.  Light: it imports no torch, so the commands' ``--help``
+and their option errors answer at once.
 """
 
 from __future__ import annotations
@@ -27,9 +28,9 @@ from store import ConfigError
 from store.records import from_record
 
 from .. import defaults
-from ..device import PRECISIONS
-from ..models import ARCHS, FREQ_POOLINGS, POOLINGS, ModelConfig
-from ..runtime import check_run_option
+from ..defaults import PRECISIONS
+from ..model_config import ARCHS, FREQ_POOLINGS, POOLINGS, ModelConfig
+from ..run_options import check_run_option
 
 __all__ = ["RUNTIME_FIELDS", "TrainConfig", "TrainError", "add_config_arguments", "config_from_args"]
 

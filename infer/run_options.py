@@ -1,0 +1,71 @@
+"""What a user chooses about running a model: :class:`RunOptions`, checked without torch.
+
+The options (device, precision, memory budget and margin, batch size,
+threads, loader workers) and their bounds live here, apart from the engine
+that resolves them (:mod:`infer.runtime`, which re-exports them), so that a
+command refuses a bad value in one line before torch is imported.  Pure: no
+torch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from store import ConfigError
+
+from . import defaults
+from .defaults import PRECISIONS
+from .limits import bounded, check_fields, field_limit, usable_cores
+
+__all__ = ["RunOptions", "check_run_option"]
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """How to run a model: chosen by the user, resolved by :class:`~infer.runtime.Engine`.
+
+    ``device``: ``auto`` (CUDA if available), ``cpu``, ``cuda``, ``cuda:N``.
+    ``precision``: ``auto`` (bf16 autocast on CUDA where supported, else
+    fp16; fp32 on CPU), ``fp32``, ``bf16`` or ``fp16`` (CUDA only).
+    ``budget_mb``: MiB one batch may use (CPU default 2048; on CUDA the free
+    memory minus ``margin_mb``, default 1536, capped by ``budget_mb``).
+    ``max_batch``: most clips in one batch (default 16).  Defaults come from
+    :mod:`infer.defaults`.  ``threads``: CPU threads (default, and at
+    most, the cores this process may use).  ``channels_last``: None = on for
+    CPU, where it is faster for these convolutions.  ``loader_workers``:
+    batches are read and padded by one prefetch thread (0, the default:
+    fastest for mmap-backed stores on a few cores) or by that many
+    DataLoader worker processes (for a GPU that one thread cannot keep
+    busy).  ``progress``: tqdm bars.
+    Every number is bounded (the :class:`~infer.limits.Limit` beside it, the
+    reason with it) and checked when the options are made, so every command
+    that runs a model refuses a value out of range in one line.
+    """
+
+    device: str = defaults.DEVICE
+    precision: str = defaults.PRECISION
+    budget_mb: float | None = bounded(None, 0.0, defaults.MAX_BUDGET_MB, "MiB one batch may use; the planner's "
+                                      "byte arithmetic holds up to 1 TiB", kind=float, low_open=True, optional=True,
+                                      spelled="BUDGET_MB, --budget-mb")
+    margin_mb: float | None = bounded(None, 0.0, defaults.MAX_BUDGET_MB, "GPU MiB kept free, at most the largest "
+                                      "budget", kind=float, optional=True, spelled="--margin-mb")
+    max_batch: int = bounded(defaults.MAX_BATCH, 1, defaults.MAX_BATCH_LIMIT, "the planner tries every batch size up "
+                             "to it for every clip", spelled="MAX_BATCH, --max-batch")
+    threads: int | None = bounded(None, 1, usable_cores, "the CPU cores this process may use; more threads only "
+                                  "compete for them", kind=int, optional=True, spelled="--threads")
+    channels_last: bool | None = None
+    loader_workers: int = bounded(0, 0, defaults.MAX_LOADER_WORKERS, "DataLoader worker processes, each with its "
+                                  "own reader of the store", spelled="--loader-workers")
+    progress: bool = True
+
+    def __post_init__(self) -> None:
+        if self.precision not in PRECISIONS:
+            raise ConfigError(f"precision must be one of {', '.join(PRECISIONS)}, not {self.precision!r}")
+        check_fields(self)  # budget_mb and margin_mb too: finite, within (0, 1 TiB] and [0, 1 TiB]
+
+
+def check_run_option(name: str, value: Any, error: type[ConfigError] = ConfigError) -> None:
+    """Check a copy of the :class:`RunOptions` setting ``name`` (e.g. the training config's ``max_batch``)
+    against that setting's bound, as :class:`RunOptions` would; ``error`` if it is out of bounds."""
+    field_limit(RunOptions, name).check(name, value, error)
