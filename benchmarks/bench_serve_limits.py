@@ -41,7 +41,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -50,7 +49,7 @@ from typing import Any
 import numpy as np
 
 from .bench_common import Figure, GroupResult
-from .bench_serve import _free_port, _rss_anon_kib, make_files
+from .bench_serve import PeakSampler, _free_port, _rss_anon_kib, make_files
 
 KINDS = ("held", "body", "headers", "idle")
 SLOW_ADDRESSES = [f"127.0.0.{k}" for k in range(2, 12)]
@@ -66,40 +65,6 @@ class Slow:
     closed: float | None = None
     sent: int = 0
     answer: bytes = b""
-
-
-def _dir_bytes(folder: Path) -> int:
-    total = 0
-    for root, _, names in os.walk(folder):
-        for n in names:
-            with contextlib.suppress(OSError):
-                total += (Path(root) / n).stat().st_size
-    return total
-
-
-class Sampler:
-    """Peak RssAnon of a process tree and peak bytes under a folder, every 50 ms while the block runs."""
-
-    def __init__(self, pid: int, folder: Path) -> None:
-        self.pid, self.folder = pid, folder
-        self.peak_rss_kib = 0
-        self.peak_disk = 0
-        self._stop = threading.Event()
-
-    def __enter__(self) -> Sampler:
-        def run() -> None:
-            while not self._stop.is_set():
-                self.peak_rss_kib = max(self.peak_rss_kib, _rss_anon_kib(self.pid))
-                self.peak_disk = max(self.peak_disk, _dir_bytes(self.folder))
-                self._stop.wait(0.05)
-
-        self._thread = threading.Thread(target=run, daemon=True)
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
 
 
 async def _slow_client(port: int, kind: str, source: str, stop_at: float) -> Slow:
@@ -266,7 +231,7 @@ def run(work: Path, *, n_slow: int, n_normal: int, seconds: tuple[float, float],
         quiet = asyncio.run(_uploads(base, payloads, 120))
         idle_kib = _rss_anon_kib(proc.pid)
         give_up = 3 * read_timeout + 60
-        with Sampler(proc.pid, tmp) as sampler:
+        with PeakSampler(proc.pid, tmp, every=0.05) as sampler:
             slow, normal, health = asyncio.run(_attack(port, base, payloads, n_slow, read_timeout, give_up))
         time.sleep(0.5)
         uploads = [p for p in tmp.iterdir() if p.name.startswith("specstore-uploads-")]
@@ -285,7 +250,7 @@ def run(work: Path, *, n_slow: int, n_normal: int, seconds: tuple[float, float],
 
 
 def _figures(slow: list[Slow], quiet: list[tuple[int, float, int]], normal: list[tuple[int, float, int]],
-             health: list[float], sampler: Sampler, idle_kib: int, left: int, left_after_stop: int,
+             health: list[float], sampler: PeakSampler, idle_kib: int, left: int, left_after_stop: int,
              read_timeout: float, min_rate: float, n_slow: int, n_normal: int) -> GroupResult:
     late = [((s.closed - s.opened) / _deadline(s, read_timeout, min_rate)) if s.closed is not None else float("inf")
             for s in slow]
@@ -321,11 +286,11 @@ def _figures(slow: list[Slow], quiet: list[tuple[int, float, int]], normal: list
                "ratio", f"peak bytes in the server's TMPDIR during the attack over max_inflight_mb (default "
                f"max_queue x (max_file_mb + 64 KiB framing) = {bound} bytes)", 1.0, "<=",
                {"peak_bytes": sampler.peak_disk, "bound_bytes": bound}),
-        Figure("rss_growth_mib", "server RSS growth under attack", round((sampler.peak_rss_kib - idle_kib) / 1024, 1),
+        Figure("rss_growth_mib", "server RSS growth under attack", round((sampler.peak_kib - idle_kib) / 1024, 1),
                "MiB", "peak RssAnon of the server and its decode worker during the attack minus the idle figure "
                       "after the quiet phase; the documented bound: 64 KiB of read buffer per open connection "
                       "(512 by default: 32 MiB) plus the decoded features of the queued clips", None, None,
-               {"idle_mib": round(idle_kib / 1024, 1), "peak_mib": round(sampler.peak_rss_kib / 1024, 1)}),
+               {"idle_mib": round(idle_kib / 1024, 1), "peak_mib": round(sampler.peak_kib / 1024, 1)}),
         Figure("temp_files_left", "upload files left in the server's folder afterwards", left, "files",
                "after the attack, before the server stops (and the folder itself is removed when it stops: "
                f"{left_after_stop} entries left in TMPDIR after stopping)", 0, "<=",

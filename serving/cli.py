@@ -199,7 +199,7 @@ def build_parser() -> argparse.ArgumentParser:
     d = ServeConfig.__dataclass_fields__
     s.add_argument("--host", default=d["host"].default,
                    help="address to listen on (default 127.0.0.1: this machine only)")
-    s.add_argument("--port", type=int, default=d["port"].default, help="port (default 8000)")
+    s.add_argument("--port", type=int, default=d["port"].default, help="port (default %(default)s)")
     s.add_argument("--allowed-host", action="append", default=[], metavar="NAME",
                    help="a Host header value to answer (repeatable; '*' for any); default the loopback names, and "
                         "required with a --host other than loopback (a guard against DNS rebinding)")
@@ -208,18 +208,20 @@ def build_parser() -> argparse.ArgumentParser:
                         "default none: cross-origin posts get 403, the server's own page always works)")
     s.add_argument("--workers", type=int, default=None, help="decode worker processes (default: cores, at most 4)")
     s.add_argument("--max-file-mb", type=float, default=d["max_file_mb"].default,
-                   help="largest upload per file, MiB (default 50)")
-    s.add_argument("--max-files", type=int, default=d["max_files"].default, help="files per request (default 16)")
+                   help="largest upload per file, MiB (default %(default)g)")
+    s.add_argument("--max-files", type=int, default=d["max_files"].default,
+                   help="files per request (default %(default)s)")
     s.add_argument("--max-seconds", type=float, default=d["max_seconds"].default,
-                   help="longest audio per file, s, checked from the header before decoding (default 600)")
+                   help="longest audio per file, s, checked from the header before decoding (default %(default)g)")
     s.add_argument("--max-sample-rate", type=int, default=d["max_sample_rate"].default,
                    help="highest sample rate an upload may declare, Hz, checked from the header before decoding "
-                        "(default 192000)")
+                        "(default %(default)s)")
     s.add_argument("--max-channels", type=int, default=d["max_channels"].default,
-                   help="most channels an upload may declare, checked from the header before decoding (default 8)")
+                   help="most channels an upload may declare, checked from the header before decoding "
+                        "(default %(default)s)")
     s.add_argument("--max-queue", type=int, default=d["max_queue"].default,
                    help="clips in progress at once; more get 503 + Retry-After; a request with more files gets "
-                        "413 (default 64)")
+                        "413 (default %(default)s)")
     s.add_argument("--max-client-clips", type=int, default=None,
                    help="clips in progress from one client address (default: half of --max-queue, at least "
                         "--max-files)")
@@ -228,16 +230,17 @@ def build_parser() -> argparse.ArgumentParser:
                         "body is read; the bound on the server's temporary disk (default --max-queue x "
                         "--max-file-mb)")
     s.add_argument("--timeout", type=float, default=d["timeout"].default,
-                   help="seconds from a request's last byte to its answer before 504 (default 120)")
+                   help="seconds from a request's last byte to its answer before 504 (default %(default)g)")
     s.add_argument("--read-timeout", type=float, default=d["read_timeout"].default,
                    help="seconds a client has to send a whole request (headers and body), or more for an upload "
-                        "that keeps --min-upload-kib-s; slower clients are dropped with 408 (default 10)")
+                        "that keeps --min-upload-kib-s; slower clients are dropped with 408 (default %(default)g)")
     s.add_argument("--min-upload-kib-s", type=float, default=d["min_upload_kib_s"].default,
-                   help="slowest average upload accepted beyond --read-timeout, KiB/s (default 16)")
+                   help="slowest average upload accepted beyond --read-timeout, KiB/s (default %(default)g)")
     s.add_argument("--max-connections", type=int, default=d["max_connections"].default,
-                   help="connections open at once; more are answered 503 and closed (default 512)")
+                   help="connections open at once; more are answered 503 and closed (default %(default)s)")
     s.add_argument("--max-client-connections", type=int, default=d["max_client_connections"].default,
-                   help="connections open at once from one client address (default 64; behind a reverse proxy, "
+                   help="connections open at once from one client address (default %(default)s; behind a reverse "
+                        "proxy, "
                         "the proxy's upstream connections)")
     s.add_argument("--topk", type=int, default=5, help="genres per file unless ?topk= says (default 5)")
     s.add_argument("--batching", default="budget", choices=("budget", "fixed"),
