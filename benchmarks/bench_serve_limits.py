@@ -265,8 +265,8 @@ def _figures(slow: list[Slow], quiet: list[tuple[int, float, int]], normal: list
         Figure("slow_dropped_in_deadline", "slow clients dropped within their read deadline",
                sum(1 for x in late if x <= 1.1) / n_slow, "fraction",
                f"{n_slow} slow clients (idle, trickled headers, trickled body, held upload); dropped when the server "
-               "closed the connection, within 1.1 x its own deadline (read_timeout plus what its bytes buy at the "
-               "minimum rate); refused at once counts", 1.0, ">=",
+               "closed the connection, within 1.1 x its own deadline (read_timeout, or the longer time its bytes buy "
+               "at the minimum rate); refused at once counts", 1.0, ">=",
                {"max_drop_over_deadline": {k: round(max(v), 3) if v else None for k, v in by_kind.items()},
                 "answered_503": answers, "read_timeout_s": read_timeout}),
         Figure("normal_answered", "normal clients answered 200 under attack", ok / n_normal, "fraction",

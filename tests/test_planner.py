@@ -8,7 +8,7 @@ from collections import Counter
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from infer.budget import Budget
@@ -64,11 +64,12 @@ budget_cases = st.tuples(
 @given(
     budget_cases, st.sampled_from(["sorted", "training", "bucketed"]), st.sampled_from([0.0, 64.0, 1024.0, math.inf])
 )
+@example(([], 1, 0.5000000000000001, 2, 1, 2), "sorted", 0.0)  # 2 x cost + 1 rounds to exactly the budget: it fits
 def test_budget_never_exceeded_and_every_clip_once(case: tuple, planner: str, overhead_frames: float) -> None:
     lengths_list, max_batch, cost, align, overhead, frames = case
     lengths = np.array(lengths_list, dtype=np.int64)
     budget = int(overhead + frames * cost)
-    if budget - overhead < cost * align:
+    if 1 * align * cost + overhead > budget:  # Budget's own float rule (Budget.bytes): no aligned frame fits
         with pytest.raises(PlanError):
             Budget(budget, cost, fixed_overhead=overhead, frame_align=align)
         return
