@@ -110,6 +110,8 @@ TRAIN_OPTS    = $(strip $(RECIPE_OPTS) $(call opt,VAL,--val-fraction) $(RUN_OPTS
                 $(ARGS))
 CV_OPTS       = $(strip $(RECIPE_OPTS) $(call opt,FOLDS,--folds) $(call opt,OUT_DIR,--out-dir) $(RUN_OPTS) \
                 $(call flag,OVERWRITE,--overwrite) $(ARGS))
+# ONLY names groups (a value, not a switch): the groups run now replace theirs in the report, the others stay.
+BENCH_OPTS    = $(strip $(call flag,QUICK,--quick) $(if $(strip $(ONLY)),--only $(call q,$(ONLY)) --merge))
 EVAL_OPTS     = $(strip $(call opt,OUT_DIR,--out-dir) $(call opt,SPLIT,--split) $(RUN_OPTS) \
                 $(call flag,BASELINES,--baselines) $(call opt,BASELINE_STORE,--baseline-store) $(ARGS))
 
@@ -190,7 +192,7 @@ demo: install  ## the whole system on the synthetic demo corpus: features, train
 	@echo "  report       reports/demo/report.txt, report.json, confusion.png (held-out split)"
 
 bench: install  ## benchmarks side by side -> docs/benchmarks.md, .json (QUICK=1: smoke run; ONLY=model: one group, the others kept)
-	$(PY) -m benchmarks $(call flag,QUICK,--quick) $(if $(ONLY),--only $(call q,$(ONLY)) --merge)
+	$(PY) -m benchmarks $(BENCH_OPTS)
 
 realcorpus-deps:  ## apt-get the renderer + SoundFonts that are missing (RC_APT=...; default: what the tests need)
 	@missing=""; for p in $(RC_APT); do \

@@ -28,7 +28,7 @@ import sys
 import textwrap
 import threading
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -81,6 +81,50 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def save_model(work: Path, model: dict[str, Any]) -> Path:
+    """An untrained checkpoint of ``model`` options for the default log-mel and 6 labels, at ``work/model.pt``."""
+    from infer.checkpoint import Checkpoint, save_checkpoint
+    from infer.models import ModelConfig, build_model
+    from store import FeatureSpec
+
+    spec = FeatureSpec.mel()
+    labels = ["blues", "classical", "country", "jazz", "metal", "rock"]
+    net = build_model(ModelConfig(n_bins=spec.n_bins, n_classes=len(labels), **model))
+    ckpt = work / "model.pt"
+    save_checkpoint(Checkpoint.from_model(net, labels, "mel", spec), ckpt)
+    return ckpt
+
+
+@contextlib.contextmanager
+def running_server(argv: list[str], health_url: str, log_path: Path,
+                   env: dict[str, str] | None = None) -> Iterator[subprocess.Popen[bytes]]:
+    """The server process ``argv`` (output to ``log_path``), once ``health_url`` answers 200; stopped after the
+    block (SIGTERM, then kill after 30 s)."""
+    import httpx
+
+    with open(log_path, "wb") as server_log:
+        proc = subprocess.Popen(argv, stdout=server_log, stderr=subprocess.STDOUT,
+                                env={"OMP_WAIT_POLICY": "PASSIVE", **os.environ, "PYTHONUNBUFFERED": "1",
+                                     **(env or {})})
+        try:
+            deadline = time.monotonic() + 180
+            while True:
+                with contextlib.suppress(httpx.TransportError):
+                    if httpx.get(health_url, timeout=2).status_code == 200:
+                        break
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"the benchmark server did not start: {log_path.read_text()[-2000:]}")
+                time.sleep(0.5)
+            yield proc
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
 
 
 def _rss_anon_kib(pid: int) -> int:
@@ -217,40 +261,16 @@ def make_files(work: Path, n: int, lo: float, hi: float, seed: int) -> tuple[lis
 def run(work: Path, *, n_files: int, clients: tuple[int, ...], repeats: int, seconds: tuple[float, float],
         workers: int, max_delay_ms: float, ramp_s: float, model: dict[str, Any], device: str = "cpu") -> GroupResult:
     """The serving group (see the module docstring); ``device`` is the model's (``make gpu-check`` runs it on CUDA)."""
-    import httpx
-
-    from infer.checkpoint import Checkpoint, save_checkpoint
-    from infer.models import ModelConfig, build_model
-    from store import FeatureSpec
-
     work.mkdir(parents=True, exist_ok=True)
     files, lengths = make_files(work, n_files, *seconds, seed=0)
     payloads = [(f.name, f.read_bytes()) for f in files]
-    spec = FeatureSpec.mel()
-    labels = ["blues", "classical", "country", "jazz", "metal", "rock"]
-    net = build_model(ModelConfig(n_bins=spec.n_bins, n_classes=len(labels), **model))
-    ckpt = work / "model.pt"
-    save_checkpoint(Checkpoint.from_model(net, labels, "mel", spec), ckpt)
+    ckpt = save_model(work, model)
     port = _free_port()
     base = f"http://127.0.0.1:{port}"
-    server_log = open(work / "server.log", "wb")  # noqa: SIM115  (closed below)
-    proc = subprocess.Popen([sys.executable, "-m", "benchmarks.bench_serve", "server", "--model", str(ckpt),
-                             "--port", str(port), "--workers", str(workers), "--max-delay-ms", str(max_delay_ms),
-                             "--device", device],
-                            stdout=server_log, stderr=subprocess.STDOUT,
-                            env={"OMP_WAIT_POLICY": "PASSIVE", **os.environ, "PYTHONUNBUFFERED": "1"})
     results: dict[tuple[int, str], list[dict[str, Any]]] = {(c, v): [] for c in clients for v in VARIANTS}
-    try:
-        deadline = time.monotonic() + 180
-        while True:
-            try:
-                if httpx.get(f"{base}/budget/health", timeout=2).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"the benchmark server did not start: {(work / 'server.log').read_text()[-2000:]}")
-            time.sleep(0.5)
+    argv = [sys.executable, "-m", "benchmarks.bench_serve", "server", "--model", str(ckpt), "--port", str(port),
+            "--workers", str(workers), "--max-delay-ms", str(max_delay_ms), "--device", device]
+    with running_server(argv, f"{base}/budget/health", work / "server.log") as proc:
         for v in VARIANTS:  # warm: imports, oneDNN kernels, decode workers
             _phase(base, v, payloads[: max(2, min(8, n_files))], 4, proc.pid)
         for r in range(repeats):
@@ -261,14 +281,6 @@ def run(work: Path, *, n_files: int, clients: tuple[int, ...], repeats: int, sec
                     log.info("   serve %s, %d clients: %.0f s audio in %.1f s (%.0fx), efficiency %.3f, "
                              "%d batches, %d errors", v, c, res["audio"], res["makespan"],
                              res["audio"] / res["makespan"], res["efficiency"], res["batches"], res["errors"])
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        server_log.close()
     return _figures(results, clients, lengths, workers, max_delay_ms, repeats, ramp_s)
 
 

@@ -36,10 +36,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import shutil
-import signal
-import subprocess
 import sys
 import time
 from dataclasses import dataclass
@@ -49,7 +46,7 @@ from typing import Any
 import numpy as np
 
 from .bench_common import Figure, GroupResult
-from .bench_serve import PeakSampler, _free_port, _rss_anon_kib, make_files
+from .bench_serve import PeakSampler, _free_port, _rss_anon_kib, make_files, running_server, save_model
 
 KINDS = ("held", "body", "headers", "idle")
 SLOW_ADDRESSES = [f"127.0.0.{k}" for k in range(2, 12)]
@@ -191,42 +188,20 @@ def _deadline(s: Slow, read_timeout: float, min_rate: float) -> float:
 def run(work: Path, *, n_slow: int, n_normal: int, seconds: tuple[float, float], read_timeout: float,
         model: dict[str, Any]) -> GroupResult:
     """The serve-limits group (see the module docstring)."""
-    import httpx
-
-    from infer.checkpoint import Checkpoint, save_checkpoint
-    from infer.models import ModelConfig, build_model
-    from store import FeatureSpec
-
     work.mkdir(parents=True, exist_ok=True)
     files, _ = make_files(work, n_normal, *seconds, seed=3)
     payloads = [(f.name, f.read_bytes()) for f in files]
-    spec = FeatureSpec.mel()
-    labels = ["blues", "classical", "country", "jazz", "metal", "rock"]
-    ckpt = work / "model.pt"
-    save_checkpoint(Checkpoint.from_model(build_model(ModelConfig(n_bins=spec.n_bins, n_classes=len(labels),
-                                                                  **model)), labels, "mel", spec), ckpt)
+    ckpt = save_model(work, model)
     tmp = work / "tmp"
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
     port = _free_port()
     base = f"http://127.0.0.1:{port}"
     min_rate_kib = 16.0
-    server_log = open(work / "server.log", "wb")  # noqa: SIM115  (closed below)
-    proc = subprocess.Popen([sys.executable, "-m", "serving", "serve", "--model", str(ckpt), "--port", str(port),
-                             "--workers", "1", "--max-file-mb", str(FILE_MB), "--max-queue", str(QUEUE),
-                             "--read-timeout", str(read_timeout), "--min-upload-kib-s", str(min_rate_kib),
-                             "--device", "cpu"], stdout=server_log, stderr=subprocess.STDOUT,
-                            env={"OMP_WAIT_POLICY": "PASSIVE", **os.environ, "TMPDIR": str(tmp),
-                                 "PYTHONUNBUFFERED": "1"})
-    try:
-        deadline = time.monotonic() + 180
-        while True:
-            with contextlib.suppress(httpx.TransportError):
-                if httpx.get(f"{base}/health", timeout=2).status_code == 200:
-                    break
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"the server did not start: {(work / 'server.log').read_text()[-2000:]}")
-            time.sleep(0.5)
+    argv = [sys.executable, "-m", "serving", "serve", "--model", str(ckpt), "--port", str(port), "--workers", "1",
+            "--max-file-mb", str(FILE_MB), "--max-queue", str(QUEUE), "--read-timeout", str(read_timeout),
+            "--min-upload-kib-s", str(min_rate_kib), "--device", "cpu"]
+    with running_server(argv, f"{base}/health", work / "server.log", {"TMPDIR": str(tmp)}) as proc:
         asyncio.run(_uploads(base, payloads[:2], 120))  # warm: decode worker, oneDNN kernels
         quiet = asyncio.run(_uploads(base, payloads, 120))
         idle_kib = _rss_anon_kib(proc.pid)
@@ -236,14 +211,6 @@ def run(work: Path, *, n_slow: int, n_normal: int, seconds: tuple[float, float],
         time.sleep(0.5)
         uploads = [p for p in tmp.iterdir() if p.name.startswith("specstore-uploads-")]
         left = sum(len(list(p.iterdir())) for p in uploads)
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        server_log.close()
     left_after_stop = sum(1 for p in tmp.iterdir() if p.name.startswith("specstore-uploads-"))
     return _figures(slow, quiet, normal, health, sampler, idle_kib, left, left_after_stop, read_timeout,
                     min_rate_kib * 1024, n_slow, n_normal)

@@ -61,6 +61,7 @@ from .config import ServeConfig
 from .connections import ConnectionGuard
 from .metrics import Metrics
 from .model import Classifier, top_k
+from .tally import ClientTally
 from .uploads import ByteBudget, Refused, Upload, Uploads, make_folder, receive_uploads
 
 __all__ = ["Service", "create_app"]
@@ -92,8 +93,7 @@ class Service:
         self._config = config
         self.guard.config = config
         self.upload_bytes = ByteBudget(config.max_inflight_bytes, on_full=self.guard.drop_stalled)
-        self.in_flight = 0
-        self.by_client: Counter[str] = Counter()
+        self.clips = ClientTally()  # clips decoding, waiting or running, by client address
         self._pool: cf.ProcessPoolExecutor | None = None
         self._folder: Path | None = None
         self._names = itertools.count()
@@ -110,6 +110,19 @@ class Service:
         self._config = config
         self.upload_bytes.capacity = config.max_inflight_bytes
         self.guard.config = config
+
+    @property
+    def in_flight(self) -> int:
+        """Clips admitted and not yet answered."""
+        return self.clips.total
+
+    @in_flight.setter
+    def in_flight(self, n: int) -> None:
+        self.clips.total = n
+
+    @property
+    def by_client(self) -> Counter[str]:
+        return self.clips.by_client
 
     @property
     def model_name(self) -> str:
@@ -264,22 +277,19 @@ class Service:
     def _admit_clips(self, client: str, n: int) -> None:
         """Count ``n`` clips of ``client`` as in progress, or refuse them (503) if the queue or its share is full."""
         config = self.config
-        if self.in_flight + n > config.max_queue:
+        refusal = self.clips.refusal(client, n, config.max_queue, config.client_clips)
+        if refusal == "total":
             raise Refused(503, f"the queue is full ({self.in_flight} clips in progress); retry shortly",
                           {"Retry-After": str(config.retry_after)})
-        if self.by_client[client] + n > config.client_clips:
+        if refusal == "client":
             raise Refused(503, f"your address has {self.by_client[client]} clips in progress, the most one client "
                                f"may have is {config.client_clips}; retry shortly",
                           {"Retry-After": str(config.retry_after)})
-        self.in_flight += n
-        self.by_client[client] += n
+        self.clips.add(client, n)
         self.metrics.queue_depth.set(self.in_flight)
 
     def _release_clips(self, client: str, n: int) -> None:
-        self.in_flight -= n
-        self.by_client[client] -= n
-        if self.by_client[client] <= 0:
-            del self.by_client[client]
+        self.clips.remove(client, n)
         self.metrics.queue_depth.set(self.in_flight)
 
     async def _classify(self, request: Request) -> Response:
@@ -289,14 +299,12 @@ class Service:
         try:
             topk, picture = self._options(request)
             uploads = await receive_uploads(request, self._folder, self.config, self.upload_bytes, self._names)
-            self.metrics.inflight_bytes.set(self.upload_bytes.used)
             return await self._answer(request, uploads.files, topk, picture)
         except Refused as e:
             # the body may be unread: the connection closes after the answer, so nothing more is taken from it
             return _error(e.status, e.message, headers={**e.headers, "Connection": "close"})
         finally:
             uploads.remove(self.upload_bytes)
-            self.metrics.inflight_bytes.set(self.upload_bytes.used)
 
     async def _answer(self, request: Request, files: list[Upload], topk: int, picture: bool) -> Response:
         request.state.files = len(files)  # for the access log

@@ -9,10 +9,11 @@ the store's dtype); the parts are stacked by :func:`store.stack_parts`, as
 classified here gets the exact input values ``make infer`` reads from a
 store of the same file.
 
-Uploads arrive as bytes: :func:`decode_bytes` writes them to a file of its
-own in a private temporary folder (a name the client never chooses),
-decodes it and deletes it.  Whatever goes wrong is a :class:`ClipError`
-with a one-line reason that names no server path.
+The server streams each upload to a file of its own naming
+(:mod:`serving.uploads`) and decodes it with :func:`decode_file`;
+:func:`decode_bytes` does the same for bytes already in memory, through a
+private temporary file.  Whatever goes wrong is a :class:`ClipError` with a
+one-line reason that names no server path.
 
 Decode work is bounded before it starts: the header's sample rate,
 channels and duration (:func:`pipeline.audio.probe`) are each checked

@@ -46,6 +46,7 @@ from store import ConfigError
 
 from .config import ServeConfig
 from .metrics import Metrics
+from .tally import ClientTally
 
 __all__ = ["STALLED_S", "ConnectionGuard", "GuardedH11Protocol", "ensure_descriptors", "uvicorn_config"]
 
@@ -76,30 +77,30 @@ class ConnectionGuard:
     def __init__(self, config: ServeConfig, metrics: Metrics | None = None) -> None:
         self.config = config
         self.metrics = metrics or Metrics()
-        self.total = 0
-        self.by_client: Counter[str] = Counter()
+        self.connections = ClientTally()
         self.open: set[GuardedH11Protocol] = set()
+
+    @property
+    def total(self) -> int:
+        return self.connections.total
+
+    @property
+    def by_client(self) -> Counter[str]:
+        return self.connections.by_client
 
     def admit(self, client: str) -> str | None:
         """Count a new connection from ``client``; the reason it is refused, or None when admitted."""
-        if self.total >= self.config.max_connections:
-            reason = "total"
-        elif self.by_client[client] >= self.config.max_client_connections:
-            reason = "client"
-        else:
-            self.total += 1
-            self.by_client[client] += 1
-            self.metrics.connections.set(self.total)
-            return None
-        self.metrics.refused_connections.inc(1, reason)
-        return reason
+        reason = self.connections.refusal(client, 1, self.config.max_connections, self.config.max_client_connections)
+        if reason is not None:
+            self.metrics.refused_connections.inc(1, reason)
+            return reason
+        self.connections.add(client)
+        self.metrics.connections.set(self.total)
+        return None
 
     def release(self, client: str) -> None:
         """Forget an admitted connection from ``client``."""
-        self.total -= 1
-        self.by_client[client] -= 1
-        if self.by_client[client] <= 0:
-            del self.by_client[client]
+        self.connections.remove(client)
         self.metrics.connections.set(self.total)
 
     def dropped(self, phase: str) -> None:

@@ -23,6 +23,7 @@ from collections.abc import Callable
 from typing import Any
 
 import uvicorn
+from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from store import ConfigError
@@ -51,13 +52,6 @@ def bind(host: str, port: int) -> socket.socket:
         raise ConfigError(f"cannot listen on {host}:{port}: {hint}") from None
     sock.set_inheritable(True)
     return sock
-
-
-async def _json(send: Send, status: int, body: bytes, headers: list[tuple[bytes, bytes]] | None = None) -> None:
-    await send({"type": "http.response.start", "status": status,
-                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
-                            *(headers or [])]})
-    await send({"type": "http.response.body", "body": body})
 
 
 class Starting:
@@ -100,10 +94,12 @@ class Starting:
             await self.app(scope, receive, send)
         elif scope["type"] == "http":
             if scope["path"] == "/health":
-                await _json(send, 503, b'{"status": "starting"}')
+                response = JSONResponse({"status": "starting"}, status_code=503)
             else:
-                await _json(send, 503, b'{"error": "the server is starting (loading the model); retry shortly"}',
-                            [(b"retry-after", str(self.retry_after).encode()), (b"connection", b"close")])
+                response = JSONResponse({"error": "the server is starting (loading the model); retry shortly"},
+                                        status_code=503,
+                                        headers={"Retry-After": str(self.retry_after), "Connection": "close"})
+            await response(scope, receive, send)
 
     async def _lifespan(self, receive: Receive, send: Send) -> None:
         while True:

@@ -8,8 +8,9 @@ a request the budget cannot hold now is answered 503 with
 clients holding the budget are dropped by their read deadline, and at
 once when the budget is full and their upload has stalled (the server
 passes :meth:`serving.connections.ConnectionGuard.drop_stalled` as
-``on_full``), so a client ready to send gets in on its retry.  A chunked body (no length) is
-reserved as it arrives and cut off at the budget.  The body is parsed as
+``on_full``), so a client ready to send gets in on its retry.  A chunked
+body (no length) is reserved as it arrives and cut off at the budget.
+The body is parsed as
 it streams (python-multipart's parser, the one Starlette uses) and each
 file is written to a file of the server's own naming in its private
 folder, cut off at ``max_file_mb``; nothing of an upload is held in memory
@@ -239,17 +240,13 @@ async def receive_uploads(request: Request, folder: Path, config: ServeConfig, b
                 out.reserved += len(chunk)
             parser.write(chunk)
         parser.finalize()
-    except FormParserError as e:
+    except BaseException as e:  # whatever ends the body early: nothing of it stays on disk or reserved
         parts.close()
         out.remove(budget)
-        raise Refused(400, f"malformed upload: {e}".splitlines()[0]) from None
-    except ClientDisconnect:
-        parts.close()
-        out.remove(budget)
-        raise Refused(400, "the client went away") from None
-    except BaseException:
-        parts.close()
-        out.remove(budget)
+        if isinstance(e, FormParserError):
+            raise Refused(400, f"malformed upload: {e}".splitlines()[0]) from None
+        if isinstance(e, ClientDisconnect):
+            raise Refused(400, "the client went away") from None
         raise
     if not out.files:
         out.remove(budget)

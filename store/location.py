@@ -19,6 +19,7 @@ from zarr.core.sync import sync
 from zarr.storage import FsspecStore, LocalStore
 
 from .errors import ConfigError, OutputPathError
+from .presence import local_root
 
 __all__ = ["Location", "as_location"]
 
@@ -141,12 +142,10 @@ def as_location(where: str | os.PathLike[str] | Location, storage_options: dict[
     if isinstance(where, Location):
         return where
     text = os.fspath(where)
-    if text.startswith("file://"):
-        return Location(text, Path(text[len("file://"):]).expanduser().absolute(), dict(storage_options or {}))
-    if "://" in text:
+    local = local_root(text)
+    if local is None:
         _check_protocol(text)
-        return Location(text, None, dict(storage_options or {}))
-    return Location(text, Path(text).expanduser().absolute(), dict(storage_options or {}))
+    return Location(text, local, dict(storage_options or {}))
 
 
 def _check_protocol(url: str) -> None:

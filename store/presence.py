@@ -17,12 +17,12 @@ from pathlib import Path
 
 from .errors import StoreNotFound
 
-__all__ = ["check_store_present"]
+__all__ = ["check_store_present", "local_root"]
 
 
-def _local_root(text: str) -> Path | None:
-    """The folder a local store address names (a plain path or a ``file://`` URL), None for a remote URL:
-    the same reading as :func:`store.location.as_location`."""
+def local_root(text: str) -> Path | None:
+    """The folder a local store address names (a plain path or a ``file://`` URL), None for a remote URL
+    (:func:`store.location.as_location` reads addresses through it)."""
     if text.startswith("file://"):
         return Path(text[len("file://"):]).expanduser().absolute()
     if "://" in text:
@@ -34,7 +34,7 @@ def check_store_present(where: str | os.PathLike[str]) -> None:
     """Raise :class:`~store.StoreNotFound` (``no store at WHERE``, :func:`~store.open_store`'s own words) when
     ``where`` is a local store address with no root ``zarr.json``; return quietly otherwise."""
     text = os.fspath(where)
-    root = _local_root(text)
+    root = local_root(text)
     if root is None:
         return
     try:
