@@ -114,6 +114,25 @@ def _readme(plans: Sequence[ClipPlan], n_per_style: int, seed: int) -> str:
     )
 
 
+def _check_foreign(out: Path, plans: Sequence[ClipPlan], prune: bool) -> None:
+    """Refuse files under ``out``'s style folders that the corpus would not write; with ``prune``, first delete
+    those named like this generator's files (``<style>_<digits>.<ext>``)."""
+    foreign = _foreign_files(out, plans)
+    if foreign and prune:
+        ours = [
+            p for p in foreign if (m := _FILE_RE.match(p.name)) and m["style"] == p.parent.name and m["ext"] in FORMATS
+        ]
+        for p in ours:
+            p.unlink()
+        logger.info("pruned %d stale corpus files", len(ours))
+        foreign = [p for p in foreign if p not in ours]
+    if foreign:
+        raise DemoCorpusError(
+            f"{out} holds {len(foreign)} file(s) this corpus would not write (e.g. {foreign[0]}); "
+            "use an empty directory" + ("" if prune else " or --prune to delete stale corpus files")
+        )
+
+
 def generate_corpus(
     out_dir: str | os.PathLike[str],
     *,
@@ -143,20 +162,7 @@ def generate_corpus(
     out = Path(out_dir)
     if out.exists() and not out.is_dir():
         raise DemoCorpusError(f"output path exists and is not a directory: {out}")
-    foreign = _foreign_files(out, plans)
-    if foreign and prune:
-        ours = [
-            p for p in foreign if (m := _FILE_RE.match(p.name)) and m["style"] == p.parent.name and m["ext"] in FORMATS
-        ]
-        for p in ours:
-            p.unlink()
-        logger.info("pruned %d stale corpus files", len(ours))
-        foreign = [p for p in foreign if p not in ours]
-    if foreign:
-        raise DemoCorpusError(
-            f"{out} holds {len(foreign)} file(s) this corpus would not write (e.g. {foreign[0]}); "
-            "use an empty directory" + ("" if prune else " or --prune to delete stale corpus files")
-        )
+    _check_foreign(out, plans, prune)
     for style in dict.fromkeys(p.style for p in plans):
         (out / style).mkdir(parents=True, exist_ok=True)
     (out / "README.txt").write_text(_readme(plans, n_per_style, seed), encoding="utf-8")

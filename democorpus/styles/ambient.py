@@ -47,6 +47,25 @@ def arrange(ctx: Ctx) -> Arrangement:
         drone = voice(ctx, [1.0, 0.3], ctx.hz(root - 12), ctx.n) * lfo
         stems.append(Stem(norm(drone, random_gain(-14, -5, rng)), 0.0, 0.6, "bass"))
 
+    sparse = _sparse(ctx, root, scale)
+    if sparse is not None:
+        stems.append(sparse)
+
+    # Wind: band-passed pink noise with a slow swell.
+    if rng.random() < 0.4:
+        lo = rng.uniform(300.0, 900.0)
+        wind = filt(pink(rng, ctx.n), "bandpass", (lo, lo * rng.uniform(2.0, 5.0)), sr)
+        wind *= 0.5 + 0.5 * voice(ctx, [1.0], 1.0 / rng.uniform(6.0, 15.0), ctx.n) ** 2
+        stems.append(Stem(norm(wind, random_gain(-22, -12, rng)), rng.uniform(-0.3, 0.3), 0.5, "texture"))
+
+    stems += _pulse(ctx, root, beat, bar)
+    form = song_form(ctx, 4 * bar, {"full": 0.55, "breakdown": 0.25, "intro": 0.2}, lengths=(2, 4), dynamics_db=4.0)
+    return Arrangement(stems, rng.uniform(2.0, 6.0), rng.uniform(0.35, 0.75), (28.0, 55.0), form)
+
+
+def _sparse(ctx: Ctx, root: int, scale: tuple[int, ...]) -> Stem | None:
+    """Sparse pentatonic notes' stem (FM bells, piano or harp), or None (some files)."""
+    rng = ctx.rng
     # Sparse notes from the pentatonic subset of the scale: FM bells, piano or harp.
     lead = str(rng.choice(["bells", "piano", "harp", "none"], p=[0.45, 0.25, 0.15, 0.15]))
     if lead != "none":
@@ -70,15 +89,13 @@ def arrange(ctx: Ctx) -> Arrangement:
         else:
             bright = rng.uniform(0.3, 0.7)
             sig = render_notes(ctx, sparse, lambda f, n, h: pluck(ctx, f, n, n, decay=decay, bright=bright), decay)
-        stems.append(Stem(norm(sig, random_gain(-12, -4, rng)), rng.uniform(-0.6, 0.6), 1.0, "lead"))
+        return Stem(norm(sig, random_gain(-12, -4, rng)), rng.uniform(-0.6, 0.6), 1.0, "lead")
+    return None
 
-    # Wind: band-passed pink noise with a slow swell.
-    if rng.random() < 0.4:
-        lo = rng.uniform(300.0, 900.0)
-        wind = filt(pink(rng, ctx.n), "bandpass", (lo, lo * rng.uniform(2.0, 5.0)), sr)
-        wind *= 0.5 + 0.5 * voice(ctx, [1.0], 1.0 / rng.uniform(6.0, 15.0), ctx.n) ** 2
-        stems.append(Stem(norm(wind, random_gain(-22, -12, rng)), rng.uniform(-0.3, 0.3), 0.5, "texture"))
 
+def _pulse(ctx: Ctx, root: int, beat: float, bar: float) -> list[Stem]:
+    """A muffled kick (and off-beat sub) pulse's two stems, or none (most files)."""
+    rng, sr = ctx.rng, ctx.sr
     # A soft, muffled pulse: kick on every beat, off-beat sub (ambient techno), some files.
     if rng.random() < 0.15:
         k_t, k_v = drums.events(ctx, "X...X...X...X...", bar, jitter=0.002, vel_jitter=0.05)
@@ -89,13 +106,11 @@ def arrange(ctx: Ctx) -> Arrangement:
             h_t, h_v = drums.events(ctx, "..x...x...x...x.", bar, jitter=0.003)
             hats = drums.track(ctx, drums.hat(ctx, decay=rng.uniform(0.05, 0.15)), h_t, h_v)
             pulse += hats * random_gain(-24, -14, rng)
-        stems.append(Stem(norm(pulse, random_gain(-10, -4, rng)), 0.0, 0.4, "drums"))
+        kit = Stem(norm(pulse, random_gain(-10, -4, rng)), 0.0, 0.4, "drums")
 
         def sub(f: float, n: int, hold: int) -> Audio:
             return voice(ctx, [1.0, 0.2], f, n) * env_decay(n, sr, 0.3, hold / sr, 0.05, attack=0.01)
 
         subs = [(t + beat / 2, beat * 0.4, root - 12, 0.8) for t in np.arange(0.0, ctx.seconds, beat)]
-        stems.append(Stem(norm(render_notes(ctx, subs, sub, 0.05), random_gain(-12, -6, rng)), 0.0, 0.2, "bass"))
-
-    form = song_form(ctx, 4 * bar, {"full": 0.55, "breakdown": 0.25, "intro": 0.2}, lengths=(2, 4), dynamics_db=4.0)
-    return Arrangement(stems, rng.uniform(2.0, 6.0), rng.uniform(0.35, 0.75), (28.0, 55.0), form)
+        return [kit, Stem(norm(render_notes(ctx, subs, sub, 0.05), random_gain(-12, -6, rng)), 0.0, 0.2, "bass")]
+    return []

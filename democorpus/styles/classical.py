@@ -58,6 +58,19 @@ def arrange(ctx: Ctx) -> Arrangement:
     sig = render_notes(ctx, bass_notes, bass_inst, 0.25)
     stems.append(Stem(norm(sig * swell, random_gain(-6, -2, rng)), rng.uniform(-0.2, 0.2), 0.8, "bass"))
 
+    stems.append(_melody(ctx, chords, ensemble, keys, vib, swell, root, scale, meter, beat))
+    arp = _arpeggio(ctx, chords, ensemble, keys, swell, root, scale, meter, beat)
+    if arp is not None:
+        stems.append(arp)
+    form = song_form(ctx, 4 * bar, {"full": 0.65, "nolead": 0.2, "breakdown": 0.1, "intro": 0.05}, lengths=(1, 2),
+                     dynamics_db=5.0)
+    return Arrangement(stems, rng.uniform(1.4, 4.0), rng.uniform(0.2, 0.5), (30.0, 60.0), form)
+
+
+def _melody(ctx: Ctx, chords: list[tuple[float, int]], ensemble: str, keys: Instrument, vib: tuple[float, float],
+            swell: Audio, root: int, scale: tuple[int, ...], meter: int, beat: float) -> Stem:
+    """The melody's stem (violin, flute, horn or piano), shaped by the shared ``swell``."""
+    rng, sr = ctx.rng, ctx.sr
     # Melody: violin, flute, horn or piano; stepwise, chord tones on downbeats.
     kind = 3 if ensemble == "piano" else 0 if ensemble == "strings" else int(rng.integers(0, 3))
     mel_lo = [67, 72, 55, 67][kind]
@@ -82,8 +95,13 @@ def arrange(ctx: Ctx) -> Arrangement:
         return v * env_asr(n, sr, 0.06, hold / sr, 0.15)
 
     sig = filt(render_notes(ctx, mel, keys if kind == 3 else solo, 0.15), "lowpass", 6000.0, sr)
-    stems.append(Stem(norm(sig * swell, random_gain(-4, 0, rng)), rng.uniform(-0.3, 0.3), 0.9, "lead"))
+    return Stem(norm(sig * swell, random_gain(-4, 0, rng)), rng.uniform(-0.3, 0.3), 0.9, "lead")
 
+
+def _arpeggio(ctx: Ctx, chords: list[tuple[float, int]], ensemble: str, keys: Instrument, swell: Audio, root: int,
+              scale: tuple[int, ...], meter: int, beat: float) -> Stem | None:
+    """The arpeggio's stem (harp, pizzicato or the piano's broken chords), or None (some files)."""
+    rng = ctx.rng
     # Arpeggio in eighths or sixteenths: harp / pizzicato, or the piano's broken chords.
     if rng.random() < (0.8 if ensemble == "piano" else 0.5):
         sub = int(rng.choice([2, 4])) if beat > 0.6 else 2
@@ -102,8 +120,5 @@ def arrange(ctx: Ctx) -> Arrangement:
             return pluck(ctx, f, n, n, decay=decay, bright=bright)
 
         sig = render_notes(ctx, arp, keys if ensemble == "piano" else harp, 0.6)
-        stems.append(Stem(norm(sig * swell, random_gain(-8, -2, rng)), rng.uniform(-0.5, 0.5), 1.0, "chords"))
-
-    form = song_form(ctx, 4 * bar, {"full": 0.65, "nolead": 0.2, "breakdown": 0.1, "intro": 0.05}, lengths=(1, 2),
-                     dynamics_db=5.0)
-    return Arrangement(stems, rng.uniform(1.4, 4.0), rng.uniform(0.2, 0.5), (30.0, 60.0), form)
+        return Stem(norm(sig * swell, random_gain(-8, -2, rng)), rng.uniform(-0.5, 0.5), 1.0, "chords")
+    return None

@@ -18,13 +18,27 @@ __all__ = ["arrange"]
 
 def arrange(ctx: Ctx) -> Arrangement:
     """One hiphop file's stems and room, all drawn from ``ctx.rng`` (``ctx.n`` samples at ``ctx.sr`` Hz)."""
-    rng, sr = ctx.rng, ctx.sr
+    rng = ctx.rng
     beat, bar = tempo(rng, 70.0, 100.0)
     swing = rng.uniform(0.0, 0.33)
     _, scale, root = key(rng, ["minor", "dorian", "major"], 36)
     prog = [[0, 5], [0, 3], [0, 5, 2, 6], [0, 0, 3, 4], [1, 4, 0, 0]][int(rng.integers(0, 5))]
-    stems: list[Stem] = []
+    stems: list[Stem] = [_drums(ctx, bar, swing), _bass(ctx, prog, root, scale, beat, bar),
+                         _keys_loop(ctx, prog, root, scale, beat, bar)]
+    horn_stem = _horn(ctx, root, scale, beat, swing)
+    if horn_stem is not None:
+        stems.append(horn_stem)
 
+    # Vinyl: hiss plus sparse crackle, most files.
+    if rng.random() < 0.7:
+        stems.append(Stem(norm(vinyl(ctx), random_gain(-28, -18, rng)), 0.0, 0.0, "texture"))
+    form = song_form(ctx, bar, {"full": 0.5, "nolead": 0.25, "intro": 0.07, "groove": 0.1, "beat": 0.08})
+    return Arrangement(stems, rng.uniform(0.4, 1.2), rng.uniform(0.08, 0.25), (28.0, 50.0), form)
+
+
+def _drums(ctx: Ctx, bar: float, swing: float) -> Stem:
+    """The boom-bap kit's stem (bars of ``bar`` seconds, hats swung by ``swing``, as drums.events takes it)."""
+    rng, sr = ctx.rng, ctx.sr
     # Boom-bap: syncopated kick, hard snare (or clap) on 2 and 4, swung hats or a ride.
     kick_pat = str(rng.choice(["X......x..X.....", "X.........X..x..", "X..x......X.....", "X......X.xX....."]))
     k_t, k_v = drums.events(ctx, kick_pat, bar, swing=swing, jitter=0.004)
@@ -46,8 +60,12 @@ def arrange(ctx: Ctx) -> Arrangement:
             -14, -7, rng
         )
     kit = filt(kit, "lowpass", rng.uniform(5000.0, 9000.0), sr)
-    stems.append(Stem(norm(kit, random_gain(-1, 0, rng)), 0.0, 0.2, "drums"))
+    return Stem(norm(kit, random_gain(-1, 0, rng)), 0.0, 0.2, "drums")
 
+
+def _bass(ctx: Ctx, prog: list[int], root: int, scale: tuple[int, ...], beat: float, bar: float) -> Stem:
+    """The bass stem on the roots of ``prog`` (scale degrees): 808, upright or round."""
+    rng, sr = ctx.rng, ctx.sr
     # Bass on the chord roots: 808 sub with a pitch drop, plucked upright, or a round synth bass.
     chords = chord_times(ctx, prog, 2 * bar if len(prog) == 2 else bar)
     bass_kind = str(rng.choice(["808", "upright", "round"], p=[0.6, 0.25, 0.15]))
@@ -69,8 +87,12 @@ def arrange(ctx: Ctx) -> Arrangement:
     bass_inst = {"808": sub808, "upright": upright(ctx, rng.uniform(0.8, 1.6), rng.uniform(0.15, 0.35)),
                  "round": round_bass}[bass_kind]
     sig = render_notes(ctx, subs, bass_inst, 0.05)
-    stems.append(Stem(norm(sig, random_gain(-5, -1, rng)), 0.0, 0.0, "bass"))
+    return Stem(norm(sig, random_gain(-5, -1, rng)), 0.0, 0.0, "bass")
 
+
+def _keys_loop(ctx: Ctx, prog: list[int], root: int, scale: tuple[int, ...], beat: float, bar: float) -> Stem:
+    """The looped keys sample's stem over ``prog`` (scale degrees)."""
+    rng, sr = ctx.rng, ctx.sr
     # Keys loop: a 7th-chord sample rendered once and repeated.
     loop_bars = len(prog) if len(prog) > 2 else 4
     loop_len = int(round(loop_bars * bar * sr))
@@ -95,19 +117,16 @@ def arrange(ctx: Ctx) -> Arrangement:
     loop[: loop_ctx.n - loop_len] += loop[loop_len:]  # ringing past the loop end wraps to its start
     loop = filt(filt(loop[:loop_len], "lowpass", rng.uniform(1800.0, 4500.0), sr), "highpass", 150.0, sr)
     reps = -(-ctx.n // len(loop))
-    stems.append(
-        Stem(norm(np.tile(loop, reps)[: ctx.n], random_gain(-8, -3, rng)), rng.uniform(-0.3, 0.3), 0.5, "chords")
-    )
+    return Stem(norm(np.tile(loop, reps)[: ctx.n], random_gain(-8, -3, rng)), rng.uniform(-0.3, 0.3), 0.5, "chords")
 
+
+def _horn(ctx: Ctx, root: int, scale: tuple[int, ...], beat: float, swing: float) -> Stem | None:
+    """A horn phrase's stem, or None (most files)."""
+    rng, sr = ctx.rng, ctx.sr
     # A horn phrase sampled from a jazz record, some files.
     if rng.random() < 0.3:
         line = horn_line(ctx, root, scale, beat, swing, 60, 80)
         sig = filt(render_notes(ctx, line, horn(ctx, horn_amps(rng), (rng.uniform(4.5, 6.0), 0.004)), 0.06),
                    "lowpass", rng.uniform(2500.0, 5000.0), sr)
-        stems.append(Stem(norm(sig, random_gain(-9, -3, rng)), rng.uniform(-0.3, 0.3), 0.5, "lead"))
-
-    # Vinyl: hiss plus sparse crackle, most files.
-    if rng.random() < 0.7:
-        stems.append(Stem(norm(vinyl(ctx), random_gain(-28, -18, rng)), 0.0, 0.0, "texture"))
-    form = song_form(ctx, bar, {"full": 0.5, "nolead": 0.25, "intro": 0.07, "groove": 0.1, "beat": 0.08})
-    return Arrangement(stems, rng.uniform(0.4, 1.2), rng.uniform(0.08, 0.25), (28.0, 50.0), form)
+        return Stem(norm(sig, random_gain(-9, -3, rng)), rng.uniform(-0.3, 0.3), 0.5, "lead")
+    return None

@@ -27,6 +27,39 @@ def arrange(ctx: Ctx) -> Arrangement:
     swing = 0.0 if feel == "bossa" else 1.0 / 3.0
     stems: list[Stem] = []
 
+    kit = _drums(ctx, feel, bar)
+    if kit is not None:
+        stems.append(kit)
+
+    # Bass: walking quarter notes, or roots and fifths (two-feel, bossa).
+    if feel == "bossa" or rng.random() < 0.2:
+        bass: list[Note] = []
+        for t, d in chords:
+            m = into_range([scale_midi(root, scale, d)], 36, 50)[0]
+            bass.append((t, beat * 1.4, m, 0.9))
+            bass.append((t + 2 * beat, beat * 1.4, m + 7 if m + 7 <= 52 else m - 5, 0.8))
+    else:
+        bass = walking_bass(ctx, chords, prog, beat, per_chord, root, scale)
+    sig = render_notes(ctx, bass, upright(ctx, rng.uniform(0.8, 1.6), rng.uniform(0.15, 0.35)), 0.05)
+    stems.append(Stem(norm(filt(sig, "lowpass", 1500.0, sr), random_gain(-4, 0, rng)), rng.uniform(-0.2, 0.2), 0.3,
+                      "bass"))
+
+    stems.append(_comping(ctx, feel, chords, beat, per_chord, root, scale))
+
+    # Horn (sax / trumpet) lines in swung or straight eighths, half the files.
+    if rng.random() < 0.55:
+        line = horn_line(ctx, root, scale, beat, swing, 60, 80)
+        sig = render_notes(ctx, line, horn(ctx, horn_amps(rng), (rng.uniform(4.5, 6.0), 0.004)), 0.06)
+        stems.append(Stem(norm(sig, random_gain(-6, -1, rng)), rng.uniform(0.0, 0.4), 0.7, "lead"))
+
+    weights = {"full": 0.5, "nolead": 0.2, "solo": 0.15, "nodrums": 0.08, "intro": 0.07}
+    form = song_form(ctx, per_chord * len(prog), weights, lengths=(1, 2))
+    return Arrangement(stems, rng.uniform(0.8, 2.2), rng.uniform(0.15, 0.35), (28.0, 50.0), form)
+
+
+def _drums(ctx: Ctx, feel: str, bar: float) -> Stem | None:
+    """The kit's stem for the ``feel`` (swing, ballad or bossa), or None (some files)."""
+    rng = ctx.rng
     # Drums (most files).  Swing and ballad: patterns on a 12-step (triplet) grid, which is what swing
     # is: ride "ding, ding-da" (sticks) or a long snare swish (brushes), hat foot on 2 and 4, ghost-note
     # snare comping, feathered kick.  Bossa: rim clave, straight eighth hats, kick on 1 and the and of 2.
@@ -59,21 +92,14 @@ def arrange(ctx: Ctx) -> Arrangement:
                 k_t, k_v = drums.events(ctx, "g..g..g..g..", bar, vel_jitter=0.2)
                 kick = drums.kick(ctx, f_hi=120, f_lo=55, decay=0.12, click=0.1)
                 kit += drums.track(ctx, kick, k_t, k_v) * random_gain(-14, -8, rng)
-        stems.append(Stem(norm(kit, random_gain(-8, -2, rng)), rng.uniform(-0.3, 0.3), 0.5, "drums"))
+        return Stem(norm(kit, random_gain(-8, -2, rng)), rng.uniform(-0.3, 0.3), 0.5, "drums")
+    return None
 
-    # Bass: walking quarter notes, or roots and fifths (two-feel, bossa).
-    if feel == "bossa" or rng.random() < 0.2:
-        bass: list[Note] = []
-        for t, d in chords:
-            m = into_range([scale_midi(root, scale, d)], 36, 50)[0]
-            bass.append((t, beat * 1.4, m, 0.9))
-            bass.append((t + 2 * beat, beat * 1.4, m + 7 if m + 7 <= 52 else m - 5, 0.8))
-    else:
-        bass = walking_bass(ctx, chords, prog, beat, per_chord, root, scale)
-    sig = render_notes(ctx, bass, upright(ctx, rng.uniform(0.8, 1.6), rng.uniform(0.15, 0.35)), 0.05)
-    stems.append(Stem(norm(filt(sig, "lowpass", 1500.0, sr), random_gain(-4, 0, rng)), rng.uniform(-0.2, 0.2), 0.3,
-                      "bass"))
 
+def _comping(ctx: Ctx, feel: str, chords: list[tuple[float, int]], beat: float, per_chord: float, root: int,
+             scale: tuple[int, ...]) -> Stem:
+    """The comping stem: rootless 7th voicings on piano, electric piano, organ or guitar."""
+    rng = ctx.rng
     # Comping: rootless 7th voicings on syncopated positions (piano, electric piano, organ or guitar).
     instrument = str(rng.choice(["piano", "ep", "organ", "guitar"], p=[0.6, 0.15, 0.15, 0.1]))
     tau = rng.uniform(0.5, 1.2)
@@ -91,14 +117,4 @@ def arrange(ctx: Ctx) -> Arrangement:
     if feel == "ballad":  # ballads also hold a chord on every change
         comps += [(t, per_chord, m, 0.35) for t, d in chords for m in into_range(chord_midi(root, scale, d, 4), 55, 74)]
     sig = render_notes(ctx, comps, inst, 0.1)
-    stems.append(Stem(norm(sig, random_gain(-6, -1, rng)), rng.uniform(-0.4, 0.0), 0.6, "chords"))
-
-    # Horn (sax / trumpet) lines in swung or straight eighths, half the files.
-    if rng.random() < 0.55:
-        line = horn_line(ctx, root, scale, beat, swing, 60, 80)
-        sig = render_notes(ctx, line, horn(ctx, horn_amps(rng), (rng.uniform(4.5, 6.0), 0.004)), 0.06)
-        stems.append(Stem(norm(sig, random_gain(-6, -1, rng)), rng.uniform(0.0, 0.4), 0.7, "lead"))
-
-    weights = {"full": 0.5, "nolead": 0.2, "solo": 0.15, "nodrums": 0.08, "intro": 0.07}
-    form = song_form(ctx, per_chord * len(prog), weights, lengths=(1, 2))
-    return Arrangement(stems, rng.uniform(0.8, 2.2), rng.uniform(0.15, 0.35), (28.0, 50.0), form)
+    return Stem(norm(sig, random_gain(-6, -1, rng)), rng.uniform(-0.4, 0.0), 0.6, "chords")

@@ -18,14 +18,27 @@ __all__ = ["arrange"]
 
 def arrange(ctx: Ctx) -> Arrangement:
     """One reggae file's stems and room, all drawn from ``ctx.rng`` (``ctx.n`` samples at ``ctx.sr`` Hz)."""
-    rng, sr = ctx.rng, ctx.sr
+    rng = ctx.rng
     beat, bar = tempo(rng, 60.0, 96.0)
     _, scale, root = key(rng, ["major", "minor", "dorian"], 40)
     prog = [[0, 3], [0, 4], [0, 3, 4, 3], [0, 6], [0, 5, 3, 4]][int(rng.integers(0, 5))]
     chords = chord_times(ctx, prog, bar)
     swing = rng.uniform(0.0, 0.33)
-    stems: list[Stem] = []
+    stems: list[Stem] = [_drums(ctx, bar, swing), _skank(ctx, chords, root, scale, beat)]
+    for extra in (_bubble(ctx, chords, root, scale, beat), _horns(ctx, root, scale, beat)):
+        if extra is not None:
+            stems.append(extra)
+    stems.append(_bass(ctx, chords, root, scale, beat))
 
+    if rng.random() < 0.2:
+        stems.append(Stem(norm(vinyl(ctx), random_gain(-30, -20, rng)), 0.0, 0.0, "texture"))
+    form = song_form(ctx, bar, {"full": 0.5, "nolead": 0.2, "groove": 0.15, "breakdown": 0.1, "beat": 0.05})
+    return Arrangement(stems, rng.uniform(0.6, 2.0), rng.uniform(0.12, 0.3), (28.0, 50.0), form)
+
+
+def _drums(ctx: Ctx, bar: float, swing: float) -> Stem:
+    """The kit's stem: one drop, rockers or steppers (bars of ``bar`` seconds, hats swung by ``swing``)."""
+    rng = ctx.rng
     # One drop (kick and rim on 3), rockers (kick on 1 and 3) or steppers (kick every beat); shuffled hats.
     beat_kind = str(rng.choice(["one drop", "rockers", "steppers"], p=[0.55, 0.2, 0.25]))
     kick_pat = {"one drop": "........X.......", "rockers": "X.......X.......", "steppers": "X...X...X...X..."}
@@ -49,8 +62,12 @@ def arrange(ctx: Ctx) -> Arrangement:
         + drums.track(ctx, back, r_t, r_v) * random_gain(-3, 0, rng)
         + drums.track(ctx, drums.hat(ctx, decay=rng.uniform(0.03, 0.08)), h_t, h_v) * random_gain(-14, -8, rng)
     )
-    stems.append(Stem(norm(kit, random_gain(-3, 0, rng)), 0.0, 0.3, "drums"))
+    return Stem(norm(kit, random_gain(-3, 0, rng)), 0.0, 0.3, "drums")
 
+
+def _skank(ctx: Ctx, chords: list[tuple[float, int]], root: int, scale: tuple[int, ...], beat: float) -> Stem:
+    """The off-beat chord chops' stem (guitar or piano, some with a dub echo)."""
+    rng, sr = ctx.rng, ctx.sr
     # Skank: short chord chops on every off-beat, guitar (bright, high-passed) or piano; optional dub echo.
     sk: list[Note] = []
     for t, d in chords:
@@ -71,8 +88,12 @@ def arrange(ctx: Ctx) -> Arrangement:
         echo[d:] = 0.45 * sig[:-d]
         echo[2 * d :] += 0.2 * sig[: -2 * d]
         sig = sig + echo
-    stems.append(Stem(norm(sig, random_gain(-6, -2, rng)), rng.uniform(0.2, 0.6), 0.5, "chords"))
+    return Stem(norm(sig, random_gain(-6, -2, rng)), rng.uniform(0.2, 0.6), 0.5, "chords")
 
+
+def _bubble(ctx: Ctx, chords: list[tuple[float, int]], root: int, scale: tuple[int, ...], beat: float) -> Stem | None:
+    """The organ bubble's stem, or None (half the files)."""
+    rng = ctx.rng
     # Organ bubble: sixteenth-note organ figure, some files.
     if rng.random() < 0.5:
         bub: list[Note] = []
@@ -83,14 +104,24 @@ def arrange(ctx: Ctx) -> Arrangement:
                 for m in ch[1:]:
                     bub.append((t + k * beat + beat / 2, beat / 4, m, 0.6))
         sig = render_notes(ctx, bub, organ(ctx), 0.02)
-        stems.append(Stem(norm(sig, random_gain(-12, -6, rng)), rng.uniform(-0.6, -0.2), 0.3, "chords"))
+        return Stem(norm(sig, random_gain(-12, -6, rng)), rng.uniform(-0.6, -0.2), 0.3, "chords")
+    return None
 
+
+def _horns(ctx: Ctx, root: int, scale: tuple[int, ...], beat: float) -> Stem | None:
+    """The horn section's stem, or None (most files)."""
+    rng = ctx.rng
     # Horn section: unison lines, some files.
     if rng.random() < 0.3:
         line = horn_line(ctx, root, scale, beat, rng.uniform(0.0, 0.2), 58, 78)
         sig = render_notes(ctx, line, horn(ctx, horn_amps(rng), (rng.uniform(4.5, 6.0), 0.004)), 0.06)
-        stems.append(Stem(norm(sig, random_gain(-8, -2, rng)), rng.uniform(-0.4, 0.4), 0.6, "lead"))
+        return Stem(norm(sig, random_gain(-8, -2, rng)), rng.uniform(-0.4, 0.4), 0.6, "lead")
+    return None
 
+
+def _bass(ctx: Ctx, chords: list[tuple[float, int]], root: int, scale: tuple[int, ...], beat: float) -> Stem:
+    """The syncopated bass stem, the loudest part."""
+    rng, sr = ctx.rng, ctx.sr
     # Deep, round, syncopated bass: the loudest part.
     bass_rhythms = [[0.0, 1.5, 2.0, 3.0], [0.0, 0.75, 1.5, 2.5, 3.25], [0.5, 1.0, 2.0, 2.75], [0.0, 1.0, 2.0, 3.0]]
     br = bass_rhythms[int(rng.integers(0, len(bass_rhythms)))]
@@ -105,9 +136,4 @@ def arrange(ctx: Ctx) -> Arrangement:
         return voice(ctx, [1.0, 0.35, 0.12], f, n) * env_decay(n, sr, 0.6, hold / sr, 0.04, attack=0.01)
 
     sig = filt(render_notes(ctx, bass, round_bass, 0.04), "lowpass", rng.uniform(500.0, 1200.0), sr)
-    stems.append(Stem(norm(sig, random_gain(-2, 1, rng)), 0.0, 0.05, "bass"))
-
-    if rng.random() < 0.2:
-        stems.append(Stem(norm(vinyl(ctx), random_gain(-30, -20, rng)), 0.0, 0.0, "texture"))
-    form = song_form(ctx, bar, {"full": 0.5, "nolead": 0.2, "groove": 0.15, "breakdown": 0.1, "beat": 0.05})
-    return Arrangement(stems, rng.uniform(0.6, 2.0), rng.uniform(0.12, 0.3), (28.0, 50.0), form)
+    return Stem(norm(sig, random_gain(-2, 1, rng)), 0.0, 0.05, "bass")

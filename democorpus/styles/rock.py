@@ -18,15 +18,29 @@ __all__ = ["arrange"]
 
 def arrange(ctx: Ctx) -> Arrangement:
     """One rock file's stems and room, all drawn from ``ctx.rng`` (``ctx.n`` samples at ``ctx.sr`` Hz)."""
-    rng, sr = ctx.rng, ctx.sr
+    rng = ctx.rng
     beat, bar = tempo(rng, 80.0, 170.0)
     mode, scale, root = key(rng, ["major", "mixolydian", "minor", "dorian"], 40)
     progs = [[0, 4, 5, 3], [0, 3, 4, 3], [0, 5, 6, 0], [0, 6, 3, 0], [0, 3, 0, 4]]
     prog = progs[int(rng.integers(0, len(progs)))]
     per_chord = bar * int(rng.choice([1, 2]))
     chords = chord_times(ctx, prog, per_chord)
-    stems: list[Stem] = []
+    stems: list[Stem] = [_drums(ctx, bar)]
+    stems += _guitars(ctx, chords, beat, per_chord, root, scale)
+    stems.append(_bass(ctx, chords, beat, per_chord, root, scale))
+    held = _keys(ctx, chords, per_chord, root, scale)
+    if held is not None:
+        stems.append(held)
+    lead = _lead(ctx, mode, root, beat, bar)
+    if lead is not None:
+        stems.append(lead)
+    form = song_form(ctx, bar, {"full": 0.5, "nolead": 0.32, "intro": 0.08, "groove": 0.07, "beat": 0.03})
+    return Arrangement(stems, rng.uniform(0.6, 1.8), rng.uniform(0.1, 0.3), (30.0, 55.0), form)
 
+
+def _drums(ctx: Ctx, bar: float) -> Stem:
+    """The drum kit's stem (backbeat or four on the floor) for bars of ``bar`` seconds."""
+    rng = ctx.rng
     # Drums: backbeat.  Kick 1 & 3 (+ variations, or every beat), snare 2 & 4, eighth hats or ride,
     # fill and crash every 8 bars.
     kick_pats = ["X.......X.......", "X.......X.X.....", "X......xX.......", "X.x.....X.x.....", "X...X...X...X..."]
@@ -53,8 +67,14 @@ def arrange(ctx: Ctx) -> Arrangement:
         + drums.track(ctx, cymbal, h_t, h_v) * random_gain(-12, -6, rng)
         + drums.track(ctx, drums.ride(ctx, decay=1.2), c_t, c_v) * random_gain(-10, -4, rng)
     )
-    stems.append(Stem(norm(kit, random_gain(-3, 0, rng)), 0.0, 0.4, "drums"))
+    return Stem(norm(kit, random_gain(-3, 0, rng)), 0.0, 0.4, "drums")
 
+
+
+def _guitars(ctx: Ctx, chords: list[tuple[float, int]], beat: float, per_chord: float, root: int,
+             scale: tuple[int, ...]) -> list[Stem]:
+    """The two guitar stems, left and right, over ``chords`` (start s, degree)."""
+    rng, sr = ctx.rng, ctx.sr
     # Guitars.  Distorted power chords (root, fifth, octave), eighths or held, double-tracked left/right:
     # a power chord is periodic at half the root frequency (harmonics 2, 3, 4), so it is one wavetable
     # voice an octave down; the second track is the first delayed by 12-25 ms.  Or (some files) a clean
@@ -96,9 +116,15 @@ def arrange(ctx: Ctx) -> Arrangement:
     lag = int(rng.uniform(0.012, 0.025) * sr)
     double = np.concatenate([np.zeros(lag), dist[: ctx.n - lag]])[: ctx.n]
     spread = rng.uniform(0.5, 0.9)
-    stems.append(Stem(dist * random_gain(-3, 0, rng), -spread, 0.3, "chords"))
-    stems.append(Stem(double * random_gain(-3, 0, rng), spread, 0.3, "chords"))
+    left = Stem(dist * random_gain(-3, 0, rng), -spread, 0.3, "chords")
+    return [left, Stem(double * random_gain(-3, 0, rng), spread, 0.3, "chords")]
 
+
+
+def _bass(ctx: Ctx, chords: list[tuple[float, int]], beat: float, per_chord: float, root: int,
+          scale: tuple[int, ...]) -> Stem:
+    """The bass stem on the chord roots."""
+    rng, sr = ctx.rng, ctx.sr
     # Bass: roots in eighths, slightly driven, or plucked.
     bass = [
         (t + k * beat / 2, beat / 2 * 0.9, into_range([scale_midi(root, scale, d)], 28, 40)[0], 0.9)
@@ -112,8 +138,14 @@ def arrange(ctx: Ctx) -> Arrangement:
         )
     else:
         sig = render_notes(ctx, bass, upright(ctx, rng.uniform(0.8, 1.5), rng.uniform(0.3, 0.6)), 0.03)
-    stems.append(Stem(norm(sig, random_gain(-6, -2, rng)), 0.0, 0.1, "bass"))
+    return Stem(norm(sig, random_gain(-6, -2, rng)), 0.0, 0.1, "bass")
 
+
+
+def _keys(ctx: Ctx, chords: list[tuple[float, int]], per_chord: float, root: int,
+          scale: tuple[int, ...]) -> Stem | None:
+    """Held chords on an organ or a pad, or None (most files)."""
+    rng, sr = ctx.rng, ctx.sr
     # Held chords on an organ or a synth pad, some files.
     keys = str(rng.choice(["organ", "pad", "none"], p=[0.15, 0.1, 0.75]))
     if keys != "none":
@@ -121,8 +153,14 @@ def arrange(ctx: Ctx) -> Arrangement:
                 for m in into_range(chord_midi(root, scale, d), 55, 72)]
         inst = organ(ctx) if keys == "organ" else pad(ctx, saw(20), 0.3, 0.5, 0.08)
         sig = filt(render_notes(ctx, held, inst, 0.3), "lowpass", rng.uniform(1500.0, 4000.0), sr)
-        stems.append(Stem(norm(sig, random_gain(-12, -5, rng)), rng.uniform(-0.3, 0.3), 0.5, "chords"))
+        return Stem(norm(sig, random_gain(-12, -5, rng)), rng.uniform(-0.3, 0.3), 0.5, "chords")
+    return None
 
+
+
+def _lead(ctx: Ctx, mode: str, root: int, beat: float, bar: float) -> Stem | None:
+    """A pentatonic lead guitar stem, or None (most files)."""
+    rng, sr = ctx.rng, ctx.sr
     # Lead guitar: pentatonic phrases with vibrato, some files.
     if rng.random() < 0.4:
         penta = (0, 3, 5, 7, 10) if mode in ("minor", "dorian") else (0, 2, 4, 7, 9)
@@ -140,7 +178,5 @@ def arrange(ctx: Ctx) -> Arrangement:
             ctx, lead, lambda f, n, h: voice(ctx, saw(30), f, n, vib=vib) * env_asr(n, sr, 0.01, h / sr, 0.1), 0.1
         )
         sig = filt(overdrive(sig, rng.uniform(3.0, 10.0)), "lowpass", 5000.0, sr)
-        stems.append(Stem(norm(sig, random_gain(-6, -2, rng)), rng.uniform(-0.3, 0.3), 0.6, "lead"))
-
-    form = song_form(ctx, bar, {"full": 0.5, "nolead": 0.32, "intro": 0.08, "groove": 0.07, "beat": 0.03})
-    return Arrangement(stems, rng.uniform(0.6, 1.8), rng.uniform(0.1, 0.3), (30.0, 55.0), form)
+        return Stem(norm(sig, random_gain(-6, -2, rng)), rng.uniform(-0.3, 0.3), 0.6, "lead")
+    return None

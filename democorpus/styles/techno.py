@@ -18,12 +18,24 @@ __all__ = ["arrange"]
 
 def arrange(ctx: Ctx) -> Arrangement:
     """One techno file's stems and room, all drawn from ``ctx.rng`` (``ctx.n`` samples at ``ctx.sr`` Hz)."""
-    rng, sr = ctx.rng, ctx.sr
+    rng = ctx.rng
     beat, bar = tempo(rng, 116.0, 142.0)
     _, scale, root = key(rng, ["minor", "phrygian", "dorian"], 36)
     n_bars = int(ctx.seconds / bar) + 1
-    stems: list[Stem] = []
+    stems: list[Stem] = [_drums(ctx, bar), _bass(ctx, n_bars, beat, bar, root)]
+    # Minor chord stabs (short, reverb-drenched) or a slow filtered pad; some tracks have neither.
+    chord = into_range(chord_midi(root + 12, scale, 0, int(rng.choice([3, 4]))), 55, 72)
+    for extra in (_harmony(ctx, chord, scale, root, beat, bar), _arpeggio(ctx, chord, n_bars, beat, bar)):
+        if extra is not None:
+            stems.append(extra)
+    weights = {"full": 0.42, "nolead": 0.25, "groove": 0.15, "beat": 0.08, "breakdown": 0.1}
+    form = song_form(ctx, bar, weights, lengths=(4, 8, 16))
+    return Arrangement(stems, rng.uniform(0.8, 2.5), rng.uniform(0.12, 0.35), (30.0, 60.0), form)
 
+
+def _drums(ctx: Ctx, bar: float) -> Stem:
+    """The drum kit's stem: four on the floor, hats, clap or snare (bars of ``bar`` seconds)."""
+    rng = ctx.rng
     # Four-on-the-floor kick, off-beat open hat, sixteenth closed hats, clap or snare on 2 and 4.
     k_t, k_v = drums.events(ctx, "X...X...X...X...", bar, jitter=0.001, vel_jitter=0.02)
     kick = drums.kick(
@@ -42,8 +54,12 @@ def arrange(ctx: Ctx) -> Arrangement:
         cl_t, cl_v = drums.events(ctx, "....x.......x...", bar, jitter=0.001)
         hit = drums.clap(ctx) if back == "clap" else drums.snare(ctx, tone=rng.uniform(170, 240), decay=0.15)
         kit += drums.track(ctx, hit, cl_t, cl_v) * random_gain(-10, -3, rng)
-    stems.append(Stem(norm(kit, random_gain(-1, 0, rng)), 0.0, 0.15, "drums"))
+    return Stem(norm(kit, random_gain(-1, 0, rng)), 0.0, 0.15, "drums")
 
+
+def _bass(ctx: Ctx, n_bars: int, beat: float, bar: float, root: int) -> Stem:
+    """The bass stem: acid, sub or driven, over ``n_bars`` bars."""
+    rng, sr = ctx.rng, ctx.sr
     # Bass: acid sixteenths (bright-to-dark saw), rolling off-beat sub, or distorted eighths.
     bass_kind = str(rng.choice(["acid", "sub", "drive"], p=[0.48, 0.4, 0.12]))
     if bass_kind == "acid":
@@ -78,10 +94,12 @@ def arrange(ctx: Ctx) -> Arrangement:
             ctx, riff, lambda f, n, h: voice(ctx, amps, f / 2, n) * env_decay(n, sr, 0.2, h / sr, 0.01), 0.01
         )
         sig = filt(overdrive(sig, rng.uniform(4.0, 15.0)), "lowpass", rng.uniform(2000.0, 5000.0), sr, order=4)
-    stems.append(Stem(norm(sig, random_gain(-5, -1, rng)), 0.0, 0.15, "bass"))
+    return Stem(norm(sig, random_gain(-5, -1, rng)), 0.0, 0.15, "bass")
 
-    # Minor chord stabs (short, reverb-drenched) or a slow filtered pad; some tracks have neither.
-    chord = into_range(chord_midi(root + 12, scale, 0, int(rng.choice([3, 4]))), 55, 72)
+
+def _harmony(ctx: Ctx, chord: list[int], scale: tuple[int, ...], root: int, beat: float, bar: float) -> Stem | None:
+    """Chord stabs or a pad on ``chord`` (MIDI notes), or None."""
+    rng, sr = ctx.rng, ctx.sr
     harmony = str(rng.choice(["stabs", "pad", "none"], p=[0.5, 0.35, 0.15]))
     if harmony == "stabs":
         pos = sorted(rng.choice(16, size=int(rng.integers(1, 4)), replace=False))
@@ -92,7 +110,7 @@ def arrange(ctx: Ctx) -> Arrangement:
             ctx, stab_notes, lambda f, n, h: voice(ctx, saw(30), f, n) * env_decay(n, sr, 0.12, h / sr, 0.05), 0.05
         )
         sig = filt(sig, "lowpass", rng.uniform(1500.0, 4000.0), sr)
-        stems.append(Stem(norm(sig, random_gain(-9, -3, rng)), rng.uniform(-0.4, 0.4), 1.0, "chords"))
+        return Stem(norm(sig, random_gain(-9, -3, rng)), rng.uniform(-0.4, 0.4), 1.0, "chords")
     elif harmony == "pad":
         second = into_range(chord_midi(root + 12, scale, int(rng.choice([3, 5, 6])), 3), 55, 72)
         pad_notes = [
@@ -102,8 +120,13 @@ def arrange(ctx: Ctx) -> Arrangement:
         ]
         sig = render_notes(ctx, pad_notes, pad(ctx, pad_amps(rng), 1.5, 1.0, rng.uniform(0.04, 0.12)), 1.0)
         sig = filt(sig, "lowpass", rng.uniform(600.0, 2500.0), sr)
-        stems.append(Stem(norm(sig, random_gain(-12, -5, rng)), 0.0, 1.0, "chords"))
+        return Stem(norm(sig, random_gain(-12, -5, rng)), 0.0, 1.0, "chords")
+    return None
 
+
+def _arpeggio(ctx: Ctx, chord: list[int], n_bars: int, beat: float, bar: float) -> Stem | None:
+    """A sixteenth-note arpeggio over ``chord`` (MIDI notes), or None (most files)."""
+    rng, sr = ctx.rng, ctx.sr
     # Synth arpeggio in sixteenths over the chord, some files.
     if rng.random() < 0.3:
         seq = chord + [m + 12 for m in chord]
@@ -117,8 +140,5 @@ def arrange(ctx: Ctx) -> Arrangement:
             ctx, arp, lambda f, n, h: voice(ctx, amps, f, n) * env_decay(n, sr, 0.08, h / sr, 0.02), 0.02
         )
         sig = filt(sig, "lowpass", rng.uniform(1500.0, 5000.0), sr)
-        stems.append(Stem(norm(sig, random_gain(-12, -5, rng)), rng.uniform(-0.5, 0.5), 0.8, "lead"))
-
-    weights = {"full": 0.42, "nolead": 0.25, "groove": 0.15, "beat": 0.08, "breakdown": 0.1}
-    form = song_form(ctx, bar, weights, lengths=(4, 8, 16))
-    return Arrangement(stems, rng.uniform(0.8, 2.5), rng.uniform(0.12, 0.35), (30.0, 60.0), form)
+        return Stem(norm(sig, random_gain(-12, -5, rng)), rng.uniform(-0.5, 0.5), 0.8, "lead")
+    return None
