@@ -32,6 +32,7 @@ from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from tqdm import tqdm
 
@@ -154,14 +155,15 @@ def _csv(rows: list[list[str]], header: list[str]) -> bytes:
     return buf.getvalue().encode("utf-8")
 
 
-def _write_index(out: Path, clips: list[Clip], size: str, seed: int, train_clips: int) -> float:
-    clips = sorted(clips, key=lambda c: c.relpath)
-    states = {c.id: json.loads(_state_path(out, c).read_text(encoding="utf-8")) for c in clips}
-    _atomic_write(out / "manifest.csv", _csv([[c.relpath, c.label, c.group, c.split] for c in clips],
-                                            ["path", "label", "group", "split"]))
-    for split in ("train", "test"):
-        _atomic_write(out / f"{split}.csv", _csv([[c.relpath, c.label, c.group] for c in clips if c.split == split],
-                                                ["path", "label", "group"]))
+_CLIPS_COLUMNS = [
+    "path", "label", "group", "split", "source", "tune", "excerpt", "start_s", "seconds", "soundfont",
+    "ensemble", "programs", "transpose", "cents", "qpm", "sample_rate", "channels", "format", "sha256"
+]
+"""The columns of ``clips.csv``: the plan's fields of a clip, then what rendering chose (from its state file)."""
+
+
+def _clip_rows(clips: list[Clip], states: dict[str, Any]) -> list[list[str]]:
+    """One ``clips.csv`` row per clip (in ``_CLIPS_COLUMNS`` order), from the clip and its rendering state."""
     rows = []
     for c in clips:
         s = states[c.id]
@@ -188,33 +190,18 @@ def _write_index(out: Path, clips: list[Clip], size: str, seed: int, train_clips
                 s["sha256"],
             ]
         )
-    _atomic_write(
-        out / "clips.csv",
-        _csv(
-            rows,
-            [
-                "path",
-                "label",
-                "group",
-                "split",
-                "source",
-                "tune",
-                "excerpt",
-                "start_s",
-                "seconds",
-                "soundfont",
-                "ensemble",
-                "programs",
-                "transpose",
-                "cents",
-                "qpm",
-                "sample_rate",
-                "channels",
-                "format",
-                "sha256",
-            ],
-        ),
-    )
+    return rows
+
+
+def _write_index(out: Path, clips: list[Clip], size: str, seed: int, train_clips: int) -> float:
+    clips = sorted(clips, key=lambda c: c.relpath)
+    states = {c.id: json.loads(_state_path(out, c).read_text(encoding="utf-8")) for c in clips}
+    _atomic_write(out / "manifest.csv", _csv([[c.relpath, c.label, c.group, c.split] for c in clips],
+                                            ["path", "label", "group", "split"]))
+    for split in ("train", "test"):
+        _atomic_write(out / f"{split}.csv", _csv([[c.relpath, c.label, c.group] for c in clips if c.split == split],
+                                                ["path", "label", "group"]))
+    _atomic_write(out / "clips.csv", _csv(_clip_rows(clips, states), _CLIPS_COLUMNS))
     total = sum(states[c.id]["seconds"] for c in clips)
     fonts = sorted({c.soundfont for c in clips})
     versions = _versions(fonts)
