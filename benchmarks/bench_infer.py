@@ -17,14 +17,14 @@ interleaved in every repeat, all in float32 with channels-last activations
 
 Memory: :func:`infer.predict.predict` on a 1k-clip and a 20k-clip store of
 short clips with a small model, each in a fresh interpreter; peak RssAnon.
+
+The synthetic stores and checkpoint come from :mod:`benchmarks.bench_infer_data`, the timed variants from
+:mod:`benchmarks.bench_infer_variants`.
 """
 
 from __future__ import annotations
 
-import cProfile
-import io
 import os
-import pstats
 import shutil
 import time
 from collections.abc import Callable
@@ -34,226 +34,12 @@ from typing import Any
 import numpy as np
 
 from .bench_common import CpuWindow, Figure, GroupResult, log, median, rotated, run_probe
+from .bench_infer_data import LABELS, make_checkpoint, make_store, synthetic_features, typical_order
+from .bench_infer_variants import DenseLimit, FixedCore, OursCore, _profile, run_fixed, run_ours
 from .bench_plan import FPS, quantile_lengths
 
-LABELS = [f"genre{k}" for k in range(10)]
-
-
-def synthetic_features(lengths: np.ndarray, n_bins: int, seed: int) -> list[np.ndarray]:
-    """dB-like float16 ``(n_frames, n_bins)`` arrays: a spectral slope, time-correlated noise."""
-    rng = np.random.default_rng(seed)
-    slope = np.linspace(-20.0, -60.0, n_bins, dtype=np.float32)
-    out = []
-    for n in lengths.tolist():
-        noise = rng.standard_normal((n, n_bins)).astype(np.float32) * 6.0
-        noise[1:] += 0.5 * noise[:-1]
-        out.append((slope + noise).astype(np.float16))
-    return out
-
-
-def typical_order(lengths: np.ndarray, seed: int, batch_size: int = 4, tries: int = 1001) -> np.ndarray:
-    """A median arrival order: of ``tries`` random orders of ``lengths``, the one whose fixed-batch
-    padding efficiency is the median, so a small store is neither a lucky nor an unlucky draw for
-    the fixed-batch baseline."""
-    from infer.planner_baselines import fixed_batches
-
-    rng = np.random.default_rng(seed)
-    perms = [rng.permutation(len(lengths)) for _ in range(tries)]
-    eff = np.array([fixed_batches(lengths[p], batch_size).efficiency for p in perms])
-    return lengths[perms[int(np.argsort(eff)[tries // 2])]]
-
-
-def make_store(path: Path, lengths: np.ndarray, n_bins: int = 128, seed: int = 0, per_shard: int = 64,
-               layout: str = "raw") -> Path:
-    """A store with ``lengths`` (frames) of synthetic features, ``per_shard`` clips per shard.
-
-    Paths sort in the order of ``lengths``, so store rows (kept sorted by
-    path) are in that order: the arrival order a fixed batch sees."""
-    from store import FeatureSpec, IndexRow, create_store, write_shard
-
-    spec = FeatureSpec.mel(n_bins=n_bins)
-    w = create_store(path, {"mel": spec}, label_names=LABELS, layout=layout)
-    shards, rows = [], []
-    for s0 in range(0, len(lengths), per_shard):
-        chunk = lengths[s0:s0 + per_shard]
-        feats = synthetic_features(chunk, n_bins, seed + s0)
-        hashes = [f"h{s0 + k:07d}" for k in range(len(chunk))]
-        shards.append(write_shard(path, {"mel": feats}, hashes, [n / FPS for n in chunk.tolist()]))
-        rows += [IndexRow(f"clip{s0 + k:07d}-{LABELS[(s0 + k) % 10]}.flac", h, LABELS[(s0 + k) % 10])
-                 for k, h in enumerate(hashes)]
-    w.commit(shards, rows)
-    return path
-
-
-def make_checkpoint(path: Path, n_bins: int = 128, **config: Any) -> Path:
-    import torch
-
-    from infer.checkpoint import Checkpoint, save_checkpoint
-    from infer.models import ModelConfig, build_model
-    from store import FeatureSpec
-
-    torch.manual_seed(0)
-    model = build_model(ModelConfig(n_bins=n_bins, n_classes=len(LABELS), **config)).eval()
-    save_checkpoint(Checkpoint.from_model(model, LABELS, "mel", FeatureSpec.mel(n_bins=n_bins)), path)
-    return path
-
-
-# ---------------------------------------------------------------- the three variants
-
-
-def run_ours(store: Path, ckpt: Path, device: str = "cpu") -> Any:
-    from infer.predict import predict
-
-    return predict(str(store), str(ckpt), device=device, progress=False)
-
-
-def run_fixed(store: Path, ckpt: Path, batch_size: int = 4, device: str = "cpu",
-              autocast: Any = None) -> np.ndarray:
-    """Batches of ``batch_size`` in arrival order: open, load, read ahead, pad, run, softmax."""
-    import contextlib
-
-    import torch
-
-    from infer.checkpoint import load_checkpoint
-    from infer.contract import time_stride
-    from infer.data import PadCollate, StoreDataset, prefetch
-    from infer.planner_baselines import fixed_batches
-    from store import open_store
-
-    dev = torch.device(device)
-    s = open_store(str(store))
-    model = load_checkpoint(ckpt).build(dev)
-    channels_last = dev.type == "cpu"
-    if channels_last:
-        model = model.to(memory_format=torch.channels_last)  # type: ignore[call-overload]
-    plan = fixed_batches(s.lengths, batch_size)
-    out = np.zeros((len(s), len(LABELS)), dtype=np.float32)
-    amp = torch.autocast(device_type=dev.type, dtype=autocast) if autocast is not None else contextlib.nullcontext()
-    with torch.inference_mode(), amp:
-        for batch in prefetch(StoreDataset(s, "mel"), plan.batches, PadCollate(time_stride(model)),
-                              pin=dev.type == "cuda"):
-            b = batch.to(dev, non_blocking=True)
-            x = b.x.contiguous(memory_format=torch.channels_last) if channels_last else b.x
-            out[batch.ids] = torch.softmax(model(x, b.lengths).float(), dim=1).cpu().numpy()
-    return out
-
-
-class DenseLimit:
-    """The store's real frames as dense ``(16, 1, n_bins, T)`` channels-last batches, in memory."""
-
-    def __init__(self, store: Path, ckpt: Path, batch: int = 16, frames: int = 2048) -> None:
-        import torch
-
-        from infer.checkpoint import load_checkpoint
-        from store import open_store
-
-        s = open_store(str(store))
-        self.model = load_checkpoint(ckpt).build("cpu").to(memory_format=torch.channels_last)  # type: ignore[call-overload]
-        flat = np.concatenate([np.asarray(s.feature("mel").frames(i), dtype=np.float32) for i in range(len(s))])
-        total = flat.shape[0]
-        per = batch * frames
-        self.batches = []
-        for s0 in range(0, total, per):
-            part = flat[s0:s0 + per]
-            b = max(1, part.shape[0] // frames)
-            t = part.shape[0] // b  # last batch: fewer rows and/or shorter, no padding
-            x = torch.from_numpy(np.ascontiguousarray(part[: b * t].reshape(b, t, -1).transpose(0, 2, 1)))
-            rest = part[b * t:]
-            self.batches.append((x[:, None].contiguous(memory_format=torch.channels_last),
-                                 torch.full((b,), t, dtype=torch.int64)))
-            if rest.shape[0]:
-                x = torch.from_numpy(np.ascontiguousarray(rest.T))[None, None]
-                self.batches.append((x.contiguous(memory_format=torch.channels_last),
-                                     torch.tensor([rest.shape[0]], dtype=torch.int64)))
-        self.frames = sum(int(x.shape[0] * x.shape[-1]) for x, _ in self.batches)
-        assert self.frames == total, (self.frames, total)
-
-    def warm(self) -> None:
-        """The model's first call (one small batch), untimed."""
-        import torch
-
-        x, _ = self.batches[-1]
-        with torch.inference_mode():
-            self.model(x[:1, ..., :256], torch.tensor([min(256, x.shape[-1])]))
-
-    def __call__(self) -> None:
-        import torch
-
-        with torch.inference_mode():
-            for x, lengths in self.batches:
-                torch.softmax(self.model(x, lengths), dim=1)
-
-
-class OursCore:
-    """Our prediction loop as :func:`infer.predict.predict` runs it, set-up excluded.
-
-    Set-up (untimed, once): open the store, load the checkpoint, resolve
-    device/precision/layout exactly as ``predict`` does (:class:`infer.runtime.Engine`)
-    and measure the model's memory budget.  A call is :meth:`Engine.logits`
-    over every row (plan by length under the budget, read + pad on the
-    loader thread, run) plus the softmax.
-    """
-
-    def __init__(self, store: Path, ckpt: Path) -> None:
-        from infer.checkpoint import load_checkpoint
-        from infer.runtime import Engine, RunOptions
-        from store import open_store
-
-        self.store = open_store(str(store))
-        checkpoint = load_checkpoint(ckpt)
-        self.engine = Engine(RunOptions(device="cpu", progress=False))
-        self.model = self.engine.prepare(checkpoint.build())
-        self.feature = checkpoint.feature
-        self.budget = self.engine.budget(self.model, self.store.specs[self.feature].n_bins)
-
-    def __call__(self) -> Any:
-        import torch
-
-        out = self.engine.logits(self.model, self.store, np.arange(len(self.store)), feature=self.feature,
-                                 budget=self.budget)
-        torch.softmax(torch.from_numpy(out.logits), dim=1)
-        return out
-
-
-class FixedCore:
-    """The loop users write, set-up excluded: batches of ``batch_size`` in arrival order, read ahead by the
-    same loader thread, padded to their longest clip, same model, precision and layout."""
-
-    def __init__(self, store: Path, ckpt: Path, batch_size: int = 4) -> None:
-        import torch
-
-        from infer.checkpoint import load_checkpoint
-        from infer.planner_baselines import fixed_batches
-        from store import open_store
-
-        self.store = open_store(str(store))
-        self.model = load_checkpoint(ckpt).build("cpu").to(memory_format=torch.channels_last)  # type: ignore[call-overload]
-        self.plan = fixed_batches(self.store.lengths, batch_size)
-
-    def __call__(self) -> np.ndarray:
-        import torch
-
-        from infer.data import PadCollate, StoreDataset, prefetch
-
-        out = np.zeros((len(self.store), len(LABELS)), dtype=np.float32)
-        with torch.inference_mode():
-            for b in prefetch(StoreDataset(self.store, "mel"), self.plan.batches, PadCollate(self.model.time_stride)):
-                logits = self.model(b.x.contiguous(memory_format=torch.channels_last), b.lengths)
-                out[b.ids] = torch.softmax(logits, dim=1).numpy()
-        return out
-
-
-def _profile(fn: Callable[[], Any], top: int = 16) -> str:
-    prof = cProfile.Profile()
-    prof.enable()
-    fn()
-    prof.disable()
-    buf = io.StringIO()
-    pstats.Stats(prof, stream=buf).sort_stats("tottime").print_stats(top)
-    lines = [ln for ln in buf.getvalue().splitlines() if ln.strip()]
-    start = next((i for i, ln in enumerate(lines) if ln.lstrip().startswith("ncalls")), 0)
-    return "\n".join(lines[start:start + top + 1])
-
+__all__ = ["LABELS", "DenseLimit", "FixedCore", "OursCore", "make_checkpoint", "make_store", "run_fixed", "run_gpu",
+           "run_memory", "run_ours", "run_throughput", "synthetic_features", "typical_order"]
 
 def run_throughput(work: Path, *, n_clips: dict[str, int], repeats: int, model: dict[str, Any],
                    seed: int = 7) -> GroupResult:
@@ -283,19 +69,7 @@ def run_throughput(work: Path, *, n_clips: dict[str, int], repeats: int, model: 
         variants: dict[str, Callable[[], Any]] = {
             "ours": ours_core, "fixed4": FixedCore(store, ckpt), "dense": DenseLimit(store, ckpt)}
         variants["dense"].warm()  # type: ignore[attr-defined]
-        times: dict[str, list[float]] = {k: [] for k in variants}
-        foreign: dict[str, list[float]] = {k: [] for k in variants}
-        ours_run: Any = None
-        for r in range(repeats):
-            for name in rotated(list(variants), r):
-                with CpuWindow() as w:
-                    res = variants[name]()
-                if name == "ours":
-                    ours_run = res
-                times[name].append(w.wall)
-                foreign[name].append(w.foreign_cores)
-            log.info("inference %s repeat %d/%d: %s", dist, r + 1, repeats,
-                     ", ".join(f"{k} {audio / times[k][-1]:.0f}x" for k in variants))
+        times, foreign, ours_run = _time_variants(variants, repeats, dist, audio)
         vs_fixed = [f / o for f, o in zip(times["fixed4"], times["ours"], strict=False)]
         vs_dense = [d / o for d, o in zip(times["dense"], times["ours"], strict=False)]
         fixed_eff = variants["fixed4"].plan.efficiency  # type: ignore[attr-defined]
@@ -333,7 +107,32 @@ def run_throughput(work: Path, *, n_clips: dict[str, int], repeats: int, model: 
                         f"processes' load during the runs (cores): {details['foreign_cores']}. Profile of one run "
                         f"of our loop (main thread, top by own time):\n\n" + _profile(variants["ours"]))
         shutil.rmtree(store, ignore_errors=True)
-    method = ("Stores of synthetic float16 128-bin features (no audio); clip lengths are a stratified sample of "
+    method = _throughput_method(repeats)
+    return GroupResult("inference throughput", figures, method=method, profile=profile.strip())
+
+
+def _time_variants(variants: dict[str, Callable[[], Any]], repeats: int, dist: str,
+                   audio: float) -> tuple[dict[str, list[float]], dict[str, list[float]], Any]:
+    """``repeats`` interleaved timed calls of each variant: wall times (s), foreign cores, our last run's result."""
+    times: dict[str, list[float]] = {k: [] for k in variants}
+    foreign: dict[str, list[float]] = {k: [] for k in variants}
+    ours_run: Any = None
+    for r in range(repeats):
+        for name in rotated(list(variants), r):
+            with CpuWindow() as w:
+                res = variants[name]()
+            if name == "ours":
+                ours_run = res
+            times[name].append(w.wall)
+            foreign[name].append(w.foreign_cores)
+        log.info("inference %s repeat %d/%d: %s", dist, r + 1, repeats,
+                 ", ".join(f"{k} {audio / times[k][-1]:.0f}x" for k in variants))
+    return times, foreign, ours_run
+
+
+def _throughput_method(repeats: int) -> str:
+    """The throughput group's method text."""
+    return ("Stores of synthetic float16 128-bin features (no audio); clip lengths are a stratified sample of "
               "the planner's distributions (the n quantiles), in a median arrival order (of 1001 random orders, "
               "the one whose fixed-4 padding efficiency is the median), so a few dozen clips represent the "
               "distribution and a typical arrival order. The default CNN (4 conv blocks, 32-256 channels) on all "
@@ -344,7 +143,6 @@ def run_throughput(work: Path, *, n_clips: dict[str, int], repeats: int, model: 
               f"{repeats} interleaved repeats, order rotated; ratios are medians of per-repeat ratios. With "
               "throughput per computed frame equal across variants, the ratio to the fixed batch of 4 is bounded "
               "by the ratio of padding efficiencies (the ideal ratio in the details).")
-    return GroupResult("inference throughput", figures, method=method, profile=profile.strip())
 
 
 def run_memory(work: Path, *, sizes: tuple[int, int], repeats: int) -> GroupResult:

@@ -23,7 +23,7 @@ def prefetch_vs_workers(work: Path, *, n_clips: int, median_s: float, repeats: i
     from infer.data import BudgetBatchSampler, PadCollate, StoreDataset, prefetch
     from infer.runtime import Engine, RunOptions
 
-    from .bench_infer import make_checkpoint, make_store
+    from .bench_infer_data import make_checkpoint, make_store
 
     torch.set_num_threads(_cores())
     lengths = _lognormal_frames(n_clips, median_s, seed)

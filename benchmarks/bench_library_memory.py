@@ -155,7 +155,7 @@ def workers_memory(work: Path, *, median_s: float, n_base: int, tiles: tuple[int
     """
     import psutil
 
-    from .bench_infer import make_store
+    from .bench_infer_data import make_store
 
     base = _lognormal_frames(n_base, median_s, seed)
     stores = {"small": make_store(work / "anon-small.zarr", np.tile(base, tiles[0])),

@@ -51,7 +51,7 @@ def train_throughput(work: Path, *, n_clips: int, median_s: float, budget_mb: fl
     from infer.data import BudgetBatchSampler, PadCollate, StoreDataset
     from infer.models import ModelConfig, build_model
 
-    from .bench_infer import make_store
+    from .bench_infer_data import make_store
 
     torch.set_num_threads(_cores())
     lengths = _lognormal_frames(n_clips, median_s, seed)

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from .bench_common import Figure, GroupResult, log, median, rotated
-from .bench_infer import make_store, synthetic_features
+from .bench_infer_data import make_store, synthetic_features
 from .bench_plan import FPS
 
 
@@ -62,25 +62,8 @@ def run(work: Path, *, n_clips: int, n_reads: int, repeats: int) -> GroupResult:
             raise RuntimeError(f"clip {k} differs between layouts")
     bytes_total = int(lengths.sum()) * 128 * 2
 
-    lat: dict[str, list[float]] = {v: [] for v in readers}
-    scan: dict[str, list[float]] = {v: [] for v in readers}
     ids = rng.integers(0, n_clips, n_reads)
-    names = list(readers)
-    for r in range(repeats):
-        # Random reads: the variants take turns on the same clip, order rotating.
-        for j, k in enumerate(ids.tolist()):
-            for v in rotated(names, r + j):
-                t0 = time.perf_counter()
-                readers[v](k)
-                lat[v].append(time.perf_counter() - t0)
-        # Sequential scan of every clip, variants interleaved.
-        for v in rotated(names, r):
-            t0 = time.perf_counter()
-            for k in range(n_clips):
-                readers[v](k)
-            scan[v].append(time.perf_counter() - t0)
-        log.info("reads repeat %d/%d: p50 %s", r + 1, repeats,
-                 ", ".join(f"{v} {np.percentile(lat[v], 50) * 1e3:.3f} ms" for v in names))
+    lat, scan = _time_reads(readers, ids, n_clips, repeats)
     p50 = {v: float(np.percentile(x, 50)) for v, x in lat.items()}
     p99 = {v: float(np.percentile(x, 99)) for v, x in lat.items()}
     mbps = {v: bytes_total / median(x) / 1e6 for v, x in scan.items()}
@@ -99,6 +82,46 @@ def run(work: Path, *, n_clips: int, n_reads: int, repeats: int) -> GroupResult:
         raw_view.frames(int(order_raw[k]))
         t.append(time.perf_counter() - t0)
     details["zero_copy_view_p50_ms"] = round(float(np.percentile(t, 50)) * 1e3, 4)
+    details["zstd_one_frame_read_p50_ms"] = _zstd_one_frame_p50_ms(zstd_path, zstd, order_zstd, ids)
+    for p in (raw_path, zstd_path, npy_dir):
+        shutil.rmtree(p, ignore_errors=True)
+    figures = _figures(p50, p99, mbps, sizes, details)
+    method = (
+        f"{n_clips} clips of 15-60 s (128 float16 bins; {bytes_total / 2**20:.0f} MiB of features) written as "
+        f"a raw store, a zstd store (64 clips per shard) and one .npy per clip. Warm page cache. "
+        f"{n_reads} random clips per repeat, the three readers taking turns on each; then a full scan of "
+        f"each; {repeats} repeats. The raw store's reader itself returns a zero-copy view "
+        f"(p50 {details['zero_copy_view_p50_ms']} ms); the figures copy it so every variant touches the data."
+    )
+    return GroupResult("store reads", figures, method=method)
+
+
+def _time_reads(readers: dict[str, Callable[[int], np.ndarray]], ids: np.ndarray, n_clips: int,
+                repeats: int) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
+    """Per reader: the latency (s) of every random read of clips ``ids``, and the time (s) of each full scan."""
+    lat: dict[str, list[float]] = {v: [] for v in readers}
+    scan: dict[str, list[float]] = {v: [] for v in readers}
+    names = list(readers)
+    for r in range(repeats):
+        # Random reads: the variants take turns on the same clip, order rotating.
+        for j, k in enumerate(ids.tolist()):
+            for v in rotated(names, r + j):
+                t0 = time.perf_counter()
+                readers[v](k)
+                lat[v].append(time.perf_counter() - t0)
+        # Sequential scan of every clip, variants interleaved.
+        for v in rotated(names, r):
+            t0 = time.perf_counter()
+            for k in range(n_clips):
+                readers[v](k)
+            scan[v].append(time.perf_counter() - t0)
+        log.info("reads repeat %d/%d: p50 %s", r + 1, repeats,
+                 ", ".join(f"{v} {np.percentile(lat[v], 50) * 1e3:.3f} ms" for v in names))
+    return lat, scan
+
+
+def _zstd_one_frame_p50_ms(zstd_path: Path, zstd: Any, order_zstd: np.ndarray, ids: np.ndarray) -> float:
+    """Median time (ms) to read one frame of a zstd shard array, over up to 300 of the random clips."""
     # One frame of a zstd shard array: zarr decompresses its whole chunk all the same.
     import zarr
 
@@ -113,10 +136,13 @@ def run(work: Path, *, n_clips: int, n_reads: int, repeats: int) -> GroupResult:
         t0 = time.perf_counter()
         arr[o:o + 1]  # type: ignore[index]
         t.append(time.perf_counter() - t0)
-    details["zstd_one_frame_read_p50_ms"] = round(float(np.percentile(t, 50)) * 1e3, 4)
-    for p in (raw_path, zstd_path, npy_dir):
-        shutil.rmtree(p, ignore_errors=True)
-    figures = [
+    return round(float(np.percentile(t, 50)) * 1e3, 4)
+
+
+def _figures(p50: dict[str, float], p99: dict[str, float], mbps: dict[str, float], sizes: dict[str, int],
+             details: dict[str, Any]) -> list[Figure]:
+    """The six read figures from the latencies (s), scan speeds (MB/s) and sizes (bytes) of each layout."""
+    return [
         Figure(
             "read_raw_p50_vs_npy",
             "Clip read p50: raw store (mmap) vs one .npy per clip",
@@ -169,11 +195,3 @@ def run(work: Path, *, n_clips: int, n_reads: int, repeats: int) -> GroupResult:
             "bytes on disk (synthetic features compress less than real ones)",
         ),
     ]
-    method = (
-        f"{n_clips} clips of 15-60 s (128 float16 bins; {bytes_total / 2**20:.0f} MiB of features) written as "
-        f"a raw store, a zstd store (64 clips per shard) and one .npy per clip. Warm page cache. "
-        f"{n_reads} random clips per repeat, the three readers taking turns on each; then a full scan of "
-        f"each; {repeats} repeats. The raw store's reader itself returns a zero-copy view "
-        f"(p50 {details['zero_copy_view_p50_ms']} ms); the figures copy it so every variant touches the data."
-    )
-    return GroupResult("store reads", figures, method=method)
