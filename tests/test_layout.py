@@ -107,3 +107,37 @@ def test_no_training_function_is_over_80_lines() -> None:
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno is not None
             and node.end_lineno - node.lineno + 1 > 80]
     assert not long, long
+
+
+LONG_TABLE = re.compile(r"^\s*#\s*layout:\s*long table\s*[—-]+\s*\S")
+"""``# layout: long table — <reason>`` on the line before a statement: a data table allowed past the limits."""
+
+
+def _table_lines(source: str, tree: ast.Module) -> set[int]:
+    """Line numbers of the statements that follow a long-table marker (each statement whole)."""
+    marked = {i + 2 for i, line in enumerate(source.splitlines()) if LONG_TABLE.match(line)}
+    return {n for node in ast.walk(tree) if isinstance(node, ast.stmt) and node.lineno in marked
+            and node.end_lineno is not None for n in range(node.lineno, node.end_lineno + 1)}
+
+
+@pytest.mark.xfail(strict=False, reason="core modules are split on other branches")
+def test_modules_and_functions_are_short() -> None:
+    """Every module of every package (benchmarks and the corpus generators included) is at most 450 lines and
+    every function at most 80 (docstring included), so each reads as one job; a data table may run longer when
+    the line before it says why (``# layout: long table — <reason>``); its lines are not counted."""
+    too_long = []
+    for folder in (*PACKAGED, "benchmarks"):
+        for path in _modules(ROOT / folder):
+            source = path.read_text(encoding="utf-8")
+            tree = ast.parse(source)
+            table = _table_lines(source, tree)
+            name = str(path.relative_to(ROOT))
+            lines = len(source.splitlines()) - len(table)
+            if lines > 450:
+                too_long.append(f"{name} ({lines} lines)")
+            for node in ast.walk(tree):
+                if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno is not None:
+                    n = node.end_lineno - node.lineno + 1 - len(table & set(range(node.lineno, node.end_lineno + 1)))
+                    if n > 80:
+                        too_long.append(f"{name}:{node.name} ({n} lines)")
+    assert not too_long, too_long
