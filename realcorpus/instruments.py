@@ -57,8 +57,12 @@ PALETTES: dict[str, dict[str, float]] = {
 }
 """Ensemble weights per class: overlapping on purpose, so that timbre alone does not give the label away."""
 
+
 @dataclass(frozen=True)
 class Channel:
+    """One MIDI channel of a clip: a General-MIDI program (0-based), its notes, and volume, pan, reverb send and
+    chorus send (MIDI controller values, 0-127)."""
+
     program: int
     notes: tuple[Note, ...]
     volume: int

@@ -76,6 +76,8 @@ def check_renderer(soundfonts: tuple[str, ...]) -> None:
 
 _LEGATO = {"medieval": (0.85, 1.0), "renaissance": (0.9, 1.0), "baroque": (0.85, 1.0), "classical": (0.75, 0.98),
            "folksong": (0.85, 1.0), "fiddle": (0.7, 0.95)}
+"""Per class, the range a clip's articulation is drawn from: notes longer than 0.25 s sound for that share of their
+written length (shorter ones for at least 0.85 of it)."""
 
 
 # ---- the excerpt -----------------------------------------------------------------------------
