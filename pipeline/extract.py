@@ -40,6 +40,7 @@ from store import (
     default_specs,
     escape_path,
 )
+from store.kinds import DEFAULT_KINDS, kind_names
 from store.location import as_location
 
 from .cleanup import clean_stale_worker_files
@@ -200,7 +201,7 @@ def _check_arguments(features: tuple[str, ...], specs: dict[str, FeatureSpec] | 
     """Every argument checked before any work: one-line :class:`ConfigError` naming the bad value."""
     if specs is None:
         if not features:
-            raise ConfigError("no features given; choose from mel, cqt (e.g. --features mel,cqt)")
+            raise ConfigError(f"no features given; choose from {', '.join(kind_names())} (e.g. --features mel,cqt)")
         specs = default_specs(features)
     if not specs:
         raise ConfigError("no feature specs given")
@@ -254,7 +255,7 @@ def extract(
     corpus: str | os.PathLike[str],
     store: str | os.PathLike[str],
     *,
-    features: Iterable[str] = ("mel", "cqt"),
+    features: Iterable[str] = DEFAULT_KINDS,
     jobs: int | None = None,
     backend: str = "loky",
     scheduler: str | None = None,
