@@ -88,11 +88,9 @@ class _MelPlan:
         """``out = power @ filterbank.T`` for ``power`` over FFT bins ``[lo, hi)``, skipping the zeros.
 
         The product runs in float64 and is rounded once to float32, so the
-        stored features do not depend on how many threads BLAS uses: a
+        stored features do not depend on how many threads BLAS uses (a
         multi-threaded float32 GEMM splits rows differently from a
-        single-threaded one and can change the last bit, which made a store
-        written with ``jobs=1`` (BLAS on every core) differ from one written by
-        worker processes (one BLAS thread each).  Costs about 3% of the mel time.
+        single-threaded one and can change the last bit; docs/features.md).
         """
         power64 = power.astype(np.float64)
         for g0, g1, a, b, w in self.groups:
@@ -134,9 +132,9 @@ def _mel_groups(fb_t: np.ndarray, size: int = 16) -> tuple[tuple[int, int, int, 
     """Split the (bins, mels) filterbank into blocks of ``size`` mel filters, each
     cut to the FFT-bin rows it uses: ``(m0, m1, row0, row1, weights)``.
 
-    A mel filter touches only a few neighbouring FFT bins, so a dense
-    ``(743, 128)`` product is ~95% multiplications by zero; the blocks do
-    about an eighth of the work with the same sums.
+    A mel filter touches only a few neighbouring FFT bins, so most of a
+    dense product is multiplications by zero; the blocks give the same sums
+    for a fraction of the work (docs/features.md).
     """
     out = []
     for m0 in range(0, fb_t.shape[1], size):

@@ -41,7 +41,8 @@ class FeatureKind:
     ``defaults``: :class:`~store.FeatureSpec` fields that differ from the
     spec's own field defaults (which are the log-mel's).  ``db_limits``:
     colour limits in dB against the spec's fixed reference, the same for
-    every clip so colours compare across clips (figures, the upload page).
+    every clip so colours compare across clips (figures, the upload page;
+    how the built-in ones were chosen: ``docs/features.md``).
     ``axis``: the ``librosa.display.specshow`` frequency-axis arguments for a
     spec of this kind (plain names and numbers; nothing is imported here).
     ``preferred_picture``: the upload page shows a feature of this kind
@@ -139,7 +140,6 @@ def _cqt_axis(spec: FeatureSpec) -> dict[str, Any]:
 
 MEL = register_kind(FeatureKind(
     name="mel",
-    # Music at -25 to -10 dBFS RMS spans about -45..+35 dB with the default spec.
     db_limits=(-60.0, 40.0),
     axis=_mel_axis,
     # Log-mel: 22 050 Hz, n_fft 2048, hop 512, 128 mels, 0-8000 Hz, power dB (FeatureSpec's own defaults).
@@ -149,7 +149,6 @@ MEL = register_kind(FeatureKind(
 
 CQT = register_kind(FeatureKind(
     name="cqt",
-    # Music at -25 to -10 dBFS RMS spans about -80..+20 dB with the default spec.
     db_limits=(-80.0, 20.0),
     axis=_cqt_axis,
     # CQT: 22 050 Hz, hop 512, 84 bins (7 octaves from C1 = 32.7 Hz), magnitude dB.
