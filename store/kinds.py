@@ -23,7 +23,9 @@ if TYPE_CHECKING:
     from .spec import FeatureSpec
 
 __all__ = [
+    "CQT",
     "DEFAULT_KINDS",
+    "MEL",
     "FeatureKind",
     "db_limits",
     "feature_kind",
