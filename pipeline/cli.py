@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from store import ConfigError, run_cli
+from store.kinds import kind_names
 
 from .corpus import CorpusError
 from .spec_options import parse_fmax, specs_from_options
@@ -135,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
 
     def body() -> int:
         if args.features is not None and not features:
-            raise ConfigError("no features given; choose from mel, cqt (e.g. --features mel,cqt)")
+            raise ConfigError(f"no features given; choose from {', '.join(kind_names())} (e.g. --features mel,cqt)")
         specs = specs_from_options(features, spec_file=args.spec, sample_rate=args.sample_rate, hop=args.hop,
                                    n_mels=args.n_mels, n_fft=args.n_fft, fmax=getattr(args, "fmax", "default"),
                                    cqt_bins=args.cqt_bins)

@@ -34,11 +34,12 @@ from pathlib import Path
 from typing import Any
 
 from store import ConfigError, FeatureSpec, default_specs
+from store.kinds import DEFAULT_KINDS, kind_names
 
 __all__ = ["DEFAULT_FEATURES", "parse_fmax", "read_spec_file", "specs_from_options"]
 
-DEFAULT_FEATURES = ("mel", "cqt")
-"""The features extracted when neither ``--features`` nor a spec file names any."""
+DEFAULT_FEATURES = DEFAULT_KINDS
+"""The features extracted when neither ``--features`` nor a spec file names any (:data:`store.kinds.DEFAULT_KINDS`)."""
 
 _INT_FIELDS = {"sample_rate", "hop_length", "n_bins", "n_fft", "bins_per_octave"}
 _FLOAT_FIELDS = {"fmin", "fmax", "power", "db_ref", "amin"}
@@ -81,8 +82,8 @@ def read_spec_file(path: str | os.PathLike[str]) -> dict[str, dict[str, Any]]:
     fields = {f.name for f in dataclasses.fields(FeatureSpec)} - {"kind"}
     tables: dict[str, dict[str, Any]] = {}
     for name, table in data.items():
-        if name not in DEFAULT_FEATURES:
-            raise ConfigError(f"spec file {p}: [{name}] is not a feature; tables are {', '.join(DEFAULT_FEATURES)}")
+        if name not in kind_names():
+            raise ConfigError(f"spec file {p}: [{name}] is not a feature; tables are {', '.join(kind_names())}")
         if not isinstance(table, dict):
             raise ConfigError(f"spec file {p}: {name} must be a table ([{name}]) of spec fields")
         unknown = sorted(set(table) - fields)
@@ -138,7 +139,7 @@ def specs_from_options(
     shared.update({k: v for k, v in {"sample_rate": sample_rate, "hop_length": hop}.items() if v is not None})
     out: dict[str, FeatureSpec] = {}
     for name, spec in specs.items():
-        own = {k: v for k, v in per_feature[name].items() if v is not None or k == "fmax"}
+        own = {k: v for k, v in per_feature.get(name, {}).items() if v is not None or k == "fmax"}
         fields = {**spec.to_dict(), **tables.get(name, {}), **shared, **own}
         try:
             out[name] = FeatureSpec.from_dict(fields)

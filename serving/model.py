@@ -25,11 +25,11 @@ import torch
 from infer.budget import Budget, PlanError
 from infer.checkpoint import load_checkpoint
 from infer.data import ArrayDataset
-from infer.explore.figures import DB_LIMITS
 from infer.planner import DEFAULT_BATCH_OVERHEAD_FRAMES
 from infer.runtime import Engine, RowLogits, RunOptions
 from infer.trust import Trust
 from store import ConfigError, FeatureSpec
+from store.kinds import picture_feature
 
 __all__ = ["CPU_BATCH_OVERHEAD_FRAMES", "Classifier", "ClipResults", "top_k"]
 
@@ -108,8 +108,8 @@ class Classifier:
 
     def picture_part(self) -> tuple[str, tuple[float, float]]:
         """The feature part a clip's picture shows (the log-mel if there is one) and its fixed dB colour limits."""
-        name = next((k for k, s in self.specs.items() if s.kind == "mel"), next(iter(self.specs)))
-        return name, DB_LIMITS.get(self.specs[name].kind, (-80.0, 40.0))
+        name = picture_feature(self.specs)
+        return name, self.specs[name].kind_info.db_limits
 
     def current_budget(self) -> Budget:
         """The budget for the next batch: on CUDA the free memory now (minus the margin), else the fixed one.

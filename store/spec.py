@@ -14,11 +14,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from .errors import ConfigError
+from .kinds import DEFAULT_KINDS, FeatureKind, feature_kind, kind_names
 from .records import from_record
 
 __all__ = ["FeatureSpec", "default_specs", "spec_differences"]
-
-_KINDS = ("mel", "cqt")
 
 
 @dataclass(frozen=True)
@@ -46,12 +45,16 @@ class FeatureSpec:
     dtype: str = "float16"
 
     def __post_init__(self) -> None:
-        if self.kind not in _KINDS:
-            raise ConfigError(f"unknown feature kind {self.kind!r}; expected one of {_KINDS}")
+        feature_kind(self.kind)  # ConfigError naming the registered kinds (store.kinds)
         if self.sample_rate <= 0 or self.hop_length <= 0 or self.n_bins <= 0:
             raise ConfigError("sample_rate, hop_length and n_bins must be positive")
         if self.dtype not in ("float16", "float32"):
             raise ConfigError(f"dtype must be float16 or float32, not {self.dtype!r}")
+
+    @property
+    def kind_info(self) -> FeatureKind:
+        """This spec's kind's registry entry (:mod:`store.kinds`): display limits, axis, facts."""
+        return feature_kind(self.kind)
 
     @property
     def frame_seconds(self) -> float:
@@ -70,27 +73,28 @@ class FeatureSpec:
     @classmethod
     def mel(cls, **overrides: Any) -> FeatureSpec:
         """Log-mel defaults: 22 050 Hz, n_fft 2048, hop 512, 128 mels, 0-8000 Hz, power dB."""
-        return cls(kind="mel", **overrides)
+        return feature_kind("mel").spec(**overrides)
 
     @classmethod
     def cqt(cls, **overrides: Any) -> FeatureSpec:
         """CQT defaults: 22 050 Hz, hop 512, 84 bins (7 octaves from C1), magnitude dB."""
-        base: dict[str, Any] = dict(
-            kind="cqt", n_bins=84, n_fft=None, fmin=32.70319566257483, fmax=None,
-            bins_per_octave=12, power=1.0, amin=1e-5,
-        )
-        base.update(overrides)
-        return cls(**base)
+        return feature_kind("cqt").spec(**overrides)
+
+    @classmethod
+    def of_kind(cls, kind: str, **overrides: Any) -> FeatureSpec:
+        """The registered defaults of ``kind`` (:mod:`store.kinds`), then ``overrides``."""
+        return feature_kind(kind).spec(**overrides)
 
 
-def default_specs(names: tuple[str, ...] | list[str] = ("mel", "cqt")) -> dict[str, FeatureSpec]:
-    """The default spec for each named feature (``mel``, ``cqt``)."""
-    makers = {"mel": FeatureSpec.mel, "cqt": FeatureSpec.cqt}
+def default_specs(names: tuple[str, ...] | list[str] = DEFAULT_KINDS) -> dict[str, FeatureSpec]:
+    """The default spec for each named feature: a feature is named by its kind (``mel``, ``cqt``)."""
     out: dict[str, FeatureSpec] = {}
     for n in names:
-        if n not in makers:
-            raise ConfigError(f"unknown feature {n!r}; choose from {sorted(makers)}")
-        out[n] = makers[n]()
+        try:
+            entry = feature_kind(n)
+        except ConfigError:
+            raise ConfigError(f"unknown feature {n!r}; choose from {sorted(kind_names())}") from None
+        out[n] = entry.spec()
     return out
 
 

@@ -30,7 +30,8 @@ from typing import Any
 import numpy as np
 import zarr
 
-from .errors import ConfigError, SpecMismatch, StoreError, StoreLocked
+from .errors import SpecMismatch, StoreError, StoreLocked
+from .index_table import ErrorRow, IndexEdit, IndexRow
 from .layout import (
     ATTR_KEY,
     ERROR_COLUMNS,
@@ -54,30 +55,6 @@ __all__ = ["StoredClip", "ShardInfo", "IndexRow", "ErrorRow", "RepairReport", "S
            "write_shard"]
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class IndexRow:
-    """One indexed path: its content, label name (``None`` = unlabelled), group, and the source file's stamp.
-
-    ``size`` (bytes) and ``mtime_ns`` describe the source file whose bytes
-    have ``hash`` (-1 = unknown); ``group`` is e.g. the musical work ("" = none).
-    """
-
-    path: str
-    hash: str
-    label: str | None = None
-    group: str = ""
-    size: int = -1
-    mtime_ns: int = -1
-
-
-@dataclass(frozen=True)
-class ErrorRow:
-    """A file that could not be turned into features, with a one-line reason."""
-
-    path: str
-    reason: str
 
 
 @dataclass
@@ -260,59 +237,11 @@ class StoreWriter:
         old = self.metadata.commit
         dropped = set(drop_shards)
         keep = [i for i, n in enumerate(old.shards) if n not in dropped]
-        renumber = {i: j for j, i in enumerate(keep)}
-        shard_names = [old.shards[i] for i in keep]
-        cols = list(INDEX_COLUMNS)
-        at = {c: k for k, c in enumerate(cols)}
-        idx = self._index
-        by_path: dict[str, list[Any]] = {}
-        where_is: dict[str, tuple[int, int, int, float]] = {}
-        for values in zip(*(idx[c].tolist() for c in cols), strict=False):
-            row = list(values)
-            if row[at["shard"]] not in renumber:
-                continue
-            row[at["shard"]] = renumber[row[at["shard"]]]
-            by_path[row[at["path"]]] = row
-            where_is.setdefault(
-                row[at["hash"]], (row[at["shard"]], row[at["offset"]], row[at["n_frames"]], row[at["duration"]])
-            )
-        for info in shards:
-            if info.name in shard_names:
-                raise StoreError(f"shard {info.name} is already committed")
-            shard_names.append(info.name)
-            for c in info.clips:
-                where_is.setdefault(c.hash, (len(shard_names) - 1, c.offset, c.n_frames, c.duration))
-
-        labels = list(old.label_names)
-        label_id = {n: i for i, n in enumerate(labels)}
-        for r in rows:
-            if r.hash not in where_is:
-                raise StoreError(f"cannot index {r.path}: its content {r.hash[:12]} is in no shard")
-            _check_text(r.path, "path")
-            lab = -1
-            if r.label is not None and r.label != "":
-                if r.label not in label_id:
-                    label_id[r.label] = len(labels)
-                    labels.append(r.label)
-                lab = label_id[r.label]
-            s, o, n, d = where_is[r.hash]
-            by_path[r.path] = [r.path, lab, r.hash, s, o, n, d, r.group or "", int(r.size), int(r.mtime_ns)]
-
-        err = self.committed_errors()
-        gone = set(remove)
-        for p in list(clear_errors) + [r.path for r in rows] + list(gone):
-            err.pop(p, None)
-        for p in gone:
-            by_path.pop(p, None)
-        for e in errors:
-            _check_text(e.path, "path")
-            err[e.path] = " ".join(str(e.reason).split()) or "unreadable"
-            by_path.pop(e.path, None)
-
-        ordered = [by_path[p] for p in sorted(by_path)]
-        columns = {c: _column([row[i] for row in ordered], dt) for i, (c, dt) in enumerate(INDEX_COLUMNS.items())}
-        err_paths = sorted(err)
-        err_cols = {"path": _column(err_paths, "str"), "reason": _column([err[p] for p in err_paths], "str")}
+        edit = IndexEdit(self._index, keep, old.shards, old.label_names, self.committed_errors())
+        edit.add_shards(shards)
+        edit.add_rows(rows)
+        edit.settle_errors(errors, clear=[*clear_errors, *(r.path for r in rows)], remove=remove)
+        columns, err_cols = edit.index_columns(), edit.error_columns()
 
         self._check_not_overtaken(old)
         gen = old.generation + 1
@@ -321,10 +250,10 @@ class StoreWriter:
         new = Commit(
             gen,
             index_path(gen),
-            tuple(shard_names),
-            tuple(labels),
-            len(ordered),
-            len(err_paths),
+            tuple(edit.shard_names),
+            tuple(edit.labels),
+            len(edit.by_path),
+            len(edit.errors),
             old.corpora if corpora is None else tuple(corpora),
             self._shard_frames(old, keep, shards),
         )
@@ -388,25 +317,9 @@ class StoreWriter:
                 del index[name]
 
 
-def _check_text(value: str, what: str) -> None:
-    """A stored string must be valid Unicode (escape file names first: :func:`store.layout.escape_path`)."""
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        raise ConfigError(f"{what} {value!r} is not valid UTF-8; escape it with store.escape_path") from None
-
-
 def _created(group: Any) -> float:
     """When a shard was created (seconds since the epoch; 0 if it does not say)."""
     return float(group.attrs.get("created", 0))
-
-
-def _column(values: list[Any], dtype: str) -> np.ndarray:
-    if dtype == "str":
-        return (
-            np.array(values, dtype=np.dtypes.StringDType()) if values else np.array([], dtype=np.dtypes.StringDType())
-        )
-    return np.asarray(values, dtype=dtype)
 
 
 def create_store(

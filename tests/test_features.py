@@ -28,7 +28,7 @@ import librosa
 import numpy as np
 import pytest
 
-from pipeline import features as feat
+from pipeline import mel as feat
 from pipeline.audio import AudioError, stream_mono
 from pipeline.features import FeatureResult, compute_features, min_samples
 from pipeline.testing import (

@@ -141,3 +141,31 @@ def test_modules_and_functions_are_short() -> None:
                     if n > 80:
                         too_long.append(f"{name}:{node.name} ({n} lines)")
     assert not too_long, too_long
+
+
+def test_feature_kinds_are_switched_on_only_in_their_registry() -> None:
+    """No ``kind == "mel"`` or ``in ("mel", "cqt")`` outside store/kinds.py and pipeline/kinds.py: a kind's
+    defaults, display and computation are its registry entries, so adding a kind edits no switch."""
+    from store.kinds import kind_names
+
+    names = set(kind_names())
+    homes = {ROOT / "store" / "kinds.py", ROOT / "pipeline" / "kinds.py"}
+
+    def names_a_kind(node: ast.expr) -> bool:
+        if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+            return any(names_a_kind(e) for e in node.elts)
+        return isinstance(node, ast.Constant) and node.value in names
+
+    switches = []
+    for folder in (*PACKAGED, "benchmarks"):
+        for p in _modules(ROOT / folder):
+            if p in homes:
+                continue
+            for node in ast.walk(ast.parse(p.read_text(encoding="utf-8"))):
+                compared = (isinstance(node, ast.Compare)
+                            and any(isinstance(op, (ast.Eq, ast.NotEq, ast.In, ast.NotIn)) for op in node.ops)
+                            and any(names_a_kind(e) for e in (node.left, *node.comparators)))
+                matched = isinstance(node, ast.MatchValue) and names_a_kind(node.value)
+                if compared or matched:
+                    switches.append(f"{p.relative_to(ROOT)}:{node.lineno}")
+    assert not switches, switches

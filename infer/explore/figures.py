@@ -11,18 +11,20 @@ Spectrograms are drawn with ``librosa.display.specshow`` and the axes it
 derives from the stored :class:`store.FeatureSpec` (sample rate, hop, mel
 range, CQT start note), so time is in seconds and frequency in Hz or note
 names, exactly as the values were computed.  Colours use fixed decibel
-limits per feature kind (:data:`DB_LIMITS`; the store keeps absolute dB
-against a fixed reference), so colours compare across clips and panels.
+limits per feature kind (:data:`DB_LIMITS`, read from the registry of kinds
+:mod:`store.kinds`; the store keeps absolute dB against a fixed reference),
+so colours compare across clips and panels.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from store import FeatureSpec, Store
+from store.kinds import db_limits as _registry_db_limits
 
 from ..plots import PlotError, confusion_matrix_figure, new_figure, plot_confusion, save_figure
 
@@ -48,10 +50,9 @@ __all__ = [
 UNLABELLED = "(unlabelled)"
 """The name :func:`label_counts` gives clips without a label."""
 
-DB_LIMITS: dict[str, tuple[float, float]] = {"mel": (-60.0, 40.0), "cqt": (-80.0, 20.0)}
+DB_LIMITS: Mapping[str, tuple[float, float]] = _registry_db_limits
 """Default colour limits (dB against the spec's fixed reference) per feature kind: the same for every clip,
-so colours compare across clips.  Music at -25 to -10 dBFS RMS spans about -45..+35 dB (mel) and
--80..+20 dB (CQT) with the default specs."""
+so colours compare across clips.  A read-only view of each kind's ``db_limits`` in :mod:`store.kinds`."""
 
 
 # -- clips, lengths, labels ------------------------------------------------------------------------
@@ -60,17 +61,13 @@ def specshow_kwargs(spec: FeatureSpec) -> dict[str, Any]:
     """The ``librosa.display.specshow`` arguments that label ``spec``'s axes correctly.
 
     Time: ``sr`` (Hz) and ``hop_length`` (samples) give seconds per frame.
-    Frequency: mel bins between ``fmin`` and ``fmax`` (Hz; None = sr / 2, as
-    the mel filters were built); CQT bins as note names from ``fmin`` (Hz)
-    with ``bins_per_octave``.
+    Frequency: the kind's own axis (:attr:`store.kinds.FeatureKind.axis`):
+    mel bins between ``fmin`` and ``fmax`` (Hz; None = sr / 2, as the mel
+    filters were built); CQT bins as note names from ``fmin`` (Hz) with
+    ``bins_per_octave``.
     """
     kw: dict[str, Any] = {"sr": spec.sample_rate, "hop_length": spec.hop_length, "x_axis": "time"}
-    if spec.kind == "mel":
-        kw.update(y_axis="mel", fmin=spec.fmin, fmax=spec.fmax if spec.fmax is not None else spec.sample_rate / 2)
-    elif spec.kind == "cqt":
-        kw.update(y_axis="cqt_note", fmin=spec.fmin, bins_per_octave=spec.bins_per_octave or 12)
-    else:  # FeatureSpec refuses other kinds; kept for a future kind's clear error
-        raise ValueError(f"no display for feature kind {spec.kind!r}")
+    kw.update(spec.kind_info.axis(spec))
     return kw
 
 

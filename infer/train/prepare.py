@@ -406,7 +406,7 @@ def augment_for(cfg: TrainConfig, spec: ModelSpec, specs: dict[str, FeatureSpec]
     start = 0
     parts: list[tuple[int, int]] = []
     for part in specs.values():
-        if part.kind == "cqt" and cfg.pitch_shift:
+        if part.kind_info.log_frequency and cfg.pitch_shift:
             pitch_rows = (start, start + part.n_bins)
             pitch_bins = int(round(cfg.pitch_shift * (part.bins_per_octave or 12) / 12))
         parts.append((start, start + part.n_bins))
