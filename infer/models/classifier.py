@@ -64,7 +64,7 @@ class MaskedClassifier(nn.Module):
     """Base for the masked models: input handling, the pooling and the head.
 
     Subclasses build ``self.blocks`` (each ``block(x, lengths) -> (x,
-    lengths)``) and then call :meth:`_set_geometry` with the total time
+    lengths)``) and then call :meth:`set_geometry` with the total time
     stride and the receptive field.  ``out_channels`` and ``out_rows``: the
     last block's channels and frequency rows.
     """
@@ -126,7 +126,7 @@ class MaskedClassifier(nn.Module):
         time stride when the whole clip is pooled at once."""
         return self.config.pool_window or self._time_stride
 
-    def _set_geometry(self, time_stride: int, receptive_field: int) -> None:
+    def set_geometry(self, time_stride: int, receptive_field: int) -> None:
         """The blocks' total time stride and receptive field (input frames), and so the pooling window."""
         self._time_stride = time_stride
         self._receptive_field = receptive_field

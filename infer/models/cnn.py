@@ -55,4 +55,4 @@ class SpectrogramCNN(MaskedClassifier):
             rf += (block.stride - 1) * jump
             jump *= block.stride
             c_in = c_out
-        self._set_geometry(jump, rf)
+        self.set_geometry(jump, rf)

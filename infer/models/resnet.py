@@ -87,4 +87,4 @@ class SpectrogramResNet(MaskedClassifier):
                 jump *= block.stride
                 rf += (kt - 1) * jump
                 c_in = c_out
-        self._set_geometry(jump, rf)
+        self.set_geometry(jump, rf)
