@@ -36,15 +36,50 @@ __all__ = lazy_package(__name__, {
     "stats_head": ("StatsSums",),
 })
 
-if TYPE_CHECKING:  # what the lazy exports are, for type checkers (noqa: the names are exported, not used)
-    from ..model_config import ARCHS, BAND_STATS, FREQ_POOLINGS, MAX_PARAMETERS, MAX_TIME_STRIDE  # noqa: F401
-    from ..model_config import MIN_FRAMES, POOLINGS, ModelConfig, ModelConfigError  # noqa: F401
-    from .build import build_model, count_parameters  # noqa: F401
-    from .classifier import MaskedClassifier, Pooled  # noqa: F401
-    from .cnn import ConvBlock, SpectrogramCNN  # noqa: F401
-    from .masking import MaskedBatchNorm2d, time_mask  # noqa: F401
-    from .pooling import AttentionPooling, FreqPooling, TimePooling  # noqa: F401
-    from .registry import Arch, FreqPoolingEntry, PoolingEntry, register_arch  # noqa: F401
-    from .registry import register_freq_pooling, register_pooling  # noqa: F401
-    from .resnet import SpectrogramResNet  # noqa: F401
-    from .stats_head import StatsSums  # noqa: F401
+if TYPE_CHECKING:  # the lazy exports, for type checkers (``X as X``: a re-export)
+    from ..model_config import (
+        ARCHS as ARCHS,
+        BAND_STATS as BAND_STATS,
+        FREQ_POOLINGS as FREQ_POOLINGS,
+        MAX_PARAMETERS as MAX_PARAMETERS,
+        MAX_TIME_STRIDE as MAX_TIME_STRIDE,
+        MIN_FRAMES as MIN_FRAMES,
+        POOLINGS as POOLINGS,
+        ModelConfig as ModelConfig,
+        ModelConfigError as ModelConfigError,
+    )
+    from .build import (
+        build_model as build_model,
+        count_parameters as count_parameters,
+    )
+    from .classifier import (
+        MaskedClassifier as MaskedClassifier,
+        Pooled as Pooled,
+    )
+    from .cnn import (
+        ConvBlock as ConvBlock,
+        SpectrogramCNN as SpectrogramCNN,
+    )
+    from .masking import (
+        MaskedBatchNorm2d as MaskedBatchNorm2d,
+        time_mask as time_mask,
+    )
+    from .pooling import (
+        AttentionPooling as AttentionPooling,
+        FreqPooling as FreqPooling,
+        TimePooling as TimePooling,
+    )
+    from .registry import (
+        Arch as Arch,
+        FreqPoolingEntry as FreqPoolingEntry,
+        PoolingEntry as PoolingEntry,
+        register_arch as register_arch,
+        register_freq_pooling as register_freq_pooling,
+        register_pooling as register_pooling,
+    )
+    from .resnet import (
+        SpectrogramResNet as SpectrogramResNet,
+    )
+    from .stats_head import (
+        StatsSums as StatsSums,
+    )

@@ -37,11 +37,8 @@ class ConvBlock(nn.Module):
 
 
 class SpectrogramCNN(MaskedClassifier):
-    """Compact CNN: ``depth`` ConvBlocks, MaskedGAP, dropout, linear head.
-
-    Default (width 32, depth 4): channels 32-64-128-256, about 390k
-    parameters, time stride 16.
-    """
+    """Compact CNN: ``depth`` ConvBlocks, then the configured pooling, dropout and linear head (sizes of
+    common configs: ``docs/architectures.md``)."""
 
     def __init__(self, config: ModelConfig) -> None:
         channels = config.channels

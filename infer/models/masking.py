@@ -78,7 +78,7 @@ def strided_lengths(lengths: Tensor, stride: int) -> Tensor:
 def max_pool(x: Tensor, time_stride: int) -> Tensor:
     """2 x ``time_stride`` max pool, stride = kernel, as elementwise maxima of strided views.
 
-    Several times faster than ``max_pool2d`` on contiguous CPU tensors.  An
+    Faster than ``max_pool2d`` on contiguous CPU tensors (``docs/architectures.md``).  An
     odd frequency size keeps its last row alone (ceil mode: -inf padding);
     the time size is always a multiple of the stride here.
     """
@@ -93,6 +93,7 @@ def max_pool(x: Tensor, time_stride: int) -> Tensor:
 
 
 def relu(x: Tensor) -> Tensor:
+    """ReLU, in place when no gradient is tracked."""
     return torch.relu(x) if torch.is_grad_enabled() and x.requires_grad else x.relu_()
 
 

@@ -62,11 +62,8 @@ class ResidualBlock(nn.Module):
 
 
 class SpectrogramResNet(MaskedClassifier):
-    """Residual family for GPU users: stem + ``depth`` stages of ``blocks_per_stage`` blocks.
-
-    Default (width 32, depth 4, 2 blocks per stage): channels 32-64-128-256,
-    about 2.8M parameters, time stride 16.
-    """
+    """Residual family for GPU users: stem + ``depth`` stages of ``blocks_per_stage`` blocks (sizes of common
+    configs: ``docs/architectures.md``)."""
 
     def __init__(self, config: ModelConfig) -> None:
         channels = config.channels
