@@ -180,6 +180,16 @@ def test_classify_takes_the_sums_of_its_own_mode() -> None:
             model.classify(pooled.sums, counts)
 
 
+def test_the_document_lists_every_registered_part() -> None:
+    from infer.models.registry import FREQ_POOLING_REGISTRY, POOLING_REGISTRY
+
+    table = {line.split("|")[1].strip(): line for line in DOC.read_text(encoding="utf-8").splitlines()
+             if line.startswith("| ")}
+    for kind, registry in (("architecture", ARCH_REGISTRY), ("time pooling", POOLING_REGISTRY),
+                           ("frequency pooling", FREQ_POOLING_REGISTRY)):
+        assert all(f"`{name}`" in table[kind] for name in registry.names), kind
+
+
 def test_the_registry_and_the_names_load_no_torch() -> None:
     code = ("import sys; from infer.models.registry import ARCH_REGISTRY; from infer.model_config import ARCHS, "
             "ModelConfig; assert ARCHS is ARCH_REGISTRY.names and ModelConfig(arch='resnet').n_parameters > 0; "

@@ -139,12 +139,6 @@ class Names(Sequence[str]):
     def __iter__(self) -> Iterator[str]:
         return iter(tuple(self._entries))
 
-    def __eq__(self, other: object) -> bool:
-        return tuple(self) == (tuple(other) if isinstance(other, (tuple, Names)) else other)
-
-    def __hash__(self) -> int:
-        return id(self)
-
     def __repr__(self) -> str:
         return repr(tuple(self._entries))
 
