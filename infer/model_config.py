@@ -1,11 +1,12 @@
 """A model's configuration, without torch: :class:`ModelConfig`, its bounds and the architecture names.
 
 What command lines, training configs and checkpoint readers need to check a
-model's settings (the architectures, poolings, band statistics, the bounds on
-every field and on the parameter count) lives here, so that ``--help``, a
-usage error or a bad value answers before torch is imported; the models
-themselves are :mod:`infer.models`, which re-exports all of this.  Pure: no
-torch.
+model's settings (the band statistics, the bounds on every field and on the
+parameter count; the architectures' and poolings' names and sizes, read from
+their registries in :mod:`infer.models.registry`) is here, so that
+``--help``, a usage error or a bad value answers before torch is imported;
+the models themselves are :mod:`infer.models`, which re-exports all of this.
+Pure: no torch.
 """
 
 from __future__ import annotations
