@@ -1,16 +1,19 @@
 """Checkpoints: weights plus everything needed to use them, in a pickle-free format.
 
 A checkpoint is a ``torch.save`` file of plain containers: the model as a
-:class:`~infer.contract.ModelSpec` (``cnn``/``resnet`` with their config, or
-an import path ``package.module:Class`` with JSON keyword arguments), the
+:class:`~infer.contract.ModelSpec` (an architecture's name with its
+config, :mod:`infer.models.registry`, or an import path
+``package.module:Class`` with JSON keyword arguments), the
 label names, the feature name and its full :class:`store.FeatureSpec`, the
 ``state_dict`` tensors and a small JSON-able ``extra`` dict (training
 history, ...).  It is loaded with ``torch.load(weights_only=True)``, which
 refuses arbitrary Python objects, so opening a checkpoint runs no code.
 Building a built-in model runs none either; building a user model imports
-the module its import path names, which runs that module's code, so
-:meth:`Checkpoint.build` does it only when trusted (``trust_model_code``,
-or the ``SPECSTORE_TRUSTED_MODULES`` allow-list; :mod:`infer.trust`).
+the module its import path names (or, for an architecture registered from
+user code and not registered in this process, its recorded builder's
+module), which runs that module's code, so :meth:`Checkpoint.build` does it
+only when trusted (``trust_model_code``, or the ``SPECSTORE_TRUSTED_MODULES``
+allow-list; :mod:`infer.trust`).
 """
 
 from __future__ import annotations
@@ -71,7 +74,7 @@ class Checkpoint:
 
     @property
     def config(self) -> ModelConfig | None:
-        """The built-in model's config (None for a user model)."""
+        """The architecture's config (None for an import-path model, or an architecture not registered yet)."""
         return self.model.config
 
     def build(self, device: torch.device | str = "cpu", *, trust_model_code: Trust = False) -> nn.Module:
@@ -160,7 +163,7 @@ def load_checkpoint(path: str | os.PathLike[str]) -> Checkpoint:
     if version not in (1, VERSION):
         raise CheckpointError(f"{p} has checkpoint version {version}; this specstore reads 1 and {VERSION}")
     try:
-        if version == 1:  # a built-in model's config (checked below)
+        if version == 1:  # an architecture's config (checked below)
             config = dict(raw["model"])
             arch = config.pop("arch", ModelConfig.arch)
             if arch not in ARCHS:
@@ -184,9 +187,11 @@ def load_checkpoint(path: str | os.PathLike[str]) -> Checkpoint:
 
 
 def _check_model_config(model: ModelSpec, path: Path) -> None:
-    """A built-in model's config, checked against its bounds (:class:`~infer.models.ModelConfig`: every
+    """An architecture's config, checked against its bounds (:class:`~infer.models.ModelConfig`: every
     field, the time stride and the parameter count) when the checkpoint is read, before any tensor of the
-    model is allocated; one line naming the field, the value and the bound."""
+    model is allocated; one line naming the field, the value and the bound.  (An architecture registered from
+    user code that this process has not registered is checked when it is built, after its module is trusted
+    and imported.)"""
     if not model.builtin:
         return
     try:

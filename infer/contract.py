@@ -25,8 +25,9 @@ int64 real frames, ``logits`` is ``(B, n_classes)``.
   recomputes activations in backward when it is True.
 
 **Saving.** A checkpoint records the model as a :class:`ModelSpec`: an import
-path ``package.module:Class`` (or ``cnn``/``resnet`` for the built-ins) and
-JSON keyword arguments, never a pickled object.  Loading imports the module,
+path ``package.module:Class`` (or an architecture's name,
+:mod:`infer.models.registry`) and JSON keyword arguments, never a pickled
+object.  Loading imports the module,
 which runs its code, so an import path loads only when trusted
 (:mod:`infer.trust`: ``trust_model_code`` / ``--trust-model-code``, or the
 ``SPECSTORE_TRUSTED_MODULES`` allow-list), and anything that is not an
@@ -36,6 +37,13 @@ or in an installed package.  When the constructor accepts ``n_bins``, ``n_classe
 ``input_mean`` or ``input_std`` and the keyword arguments do not give them,
 the trainer passes the store's feature bins, label count and the training
 frames' mean and standard deviation (dB).
+
+An architecture registered from user code (``docs/architectures.md``) is
+recorded by its name with its builder's import path.  Registering is naming
+the code yourself, so in a process that registered it the model builds as the
+built-ins do; elsewhere the checkpoint's builder module is imported (which
+registers it) only when trusted, as an import path is, and a builder that
+differs from the registered one is refused.
 
 The memory cost probe (:func:`infer.cost.measure_cost_per_frame`) runs any
 such module as it is, so budgets hold for user models too.
@@ -54,6 +62,7 @@ from torch import nn
 from store import ConfigError
 
 from .models import ARCHS, MaskedClassifier, ModelConfig, build_model
+from .models.registry import ARCH_REGISTRY
 from .trust import Trust, check_trusted
 
 __all__ = [
@@ -132,34 +141,43 @@ def resolve_class(target: str, trust_model_code: Trust = False, *, source: str =
 
 @dataclass(frozen=True)
 class ModelSpec:
-    """How to rebuild a model: ``target`` (``cnn``, ``resnet`` or ``package.module:Class``) and JSON kwargs.
+    """How to rebuild a model: ``target`` (an architecture's name, or ``package.module:Class``) and JSON kwargs.
 
-    For the built-ins the kwargs are a :class:`~infer.models.ModelConfig`'s
-    fields.  Checkpoints hold :meth:`to_dict`.
+    For an architecture the kwargs are a :class:`~infer.models.ModelConfig`'s
+    fields; ``builder`` is the import path of a user-registered
+    architecture's builder (filled from the registry; empty for the built-ins
+    and import paths).  Checkpoints hold :meth:`to_dict`.
     """
 
     target: str
     kwargs: dict[str, Any] = field(default_factory=dict)
+    builder: str = ""
 
     def __post_init__(self) -> None:
         try:
             json.dumps(self.kwargs)
         except TypeError as e:
             raise ConfigError(f"model keyword arguments must be JSON values: {e}") from None
+        if not self.builder and self.target in ARCHS and not ARCH_REGISTRY.get(self.target).builtin:
+            object.__setattr__(self, "builder", ARCH_REGISTRY.get(self.target).builder)
 
     @property
     def builtin(self) -> bool:
-        return self.target in ARCHS
+        """An architecture of the registry (built from a :class:`ModelConfig`), not an import-path model."""
+        return self.target in ARCHS or bool(self.builder)
 
     @property
     def config(self) -> ModelConfig | None:
-        """The built-in model's config (None for a user model)."""
-        return ModelConfig.from_dict({**self.kwargs, "arch": self.target}) if self.builtin else None
+        """The architecture's config (None for an import-path model, or an architecture not registered yet)."""
+        return ModelConfig.from_dict({**self.kwargs, "arch": self.target}) if self.target in ARCHS else None
 
     def build(self, trust_model_code: Trust = False, *, source: str = "") -> nn.Module:
-        """A fresh model (random weights); a user model only when trusted (:mod:`infer.trust`)."""
-        config = self.config
-        if config is not None:
+        """A fresh model (random weights); code not registered or named by the caller only when trusted
+        (:mod:`infer.trust`)."""
+        if self.builtin:
+            self._register(trust_model_code, source)
+            config = self.config
+            assert config is not None
             return build_model(config)
         cls = resolve_class(self.target, trust_model_code, source=source)
         try:
@@ -167,12 +185,30 @@ class ModelSpec:
         except TypeError as e:
             raise ConfigError(f"cannot build {self.target} with {self.kwargs}: {e}") from None
 
+    def _register(self, trust_model_code: Trust, source: str) -> None:
+        """Make sure :attr:`target` is registered, by :attr:`builder`: a recorded builder's module is imported
+        (its import registers the architecture) only when trusted."""
+        if self.target not in ARCHS:
+            check_trusted(self.builder, trust_model_code, source=source)
+            module_name = self.builder.partition(":")[0]
+            try:
+                importlib.import_module(module_name)
+            except ImportError as e:
+                raise _import_error(module_name, self.builder, e) from None
+            if self.target not in ARCHS:
+                raise ConfigError(f"importing {module_name!r} registers no architecture {self.target!r}")
+        registered = ARCH_REGISTRY.get(self.target).builder
+        if self.builder and registered != self.builder:
+            raise ConfigError(f"architecture {self.target!r} was built by {self.builder!r} when saved; this process "
+                              f"registers it as {registered!r}")
+
     def to_dict(self) -> dict[str, Any]:
-        return {"target": self.target, "kwargs": dict(self.kwargs)}
+        return {"target": self.target, "kwargs": dict(self.kwargs), **({"builder": self.builder} if self.builder
+                                                                         else {})}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ModelSpec:
-        return cls(str(data["target"]), dict(data.get("kwargs") or {}))
+        return cls(str(data["target"]), dict(data.get("kwargs") or {}), str(data.get("builder") or ""))
 
     @classmethod
     def for_class(cls, target: str, kwargs: dict[str, Any] | None = None, *, trust_model_code: Trust = False,
@@ -192,7 +228,7 @@ class ModelSpec:
 def spec_of(model: nn.Module, kwargs: dict[str, Any] | None = None) -> ModelSpec:
     """The :class:`ModelSpec` that rebuilds ``model``'s architecture.
 
-    Built-in models know their config; for another module the spec is its
+    Models of a registered architecture know their config; for another module the spec is its
     class's import path with ``kwargs`` (the constructor arguments), or the
     module's ``init_kwargs`` attribute when it keeps them.
     """

@@ -1,11 +1,12 @@
 """A model's configuration, without torch: :class:`ModelConfig`, its bounds and the architecture names.
 
 What command lines, training configs and checkpoint readers need to check a
-model's settings (the architectures, poolings, band statistics, the bounds on
-every field and on the parameter count) lives here, so that ``--help``, a
-usage error or a bad value answers before torch is imported; the models
-themselves are :mod:`infer.models`, which re-exports all of this.  Pure: no
-torch.
+model's settings (the band statistics, the bounds on every field and on the
+parameter count; the architectures' and poolings' names and sizes, read from
+their registries in :mod:`infer.models.registry`) is here, so that
+``--help``, a usage error or a bad value answers before torch is imported;
+the models themselves are :mod:`infer.models`, which re-exports all of this.
+Pure: no torch.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from store import ConfigError
 from store.records import from_record
 
 from .limits import Limit, bounded, check_fields, field_limit
+from .models.registry import ARCH_REGISTRY, FREQ_POOLING_REGISTRY, POOLING_REGISTRY
 
 __all__ = [
     "ARCHS",
@@ -31,12 +33,15 @@ __all__ = [
     "ModelConfigError",
 ]
 
-ARCHS = ("cnn", "resnet")
+ARCHS = ARCH_REGISTRY.names
+"""The architectures' names (a live view of :data:`~infer.models.registry.ARCH_REGISTRY`)."""
 BAND_STATS = ("mean", "std", "delta")
 """Statistics of every input bin the statistics head sees, in order: mean, standard deviation and mean
 absolute frame-to-frame change over the clip's real frames (normalised input units)."""
-POOLINGS = ("mean", "meanstd", "attention")
-FREQ_POOLINGS = ("mean", "keep")
+POOLINGS = POOLING_REGISTRY.names
+"""The time poolings' names (a live view of :data:`~infer.models.registry.POOLING_REGISTRY`)."""
+FREQ_POOLINGS = FREQ_POOLING_REGISTRY.names
+"""The frequency poolings' names (a live view of :data:`~infer.models.registry.FREQ_POOLING_REGISTRY`)."""
 MIN_FRAMES = 1
 """Shortest clip (frames) the models accept: lengths shrink as ceil(L/stride)."""
 
@@ -183,24 +188,12 @@ class ModelConfig:
         """Parameters of the model this config builds (trainable or not), counted from the config alone,
         before any tensor is allocated: the check that bounds what a checkpoint can make the loader
         allocate."""
-        chans = self.channels
-        kt = self.time_kernel
-        if self.arch == "cnn":
-            c_ins, fks = [1, *chans[:-1]], [self.stem_freq_kernel] + [3] * (self.depth - 1)
-            n = sum(c_in * c_out * fk * kt + 2 * c_out for c_in, c_out, fk in zip(c_ins, chans, fks, strict=True))
-        else:
-            n = chans[0] * self.stem_freq_kernel * kt + 2 * chans[0]
-            c_in = chans[0]
-            for i, c_out in enumerate(chans):
-                for j in range(self.blocks_per_stage):
-                    n += c_in * c_out * 3 * kt + c_out * c_out * 3 * kt + 4 * c_out
-                    if (i > 0 and j == 0) or c_in != c_out:
-                        n += c_in * c_out + 2 * c_out
-                    c_in = c_out
-        features = chans[-1] * (_halved(self.n_bins, self.depth) if self.freq_pooling == "keep" else 1)
-        n += (features * (2 if self.pooling == "meanstd" else 1) + 1) * self.n_classes
-        if self.pooling == "attention":
-            n += features + 1
+        arch = ARCH_REGISTRY.get(self.arch)
+        channels, rows = arch.last_activations(self)
+        features = channels * FREQ_POOLING_REGISTRY.get(self.freq_pooling).kept_rows(rows)
+        pooling = POOLING_REGISTRY.get(self.pooling)
+        n = arch.n_parameters(self) + (pooling.head_inputs(features) + 1) * self.n_classes
+        n += pooling.n_parameters(features)
         if self.stats_head:
             n += (len(BAND_STATS) * self.n_bins + 1) * self.n_classes
         return n
@@ -225,9 +218,3 @@ class ModelConfig:
         construction would."""
         field_limit(cls, name).check(name, value, error)
 
-
-def _halved(n: int, times: int) -> int:
-    """Frequency rows left after ``times`` halvings (2x2 pools or stride-2 convs): ceil(n / 2) each time."""
-    for _ in range(times):
-        n = -(-n // 2)
-    return n

@@ -169,3 +169,32 @@ def test_feature_kinds_are_switched_on_only_in_their_registry() -> None:
                 if compared or matched:
                     switches.append(f"{p.relative_to(ROOT)}:{node.lineno}")
     assert not switches, switches
+
+ARCH_SWITCH = re.compile(r"""\barch\s*(==|!=)|(==|!=)\s*["'](cnn|resnet)["']|["'](cnn|resnet)["']\s*(==|!=)"""
+                         r"""|\bin\s*[(\[{]\s*["'](cnn|resnet)["']|\b(freq_)?pooling\s*(==|!=|in\s*[(\[{])""")
+"""A string switch on an architecture or a pooling: ``arch == "cnn"``, ``"resnet" != ...``, ``in ("cnn", ...)``,
+``pooling == "meanstd"``."""
+
+
+def test_every_architecture_and_pooling_is_reached_through_its_registry() -> None:
+    """The architectures and poolings are the entries of their registries (infer/models/registry.py), the one
+    list that the command lines' choices, ModelConfig's check and parameter count and the checkpoint loader
+    read; no module switches on their names."""
+    from infer import cli, contract, model_config
+    from infer.models import registry
+
+    offenders = [f"{p.relative_to(ROOT)}:{i}: {line.strip()}"
+                 for folder in (*PACKAGED, "benchmarks", "examples") for p in _modules(ROOT / folder)
+                 if p != ROOT / "infer" / "models" / "registry.py"
+                 for i, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1)
+                 if ARCH_SWITCH.search(line.split("#")[0])]
+    assert not offenders, offenders
+    assert model_config.ARCHS is registry.ARCH_REGISTRY.names and contract.ARCHS is model_config.ARCHS
+    assert model_config.POOLINGS is registry.POOLING_REGISTRY.names
+    assert model_config.FREQ_POOLINGS is registry.FREQ_POOLING_REGISTRY.names
+    init = cli.build_parser()._subparsers._group_actions[0].choices["init"]  # type: ignore[union-attr,index]
+    assert next(a for a in init._actions if a.dest == "arch").choices is model_config.ARCHS
+    build = next(node for node in ast.parse((ROOT / "infer" / "models" / "build.py").read_text(encoding="utf-8")).body
+                 if isinstance(node, ast.FunctionDef) and node.name == "build_model")
+    assert not any(isinstance(node, ast.If) for node in ast.walk(build))  # the registry's builder, no if chain
+    assert ARCH_SWITCH.search('if config.arch == "cnn":') and ARCH_SWITCH.search('pooling == "meanstd"')

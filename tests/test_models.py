@@ -13,6 +13,7 @@ from infer.budget import Budget, CostModel
 from infer.collate import Batch, CollateError, collate
 from infer.cost import activation_peak_bytes, measure_cost_per_frame
 from infer.models import (
+    AttentionPooling,
     MaskedBatchNorm2d,
     MaskedClassifier,
     ModelConfig,
@@ -27,7 +28,9 @@ ATOL = 1e-4
 
 def tiny(arch: str, **overrides: object) -> ModelConfig:
     """A small config that keeps tests fast but has every kind of layer."""
-    base: dict[str, object] = dict(arch=arch, n_bins=20, n_classes=6, width=8, depth=3, blocks_per_stage=1, dropout=0.3)
+    # the parts pinned, not ModelConfig's defaults: the expectations below are for these
+    base: dict[str, object] = dict(arch=arch, n_bins=20, n_classes=6, width=8, depth=3, blocks_per_stage=1, dropout=0.3,
+                                   pooling="mean", freq_pooling="mean", stem_freq_kernel=3, input_time_pool=1)
     base.update(overrides)
     return ModelConfig(**base)  # type: ignore[arg-type]
 
@@ -128,8 +131,8 @@ def test_every_pooling_with_per_bin_normalisation_is_batched_equal_alone_and_win
     from infer.windows import run_windowed
 
     model = eval_model(tiny(arch, pooling=pooling, **bin_stats(20)))
-    if model.attention is not None:  # a non-trivial attention score
-        torch.nn.init.normal_(model.attention.weight, std=2.0)
+    if isinstance(model.pooling, AttentionPooling):  # a non-trivial attention score
+        torch.nn.init.normal_(model.pooling.weight, std=2.0)
     clips = make_clips(20, [1, 3, 8, 9, 31, 97], seed=1)
     batch = collate(clips, multiple_of=model.time_stride)
     with torch.no_grad():
@@ -482,8 +485,7 @@ def test_statistics_head_adds_weighted_logits_in_eval_and_is_absent_in_training(
     with torch.no_grad():
         both = model(batch.x, batch.lengths)
         stats = model.stats_logits(model.clip_statistics(batch.x, batch.lengths))
-        sums, counts = model.pooled_sum(batch.x, batch.lengths)
-        cnn = model.classify(sums[:, : model.head.in_features], counts)
+        cnn = model.classify_pooled(model.pooled(batch.x, batch.lengths)._replace(stats=None))
     torch.testing.assert_close(both, cnn + 0.7 * stats, atol=ATOL, rtol=0)
     assert stats.abs().max() > 0.1  # the head changes the output
     model.train()
@@ -510,8 +512,8 @@ def test_window_pooling_is_batched_equal_alone_and_windows_exactly(arch: str, po
     model = eval_model(tiny(arch, pooling=pooling, freq_pooling="keep", pool_window=16, stats_head=stats_head,
                             **bin_stats(20)))
     assert model.window_align == 16 and model.time_stride == 8
-    if model.attention is not None:
-        torch.nn.init.normal_(model.attention.weight, std=2.0)
+    if isinstance(model.pooling, AttentionPooling):
+        torch.nn.init.normal_(model.pooling.weight, std=2.0)
     _assert_batched_equal_alone_and_windows_exactly(model, seed=7, align=model.window_align)
 
 
