@@ -1,0 +1,53 @@
+"""The batch-constraint interface: a memory budget and a fixed batch size cut clips through the same two calls."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from infer.budget import Budget, PlanError
+from infer.constraints import BatchConstraint, FixedBatch
+from infer.planner import plan_batches
+from infer.runtime import RowLogits, RunStats
+from infer.windows import tile_spans, windows_for
+
+# 1 MiB per frame-clip: a batch of B clips padded to T frames fits when B * T <= 64
+BUDGET = Budget(budget_bytes=64 << 20, cost_per_frame=float(1 << 20), max_batch=4, frame_align=1)
+
+
+def test_both_kinds_are_constraints() -> None:
+    assert isinstance(BUDGET, BatchConstraint) and isinstance(FixedBatch(2), BatchConstraint)
+
+
+def test_a_budget_plans_as_the_planner_does() -> None:
+    lengths = np.array([2, 15, 3, 16, 2, 14, 3, 15, 100])
+    ours, planner = BUDGET.plan(lengths, batch_overhead_frames=8.0), plan_batches(lengths, BUDGET,
+                                                                                  batch_overhead_frames=8.0)
+    assert [b.tolist() for b in ours.batches] == [b.tolist() for b in planner.batches]
+    assert ours.too_long.tolist() == planner.too_long.tolist() == [8]
+    assert BUDGET.full(4, 1) and BUDGET.full(2, 30) and not BUDGET.full(1, 30)
+
+
+def test_a_fixed_batch_keeps_arrival_order_and_leaves_clips_too_long_alone() -> None:
+    plan = FixedBatch(2, BUDGET).plan(np.array([5, 40, 100, 6, 1, 7]))
+    assert [b.tolist() for b in plan.batches] == [[0, 1], [3, 4], [5]] and plan.too_long.tolist() == [2]
+    assert [b.tolist() for b in FixedBatch(2).plan(np.array([5, 40, 100])).batches] == [[0, 1], [2]]
+    assert FixedBatch(2).full(2, 10**6) and not FixedBatch(2).full(1, 1)
+    with pytest.raises(PlanError):
+        FixedBatch(0)
+
+
+def test_run_stats_efficiency_and_the_logits_figures() -> None:
+    assert RunStats().efficiency == 1.0
+    assert RunStats(real_frames=3, computed_frames=4).efficiency == 0.75
+    res = RowLogits(logits=np.zeros((2, 3), np.float32), batches=2, real_frames=9, computed_frames=12, windowed=1)
+    assert res.run_stats() == RunStats(batches=2, real_frames=9, computed_frames=12, windowed=1)
+    assert res.efficiency == 0.75
+
+
+@pytest.mark.parametrize("length", [1, 3, 4, 7, 8, 9, 20])
+def test_tiles_are_whole_windows_covering_the_clip(length: int) -> None:
+    tiles = tile_spans(length, 4)
+    assert tiles[0][0] == 0 and tiles[-1][1] == length
+    assert all(stop - start == min(4, length) for start, stop in tiles)
+    assert [start for start, _ in tiles[:-1]] == [start for start, _ in windows_for(length, 4)[:len(tiles) - 1]]
