@@ -24,7 +24,7 @@ Each piece has its own module; this one gathers them under one import:
 * :class:`PadCollate` (:mod:`infer.collate`): pads a batch to its own
   longest clip, rounded up to the model's time stride, into a
   :class:`~infer.collate.Batch` with mask, lengths and labels;
-* :func:`prefetch` (:mod:`infer.prefetch`): the loader the built-in
+* :func:`prefetch` (:mod:`infer.readahead`): the loader the built-in
   commands use, a reader thread collating batches ahead of the model.
 """
 
@@ -35,7 +35,7 @@ from store import stack_parts
 from .augment import SpecAugment
 from .clip_source import ArrayDataset, ClipSource, Item
 from .collate import PadCollate, pad_collate
-from .prefetch import prefetch
+from .readahead import prefetch
 from .sampler import BudgetBatchSampler
 from .store_dataset import StoreDataset, feature_specs
 

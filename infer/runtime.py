@@ -44,7 +44,7 @@ from .cost import measure_cost_per_frame
 from .device import amp, anon_rss_bytes, autocast_dtype, choose_device, memory_bytes, set_cpu_threads
 from .models import MaskedClassifier
 from .planner import Plan, plan_batches
-from .prefetch import prefetch
+from .readahead import prefetch
 from .run_options import RunOptions, check_run_option
 from .store_dataset import StoreDataset
 from .windows import TiledClips, mean_of_windows, run_windowed
@@ -240,7 +240,7 @@ class Engine:
         classify`` and the server pass).  Batches are cut by ``constraint``
         (:mod:`infer.constraints`; default ``budget``, measured for
         ``model`` if None), read and padded ahead by
-        :func:`~infer.prefetch.prefetch`.  A model that masks padding runs
+        :func:`~infer.readahead.prefetch`.  A model that masks padding runs
         whole clips; clips too long for a batch of one run in windows
         (:mod:`infer.windows`: exactly, when the model exposes
         ``pooled_sum``).  A model that does not mask padding runs every clip
