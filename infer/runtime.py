@@ -12,7 +12,9 @@ the methods every command calls:
 * :meth:`Engine.plan` plans length-sorted batches under that budget;
 * :meth:`Engine.logits` is the one prediction loop: distinct contents once,
   batches read and padded ahead of the model, clips too long for any batch
-  run in windows, a CUDA out-of-memory split and retried.
+  run in windows (:mod:`infer.windows`), a CUDA out-of-memory split and
+  retried; it returns the logits with the run's figures
+  (:class:`RowLogits`, a :class:`RunStats` with logits).
 
 ``make infer``, ``make eval``, training's validation and ``make plan`` all go
 through here, so a rule about devices, precision or budgets has one home.

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
+from factories import make_checkpoint
 
 from infer.budget import Budget, PlanError
 from infer.constraints import BatchConstraint, FixedBatch
 from infer.planner import plan_batches
-from infer.runtime import RowLogits, RunStats
+from infer.runtime import RowLogits, RunOptions, RunStats
 from infer.windows import tile_spans, windows_for
+from serving.model import Classifier
 
 # 1 MiB per frame-clip: a batch of B clips padded to T frames fits when B * T <= 64
 BUDGET = Budget(budget_bytes=64 << 20, cost_per_frame=float(1 << 20), max_batch=4, frame_align=1)
@@ -51,3 +55,19 @@ def test_tiles_are_whole_windows_covering_the_clip(length: int) -> None:
     assert tiles[0][0] == 0 and tiles[-1][1] == length
     assert all(stop - start == min(4, length) for start, stop in tiles)
     assert [start for start, _ in tiles[:-1]] == [start for start, _ in windows_for(length, 4)[:len(tiles) - 1]]
+
+
+def test_the_engine_cuts_batches_by_any_constraint_and_the_answers_do_not_change(tmp_path: Path) -> None:
+    clf = Classifier(make_checkpoint(tmp_path / "m.pt"), RunOptions(device="cpu", progress=False))
+    rng = np.random.default_rng(2)
+    lengths = [40, 12, 38, 11, 39, 13]
+    clips = [rng.normal(-40, 10, (16, n)).astype(np.float32) for n in lengths]
+    planned = clf.run(clips)
+    fixed = clf.run(clips, constraint=FixedBatch(2, clf.budget))
+    np.testing.assert_allclose(fixed.probs, planned.probs, atol=1e-5)
+    plan = clf.budget.plan(np.array(lengths), batch_overhead_frames=clf.batch_overhead_frames)
+    assert planned.run == RunStats(distinct=6, batches=plan.n_batches, real_frames=plan.real_frames,
+                                   computed_frames=plan.computed_frames, peak_bytes=planned.run.peak_bytes,
+                                   budget_bytes=clf.budget.budget_bytes)
+    pairs = FixedBatch(2, clf.budget).plan(np.array(lengths))  # arrival order: long and short clips mixed
+    assert fixed.run.batches == 3 and fixed.run.computed_frames == pairs.computed_frames > plan.computed_frames
