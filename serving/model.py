@@ -127,22 +127,20 @@ class Classifier:
             return self.budget
 
     def run(self, clips: Sequence[np.ndarray], *, constraint: BatchConstraint | None = None,
-            batches: Sequence[Sequence[int]] | None = None, budget: Budget | None = None, progress: bool = False,
-            desc: str = "classifying") -> ClipResults:
+            budget: Budget | None = None, progress: bool = False, desc: str = "classifying") -> ClipResults:
         """Probabilities of ``clips`` (``(n_bins, n_frames)`` float32 each), in their order.
 
         The engine cuts them into batches by ``constraint``
-        (:mod:`infer.constraints`; default: the planner's length-sorted
-        batches under ``budget``, itself by default :meth:`current_budget`),
-        or runs the given ``batches`` as they are.
+        (:mod:`infer.constraints`, e.g. the server's fixed batches; default:
+        the planner's length-sorted batches under ``budget``, itself by
+        default :meth:`current_budget`).
         """
         if any(c.shape[0] != self.n_bins for c in clips):
             raise ConfigError(f"clips must have {self.n_bins} bins for {self.name}")
         with self._lock:
             res = self.engine.clip_logits(self.model, ArrayDataset(clips), budget=budget or self.current_budget(),
-                                          constraint=constraint, batches=batches,
-                                          batch_overhead_frames=self.batch_overhead_frames, progress=progress,
-                                          desc=desc)
+                                          constraint=constraint, batch_overhead_frames=self.batch_overhead_frames,
+                                          progress=progress, desc=desc)
         if len(clips) and res.logits.shape[1] != len(self.label_names):
             raise ConfigError(f"{self.name} gives {res.logits.shape[1]} classes for {len(self.label_names)} labels")
         probs = (torch.softmax(torch.from_numpy(res.logits), dim=1).numpy() if len(clips)
