@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -13,7 +15,9 @@ from infer.constraints import BatchConstraint, FixedBatch
 from infer.planner import plan_batches
 from infer.runtime import RowLogits, RunOptions, RunStats
 from infer.windows import tile_spans, windows_for
-from serving.model import Classifier
+from serving.batcher import Batcher
+from serving.model import Classifier, ClipResults
+from serving.policy import BatchPolicy
 
 # 1 MiB per frame-clip: a batch of B clips padded to T frames fits when B * T <= 64
 BUDGET = Budget(budget_bytes=64 << 20, cost_per_frame=float(1 << 20), max_batch=4, frame_align=1)
@@ -71,3 +75,32 @@ def test_the_engine_cuts_batches_by_any_constraint_and_the_answers_do_not_change
                                    budget_bytes=clf.budget.budget_bytes)
     pairs = FixedBatch(2, clf.budget).plan(np.array(lengths))  # arrival order: long and short clips mixed
     assert fixed.run.batches == 3 and fixed.run.computed_frames == pairs.computed_frames > plan.computed_frames
+
+
+def test_the_server_runs_a_fixed_batch_as_it_closed_it(tmp_path: Path) -> None:
+    clf = Classifier(make_checkpoint(tmp_path / "m.pt"), RunOptions(device="cpu", progress=False))
+    rng = np.random.default_rng(3)
+    clips = [rng.normal(-40, 10, (16, n)).astype(np.float32) for n in (40, 12, 38, 11)]
+    seen: list[tuple[list[int], RunStats]] = []
+    run = clf.run
+
+    def recording(batch: list[np.ndarray], **options: Any) -> ClipResults:
+        res = run(batch, **options)
+        seen.append(([c.shape[1] for c in batch], res.run))
+        return res
+
+    clf.run = recording  # type: ignore[method-assign]
+
+    async def serve() -> list[np.ndarray]:
+        batcher = Batcher(clf, BatchPolicy(batching="fixed", fixed_size=2, max_delay=30.0))
+        await batcher.start()
+        try:
+            return await asyncio.gather(*(batcher.classify(c) for c in clips))
+        finally:
+            await batcher.stop()
+
+    probs = asyncio.run(serve())
+    assert [lengths for lengths, _ in seen] == [[40, 12], [38, 11]]  # arrival order, whatever the lengths
+    assert all(stats.batches == 1 and stats.computed_frames == 2 * clf.budget.align(max(lengths))
+               for lengths, stats in seen)
+    np.testing.assert_allclose(np.stack(probs), clf.run(clips).probs, atol=1e-5)
