@@ -19,13 +19,16 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from store import ConfigError
 
 from .defaults import MAX_BATCH
+
+if TYPE_CHECKING:
+    from .planner import Plan
 
 __all__ = ["MAX_FRAMES", "Budget", "CostModel", "PlanError", "align_frames"]
 
@@ -77,7 +80,7 @@ class CostModel:
 
 @dataclass(frozen=True)
 class Budget:
-    """What one batch may cost, and the rule that charges it.
+    """What one batch may cost, and the rule that charges it; a :class:`~infer.constraints.BatchConstraint`.
 
     ``budget_bytes``: bytes one batch may use; ``cost_per_frame``: bytes per
     padded clip-frame; ``fixed_overhead``: bytes per batch whatever its size;
@@ -156,6 +159,20 @@ class Budget:
             mid = (low + high) // 2
             low, high = (mid, high) if self.fits(1, mid * align) else (low, mid)
         return low * align
+
+    # -- the batch-constraint interface (infer.constraints.BatchConstraint) ---------------------------
+    def plan(self, lengths: np.ndarray, *, batch_overhead_frames: float | None = None,
+             pad_to: int | None = None) -> Plan:
+        """The planner's length-sorted batches of ``lengths`` under this budget (:func:`infer.planner.plan_batches`;
+        ``batch_overhead_frames`` None: its default)."""
+        from .planner import plan_batches  # the planner builds on this module
+
+        more = {} if batch_overhead_frames is None else {"batch_overhead_frames": batch_overhead_frames}
+        return plan_batches(lengths, self, pad_to=pad_to, **more)
+
+    def full(self, size: int, padded_frames: int) -> bool:
+        """Whether a batch of ``size`` clips padded to ``padded_frames`` can take no further clip of its length."""
+        return bool(size >= self.max_batch or not self.fits(size + 1, padded_frames))
 
     def describe(self) -> str:
         """One line: the budget, its source and the cost rule."""

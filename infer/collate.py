@@ -1,5 +1,8 @@
 """Batch collation: ragged ``(n_bins, n_frames)`` arrays -> one padded tensor plus mask.
 
+:func:`collate` pads arrays; :class:`PadCollate` is the same as a
+DataLoader ``collate_fn`` over dataset items.
+
 Padding is zeros in time, to the batch's own longest clip (optionally rounded
 up to a multiple, e.g. the model's time stride, so the planner's padded length
 is exactly what runs).  Values are copied unchanged: input normalisation is
@@ -20,8 +23,9 @@ from torch import Tensor
 from store import ConfigError
 
 from .budget import align_frames
+from .clip_source import Item
 
-__all__ = ["Batch", "CollateError", "collate"]
+__all__ = ["Batch", "CollateError", "PadCollate", "collate", "pad_collate"]
 
 _NUMPY_DTYPES: dict[torch.dtype, type[np.floating]] = {
     torch.float16: np.float16,
@@ -123,3 +127,28 @@ def collate(
     if id_array is not None and id_array.shape != (len(arrays),):
         raise CollateError(f"ids must have one entry per clip ({len(arrays)}), got shape {id_array.shape}")
     return Batch(x=x, lengths=lengths_t, mask=mask, ids=id_array)
+
+
+class PadCollate:
+    """``collate_fn``: items to a :class:`~infer.collate.Batch` padded to the batch's longest clip.
+
+    ``multiple_of``: round the padded length up to it (the model's time
+    stride); ``pad_to``: pad every batch to exactly this many frames (equal
+    windows for models that ignore ``lengths``).  Labels and item indices
+    come along (``batch.labels``, ``batch.ids``).  Picklable, so it works
+    with DataLoader workers; ``DataLoader(pin_memory=True)`` pins the batch.
+    """
+
+    def __init__(self, multiple_of: int = 1, *, pad_to: int | None = None) -> None:
+        self.multiple_of = int(multiple_of)
+        self.pad_to = pad_to
+
+    def __call__(self, items: Sequence[Item]) -> Batch:
+        batch = collate([it.features for it in items], multiple_of=self.multiple_of, pad_to=self.pad_to,
+                        ids=[it.index for it in items])
+        batch.labels = torch.tensor([it.label for it in items], dtype=torch.int64)
+        return batch
+
+
+pad_collate = PadCollate()
+"""``collate_fn`` padding to the batch's longest clip (no stride rounding); see :class:`PadCollate`."""

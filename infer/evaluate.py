@@ -247,36 +247,66 @@ def evaluate(
     split, rule, trained_here = resolve_split(ckpt, s, split)
     if split == "val" and (why := ungrouped_split_warning(s)):
         log.warning("%s", why)
-
-    rows = np.arange(len(s), dtype=np.int64) if rule is None or split == "all" else rule.select(split_keys(s), split)
-    labels = s.labels[rows]
-    n_unlabelled = int((labels < 0).sum())
-    rows, labels = rows[labels >= 0], labels[labels >= 0]
-    if not len(rows):
-        raise EvaluateError(f"no labelled clips in split {split!r} of {s.location} "
-                            f"({n_unlabelled} unlabelled); nothing to evaluate")
-
-    known = {name: k for k, name in enumerate(ckpt.label_names)}
-    unknown_names = sorted({s.label_names[label] for label in np.unique(labels)} - set(known))
-    names = list(ckpt.label_names) + unknown_names
-    index = {name: k for k, name in enumerate(names)}
-    truth = np.array([index[s.label_names[label]] for label in labels.tolist()], dtype=np.int64)
-    n_classes = len(ckpt.label_names)
+    rows, n_unlabelled = _labelled_rows(s, rule, split)
+    names, truth = _truth(ckpt, s, rows)
 
     engine = Engine(opts)
     res = engine.logits(engine.prepare(ckpt.module), s, rows, feature=ckpt.feature, desc="evaluating")
     probs = torch.softmax(torch.from_numpy(res.logits), dim=1).numpy()
-    pred = probs.argmax(axis=1)
-    k = min(TOPK, n_classes)
-    metrics = classification_metrics(truth, pred, names)
-    wrong = np.flatnonzero(pred != truth)
-    misclassified = [{"path": s.paths[int(rows[i])], "truth": names[truth[i]], "pred": names[pred[i]],
-                      "prob": round(float(probs[i, pred[i]]), 4)} for i in wrong]
     n_trained_on = None
     if trained_here and rule is not None:
         keys = split_keys(s)
         n_trained_on = int((~rule.is_val([keys[int(r)] for r in rows])).sum())
-    report = Report(
+    report = _score(probs, truth, names, len(ckpt.label_names), [s.paths[int(r)] for r in rows],
+                    n_unlabelled=n_unlabelled, split=split, store=str(s.location), model=ckpt.name,
+                    n_trained_on=n_trained_on)
+    if baselines:
+        report.baselines = [b.to_dict() for b in _baselines(ckpt, s, rows, [names[t] for t in truth], rule,
+                                                            baseline_store)]
+    if n_trained_on:
+        log.warning(
+            "%d of the %d clips scored were training clips: the figures are optimistic", n_trained_on, len(rows)
+        )
+    log.info("evaluated %d clips (%d distinct) in %d batches, padding efficiency %.3f, %d windowed",
+             len(rows), res.distinct, res.batches, res.efficiency, res.windowed)
+    report.seconds = time.perf_counter() - t0
+    if out_dir is not None:
+        write_report(report, out_dir)
+    return report
+
+
+def _labelled_rows(s: Store, rule: SplitRule | None, split: str) -> tuple[np.ndarray, int]:
+    """The labelled store rows of ``split``, and how many rows of it were skipped for lack of a label."""
+    rows = np.arange(len(s), dtype=np.int64) if rule is None or split == "all" else rule.select(split_keys(s), split)
+    labels = s.labels[rows]
+    n_unlabelled = int((labels < 0).sum())
+    rows = rows[labels >= 0]
+    if not len(rows):
+        raise EvaluateError(f"no labelled clips in split {split!r} of {s.location} "
+                            f"({n_unlabelled} unlabelled); nothing to evaluate")
+    return rows, n_unlabelled
+
+
+def _truth(ckpt: LoadedModel, s: Store, rows: np.ndarray) -> tuple[list[str], np.ndarray]:
+    """The report's label names (the model's, then the store's labels it lacks) and each row's true index."""
+    labels = s.labels[rows]
+    unknown_names = sorted({s.label_names[label] for label in np.unique(labels)} - set(ckpt.label_names))
+    names = list(ckpt.label_names) + unknown_names
+    index = {name: k for k, name in enumerate(names)}
+    return names, np.array([index[s.label_names[label]] for label in labels.tolist()], dtype=np.int64)
+
+
+def _score(probs: np.ndarray, truth: np.ndarray, names: list[str], n_classes: int, paths: list[str],
+           **facts: Any) -> Report:
+    """A report from the model's probabilities (``n_classes`` columns) and the true indices into ``names``
+    (those past ``n_classes`` are labels the model lacks); ``paths``: each clip's path; ``facts``: the
+    report's fields about the run (split, store, model, counts)."""
+    pred = probs.argmax(axis=1)
+    k = min(TOPK, n_classes)
+    metrics = classification_metrics(truth, pred, names)
+    misclassified = [{"path": paths[i], "truth": names[truth[i]], "pred": names[pred[i]],
+                      "prob": round(float(probs[i, pred[i]]), 4)} for i in np.flatnonzero(pred != truth)]
+    return Report(
         accuracy=metrics["accuracy"],
         topk_accuracy=float(_topk_hits(probs, truth, k).mean()),
         topk=k,
@@ -287,36 +317,13 @@ def evaluate(
         per_class=metrics["per_class"],
         confusion=confusion(truth, pred, len(names)).tolist(),
         label_names=names,
-        n_clips=len(rows),
-        n_unlabelled=n_unlabelled,
+        n_clips=len(truth),
         n_unknown_label=int((truth >= n_classes).sum()),
-        unknown_labels=unknown_names,
-        split=split,
-        store=str(s.location),
-        model=ckpt.name,
-        n_trained_on=n_trained_on,
+        unknown_labels=names[n_classes:],
         misclassified=misclassified,
+        accuracy_ci=bootstrap_ci(pred == truth),
+        **facts,
     )
-    report.accuracy_ci = bootstrap_ci(pred == truth)
-    if baselines:
-        report.baselines = [b.to_dict() for b in _baselines(ckpt, s, rows, [names[t] for t in truth], rule,
-                                                            baseline_store)]
-    if n_trained_on:
-        log.warning(
-            "%d of the %d clips scored were training clips: the figures are optimistic", n_trained_on, len(rows)
-        )
-    log.info(
-        "evaluated %d clips (%d distinct) in %d batches, padding efficiency %.3f, %d windowed",
-        len(rows),
-        res.distinct,
-        res.batches,
-        res.efficiency,
-        res.windowed,
-    )
-    report.seconds = time.perf_counter() - t0
-    if out_dir is not None:
-        write_report(report, out_dir)
-    return report
 
 
 def _baselines(ckpt: LoadedModel, s: Store, rows: np.ndarray, truth: list[str], rule: SplitRule | None,

@@ -18,19 +18,16 @@ from typing import Any
 import numpy as np
 
 from .budget import Budget, PlanError
+from .constraints import FixedBatch
 from .planner import _RNG_SALT, Plan, check_lengths, split_fitting
 
 __all__ = ["bucketed_batches", "fixed_batches"]
 
 
 def fixed_batches(lengths: np.ndarray, batch_size: int = 4) -> Plan:
-    """Consecutive groups of ``batch_size`` clips in arrival order (no budget)."""
-    lengths = check_lengths(lengths)
-    if batch_size < 1:
-        raise PlanError(f"batch_size must be >= 1, got {batch_size}")
-    ids = np.arange(len(lengths), dtype=np.int64)
-    batches = [ids[i: i + batch_size] for i in range(0, len(ids), batch_size)]
-    return Plan(lengths, batches, np.zeros(0, dtype=np.int64), None, name=f"fixed batches of {batch_size}")
+    """Consecutive groups of ``batch_size`` clips in arrival order (no budget): :class:`~infer.constraints.FixedBatch`'s
+    plan."""
+    return FixedBatch(batch_size).plan(lengths)
 
 
 def _greedy_partition(order: np.ndarray, padded: np.ndarray, budget: Budget) -> list[np.ndarray]:

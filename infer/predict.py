@@ -29,7 +29,7 @@ from .checkpoint import Checkpoint, check_store_matches, load_checkpoint
 from .contract import ModelSpec
 from .data import feature_specs
 from .predictions import Predictions, write_predictions_csv
-from .runtime import Engine, RunOptions
+from .runtime import Engine, RunOptions, RunStats
 from .trust import Trust
 
 __all__ = ["LoadedModel", "ModelLike", "PredictStats", "Predictions", "load_model", "open_inputs", "predict"]
@@ -38,20 +38,17 @@ log = logging.getLogger(__name__)
 
 
 @dataclass
-class PredictStats:
-    """Figures of one run. Times in seconds, memory in bytes, efficiency = real / computed frames."""
+class PredictStats(RunStats):
+    """Figures of one run: the engine's (:class:`~infer.runtime.RunStats`), the clips, their audio and the time.
+
+    Times in seconds, memory in bytes; ``clips``: indexed paths (``distinct``
+    counts each content once); ``peak_kind``: what ``peak_bytes`` measured.
+    """
 
     clips: int = 0
-    distinct: int = 0
     audio_seconds: float = 0.0
     wall_seconds: float = 0.0
-    batches: int = 0
-    efficiency: float = 1.0
-    windowed: int = 0
-    oom_retries: int = 0
-    peak_bytes: int = 0
     peak_kind: str = "anonymous RSS"
-    budget_bytes: int = 0
     device: str = "cpu"
 
     def line(self) -> str:
@@ -159,11 +156,9 @@ def predict(
     if len(s) and res.logits.shape[1] != len(loaded.label_names):
         raise ConfigError(f"{loaded.name} gives {res.logits.shape[1]} classes; the labels are "
                           f"{len(loaded.label_names)} ({', '.join(loaded.label_names[:5])}...)")
-    stats = PredictStats(
-        clips=len(s), distinct=res.distinct, audio_seconds=float(s.durations.sum()), batches=res.batches,
-        efficiency=res.efficiency, windowed=res.windowed, oom_retries=res.oom_retries, peak_bytes=res.peak_bytes,
-        peak_kind="GPU allocated" if engine.device.type == "cuda" else "anonymous RSS", budget_bytes=res.budget_bytes,
-        device=str(engine.device))
+    stats = PredictStats(**vars(res.run_stats()), clips=len(s), audio_seconds=float(s.durations.sum()),
+                         peak_kind="GPU allocated" if engine.device.type == "cuda" else "anonymous RSS",
+                         device=str(engine.device))
     probs = torch.softmax(torch.from_numpy(res.logits), dim=1).numpy() if len(s) else np.zeros(
         (0, len(loaded.label_names)), dtype=np.float32)
     truth = [s.label_names[label] if label >= 0 else None for label in s.labels.tolist()]

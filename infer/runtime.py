@@ -12,7 +12,9 @@ the methods every command calls:
 * :meth:`Engine.plan` plans length-sorted batches under that budget;
 * :meth:`Engine.logits` is the one prediction loop: distinct contents once,
   batches read and padded ahead of the model, clips too long for any batch
-  run in windows, a CUDA out-of-memory split and retried.
+  run in windows (:mod:`infer.windows`), a CUDA out-of-memory split and
+  retried; it returns the logits with the run's figures
+  (:class:`RowLogits`, a :class:`RunStats` with logits).
 
 ``make infer``, ``make eval``, training's validation and ``make plan`` all go
 through here, so a rule about devices, precision or budgets has one home.
@@ -21,9 +23,10 @@ through here, so a rule about devices, precision or budgets has one home.
 from __future__ import annotations
 
 import copy
+import functools
 import logging
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, fields
 from typing import Any, cast
 
 import numpy as np
@@ -35,17 +38,20 @@ from tqdm.auto import tqdm
 from store import ConfigError, Store
 
 from .budget import Budget
-from .collate import collate
+from .clip_source import ClipSource
+from .collate import PadCollate
+from .constraints import BatchConstraint
 from .contract import exact_windows, masks_padding, time_stride, window_frames
 from .cost import measure_cost_per_frame
-from .data import BudgetBatchSampler, ClipSource, Item, PadCollate, StoreDataset, prefetch
 from .device import amp, anon_rss_bytes, autocast_dtype, choose_device, memory_bytes, set_cpu_threads
 from .models import MaskedClassifier
-from .planner import DEFAULT_BATCH_OVERHEAD_FRAMES, Plan, plan_batches
+from .planner import Plan, plan_batches
+from .readahead import prefetch
 from .run_options import RunOptions, check_run_option
-from .windows import run_windowed
+from .store_dataset import StoreDataset
+from .windows import TiledClips, mean_of_windows, run_windowed
 
-__all__ = ["Engine", "RowLogits", "RunOptions", "check_run_option", "distinct_rows"]
+__all__ = ["Engine", "RowLogits", "RunOptions", "RunStats", "check_run_option", "distinct_rows"]
 
 log = logging.getLogger(__name__)
 
@@ -63,23 +69,45 @@ def distinct_rows(rows: np.ndarray, hashes: Sequence[str]) -> tuple[np.ndarray, 
 
 
 @dataclass
-class RowLogits:
-    """Logits ``(len(rows), n_classes)`` float32 in the order of the requested rows, and run figures.
+class RunStats:
+    """The figures of one run of the engine's loop.
 
-    ``efficiency``: real / computed frames of the batched clips; ``windowed``:
-    clips too long for a batch of one; ``peak_bytes``: the highest anonymous
-    RSS seen (CPU) or GPU memory allocated (CUDA) during the loop;
-    ``budget_bytes``: the memory budget batches were planned under.
+    ``distinct``: clips run (distinct contents); ``batches``: batches the
+    model ran (a windowed clip's windows not counted); ``real_frames`` and
+    ``computed_frames``: frames of the batched clips without and with
+    padding (for a model that does not mask padding: the clips' frames, and
+    tiles x window); ``windowed``: clips too long for a batch of one, run in
+    windows; ``oom_retries``: batches split in halves after a CUDA
+    out-of-memory; ``peak_bytes``: the highest anonymous RSS seen (CPU) or
+    GPU memory allocated (CUDA) during the loop; ``budget_bytes``: the
+    memory budget batches were planned under.
     """
 
-    logits: np.ndarray
     distinct: int = 0
     batches: int = 0
-    efficiency: float = 1.0
+    real_frames: int = 0
+    computed_frames: int = 0
     windowed: int = 0
     oom_retries: int = 0
     peak_bytes: int = 0
     budget_bytes: int = 0
+
+    @property
+    def efficiency(self) -> float:
+        """``real_frames / computed_frames`` (1.0 = no padding; 1.0 when nothing was batched)."""
+        return min(1.0, self.real_frames / self.computed_frames) if self.computed_frames else 1.0
+
+
+@dataclass
+class RowLogits(RunStats):
+    """Logits ``(len(rows), n_classes)`` float32 in the order of the requested rows, with the figures of the
+    run that computed them (:class:`RunStats`)."""
+
+    logits: np.ndarray = field(kw_only=True)
+
+    def run_stats(self) -> RunStats:
+        """The run's figures alone, without the logits."""
+        return RunStats(**{f.name: getattr(self, f.name) for f in fields(RunStats)})
 
 
 class Engine:
@@ -182,13 +210,13 @@ class Engine:
 
         The one prediction loop over a store.  With ``dedupe`` each distinct
         content runs once; the distinct clips then go through
-        :meth:`clip_logits` as a :class:`~infer.data.StoreDataset`.
+        :meth:`clip_logits` as a :class:`~infer.store_dataset.StoreDataset`.
         """
         rows = np.asarray(rows, dtype=np.int64)
         distinct, content = (distinct_rows(rows, store.hashes) if dedupe
                              else (rows, np.arange(len(rows), dtype=np.int64)))
         if not len(rows):
-            return RowLogits(np.zeros((0, 0), dtype=np.float32), distinct=0)
+            return RowLogits(logits=np.zeros((0, 0), dtype=np.float32))
         out = self.clip_logits(model, StoreDataset(store, feature, rows=distinct), budget=budget, desc=desc)
         out.logits = out.logits[content]
         return out
@@ -199,6 +227,7 @@ class Engine:
         dataset: ClipSource,
         *,
         budget: Budget | None = None,
+        constraint: BatchConstraint | None = None,
         batches: Sequence[Sequence[int]] | None = None,
         batch_overhead_frames: float | None = None,
         desc: str = "predicting",
@@ -206,69 +235,59 @@ class Engine:
     ) -> RowLogits:
         """Run ``model`` on every clip of ``dataset`` as a whole clip; logits ``(len(dataset), C)`` in its order.
 
-        ``dataset`` is any :class:`~infer.data.ClipSource`: a store's
-        :class:`~infer.data.StoreDataset` (what :meth:`logits` passes) or
-        clips held in memory (:class:`~infer.data.ArrayDataset`, what
-        ``specstore classify`` and the server pass).  A model that masks
-        padding runs on the planner's batches
-        (:class:`~infer.data.BudgetBatchSampler` under ``budget``, measured
-        for ``model`` if None), read and padded ahead by
-        :func:`~infer.data.prefetch`; clips too long for a batch of one run
-        in windows (exactly, when the model exposes ``pooled_sum``).  A model
-        that does not mask padding runs on equal windows
-        (:mod:`infer.contract`).  ``batches`` (lists of dataset indices)
-        replaces the planner's batches for a masking model, for a caller
-        that compares another batching rule (a fixed batch size); they are
-        run as given, unchecked against the budget.  ``batch_overhead_frames``:
-        the planner's price of one more batch in padded frames (default
-        :data:`~infer.planner.DEFAULT_BATCH_OVERHEAD_FRAMES`; a CPU, with
-        little cost per batch, can split more and pad less).  ``progress`` overrides
-        the options' tqdm setting.  The model must already be on the device
-        (:meth:`prepare`); it runs in eval mode and its mode is restored.
+        ``dataset`` is any :class:`~infer.clip_source.ClipSource`: a store's
+        :class:`~infer.store_dataset.StoreDataset` (what :meth:`logits`
+        passes) or clips held in memory
+        (:class:`~infer.clip_source.ArrayDataset`, what ``specstore
+        classify`` and the server pass).  Batches are cut by ``constraint``
+        (:mod:`infer.constraints`; default ``budget``, measured for
+        ``model`` if None), read and padded ahead by
+        :func:`~infer.readahead.prefetch`.  A model that masks padding runs
+        whole clips; clips too long for a batch of one run in windows
+        (:mod:`infer.windows`: exactly, when the model exposes
+        ``pooled_sum``).  A model that does not mask padding runs every clip
+        as equal tiles (:class:`~infer.windows.TiledClips`).  ``batches``
+        (lists of dataset indices) replaces the constraint's batches for a
+        masking model, run as given, unchecked against the budget.
+        ``batch_overhead_frames``: the planner's price of one more batch in
+        padded frames (default
+        :data:`~infer.planner.DEFAULT_BATCH_OVERHEAD_FRAMES`).
+        ``progress`` overrides the options' tqdm setting.  The model must
+        already be on the device (:meth:`prepare`); it runs in eval mode and
+        its mode is restored.
         """
-        out = RowLogits(np.zeros((len(dataset), 0), dtype=np.float32), distinct=len(dataset))
         if not len(dataset):
-            return out
+            return RowLogits(logits=np.zeros((0, 0), dtype=np.float32))
         was_training = model.training
         model.eval()
         retries_before = self.oom_retries
         if self.device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(self.device)
-        peak = self._peak()
+        stats = RunStats(distinct=len(dataset), peak_bytes=self._peak())
         show = self.options.progress if progress is None else progress
         try:
+            budget = budget or self.budget(model, dataset.n_bins)  # measured after the reset: its peak counts
+            stats.budget_bytes = budget.budget_bytes
+            cut = _Cut(constraint or budget, batch_overhead_frames, batches)
             with tqdm(total=len(dataset), unit="clip", desc=desc, disable=not show, leave=False) as bar:
-                if masks_padding(model):
-                    result, peak = self._masked(model, dataset, budget, bar, peak, batches, batch_overhead_frames)
-                else:
-                    result, peak = self._windowed(model, dataset, budget, bar, peak)
-            out.oom_retries, out.peak_bytes = self.oom_retries - retries_before, peak
+                run = self._run_masked if masks_padding(model) else self._run_unmasked
+                logits = run(model, dataset, budget, cut, _Progress(self, bar, stats))
+            stats.oom_retries = self.oom_retries - retries_before
         finally:
             model.train(was_training)
-        out.logits, out.batches, out.efficiency, out.windowed, out.budget_bytes = result
-        return out
+        return RowLogits(logits=logits, **vars(stats))
 
-    def _masked(self, model: nn.Module, dataset: ClipSource, budget: Budget | None, bar: Any, peak: int,
-                given: Sequence[Sequence[int]] | None = None, batch_overhead_frames: float | None = None,
-                ) -> tuple[tuple[np.ndarray, int, float, int, int], int]:
-        """Whole clips in length-binned batches (or the ``given`` ones); over-long clips in windows."""
-        budget = budget or self.budget(model, dataset.n_bins)
-        if given is None:
-            overhead = DEFAULT_BATCH_OVERHEAD_FRAMES if batch_overhead_frames is None else batch_overhead_frames
-            sampler = BudgetBatchSampler(np.asarray(dataset.lengths), budget, too_long="leave",
-                                         batch_overhead_frames=overhead)
-            batches = list(sampler)
-            plan = sampler.plan
-        else:
-            batches = [[int(i) for i in b] for b in given]
-            plan = Plan(np.asarray(dataset.lengths, dtype=np.int64), [np.asarray(b, dtype=np.int64) for b in batches],
-                        np.zeros(0, dtype=np.int64), budget)
+    def _run_masked(self, model: nn.Module, dataset: ClipSource, budget: Budget, cut: _Cut,
+                    progress: _Progress) -> np.ndarray:
+        """Whole clips in the constraint's batches (or the given ones); clips too long for any batch in windows."""
+        plan = cut.plan(np.asarray(dataset.lengths, dtype=np.int64), budget)
+        progress.stats.real_frames, progress.stats.computed_frames = plan.real_frames, plan.computed_frames
+        progress.stats.batches, progress.stats.windowed = plan.n_batches, len(plan.too_long)
         parts: list[tuple[np.ndarray, np.ndarray]] = []
-        for batch in self._batches(dataset, batches, PadCollate(budget.frame_align)):
+        for batch in self._batches(dataset, [b.tolist() for b in plan.batches], PadCollate(budget.frame_align)):
             b = batch.to(self.device, non_blocking=True) if self.device.type != "cpu" else batch
             parts.append((batch.ids, self._forward(model, b.x, b.lengths).cpu().numpy()))
-            bar.update(len(batch))
-            peak = max(peak, self._peak())
+            progress.done(len(batch))
         exact = exact_windows(model)
         for index in plan.too_long.tolist():
             x = dataset.window(index, 0, int(dataset.lengths[index]))
@@ -277,12 +296,11 @@ class Engine:
                     logit = run_windowed(cast(MaskedClassifier, model), x, budget.max_window, device=self.device,
                                          autocast=self.autocast)
                 else:
-                    logit = self._mean_of_windows(model, x, budget.max_window, time_stride(model))
+                    logit = mean_of_windows(functools.partial(self._forward, model), x, budget.max_window,
+                                            align=time_stride(model), device=self.device)
             parts.append((np.array([index]), logit.float().cpu().numpy()[None]))
-            bar.update(1)
-            peak = max(peak, self._peak())
-        return (_assemble(parts, len(dataset)), len(batches), plan.efficiency, len(plan.too_long),
-                budget.budget_bytes), peak
+            progress.done(1)
+        return _assemble(parts, len(dataset))
 
     def _batches(self, dataset: Any, batches: list[list[int]], collate_fn: PadCollate) -> Iterator[Any]:
         """Collated batches, read ahead by the prefetch thread or by DataLoader workers (``loader_workers``)."""
@@ -293,76 +311,56 @@ class Engine:
         yield from DataLoader(dataset, batch_sampler=batches, collate_fn=collate_fn,
                               num_workers=self.options.loader_workers, pin_memory=pin)
 
-    def _mean_of_windows(self, model: nn.Module, x: np.ndarray, window: int, align: int) -> torch.Tensor:
-        """Mean logits over consecutive windows of ``window`` frames, each run alone."""
-        from .windows import windows_for
-
-        outs = []
-        for start, stop in windows_for(x.shape[1], window, align=align):
-            b = collate([x[:, start:stop]], multiple_of=align).to(self.device)
-            outs.append(self._forward(model, b.x, b.lengths)[0])
-        return torch.stack(outs).mean(dim=0)
-
-    def _windowed(self, model: nn.Module, dataset: ClipSource, budget: Budget | None, bar: Any,
-                  peak: int) -> tuple[tuple[np.ndarray, int, float, int, int], int]:
-        """A model that does not mask padding: every clip as equal windows, logits averaged per clip."""
+    def _run_unmasked(self, model: nn.Module, dataset: ClipSource, budget: Budget, cut: _Cut,
+                      progress: _Progress) -> np.ndarray:
+        """A model that does not mask padding: every clip as equal tiles, logits averaged per clip."""
         w = window_frames(model)
-        windows = _Windows(dataset, w)
-        budget = budget or self.budget(model, dataset.n_bins)
+        tiles = TiledClips(dataset, w)
         if not budget.fits(1, w):
             raise ConfigError(f"one window of {w} frames does not fit the memory budget "
                               f"({budget.budget_bytes / 2**20:.0f} MiB); raise the budget or lower window_frames")
-        sampler = BudgetBatchSampler(np.full(len(windows), w, dtype=np.int64), budget)
-        batches = list(sampler)
+        plan = cut.constraint.plan(np.full(len(tiles), w, dtype=np.int64))
         sums = np.zeros((len(dataset), 0), dtype=np.float64)
-        counts = np.bincount(windows.owner, minlength=len(dataset)).astype(np.float64)
-        for batch in self._batches(windows, batches, PadCollate(budget.frame_align, pad_to=w)):
+        counts = np.bincount(tiles.owner, minlength=len(dataset)).astype(np.float64)
+        for batch in self._batches(tiles, [b.tolist() for b in plan.batches], PadCollate(budget.frame_align, pad_to=w)):
             b = batch.to(self.device, non_blocking=True) if self.device.type != "cpu" else batch
             values = self._forward(model, b.x, b.lengths).cpu().numpy().astype(np.float64)
             if sums.shape[1] == 0:
                 sums = np.zeros((len(dataset), values.shape[1]), dtype=np.float64)
-            np.add.at(sums, windows.owner[batch.ids], values)
-            bar.update(int(np.count_nonzero(windows.last[batch.ids])))
-            peak = max(peak, self._peak())
-        real = int(np.minimum(dataset.lengths, w).sum() + np.maximum(dataset.lengths - w, 0).sum())
-        computed = len(windows) * w
-        logits = (sums / counts[:, None]).astype(np.float32)
-        return (logits, len(batches), min(1.0, real / computed), 0, budget.budget_bytes), peak
+            np.add.at(sums, tiles.owner[batch.ids], values)
+            progress.done(int(np.count_nonzero(tiles.last[batch.ids])))
+        progress.stats.batches = plan.n_batches
+        progress.stats.real_frames = int(np.asarray(dataset.lengths).sum())
+        progress.stats.computed_frames = len(tiles) * w
+        return (sums / counts[:, None]).astype(np.float32)
 
 
-class _Windows:
-    """Equal windows of ``w`` frames over every item of a dataset, as a dataset of their own.
+@dataclass
+class _Cut:
+    """How a run cuts its clips into batches: the constraint, the planner's price of a batch, given batches."""
 
-    Windows start every ``w`` frames; the last one of a clip ends at the
-    clip's end (overlapping the one before) so every window is whole; a clip
-    shorter than ``w`` is one window, padded by the collate.  ``owner[k]`` is
-    window ``k``'s item, ``last[k]`` whether it is its item's last window.
-    """
+    constraint: BatchConstraint
+    batch_overhead_frames: float | None
+    given: Sequence[Sequence[int]] | None = None
 
-    def __init__(self, dataset: ClipSource, w: int) -> None:
-        self.dataset = dataset
-        spans: list[tuple[int, int]] = []
-        owner: list[int] = []
-        last: list[bool] = []
-        for i, n in enumerate(dataset.lengths.tolist()):
-            starts = list(range(0, max(n - w, 0) + 1, w))
-            if n > w and starts[-1] + w < n:
-                starts.append(n - w)
-            for k, start in enumerate(starts):
-                spans.append((start, min(start + w, n)))
-                owner.append(i)
-                last.append(k == len(starts) - 1)
-        self.spans = spans
-        self.owner = np.array(owner, dtype=np.int64)
-        self.last = np.array(last, dtype=bool)
+    def plan(self, lengths: np.ndarray, budget: Budget) -> Plan:
+        """The constraint's plan of ``lengths``, or the given batches as a plan (nothing left for windows)."""
+        if self.given is None:
+            return self.constraint.plan(lengths, batch_overhead_frames=self.batch_overhead_frames)
+        return Plan(lengths, [np.asarray(b, dtype=np.int64) for b in self.given], np.zeros(0, dtype=np.int64),
+                    budget)
 
-    def __len__(self) -> int:
-        return len(self.spans)
 
-    def __getitem__(self, k: int) -> Item:
-        start, stop = self.spans[k]
-        i = int(self.owner[k])
-        return Item(self.dataset.window(i, start, stop), int(self.dataset.labels[i]), k, int(self.dataset.rows[i]))
+class _Progress:
+    """A run's progress bar and its peak memory, updated after each batch."""
+
+    def __init__(self, engine: Engine, bar: Any, stats: RunStats) -> None:
+        self.engine, self.bar, self.stats = engine, bar, stats
+
+    def done(self, clips: int) -> None:
+        """``clips`` more clips are finished: advance the bar and take the memory peak."""
+        self.bar.update(clips)
+        self.stats.peak_bytes = max(self.stats.peak_bytes, self.engine._peak())
 
 
 def _assemble(parts: list[tuple[np.ndarray, np.ndarray]], n: int) -> np.ndarray:

@@ -1,6 +1,19 @@
-"""Long clips in windows: cover a clip with windows that fit the budget, combine pooled sums.
+"""Clips in windows: every way the engine cuts a clip into windows, and how it combines their results.
 
-A clip longer than the planner's ``max_window`` (frames) runs as several
+Three strategies, each named for what it does:
+
+* :func:`run_windowed` (pooled sums over owned spans): a clip too long for
+  any batch, on a model that exposes ``pooled_sum``; exact (below);
+* :func:`mean_of_windows` (disjoint windows, logits averaged): a clip too
+  long for any batch, on a model that masks padding but has no
+  ``pooled_sum``; approximate;
+* :class:`TiledClips` (equal tiles of every clip, logits averaged per
+  clip): every clip, on a model that does not mask padding and so only
+  ever sees inputs of its fixed ``window_frames`` (:mod:`infer.contract`).
+
+All three cut their spans with :func:`windows_for`.
+
+Pooled sums: a clip longer than the planner's ``max_window`` (frames) runs as several
 windows.  Each window yields MaskedGAP's numerator and denominator over the
 part of the clip it *owns*; the clip's logits are
 ``classify(sum of sums, sum of counts)``, i.e. the masked average over all
@@ -24,6 +37,8 @@ Consequences, for a model in eval mode:
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import torch
 from torch import Tensor
@@ -31,11 +46,15 @@ from torch import Tensor
 from store import ConfigError
 
 from .budget import align_frames
+from .clip_source import ClipSource, Item
 from .collate import collate
 from .device import amp
 from .models import MaskedClassifier
 
-__all__ = ["WindowError", "default_context", "owned_spans", "run_windowed", "windowed_pooled_sum", "windows_for"]
+__all__ = [
+    "TiledClips", "WindowError", "default_context", "mean_of_windows", "owned_spans", "run_windowed", "tile_spans",
+    "windowed_pooled_sum", "windows_for",
+]
 
 
 class WindowError(ConfigError):
@@ -69,6 +88,20 @@ def windows_for(length: int, max_window: int, *, hop: int | None = None, align: 
         if stop == length:
             return spans
         start += step
+
+
+def tile_spans(length: int, window: int) -> list[tuple[int, int]]:
+    """``(start, stop)`` tiles of exactly ``window`` frames covering ``[0, length)``.
+
+    The disjoint windows of :func:`windows_for`, except that the last one
+    ends at the clip's end (overlapping the one before) so every tile is
+    whole; a clip shorter than ``window`` is one tile of its own length
+    (padded to ``window`` by the collate).
+    """
+    spans = windows_for(length, window)
+    if len(spans) > 1 and spans[-1][1] - spans[-1][0] < window:
+        spans[-1] = (length - window, length)
+    return spans
 
 
 def owned_spans(windows: list[tuple[int, int]], *, align: int = 1) -> list[tuple[int, int]]:
@@ -169,3 +202,50 @@ def run_windowed(
     with torch.no_grad():
         logits = model.classify(sums.float()[None].to(head_device), count.float()[None].to(head_device))
     return logits[0]
+
+
+def mean_of_windows(forward: Callable[[Tensor, Tensor], Tensor], array: np.ndarray, window: int, *, align: int,
+                    device: torch.device | str) -> Tensor:
+    """Mean logits over disjoint windows of at most ``window`` frames of one clip, each run alone.
+
+    ``forward(x, lengths)``: the model's logits for a batch (the engine's,
+    which splits a batch on a CUDA out-of-memory); ``align``: the model's
+    time stride (windows start on it and are padded up to it).
+    """
+    outs = []
+    for start, stop in windows_for(int(array.shape[1]), window, align=align):
+        b = collate([array[:, start:stop]], multiple_of=align).to(device)
+        outs.append(forward(b.x, b.lengths)[0])
+    return torch.stack(outs).mean(dim=0)
+
+
+class TiledClips:
+    """Every clip of a :class:`~infer.clip_source.ClipSource` cut into tiles of ``window`` frames, as a
+    dataset of tiles (for a model that does not mask padding; see :func:`tile_spans`).
+
+    ``owner[k]`` is tile ``k``'s clip, ``last[k]`` whether it is its clip's
+    last tile; an item's ``index`` is the tile's.
+    """
+
+    def __init__(self, dataset: ClipSource, window: int) -> None:
+        self.dataset = dataset
+        self.window = window
+        spans: list[tuple[int, int]] = []
+        owner: list[int] = []
+        last: list[bool] = []
+        for i, n in enumerate(dataset.lengths.tolist()):
+            tiles = tile_spans(n, window)
+            spans += tiles
+            owner += [i] * len(tiles)
+            last += [False] * (len(tiles) - 1) + [True]
+        self.spans = spans
+        self.owner = np.array(owner, dtype=np.int64)
+        self.last = np.array(last, dtype=bool)
+
+    def __len__(self) -> int:
+        return len(self.spans)
+
+    def __getitem__(self, k: int) -> Item:
+        start, stop = self.spans[k]
+        i = int(self.owner[k])
+        return Item(self.dataset.window(i, start, stop), int(self.dataset.labels[i]), k, int(self.dataset.rows[i]))

@@ -142,10 +142,7 @@ class Batcher:
     async def _run(self, entries: list[_Entry], budget: Budget) -> None:
         """Run one closed batch on the model thread and answer its clips."""
         clips = [e.features for e in entries]
-        fixed = self.policy.batching == "fixed" and self.classifier.budget.fits(
-            1, self.classifier.budget.align(max(c.shape[1] for c in clips)))
-        run = functools.partial(self.classifier.run, clips, batches=[list(range(len(clips)))] if fixed else None,
-                                budget=budget)
+        run = functools.partial(self.classifier.run, clips, constraint=self.policy.constraint(budget), budget=budget)
         t0 = time.perf_counter()
         try:
             res: ClipResults = await asyncio.get_running_loop().run_in_executor(self._thread, run)
@@ -156,7 +153,7 @@ class Batcher:
                 if not entry.future.done():
                     entry.future.set_exception(err)
             return
-        self.metrics.add_batch(len(clips), res.real_frames, res.computed_frames, res.run.oom_retries,
+        self.metrics.add_batch(len(clips), res.run.real_frames, res.run.computed_frames, res.run.oom_retries,
                                res.run.windowed, time.perf_counter() - t0)
         for entry, probs in zip(entries, res.probs, strict=True):
             if not entry.future.done():

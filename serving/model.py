@@ -24,9 +24,10 @@ import torch
 
 from infer.budget import Budget, PlanError
 from infer.checkpoint import load_checkpoint
+from infer.constraints import BatchConstraint
 from infer.data import ArrayDataset
 from infer.planner import DEFAULT_BATCH_OVERHEAD_FRAMES
-from infer.runtime import Engine, RowLogits, RunOptions
+from infer.runtime import Engine, RunOptions, RunStats
 from infer.trust import Trust
 from store import ConfigError, FeatureSpec
 from store.kinds import picture_feature
@@ -53,9 +54,7 @@ class ClipResults:
     """Class probabilities ``(n_clips, n_classes)`` float32 for a run of clips, with the engine's figures."""
 
     probs: np.ndarray
-    run: RowLogits
-    real_frames: int
-    computed_frames: int
+    run: RunStats
 
 
 def top_k(probs: np.ndarray, labels: Sequence[str], k: int) -> list[tuple[str, float]]:
@@ -127,24 +126,23 @@ class Classifier:
                         limit >> 20)
             return self.budget
 
-    def run(self, clips: Sequence[np.ndarray], *, batches: Sequence[Sequence[int]] | None = None,
+    def run(self, clips: Sequence[np.ndarray], *, constraint: BatchConstraint | None = None,
             budget: Budget | None = None, progress: bool = False, desc: str = "classifying") -> ClipResults:
         """Probabilities of ``clips`` (``(n_bins, n_frames)`` float32 each), in their order.
 
-        The engine plans them into budgeted batches (``budget``, default
-        :meth:`current_budget`), or runs the given ``batches`` as they are.
+        The engine cuts them into batches by ``constraint``
+        (:mod:`infer.constraints`, e.g. the server's fixed batches; default:
+        the planner's length-sorted batches under ``budget``, itself by
+        default :meth:`current_budget`).
         """
         if any(c.shape[0] != self.n_bins for c in clips):
             raise ConfigError(f"clips must have {self.n_bins} bins for {self.name}")
-        dataset = ArrayDataset(clips)
         with self._lock:
-            res = self.engine.clip_logits(self.model, dataset, budget=budget or self.current_budget(),
-                                          batches=batches, batch_overhead_frames=self.batch_overhead_frames,
+            res = self.engine.clip_logits(self.model, ArrayDataset(clips), budget=budget or self.current_budget(),
+                                          constraint=constraint, batch_overhead_frames=self.batch_overhead_frames,
                                           progress=progress, desc=desc)
         if len(clips) and res.logits.shape[1] != len(self.label_names):
             raise ConfigError(f"{self.name} gives {res.logits.shape[1]} classes for {len(self.label_names)} labels")
         probs = (torch.softmax(torch.from_numpy(res.logits), dim=1).numpy() if len(clips)
                  else np.zeros((0, len(self.label_names)), dtype=np.float32))
-        real = int(dataset.lengths.sum())
-        computed = int(round(real / res.efficiency)) if res.efficiency > 0 else real
-        return ClipResults(probs, res, real, computed)
+        return ClipResults(probs, res.run_stats())

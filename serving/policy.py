@@ -26,7 +26,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from infer.budget import Budget
-from infer.planner import DEFAULT_BATCH_OVERHEAD_FRAMES, plan_batches
+from infer.constraints import BatchConstraint, FixedBatch
+from infer.planner import DEFAULT_BATCH_OVERHEAD_FRAMES
 from store import ConfigError
 
 __all__ = ["BATCHING", "BatchPolicy", "Waiting", "ready_batches"]
@@ -55,6 +56,10 @@ class BatchPolicy:
         if self.fixed_size < 1:
             raise ConfigError(f"fixed_size must be >= 1, got {self.fixed_size}")
 
+    def constraint(self, budget: Budget) -> BatchConstraint:
+        """What cuts the waiting clips into batches under ``budget`` (:mod:`infer.constraints`)."""
+        return FixedBatch(self.fixed_size, budget) if self.batching == "fixed" else budget
+
 
 @dataclass(frozen=True)
 class Waiting:
@@ -63,11 +68,6 @@ class Waiting:
     key: int
     frames: int
     since: float
-
-
-def _full(size: int, padded: int, budget: Budget) -> bool:
-    """Whether a batch of ``size`` clips padded to ``padded`` frames can take no further clip of its length."""
-    return size >= budget.max_batch or not budget.fits(size + 1, padded)
 
 
 def ready_batches(waiting: Sequence[Waiting], budget: Budget, policy: BatchPolicy, now: float, *,
@@ -81,22 +81,13 @@ def ready_batches(waiting: Sequence[Waiting], budget: Budget, policy: BatchPolic
     if not waiting:
         return []
     due = min(w.since for w in waiting) + policy.max_delay <= now
-    if policy.batching == "fixed":
-        by_age = sorted(waiting, key=lambda w: (w.since, w.key))
-        alone = [w for w in by_age if not budget.fits(1, budget.align(w.frames))]
-        rest = [w for w in by_age if budget.fits(1, budget.align(w.frames))]
-        size = policy.fixed_size
-        groups = [[w.key] for w in alone]
-        whole = len(rest) // size * size
-        groups += [[w.key for w in rest[i:i + size]] for i in range(0, whole, size)]
-        if due and whole < len(rest):
-            groups.append([w.key for w in rest[whole:]])
-        return groups
-    lengths = np.array([w.frames for w in waiting], dtype=np.int64)
-    plan = plan_batches(lengths, budget, batch_overhead_frames=batch_overhead_frames)
-    since = np.array([w.since for w in waiting])
-    chosen = [(float(since[ids].min()), [waiting[i].key for i in ids.tolist()]) for ids in plan.batches
-              if due or _full(len(ids), plan.padded_length(ids), budget)]
-    chosen += [(float(since[i]), [waiting[i].key]) for i in plan.too_long.tolist()]
+    constraint = policy.constraint(budget)
+    by_age = sorted(waiting, key=lambda w: (w.since, w.key))
+    plan = constraint.plan(np.array([w.frames for w in by_age], dtype=np.int64),
+                           batch_overhead_frames=batch_overhead_frames)
+    since = np.array([w.since for w in by_age])
+    chosen = [(float(since[ids].min()), [by_age[i].key for i in ids.tolist()]) for ids in plan.batches
+              if due or constraint.full(len(ids), plan.padded_length(ids))]
+    chosen += [(float(since[i]), [by_age[i].key]) for i in plan.too_long.tolist()]
     chosen.sort(key=lambda c: c[0])
     return [keys for _, keys in chosen]
