@@ -19,7 +19,7 @@ from .answers import Answer, Classified, FileAnswer
 from .errors import FileRefused, NoFileClassified, NotRunning, Refused, RequestError, TimedOut
 from .metrics import Metrics
 
-__all__ = ["CountRequests", "answer_json", "error_json", "file_json", "handle_request_error"]
+__all__ = ["CountRequests", "StatusSent", "answer_json", "error_json", "file_json", "handle_request_error"]
 
 
 def error_json(status: int, message: str, *, headers: dict[str, str] | None = None, **extra: Any) -> JSONResponse:
@@ -69,6 +69,19 @@ async def handle_request_error(request: Request, exc: Exception) -> Response:
     return error_response(exc)
 
 
+class StatusSent:
+    """An ASGI ``send`` that passes every message on to ``send`` and keeps the response's :attr:`status`."""
+
+    def __init__(self, send: Send, status: int = 0) -> None:
+        self.send = send
+        self.status = status
+
+    async def __call__(self, message: Message) -> None:
+        if message["type"] == "http.response.start":
+            self.status = message["status"]
+        await self.send(message)
+
+
 class CountRequests:
     """Route middleware: each answer's status code counted in ``specstore_requests_total``, its time in
     ``specstore_request_seconds`` (the route's exception handler runs inside, so errors are counted too)."""
@@ -79,20 +92,13 @@ class CountRequests:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         t0 = time.perf_counter()
-        status = 500  # what Starlette answers if the route raised past its handlers
-
-        async def sending(message: Message) -> None:
-            nonlocal status
-            if message["type"] == "http.response.start":
-                status = message["status"]
-            await send(message)
-
+        sending = StatusSent(send, 500)  # 500: what Starlette answers if the route raised past its handlers
         try:
             await self.app(scope, receive, sending)
         except Exception:
-            self._count(status, t0)
+            self._count(sending.status, t0)
             raise
-        self._count(status, t0)  # not when cancelled: the client went away, nothing was answered
+        self._count(sending.status, t0)  # not when cancelled: the client went away, nothing was answered
 
     def _count(self, status: int, t0: float) -> None:
         self.metrics.requests.inc(1, str(status))
