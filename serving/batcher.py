@@ -47,7 +47,7 @@ log = logging.getLogger(__name__)
 
 
 class BatchError(ServerFault):
-    """The model failed on a batch (its clips' requests get this one-line error)."""
+    """The model failed on a batch, or the batcher stopped (its clips' requests get this one-line error)."""
 
 
 @dataclass

@@ -58,7 +58,7 @@ class Service:
         self._folder: Path | None = None
         self._picture = classifier.picture_part()
         self._config = config
-        self.config = config
+        self.config = config  # the pool, byte budget and guard follow it
 
     @property
     def config(self) -> ServeConfig:
