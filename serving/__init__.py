@@ -5,8 +5,10 @@ It joins the two stages that never import each other: :mod:`serving.clips`
 decodes a file with the pipeline (the checkpoint's FeatureSpecs, the values
 a store would hold), :mod:`serving.model` runs clips on infer's Engine
 (Budget, planner, windows, OOM split).  :mod:`serving.policy` and
-:mod:`serving.batcher` are the online batcher, :mod:`serving.app` the
-Starlette service, :mod:`serving.uploads` admits uploads by bytes and
+:mod:`serving.batcher` are the online batcher, :mod:`serving.decode_pool`
+the decode workers, :mod:`serving.service` the classify service (typed
+answers and errors), :mod:`serving.app` its thin Starlette layer (with
+:mod:`serving.responses`), :mod:`serving.uploads` admits uploads by bytes and
 streams them to disk, :mod:`serving.connections` holds read deadlines and
 connection caps below the ASGI layer, :mod:`serving.server` runs it all
 (port first, model behind a 503), :mod:`serving.cli` the commands.  Importing this package

@@ -14,6 +14,12 @@ A clip's answer does not depend on its batch-mates (the model masks
 padding; tested), and a batch that fails answers only its own clips with
 the error.  A clip whose request gave up (timeout, disconnect) before its
 batch closed leaves the queue and costs nothing.
+
+The task is supervised: a failure outside a batch's own error handling
+(a bug in the queue's bookkeeping, say) is logged, every clip waiting or
+running is answered with a :class:`BatchError` at once, later clips are
+refused at once, and :attr:`Batcher.failure` says why (``/health`` turns
+unhealthy) instead of requests waiting out their timeout on a dead queue.
 """
 
 from __future__ import annotations
@@ -29,8 +35,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from infer.budget import Budget
-from store import SpecstoreError
 
+from .errors import ServerFault
 from .metrics import Metrics
 from .model import Classifier, ClipResults
 from .policy import BatchPolicy, Waiting, ready_batches
@@ -40,8 +46,8 @@ __all__ = ["Batcher", "BatchError"]
 log = logging.getLogger(__name__)
 
 
-class BatchError(SpecstoreError):
-    """The model failed on a batch (its clips' requests get this one-line error)."""
+class BatchError(ServerFault):
+    """The model failed on a batch, or the batcher stopped (its clips' requests get this one-line error)."""
 
 
 @dataclass
@@ -61,6 +67,8 @@ class Batcher:
         self.metrics = metrics or Metrics()
         self._keys = itertools.count()
         self._waiting: dict[int, _Entry] = {}
+        self._running: list[_Entry] = []  # the batch on the model thread now
+        self.failure: str | None = None  # why the queue's task stopped, when it failed
         self._wake: asyncio.Event | None = None
         self._task: asyncio.Task[None] | None = None
         self._thread = cf.ThreadPoolExecutor(max_workers=1, thread_name_prefix="specstore-model")
@@ -74,10 +82,11 @@ class Batcher:
         """Start the queue's task (on the running loop)."""
         if self._task is None:
             self._wake = asyncio.Event()
-            self._task = asyncio.create_task(self._loop(), name="specstore-batcher")
+            self.failure = None
+            self._task = asyncio.create_task(self._supervised(), name="specstore-batcher")
 
     async def stop(self) -> None:
-        """Stop the task; clips still waiting get an error."""
+        """Stop the task; clips still waiting get an error; the model thread is joined off the event loop."""
         if self._task is not None:
             self._task.cancel()
             try:
@@ -85,19 +94,33 @@ class Batcher:
             except asyncio.CancelledError:
                 pass
             self._task = None
-        self._fail_waiting(BatchError("the server is shutting down"))
-        self._thread.shutdown(wait=True)
+        running, self._running = self._running, []
+        self._fail_waiting(BatchError("the server is shutting down"), running)
+        await asyncio.to_thread(self._thread.shutdown, wait=True)
 
-    def _fail_waiting(self, err: BatchError) -> None:
-        """Answer every waiting clip with ``err`` and empty the queue."""
-        for e in self._waiting.values():
+    def _fail_waiting(self, err: BatchError, entries: list[_Entry] | None = None) -> None:
+        """Answer every waiting clip (and ``entries``) with ``err`` and empty the queue."""
+        for e in [*self._waiting.values(), *(entries or [])]:
             if not e.future.done():
                 e.future.set_exception(err)
         self._waiting.clear()
         self.metrics.waiting.set(0)
 
+    async def _supervised(self) -> None:
+        """Run the queue until cancelled; a failure is logged and answers every clip in the queue at once."""
+        try:
+            while True:
+                await self._step()
+        except Exception as e:
+            log.exception("the batcher stopped")
+            self.failure = f"the batcher stopped: {type(e).__name__}: {e}".splitlines()[0]
+            running, self._running = self._running, []
+            self._fail_waiting(BatchError(self.failure), running)
+
     async def classify(self, features: np.ndarray) -> np.ndarray:
         """Queue one clip ``(n_bins, n_frames)`` float32 and return its class probabilities when its batch ran."""
+        if self.failure is not None:
+            raise BatchError(self.failure)
         if self._task is None or self._wake is None:
             raise BatchError("the batcher is not running")
         loop = asyncio.get_running_loop()
@@ -112,32 +135,33 @@ class Batcher:
             if self._waiting.pop(key, None) is not None:  # gave up before its batch closed
                 self.metrics.waiting.set(len(self._waiting))
 
-    async def _loop(self) -> None:
+    async def _step(self) -> None:
+        """Wait for a clip, a batch's end or the oldest clip's deadline; run the first batch ready, if any."""
         assert self._wake is not None
-        while True:
-            self._wake.clear()
-            if not self._waiting:
-                await self._wake.wait()
-                continue
+        self._wake.clear()
+        if not self._waiting:
+            await self._wake.wait()
+            return
+        try:
+            budget = self.classifier.current_budget()
+            now = time.monotonic()
+            groups = ready_batches([e.waiting for e in self._waiting.values()], budget, self.policy, now,
+                                   batch_overhead_frames=self.classifier.batch_overhead_frames)
+        except Exception as e:  # never leave requests hanging on a dead queue
+            log.exception("planning the waiting clips failed")
+            self._fail_waiting(BatchError(f"the batcher failed: {type(e).__name__}: {e}".splitlines()[0]))
+            return
+        if not groups:
+            oldest = min(e.waiting.since for e in self._waiting.values())
             try:
-                budget = self.classifier.current_budget()
-                now = time.monotonic()
-                groups = ready_batches([e.waiting for e in self._waiting.values()], budget, self.policy, now,
-                                       batch_overhead_frames=self.classifier.batch_overhead_frames)
-            except Exception as e:  # never leave requests hanging on a dead queue
-                log.exception("planning the waiting clips failed")
-                self._fail_waiting(BatchError(f"the batcher failed: {type(e).__name__}: {e}".splitlines()[0]))
-                continue
-            if not groups:
-                oldest = min(e.waiting.since for e in self._waiting.values())
-                try:
-                    await asyncio.wait_for(self._wake.wait(), timeout=max(oldest + self.policy.max_delay - now, 1e-3))
-                except TimeoutError:
-                    pass
-                continue
-            entries = [self._waiting.pop(k) for k in groups[0]]
-            self.metrics.waiting.set(len(self._waiting))
-            await self._run(entries, budget)
+                await asyncio.wait_for(self._wake.wait(), timeout=max(oldest + self.policy.max_delay - now, 1e-3))
+            except TimeoutError:
+                pass
+            return
+        self._running = [self._waiting.pop(k) for k in groups[0]]
+        self.metrics.waiting.set(len(self._waiting))
+        await self._run(self._running, budget)
+        self._running = []
 
     async def _run(self, entries: list[_Entry], budget: Budget) -> None:
         """Run one closed batch on the model thread and answer its clips."""

@@ -24,12 +24,13 @@ from typing import Any
 
 import uvicorn
 from starlette.responses import JSONResponse
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from store import ConfigError
 
 from .config import ServeConfig
 from .connections import ConnectionGuard, ensure_descriptors, uvicorn_config
+from .responses import StatusSent
 
 __all__ = ["AccessLog", "Starting", "bind", "serve"]
 
@@ -132,17 +133,11 @@ class AccessLog:
             await self.app(scope, receive, send)
             return
         t0 = time.perf_counter()
-        status = 0
-
-        async def sending(message: Message) -> None:
-            nonlocal status
-            if message["type"] == "http.response.start":
-                status = message["status"]
-            await send(message)
-
+        sending = StatusSent(send)
         try:
             await self.app(scope, receive, sending)
         finally:
+            status = sending.status
             client = scope.get("client") or ("-", 0)
             files = scope.get("state", {}).get("files")
             access.info('%s "%s %s" %s%s %.2f s', client[0], scope["method"], scope["path"], status or "-",

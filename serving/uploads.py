@@ -38,22 +38,13 @@ from python_multipart.multipart import MultipartParser, parse_options_header
 from starlette.requests import ClientDisconnect, Request
 
 from .config import ServeConfig
+from .errors import Refused
 
 __all__ = ["ByteBudget", "Refused", "Upload", "Uploads", "client_name", "make_folder", "receive_uploads"]
 
 _NAME_CHARS = 200
 _MAX_FIELDS = 16  # non-file form fields accepted (and ignored) per request
 _MAX_FIELD_BYTES = 4096
-
-
-class Refused(Exception):
-    """A request refused before its files are decoded: HTTP ``status``, a one-line ``message``, extra headers."""
-
-    def __init__(self, status: int, message: str, headers: dict[str, str] | None = None) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
-        self.headers = headers or {}
 
 
 class ByteBudget:

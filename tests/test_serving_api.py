@@ -190,11 +190,11 @@ def test_a_model_failure_answers_its_own_request_and_the_server_goes_on(server: 
 def test_a_decoder_that_kills_its_worker_fails_that_file_only(server: Server, monkeypatch: pytest.MonkeyPatch) -> None:
     import crashing_decoder
 
-    import serving.app
+    import serving.service
 
     data = server.files[0].read_bytes()
     with monkeypatch.context() as m:
-        m.setattr(serving.app, "decode_file", crashing_decoder.crash)
+        m.setattr(serving.service, "decode_file", crashing_decoder.crash)
         r = server.post(("hostile.wav", data))
     assert r.status_code == 422 and r.json()["error"] == "the decoder crashed on this file"
     r = server.post(("a.wav", data))  # a new pool took over

@@ -349,9 +349,9 @@ def test_a_normal_upload_still_works_and_leaves_no_file(live: Live) -> None:
 def test_a_decode_worker_killed_mid_decode_leaves_no_upload_file(live: Live, monkeypatch: pytest.MonkeyPatch) -> None:
     import crashing_decoder
 
-    import serving.app
+    import serving.service
 
-    monkeypatch.setattr(serving.app, "decode_file", crashing_decoder.crash)
+    monkeypatch.setattr(serving.service, "decode_file", crashing_decoder.crash)
     r = httpx.post(live.url("/classify"), files={"file": ("a.wav", live.audio)}, headers={"host": "localhost"},
                    timeout=60)
     assert r.status_code == 422 and r.json()["error"] == "the decoder crashed on this file"

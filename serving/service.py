@@ -1,0 +1,203 @@
+"""The classify service behind ``specstore serve``: uploaded files in, typed answers out, no HTTP.
+
+A request's files arrive in the service's own folder (:attr:`Service.folder`;
+:func:`serving.uploads.receive_uploads` writes them).  Each is decoded by
+path in the :class:`~serving.decode_pool.DecodePool` (content checked by
+decoding, never by name; the client's file name is only echoed back),
+queued on the :class:`~serving.batcher.Batcher`, and answered as a
+:class:`~serving.answers.Classified` or :class:`~serving.answers.Failed`.
+A bad upload fails that file alone.  Whatever fails the whole request is a
+:class:`~serving.errors.RequestError` the HTTP layer (:mod:`serving.responses`)
+turns into a response.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import itertools
+import shutil
+import time
+from collections import Counter
+from pathlib import Path
+
+from .answers import Answer, Classified, Failed, FileAnswer
+from .batcher import Batcher
+from .clips import ClipError, DecodedClip, decode_file
+from .config import ServeConfig
+from .connections import ConnectionGuard
+from .decode_pool import DecodePool
+from .errors import FileRefused, NoFileClassified, NotRunning, Refused, ServerFault, TimedOut
+from .metrics import Metrics
+from .model import Classifier, top_k
+from .tally import ClientTally
+from .uploads import ByteBudget, Upload, make_folder
+
+__all__ = ["Service"]
+
+
+class Service:
+    """The server's state: classifier, decode pool, batcher, metrics and limits.  One per process.
+
+    ``guard``: the connection guard the server's protocol uses (:func:`serving.connections.uvicorn_config`),
+    when it was made before the service (:func:`serving.server.serve` binds the port first); its metrics
+    become the service's.
+    """
+
+    def __init__(self, classifier: Classifier, config: ServeConfig | None = None, *,
+                 guard: ConnectionGuard | None = None) -> None:
+        config = config or ServeConfig()
+        self.classifier = classifier
+        self.guard = guard or ConnectionGuard(config)  # the server's connections (its protocol shares it)
+        self.metrics: Metrics = self.guard.metrics
+        self.batcher = Batcher(classifier, config.policy, self.metrics)
+        self.pool = DecodePool(config.workers, lambda library: self.metrics.decoder_warnings.inc())
+        self.upload_bytes = ByteBudget(config.max_inflight_bytes, on_full=self.guard.drop_stalled)
+        self.clips = ClientTally()  # clips decoding, waiting or running, by client address
+        self.names = itertools.count()  # numbers the uploads' files
+        self._folder: Path | None = None
+        self._picture = classifier.picture_part()
+        self._config = config
+        self.config = config  # the pool, byte budget and guard follow it
+
+    @property
+    def config(self) -> ServeConfig:
+        return self._config
+
+    @config.setter
+    def config(self, config: ServeConfig) -> None:
+        """Replace the limits; the byte budget, the connection guard and the pool follow (bytes held stay counted)."""
+        self._config = config
+        self.upload_bytes.capacity = config.max_inflight_bytes
+        self.guard.config = config
+        self.pool.workers = config.workers
+
+    @property
+    def folder(self) -> Path:
+        """The uploads' folder; :class:`~serving.errors.NotRunning` before :meth:`start` and after :meth:`stop`."""
+        if self._folder is None:
+            raise NotRunning(self.config.retry_after)
+        return self._folder
+
+    @property
+    def in_flight(self) -> int:
+        """Clips admitted and not yet answered."""
+        return self.clips.total
+
+    @in_flight.setter
+    def in_flight(self, n: int) -> None:
+        self.clips.total = n
+
+    @property
+    def by_client(self) -> Counter[str]:
+        return self.clips.by_client
+
+    @property
+    def model_name(self) -> str:
+        """The checkpoint's file name (never the server's path to it)."""
+        return self.classifier.name.replace("\\", "/").rsplit("/", 1)[-1]
+
+    @property
+    def failure(self) -> str | None:
+        """Why the service cannot classify any more (its batcher stopped), or None while it is healthy."""
+        return self.batcher.failure
+
+    # -- life cycle ---------------------------------------------------------------------------------
+    async def start(self) -> None:
+        """Make the uploads folder, start the decode workers (warmed up) and the batcher."""
+        self._folder = make_folder()
+        await self.pool.start()
+        await self.batcher.start()
+
+    async def stop(self) -> None:
+        """Stop the batcher and the workers and remove the uploads folder, all off the event loop."""
+        await self.batcher.stop()
+        await self.pool.stop()
+        folder, self._folder = self._folder, None
+        if folder is not None:
+            await asyncio.to_thread(shutil.rmtree, folder, ignore_errors=True)
+
+    # -- one file -----------------------------------------------------------------------------------
+    async def decode(self, path: Path, picture: bool) -> DecodedClip:
+        """Decode an upload in the worker pool (:meth:`serving.decode_pool.DecodePool.run`).
+
+        The limits on the decode's work (duration, sample rate, channels) are checked from the file's header
+        in the worker before decoding starts: a decode cannot be cancelled once it runs.
+        """
+        config = self.config
+        return await self.pool.run(functools.partial(
+            decode_file, str(path), self.classifier.specs, max_seconds=config.max_seconds,
+            max_sample_rate=config.max_sample_rate, max_channels=config.max_channels,
+            picture=self._picture if picture else None))
+
+    async def classify_one(self, upload: Upload, topk: int, picture: bool) -> FileAnswer:
+        """The answer for one uploaded file; counted in the metrics."""
+        name = upload.name
+        if upload.path is None or upload.error is not None:
+            self.metrics.files.inc(1, "bad")
+            return Failed(name, upload.error or "no data")
+        if upload.size == 0:
+            self.metrics.files.inc(1, "bad")
+            return Failed(name, "empty file")
+        t0 = time.perf_counter()
+        try:
+            clip = await self.decode(upload.path, picture)
+        except ClipError as e:
+            self.metrics.files.inc(1, "bad")
+            return Failed(name, str(e))
+        except ServerFault as e:
+            self.metrics.files.inc(1, "failed")
+            return Failed(name, str(e), server_fault=True)
+        finally:
+            self.metrics.decode_seconds.observe(time.perf_counter() - t0)
+        try:
+            probs = await self.batcher.classify(clip.features)
+        except ServerFault as e:
+            self.metrics.files.inc(1, "failed")
+            return Failed(name, str(e), server_fault=True)
+        self.metrics.files.inc(1, "ok")
+        self.metrics.audio_seconds.inc(clip.duration)
+        return Classified(name, clip.duration, clip.n_frames, top_k(probs, self.classifier.label_names, topk),
+                          clip.picture if picture else None)
+
+    # -- one request --------------------------------------------------------------------------------
+    def admit_clips(self, client: str, n: int) -> None:
+        """Count ``n`` clips of ``client`` as in progress, or refuse them (503) if the queue or its share is full."""
+        config = self.config
+        refusal = self.clips.refusal(client, n, config.max_queue, config.client_clips)
+        retry = {"Retry-After": str(config.retry_after)}
+        if refusal == "total":
+            raise Refused(503, f"the queue is full ({self.in_flight} clips in progress); retry shortly", retry)
+        if refusal == "client":
+            raise Refused(503, f"your address has {self.by_client[client]} clips in progress, the most one client "
+                               f"may have is {config.client_clips}; retry shortly", retry)
+        self.clips.add(client, n)
+        self.metrics.queue_depth.set(self.in_flight)
+
+    def release_clips(self, client: str, n: int) -> None:
+        self.clips.remove(client, n)
+        self.metrics.queue_depth.set(self.in_flight)
+
+    async def classify(self, client: str, files: list[Upload], topk: int, picture: bool) -> Answer:
+        """Classify one request's ``files`` for ``client`` (its address), within the queue's limits and timeout.
+
+        Raises :class:`~serving.errors.FileRefused` (the only file refused by a limit as it arrived),
+        :class:`~serving.errors.Refused` (the queue is full), :class:`~serving.errors.TimedOut` and
+        :class:`~serving.errors.NoFileClassified` (every file failed).
+        """
+        if len(files) == 1 and files[0].error is not None:
+            self.metrics.files.inc(1, "bad")
+            raise FileRefused(files[0].error, files[0].name)
+        n = sum(1 for f in files if f.error is None)
+        self.admit_clips(client, n)
+        try:
+            async with asyncio.timeout(self.config.timeout):
+                answers = await asyncio.gather(*(self.classify_one(f, topk, picture) for f in files))
+        except TimeoutError:
+            raise TimedOut(self.config.timeout) from None
+        finally:
+            self.release_clips(client, n)
+        failures = [a for a in answers if isinstance(a, Failed)]
+        if len(failures) == len(answers):
+            raise NoFileClassified(failures)
+        return Answer(self.model_name, self.classifier.label_names, list(answers))
