@@ -27,7 +27,7 @@ from store.atomic import check_output_path
 from store.presence import check_store_present
 
 from . import defaults
-from .defaults import EVAL_SPLITS
+from .defaults import EVAL_SPLITS, PLAIN_MODEL
 from .model_config import ARCHS, ModelConfig
 from .run_options import RunOptions, check_run_option
 from .train.config import TrainConfig, add_config_arguments, config_from_args
@@ -117,7 +117,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         n_bins = ckpt.n_bins
     else:
         n_bins = s.spec.n_bins
-        model = build_model(ModelConfig(n_bins=n_bins, n_classes=max(len(s.label_names), 1)))
+        model = build_model(ModelConfig(**PLAIN_MODEL, n_bins=n_bins, n_classes=max(len(s.label_names), 1)))
     model = engine.prepare(model)
     plan = engine.plan(model, s.lengths, n_bins)
     print(f"{len(s)} clips on {engine.device}")
@@ -135,7 +135,7 @@ def cmd_init(args: argparse.Namespace) -> int:
     feature = args.feature or s.default_feature
     if feature not in s.specs:
         raise StoreError(f"store has no feature {feature!r}; it has {', '.join(s.specs)}")
-    config = ModelConfig(arch=args.arch, n_bins=s.specs[feature].n_bins, n_classes=len(s.label_names))
+    config = ModelConfig(**PLAIN_MODEL, arch=args.arch, n_bins=s.specs[feature].n_bins, n_classes=len(s.label_names))
     import torch
 
     from .checkpoint import Checkpoint, save_checkpoint

@@ -36,7 +36,7 @@ from store import ConfigError, Store, open_store, write_atomic
 
 from .baselines import STATS, bootstrap_ci, clip_stats
 from .checkpoint import load_checkpoint
-from .runtime import Engine, RunOptions
+from .runtime import Engine
 from .split import SplitRule, split_keys, training_rows
 from .train import TrainConfig, train
 from .trust import Trust
@@ -160,8 +160,7 @@ def cross_validate(
         train(s, model_path, fold_cfg, progress=progress, threads=threads, overwrite=overwrite,
               trust_model_code=trust_model_code)
         ckpt = load_checkpoint(model_path)
-        engine = Engine(RunOptions(device=cfg.device, precision=cfg.precision, budget_mb=cfg.budget_mb,
-                                   max_batch=cfg.max_batch, threads=threads, progress=False))
+        engine = Engine(replace(cfg.run, threads=threads))
         net = engine.prepare(ckpt.build(trust_model_code=trust_model_code))
         logits = engine.logits(net, s, val_rows, feature=ckpt.feature).logits
         names = [ckpt.label_names[int(i)] for i in logits.argmax(axis=1)]

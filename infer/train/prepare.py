@@ -13,6 +13,7 @@ return.
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import logging
 import math
 import os
@@ -35,10 +36,10 @@ from ..checkpoint import load_checkpoint
 from ..contract import ModelSpec, masks_padding, spec_of, time_stride, window_frames
 from ..data import BudgetBatchSampler, PadCollate, StoreDataset, feature_specs, prefetch
 from ..models import ARCHS, MaskedClassifier
-from ..runtime import Engine, RunOptions
+from ..runtime import Engine
 from ..split import SplitError, SplitRule, split_keys, training_fingerprint, training_rows, ungrouped_split_warning
 from ..trust import Trust, UntrustedModelError, with_named
-from .config import TrainConfig, TrainError
+from .config import TrainConfig, TrainError, model_options
 from .recipe import DataFacts, data_facts, resolve, resolve_validation
 from .resume import ResumeState, load_resume, resume_path_for
 from .stats_head import DEFAULT_WEIGHT, fit_stats_head
@@ -217,9 +218,7 @@ def prepare_run(store: str | os.PathLike[str] | Store, model_path: str | os.Path
     if not len(val_rows) and resolved.select == "best":
         log.warning("no validation clips (val_fraction %.2f): the best checkpoint is chosen by training loss",
                     resolved.val_fraction)
-    engine = Engine(RunOptions(device=resolved.device, precision=resolved.precision, budget_mb=resolved.budget_mb,
-                               margin_mb=margin_mb, max_batch=resolved.max_batch, threads=threads,
-                               progress=False))
+    engine = Engine(dataclasses.replace(resolved.run, margin_mb=margin_mb, threads=threads))
     if engine.device.type == "cpu":
         keep_freed_memory()
     resume_path = resume_path_for(path)
@@ -298,9 +297,8 @@ def model_spec_for(cfg: TrainConfig, model: nn.Module | str | None, model_args: 
     target = model if isinstance(model, str) else cfg.arch
     args = model_args if model_args is not None else cfg.model_args
     if target in ARCHS:
-        kwargs = {**available, "width": cfg.width, "depth": cfg.depth, "dropout": cfg.dropout, "pooling": cfg.pooling,
-                  "input_time_pool": cfg.input_time_pool, "freq_pooling": cfg.freq_pooling,
-                  "stem_freq_kernel": cfg.stem_freq_kernel, "stats_head": bool(cfg.stats_head),
+        kwargs = {**available, **{k: getattr(cfg, k) for k in model_options(cfg)},  # checked by cfg.model
+                  "stats_head": bool(cfg.stats_head),
                   "stats_weight": DEFAULT_WEIGHT if cfg.stats_weight is None else cfg.stats_weight}
         if cfg.normalization == "bin" and stats is not None:
             kwargs["bin_mean"] = [round(float(v), 3) for v in stats.bin_mean]
