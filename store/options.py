@@ -108,15 +108,17 @@ def flag_of(f: dataclasses.Field[Any]) -> str:
 
 
 def add_options(parser: argparse.ArgumentParser | argparse._ArgumentGroup, cls: type,
-                names: Iterable[str] | None = None, *, help_of: Mapping[str, str] | None = None) -> None:
+                names: Iterable[str] | None = None, *, help_of: Mapping[str, str] | None = None,
+                absent: bool = True) -> None:
     """One option per option field of ``cls`` (only ``names`` when given), absent from the parsed namespace
-    unless given; its help ends with the default (``(default X)``, :func:`shown_default`).  ``help_of``
-    replaces a field's help for this command."""
+    unless given (``absent=False``: present with the field's default); its help ends with the default
+    (``(default X)``, :func:`shown_default`).  ``help_of`` replaces a field's help for this command."""
     for f in option_fields(cls, names):
         text = (help_of or {}).get(f.name, f.metadata["help"])
         help_text = f"{text} (default {shown_default(f)})".replace("%", "%%")  # argparse formats help with %
         kind = _unwrapped(_resolved(cls, f))
-        common: dict[str, Any] = {"dest": f.name, "default": argparse.SUPPRESS, "help": help_text}
+        default = argparse.SUPPRESS if absent or f.default is dataclasses.MISSING else f.default
+        common: dict[str, Any] = {"dest": f.name, "default": default, "help": help_text}
         if "metavar" in f.metadata:
             common["metavar"] = f.metadata["metavar"]
         if kind is bool:
