@@ -224,8 +224,8 @@ class TrainConfig:
         checked here, an auto one set by the recipe."""
         if self.arch not in ARCHS:
             return None
-        auto = {k: v for k, v in (("stats_head", self.stats_head), ("stats_weight", self.stats_weight))
-                if v is not None}
+        auto: dict[str, Any] = {k: v for k, v in (("stats_head", self.stats_head),
+                                                   ("stats_weight", self.stats_weight)) if v is not None}
         return ModelConfig(arch=self.arch, **_taken(self, ModelConfig), **auto)
 
     @cached_property
