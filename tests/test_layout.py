@@ -107,3 +107,17 @@ def test_no_training_function_is_over_80_lines() -> None:
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno is not None
             and node.end_lineno - node.lineno + 1 > 80]
     assert not long, long
+
+
+CLI_MODULES = ("infer/cli.py", "serving/cli.py", "infer/train/config.py")
+"""The modules that build command lines (``infer``'s commands, ``train`` and ``cv``'s options, ``specstore``)."""
+
+
+def test_no_command_line_spells_a_default() -> None:
+    """An option's default lives on its dataclass field; the CLI modules make options with the one generator
+    (:func:`store.options.add_options`), so no ``add_argument`` call there carries a ``default=``."""
+    spelled = [f"{module}:{node.lineno}" for module in CLI_MODULES
+               for node in ast.walk(ast.parse((ROOT / module).read_text(encoding="utf-8")))
+               if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+               and node.func.attr == "add_argument" and any(k.arg == "default" for k in node.keywords)]
+    assert not spelled, spelled

@@ -15,7 +15,6 @@ from __future__ import annotations
 import ctypes
 import dataclasses
 import logging
-import math
 import os
 import sys
 from collections.abc import Iterable
@@ -40,10 +39,11 @@ from ..runtime import Engine
 from ..split import SplitError, SplitRule, split_keys, training_fingerprint, training_rows, ungrouped_split_warning
 from ..trust import Trust, UntrustedModelError, with_named
 from .config import TrainConfig, TrainError, model_options
+from .frames import FrameStats, frame_stats
 from .recipe import DataFacts, data_facts, resolve, resolve_validation
 from .resume import ResumeState, load_resume, resume_path_for
 from .stats_head import DEFAULT_WEIGHT, fit_stats_head
-from .steps import WeightAverage, class_weights, epoch_seed, param_groups
+from .steps import WeightAverage, class_weights, param_groups
 
 __all__ = [
     "FrameStats", "Learner", "Run", "TrainData", "default_training_feature", "frame_stats", "keep_freed_memory",
@@ -79,38 +79,6 @@ def keep_freed_memory() -> bool:
         return bool(libc.mallopt(m_mmap_threshold, 1 << 30)) and bool(libc.mallopt(m_trim_threshold, (1 << 31) - 1))
     except (OSError, AttributeError):
         return False
-
-
-@dataclass(frozen=True)
-class FrameStats:
-    """Mean and standard deviation (dB) of a sample of training frames: overall, and per bin."""
-
-    mean: float
-    std: float
-    bin_mean: np.ndarray
-    bin_std: np.ndarray
-
-
-def frame_stats(dataset: StoreDataset, seed: int, max_clips: int = 128, max_frames: int = 2048) -> FrameStats:
-    """:class:`FrameStats` of up to ``max_clips`` items (a window of ``max_frames`` each), float64 sums."""
-    rng = np.random.default_rng(epoch_seed(seed, 0, 99))
-    n = len(dataset)
-    pick = np.arange(n) if n <= max_clips else rng.choice(n, size=max_clips, replace=False)
-    total = np.zeros(dataset.n_bins)
-    total_sq = np.zeros(dataset.n_bins)
-    count = 0
-    for i in pick.tolist():
-        length = int(dataset.full_lengths[i])
-        start = int(rng.integers(0, length - max_frames + 1)) if length > max_frames else 0
-        a = dataset.window(i, start, min(length, start + max_frames)).astype(np.float64)
-        total += a.sum(axis=1)
-        total_sq += np.square(a).sum(axis=1)
-        count += a.shape[1]
-    bin_mean = total / count
-    bin_std = np.sqrt(np.maximum(total_sq / count - bin_mean**2, 0.0))
-    mean = float(total.sum() / (count * dataset.n_bins))
-    std = math.sqrt(max(float(total_sq.sum() / (count * dataset.n_bins)) - mean * mean, 0.0))
-    return FrameStats(mean, max(std, 1e-3), bin_mean, np.maximum(bin_std, 1e-3))
 
 
 # -- the run ---------------------------------------------------------------------------------------
