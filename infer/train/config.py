@@ -56,9 +56,6 @@ class TrainError(ConfigError):
 
 RUNTIME_FIELDS = ("device", "precision", "budget_mb", "loader_workers")
 """Fields that may change between an interrupted run and its resumption (they do not change the result)."""
-AUTO_FIELDS = ("val_fraction", "val_every", "crops_per_clip", "crops_per_epoch", "pool_seconds", "stats_head",
-               "stats_weight")
-"""Fields whose default (None) is auto: derived from the training data by :mod:`infer.train.recipe`."""
 NORMALIZATIONS = ("global", "bin")
 """``normalization``: one mean and std for every input bin, or one per bin."""
 SELECTS = ("last", "best")
@@ -94,8 +91,7 @@ def _json_object(text: str) -> dict[str, Any]:
 
 
 def _opt(default: Any, help: str, **meta: Any) -> Any:
-    """A recipe field with its command-line help (``meta``: ``parse``, ``choices``, ``metavar``; an auto field
-    shows its default as auto)."""
+    """A recipe field with its command-line help (``meta``: ``parse``, ``choices``, ``metavar``)."""
     return option(default, help, **meta)
 
 
@@ -116,7 +112,10 @@ class TrainConfig:
 
     Units: ``lr`` per step (AdamW), ``crop_seconds`` seconds, ``budget_mb``
     MiB, mask widths in frames / bins.  See each field's help (``make train
-    --help`` lists them with their defaults).
+    --help`` lists them with their defaults).  The fields made with
+    :func:`_of` are the built-in model's (:attr:`model`) and the run's
+    (:attr:`run`): their defaults, bounds and help are those of
+    :class:`ModelConfig` and :class:`RunOptions`.
     """
 
     epochs: int = _opt(15, "passes over the training clips")
@@ -326,6 +325,10 @@ class TrainConfig:
     def resume_key(self) -> dict[str, Any]:
         """The fields a resumed run must share with the interrupted one."""
         return {k: v for k, v in self.to_dict().items() if k not in RUNTIME_FIELDS}
+
+
+AUTO_FIELDS = tuple(f.name for f in dataclasses.fields(TrainConfig) if f.metadata.get("shown") == "auto")
+"""Fields whose default (None) is auto: derived from the training data by :mod:`infer.train.recipe`."""
 
 
 def _taken(config: TrainConfig, cls: type) -> dict[str, Any]:
