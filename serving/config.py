@@ -103,7 +103,7 @@ class ServeConfig:
     ``policy``: how batches close (:class:`~serving.policy.BatchPolicy`).
     """
 
-    host: str = option("127.0.0.1", "address to listen on", shown="127.0.0.1: this machine only")
+    host: str = option("127.0.0.1", "address to listen on (127.0.0.1: this machine only)")
     port: int = option(8000, "port")
     allowed_hosts: tuple[str, ...] = option((), "a Host header value to answer (repeatable; '*' for any); required "
                                                 "with a --host other than loopback (a guard against DNS rebinding)",

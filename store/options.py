@@ -112,10 +112,13 @@ def add_options(parser: argparse.ArgumentParser | argparse._ArgumentGroup, cls: 
                 absent: bool = True) -> None:
     """One option per option field of ``cls`` (only ``names`` when given), absent from the parsed namespace
     unless given (``absent=False``: present with the field's default); its help ends with the default
-    (``(default X)``, :func:`shown_default`).  ``help_of`` replaces a field's help for this command."""
+    (``(default X)``, or ``(default: a phrase)``, :func:`shown_default`).  ``help_of`` replaces a field's
+    help for this command."""
     for f in option_fields(cls, names):
         text = (help_of or {}).get(f.name, f.metadata["help"])
-        help_text = f"{text} (default {shown_default(f)})".replace("%", "%%")  # argparse formats help with %
+        shown = shown_default(f)
+        said = f"default: {shown}" if " " in shown else f"default {shown}"  # a phrase after a colon
+        help_text = f"{text} ({said})".replace("%", "%%")  # argparse formats help with %
         kind = _unwrapped(_resolved(cls, f))
         default = argparse.SUPPRESS if absent or f.default is dataclasses.MISSING else f.default
         common: dict[str, Any] = {"dest": f.name, "default": default, "help": help_text}
