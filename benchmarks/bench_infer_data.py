@@ -65,10 +65,11 @@ def make_checkpoint(path: Path, n_bins: int = 128, **config: Any) -> Path:
     import torch
 
     from infer.checkpoint import Checkpoint, save_checkpoint
+    from infer.defaults import PLAIN_MODEL
     from infer.models import ModelConfig, build_model
     from store import FeatureSpec
 
     torch.manual_seed(0)
-    model = build_model(ModelConfig(n_bins=n_bins, n_classes=len(LABELS), **config)).eval()
+    model = build_model(ModelConfig(n_bins=n_bins, n_classes=len(LABELS), **{**PLAIN_MODEL, **config})).eval()
     save_checkpoint(Checkpoint.from_model(model, LABELS, "mel", FeatureSpec.mel(n_bins=n_bins)), path)
     return path

@@ -49,6 +49,7 @@ def train_throughput(work: Path, *, n_clips: int, median_s: float, budget_mb: fl
     from infer.contract import time_stride
     from infer.cost import measure_cost_per_frame
     from infer.data import BudgetBatchSampler, PadCollate, StoreDataset
+    from infer.defaults import PLAIN_MODEL
     from infer.models import ModelConfig, build_model
 
     from .bench_infer_data import make_store
@@ -57,7 +58,7 @@ def train_throughput(work: Path, *, n_clips: int, median_s: float, budget_mb: fl
     lengths = _lognormal_frames(n_clips, median_s, seed)
     store = make_store(work / "train.zarr", lengths)
     torch.manual_seed(0)
-    net0 = build_model(ModelConfig(n_bins=N_BINS, n_classes=N_CLASSES, **model)).train()
+    net0 = build_model(ModelConfig(n_bins=N_BINS, n_classes=N_CLASSES, **{**PLAIN_MODEL, **model})).train()
     stride = time_stride(net0)
     cost = measure_cost_per_frame(copy.deepcopy(net0), N_BINS, training=True)
     budget = Budget.for_cost(int(budget_mb * 2**20), cost, max_batch=MAX_BATCH, frame_align=stride)

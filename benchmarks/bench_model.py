@@ -215,6 +215,7 @@ def train_step_layout(*, steps: int, repeats: int, n_bins: int = 212, frames: in
     ratios (> 1: channels-last is faster)."""
     import torch
 
+    from infer.defaults import PLAIN_MODEL
     from infer.models import ModelConfig, build_model
     from infer.runtime import Engine, RunOptions
     from infer.train.steps import forward_backward
@@ -227,7 +228,7 @@ def train_step_layout(*, steps: int, repeats: int, n_bins: int = 212, frames: in
     for name, channels_last in (("contiguous", False), ("channels_last", True)):
         engine = Engine(RunOptions(device="cpu", channels_last=channels_last, progress=False))
         torch.manual_seed(0)
-        net = engine.prepare(build_model(ModelConfig(n_bins=n_bins, n_classes=6)), train=True)
+        net = engine.prepare(build_model(ModelConfig(**PLAIN_MODEL, n_bins=n_bins, n_classes=6)), train=True)
         optimizer = torch.optim.AdamW(net.parameters(), lr=1e-3)
         scaler = torch.amp.GradScaler("cpu", enabled=False)
         variants[name] = (engine, net, optimizer, scaler)

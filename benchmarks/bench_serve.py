@@ -86,12 +86,13 @@ def _free_port() -> int:
 def save_model(work: Path, model: dict[str, Any]) -> Path:
     """An untrained checkpoint of ``model`` options for the default log-mel and 6 labels, at ``work/model.pt``."""
     from infer.checkpoint import Checkpoint, save_checkpoint
+    from infer.defaults import PLAIN_MODEL
     from infer.models import ModelConfig, build_model
     from store import FeatureSpec
 
     spec = FeatureSpec.mel()
     labels = ["blues", "classical", "country", "jazz", "metal", "rock"]
-    net = build_model(ModelConfig(n_bins=spec.n_bins, n_classes=len(labels), **model))
+    net = build_model(ModelConfig(n_bins=spec.n_bins, n_classes=len(labels), **{**PLAIN_MODEL, **model}))
     ckpt = work / "model.pt"
     save_checkpoint(Checkpoint.from_model(net, labels, "mel", spec), ckpt)
     return ckpt

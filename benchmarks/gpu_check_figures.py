@@ -131,6 +131,7 @@ def run_figures(report: Report, work: Path, *, device: str, clips: int, repeats:
     ``deadline`` (time.perf_counter seconds) has passed."""
     import torch
 
+    from infer.defaults import PLAIN_MODEL
     from infer.models import ModelConfig, build_model
     from store import open_store
 
@@ -140,7 +141,7 @@ def run_figures(report: Report, work: Path, *, device: str, clips: int, repeats:
     report.step("store", status="ok", clips=clips, hours=round(float(lengths.sum()) / FPS / 3600, 2),
                 seconds=round(time.perf_counter() - t0, 1))
     torch.manual_seed(0)
-    net = build_model(ModelConfig(n_bins=128, n_classes=len(LABELS))).eval()
+    net = build_model(ModelConfig(**PLAIN_MODEL, n_bins=128, n_classes=len(LABELS))).eval()
     rows = np.arange(len(store))
 
     _throughput_figures(report, net, store, rows, lengths, device=device, repeats=repeats, deadline=deadline)
@@ -160,13 +161,15 @@ def _train_ckpt_figure(device: str) -> tuple[Any, ...]:
     import torch
     import torch.nn.functional as F
 
+    from infer.defaults import PLAIN_MODEL
     from infer.models import ModelConfig, build_model
 
     peaks = {}
     frames = 2048 if device == "cuda" else 64
     for flag in (False, True):
         torch.manual_seed(0)
-        model = build_model(ModelConfig(arch="resnet", n_bins=128, n_classes=10, dropout=0.0)).to(device).train()
+        model = build_model(ModelConfig(**PLAIN_MODEL,
+                                        arch="resnet", n_bins=128, n_classes=10, dropout=0.0)).to(device).train()
         model.grad_checkpoint = flag
         x = torch.randn(8, 1, 128, frames, device=device) * 20 - 40
         lengths = torch.full((8,), frames, device=device)

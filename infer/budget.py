@@ -30,12 +30,27 @@ from .defaults import MAX_BATCH
 if TYPE_CHECKING:
     from .planner import Plan
 
-__all__ = ["MAX_FRAMES", "Budget", "CostModel", "PlanError", "align_frames"]
+__all__ = ["CPU_BATCH_OVERHEAD_FRAMES", "DEFAULT_BATCH_OVERHEAD_FRAMES", "MAX_FRAMES",
+           "TRAINING_BATCH_OVERHEAD_FRAMES", "Budget", "CostModel", "PlanError", "align_frames"]
 
 _MIB = 1 << 20
 MAX_FRAMES = 2**62
 """The longest window :attr:`Budget.max_window` reports (frames), whatever the budget and cost: frame counts
 stay within int64, numpy's type for lengths and padded frames."""
+
+DEFAULT_BATCH_OVERHEAD_FRAMES = 1024.0
+"""The planner's price of one more batch, in padded frames (~24 s of audio at 43 frames/s): it splits a
+batch only where that saves more padding, so batches stay full, as a GPU (milliseconds per launch and copy)
+wants.  A padding/batch-count trade-off rather than a device constant; ``inf`` gives the fewest batches.
+Measured figures: docs/serving.md, "The price of a batch"."""
+
+CPU_BATCH_OVERHEAD_FRAMES = 64.0
+"""The price of one more batch on a CPU (``classify`` and ``serve``), padded frames: a CPU batch costs little
+beyond its frames, so the planner may split wherever that saves padding (docs/serving.md)."""
+
+TRAINING_BATCH_OVERHEAD_FRAMES = 4096.0
+"""The price of one more batch in a shuffled training plan (:func:`infer.planner.shuffled_training_plan`),
+padded frames."""
 
 
 def align_frames(frames: Any, multiple: int) -> Any:

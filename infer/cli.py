@@ -21,14 +21,16 @@ import logging
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 from store import ConfigError, StoreError, run_cli
 from store.atomic import check_output_path
+from store.options import add_options, given
 from store.presence import check_store_present
 
-from . import defaults
-from .defaults import EVAL_SPLITS
-from .model_config import ARCHS, ModelConfig
+from .cli_options import CvOptions, EvalOptions, InitOptions, PlanOptions, PredictOptions
+from .defaults import PLAIN_MODEL
+from .model_config import ModelConfig
 from .run_options import RunOptions, check_run_option
 from .train.config import TrainConfig, add_config_arguments, config_from_args
 from .trust import Trust, add_trust_argument
@@ -38,34 +40,30 @@ __all__ = ["COMMANDS", "build_parser", "main"]
 
 RUN_FIELDS = ("device", "precision", "budget_mb", "max_batch")
 """Run options a command passes to :class:`RunOptions` only when given (their defaults: :mod:`infer.defaults`)."""
+MACHINE_FIELDS = ("margin_mb", "threads")
+"""Run options of this machine that training takes from the command line, not from its recorded config."""
 
 
 def _add_run_args(p: argparse.ArgumentParser, *, training: bool = False) -> None:
-    """Device, precision and memory options (training takes them from its config instead).
-
-    An option not given is left out (``argparse.SUPPRESS``), so :class:`RunOptions` fills in the one
-    default of :mod:`infer.defaults`.
-    """
-    if not training:
-        p.add_argument("--device", default=argparse.SUPPRESS,
-                       help=f"auto (CUDA if available), cpu, cuda, cuda:N (default {defaults.DEVICE})")
-        p.add_argument("--budget-mb", type=float, default=argparse.SUPPRESS,
-                       help=f"memory for one batch, MiB (CPU default {defaults.CPU_BUDGET_MB:g}; CUDA: free memory "
-                            "minus the margin)")
-        p.add_argument("--max-batch", type=int, default=argparse.SUPPRESS,
-                       help=f"most clips in one batch (default {defaults.MAX_BATCH})")
-        p.add_argument("--precision", default=argparse.SUPPRESS, choices=defaults.PRECISIONS,
-                       help=f"auto: bf16/fp16 autocast on CUDA, fp32 on CPU (default {defaults.PRECISION})")
-    p.add_argument("--margin-mb", type=float, default=None,
-                   help=f"GPU memory kept free, MiB (default {defaults.CUDA_MARGIN_MB:g})")
-    p.add_argument("--threads", type=int, default=None, help="CPU threads (default: all cores)")
+    """Device, precision and memory options, from :class:`RunOptions`' fields (training takes the first four
+    from its config instead).  An option not given is left out, so :class:`RunOptions` fills in its default."""
+    add_options(p, RunOptions, MACHINE_FIELDS if training else (*RUN_FIELDS, *MACHINE_FIELDS))
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.add_argument("-v", "--verbose", action="store_true", help="log the plan and debug details")
 
 
 def _run_options(args: argparse.Namespace) -> RunOptions:
-    given = {name: getattr(args, name) for name in RUN_FIELDS if hasattr(args, name)}
-    return RunOptions(**given, margin_mb=args.margin_mb, threads=args.threads, progress=not args.no_progress)
+    return RunOptions(**given(args, RunOptions, (*RUN_FIELDS, *MACHINE_FIELDS)), progress=not args.no_progress)
+
+
+def _machine(args: argparse.Namespace) -> dict[str, Any]:
+    """``threads`` and ``margin_mb`` of ``train``/``cv`` (None when not given), checked against
+    :class:`RunOptions`' bounds before any data is read (the run options are made only once the store is
+    open and the recipe resolved)."""
+    values = {name: getattr(args, name, None) for name in MACHINE_FIELDS}
+    for name, value in values.items():
+        check_run_option(name, value)
+    return values
 
 
 def _check_checkpoint(model: str | None) -> None:
@@ -74,13 +72,6 @@ def _check_checkpoint(model: str | None) -> None:
     loader."""
     if model is not None and ":" not in model and not Path(model).is_file():
         raise ConfigError(f"no checkpoint at {Path(model)} (train one with `make train`)")
-
-
-def _check_training_run_args(args: argparse.Namespace) -> None:
-    """``--threads`` and ``--margin-mb`` of ``train``/``cv`` against :class:`RunOptions`' bounds, before any
-    data is read (the run options are made only once the store is open and the recipe resolved)."""
-    check_run_option("threads", args.threads)
-    check_run_option("margin_mb", args.margin_mb)
 
 
 # -- the commands ------------------------------------------------------------------------------------
@@ -117,7 +108,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         n_bins = ckpt.n_bins
     else:
         n_bins = s.spec.n_bins
-        model = build_model(ModelConfig(n_bins=n_bins, n_classes=max(len(s.label_names), 1)))
+        model = build_model(ModelConfig(**PLAIN_MODEL, n_bins=n_bins, n_classes=max(len(s.label_names), 1)))
     model = engine.prepare(model)
     plan = engine.plan(model, s.lengths, n_bins)
     print(f"{len(s)} clips on {engine.device}")
@@ -135,7 +126,7 @@ def cmd_init(args: argparse.Namespace) -> int:
     feature = args.feature or s.default_feature
     if feature not in s.specs:
         raise StoreError(f"store has no feature {feature!r}; it has {', '.join(s.specs)}")
-    config = ModelConfig(arch=args.arch, n_bins=s.specs[feature].n_bins, n_classes=len(s.label_names))
+    config = ModelConfig(**PLAIN_MODEL, arch=args.arch, n_bins=s.specs[feature].n_bins, n_classes=len(s.label_names))
     import torch
 
     from .checkpoint import Checkpoint, save_checkpoint
@@ -150,7 +141,7 @@ def cmd_init(args: argparse.Namespace) -> int:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    _check_training_run_args(args)
+    machine = _machine(args)
     base = TrainConfig.from_file(args.config) if args.config else None
     config = config_from_args(args, base)
     # --arch on the command line is the user naming the code; an arch from --config FILE needs the flag.
@@ -159,14 +150,14 @@ def cmd_train(args: argparse.Namespace) -> int:
     check_store_present(args.store)
     from .train.loop import train
 
-    result = train(args.store, args.model, config, progress=not args.no_progress, threads=args.threads,
-                   margin_mb=args.margin_mb, overwrite=args.overwrite, trust_model_code=trust)
+    result = train(args.store, args.model, config, progress=not args.no_progress, **machine,
+                   overwrite=args.overwrite, trust_model_code=trust)
     print(result.summary())
     return 0
 
 
 def cmd_cv(args: argparse.Namespace) -> int:
-    _check_training_run_args(args)
+    threads = _machine(args)["threads"]
     base = TrainConfig.from_file(args.config) if args.config else None
     config = config_from_args(args, base)
     trust: Trust = True if args.trust_model_code else [args.arch] if hasattr(args, "arch") else False
@@ -174,7 +165,7 @@ def cmd_cv(args: argparse.Namespace) -> int:
     from .crossval import cross_validate
 
     result = cross_validate(args.store, args.out_dir, config, folds=args.folds, progress=not args.no_progress,
-                            threads=args.threads, overwrite=args.overwrite, trust_model_code=trust)
+                            threads=threads, overwrite=args.overwrite, trust_model_code=trust)
     print(result.line())
     print(f"per clip: {args.out_dir}/cv.csv; figures: {args.out_dir}/cv.json")
     return 0
@@ -207,8 +198,7 @@ def _predict_parser(p: argparse.ArgumentParser) -> None:
                      "write a CSV path,pred,prob,topk,truth.")
     p.add_argument("store", help="feature store (path or URL)")
     p.add_argument("model", help="checkpoint (.pt) from `make train` or `init`")
-    p.add_argument("--out", default="predictions.csv", help="CSV to write (default predictions.csv)")
-    p.add_argument("--topk", type=int, default=5, help="labels listed per clip (default 5)")
+    add_options(p, PredictOptions, absent=False)
     add_trust_argument(p, "a checkpoint")
     _add_run_args(p)
 
@@ -216,8 +206,7 @@ def _predict_parser(p: argparse.ArgumentParser) -> None:
 def _plan_parser(p: argparse.ArgumentParser) -> None:
     p.description = "Print the batch plan for STORE (and MODEL's measured memory cost) without running the model."
     p.add_argument("store", help="feature store (path or URL)")
-    p.add_argument("--model", default=None, help="checkpoint whose memory cost to plan for (default: the default CNN)")
-    p.add_argument("--top", type=int, default=5, help="largest batches to list (default 5)")
+    add_options(p, PlanOptions, absent=False)
     add_trust_argument(p, "the --model checkpoint")
     _add_run_args(p)
 
@@ -226,9 +215,7 @@ def _init_parser(p: argparse.ArgumentParser) -> None:
     p.description = "Write a randomly initialised checkpoint for STORE's labels and feature (no training)."
     p.add_argument("store", help="labelled feature store (path or URL)")
     p.add_argument("model", help="checkpoint path to write")
-    p.add_argument("--arch", default="cnn", choices=ARCHS, help="architecture (default cnn)")
-    p.add_argument("--feature", default=None, help="feature to classify (default: the store's default)")
-    p.add_argument("--seed", type=int, default=0, help="weight initialisation seed (default 0)")
+    add_options(p, InitOptions, absent=False)
 
 
 def _train_parser(p: argparse.ArgumentParser) -> None:
@@ -242,7 +229,7 @@ def _train_parser(p: argparse.ArgumentParser) -> None:
                      "line override the file.")
     p.add_argument("store", help="feature store with labels (path or URL)")
     p.add_argument("model", help="checkpoint to write (e.g. models/genre.pt)")
-    p.add_argument("--config", default=None, metavar="FILE", help="training options from a .toml or .json file")
+    p.add_argument("--config", metavar="FILE", help="training options from a .toml or .json file")
     p.add_argument("--overwrite", action="store_true",
                    help="replace an existing MODEL that this configuration cannot resume")
     add_trust_argument(p, "a --config file (--arch given on the command line is trusted for this run)")
@@ -258,10 +245,8 @@ def _cv_parser(p: argparse.ArgumentParser) -> None:
                      "same folds; choose recipes this way and keep the test set for the final figure. Takes every "
                      "training option; each fold's model goes to OUT_DIR/fold-<k>.pt (rerun to resume).")
     p.add_argument("store", help="feature store with labels (path or URL): the training data")
-    p.add_argument("--out-dir", default="reports/cv", help="folder for the fold models, cv.csv and cv.json "
-                                                           "(default reports/cv)")
-    p.add_argument("--folds", type=int, default=5, help="number of folds (default 5)")
-    p.add_argument("--config", default=None, metavar="FILE", help="training options from a .toml or .json file")
+    add_options(p, CvOptions, absent=False)
+    p.add_argument("--config", metavar="FILE", help="training options from a .toml or .json file")
     p.add_argument("--overwrite", action="store_true", help="replace fold models from another configuration")
     add_trust_argument(p, "a --config file (--arch given on the command line is trusted for this run)")
     add_config_arguments(p)
@@ -275,14 +260,11 @@ def _eval_parser(p: argparse.ArgumentParser) -> None:
                      "otherwise.")
     p.add_argument("store", help="labelled feature store (path or URL)")
     p.add_argument("model", help="checkpoint (.pt) from `make train`")
-    p.add_argument("--out-dir", default="reports", help="folder for the report files (default reports)")
-    p.add_argument("--split", default="auto", choices=EVAL_SPLITS,
-                   help="auto: the held-out split on the store the model was trained on, every clip elsewhere; "
-                        "all, or the training / held-out split the checkpoint recorded (default auto)")
+    add_options(p, EvalOptions, absent=False)
     p.add_argument("--baselines", action="store_true",
                    help="also fit simple baselines (logistic regression, 5-NN on per-band mean/std/delta) on the "
                         "model's training clips and report them beside the model, with bootstrap intervals")
-    p.add_argument("--baseline-store", default=None, metavar="STORE",
+    p.add_argument("--baseline-store", metavar="STORE",
                    help="the store whose labelled clips the baselines learn from (default: the model's training "
                         "store, its training split)")
     add_trust_argument(p, "a checkpoint")

@@ -36,7 +36,7 @@ from store import ConfigError, Store, open_store, write_atomic
 
 from .baselines import STATS, bootstrap_ci, clip_stats
 from .checkpoint import load_checkpoint
-from .runtime import Engine, RunOptions
+from .runtime import Engine
 from .split import SplitRule, split_keys, training_rows
 from .train import TrainConfig, train
 from .trust import Trust
@@ -109,6 +109,18 @@ def oof_baseline(store: Store, folds: int, seed: int, features: list[str]) -> di
     return {f"logistic regression on {'+'.join(features)} band {'/'.join(STATS)}": pred}
 
 
+def _oof_csv(s: Store, labelled: np.ndarray, fold_of: np.ndarray, truth: np.ndarray, pred: np.ndarray) -> str:
+    """``cv.csv``: ``row,path,fold,truth,pred`` for every labelled clip (pred empty for a label the fold's
+    model did not know)."""
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(["row", "path", "fold", "truth", "pred"])
+    for i, r in enumerate(labelled.tolist()):
+        w.writerow([r, s.paths[r], int(fold_of[i]), s.label_names[int(truth[i])],
+                    s.label_names[int(pred[i])] if pred[i] >= 0 else ""])
+    return buf.getvalue()
+
+
 def cross_validate(
     store: str | os.PathLike[str] | Store,
     out_dir: str | os.PathLike[str],
@@ -160,8 +172,7 @@ def cross_validate(
         train(s, model_path, fold_cfg, progress=progress, threads=threads, overwrite=overwrite,
               trust_model_code=trust_model_code)
         ckpt = load_checkpoint(model_path)
-        engine = Engine(RunOptions(device=cfg.device, precision=cfg.precision, budget_mb=cfg.budget_mb,
-                                   max_batch=cfg.max_batch, threads=threads, progress=False))
+        engine = Engine(replace(cfg.run, threads=threads))
         net = engine.prepare(ckpt.build(trust_model_code=trust_model_code))
         logits = engine.logits(net, s, val_rows, feature=ckpt.feature).logits
         names = [ckpt.label_names[int(i)] for i in logits.argmax(axis=1)]
@@ -181,13 +192,7 @@ def cross_validate(
         for name, p in oof_baseline(s, folds, cfg.seed, features).items():
             result.baselines[name] = float((p == truth).mean())
     result.seconds = time.perf_counter() - t0
-    buf = io.StringIO()
-    w = csv.writer(buf, lineterminator="\n")
-    w.writerow(["row", "path", "fold", "truth", "pred"])
-    for i, r in enumerate(labelled.tolist()):
-        w.writerow([r, s.paths[r], int(fold_of[i]), s.label_names[int(truth[i])],
-                    s.label_names[int(pred[i])] if pred[i] >= 0 else ""])
-    write_atomic(out / "cv.csv", buf.getvalue())
+    write_atomic(out / "cv.csv", _oof_csv(s, labelled, fold_of, truth, pred))
     write_atomic(out / "cv.json", json.dumps(result.to_dict(), indent=2) + "\n")
     log.info("%s", result.line())
     return result

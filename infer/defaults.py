@@ -13,8 +13,10 @@ own defaults (epochs, learning rate, crops, ...) live in
 
 from __future__ import annotations
 
+from typing import Final, TypedDict
+
 __all__ = ["CPU_BUDGET_MB", "CUDA_MARGIN_MB", "DEVICE", "EVAL_SPLITS", "MAX_BATCH", "MAX_BATCH_LIMIT",
-           "MAX_BUDGET_MB", "MAX_LOADER_WORKERS", "PRECISION", "PRECISIONS"]
+           "MAX_BUDGET_MB", "MAX_LOADER_WORKERS", "PLAIN_MODEL", "PRECISION", "PRECISIONS"]
 
 DEVICE = "auto"
 """``auto`` (CUDA when available, else CPU), ``cpu``, ``cuda`` or ``cuda:N``."""
@@ -53,3 +55,20 @@ memory minus this margin, capped by a configured budget."""
 EVAL_SPLITS = ("auto", "all", "train", "val")
 """``make eval``'s ``--split``: auto (the held-out split on the store the model was trained on, every clip
 elsewhere), or one of :data:`infer.split.SPLITS`; here so the command line offers them without torch."""
+
+
+class PlainModel(TypedDict):
+    """The :class:`~infer.model_config.ModelConfig` fields that make the plain CNN (see :data:`PLAIN_MODEL`)."""
+
+    pooling: str
+    freq_pooling: str
+    stem_freq_kernel: int
+    input_time_pool: int
+
+
+PLAIN_MODEL: Final[PlainModel] = {"pooling": "mean", "freq_pooling": "mean", "stem_freq_kernel": 3,
+                                  "input_time_pool": 1}
+"""The plain CNN: mean pooling over time and frequency, a 3x3 stem, no input pooling.  ``ModelConfig``'s
+defaults are the training recipe's model; the benchmarks, ``plan`` and ``init-model`` and many tests build
+this one (``ModelConfig(**PLAIN_MODEL, ...)``), as they did when these were its defaults, so their figures
+stay comparable.  Read only."""

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from store import ConfigError
+from store.options import described, option
 from store.records import from_record
 
 from .limits import Limit, bounded, check_fields, field_limit
@@ -83,9 +84,9 @@ class ModelConfig:
     frequency; ``"keep"`` keeps every (channel, frequency row) pair as a
     feature of its own (the head then sees where in the spectrum, e.g. which
     register, a pattern occurs).  ``stem_freq_kernel`` (odd): the first
-    conv's kernel size along frequency (3 like the others by default; 13
-    spans an octave of CQT bins, so the first layer sees every interval
-    before any pooling blurs semitones).  ``stats_head``: add a second,
+    conv's kernel size along frequency (13 by default: an octave of CQT
+    bins, so the first layer sees every interval before any pooling blurs
+    semitones; 3 like the others is the plain CNN).  ``stats_head``: add a second,
     linear classifier on the clip's per-bin statistics (see
     :class:`~infer.models.MaskedClassifier`); its logits, times ``stats_weight``, are added
     to the CNN's in eval mode.  ``pool_window`` (input frames, a multiple of
@@ -100,19 +101,31 @@ class ModelConfig:
     computed from the config) at most :data:`MAX_PARAMETERS`: a config is
     checked when it is made, so a checkpoint cannot make the loader allocate
     more than that.
+
+    The defaults are the training recipe's model (``make train``: pooling
+    ``meanstd``, frequency pooling ``keep``, stem kernel 13, input time pool
+    2; :class:`~infer.train.TrainConfig` offers these fields as its own
+    options, with this help).  ``n_bins``, ``n_classes`` and
+    ``bin_mean``/``bin_std`` describe the data: training fills them from the
+    store; ``stats_head``, ``stats_weight`` and ``pool_window`` are set by the
+    recipe's auto rules.  The plain CNN of the benchmarks and many tests
+    (mean pooling, stem kernel 3, no input pooling) is
+    :data:`infer.defaults.PLAIN_MODEL`.
     """
 
     arch: str = "cnn"
     n_bins: int = bounded(128, 1, 16384, "input rows, the bins of every stacked feature; mel and CQT use "
                                          "16-256 each")
     n_classes: int = bounded(10, 1, 100_000, "labels; a tag vocabulary of a few thousand is already large")
-    width: int = bounded(32, 1, 4096, "channels of the first block; the recipe uses 32, ResNet-50's widest "
-                                      "layer has 2048")
-    depth: int = bounded(4, 1, 16, "blocks or stages, each halving time: 2**16 frames of stride is 25 min at "
-                                   "43 frames/s")
+    width: int = described(bounded(32, 1, 4096, "channels of the first block; the recipe uses 32, ResNet-50's "
+                                                "widest layer has 2048"),
+                           "channels of the first block (built-in models)")
+    depth: int = described(bounded(4, 1, 16, "blocks or stages, each halving time: 2**16 frames of stride is 25 min "
+                                             "at 43 frames/s"), "blocks / stages (built-in models)")
     blocks_per_stage: int = bounded(2, 1, 64, "residual blocks per stage; ResNet-152's longest stage has 36")
     max_width: int = bounded(512, 1, 4096, "the channel cap, as width")
-    dropout: float = bounded(0.1, 0.0, 1.0, "a probability; 1 would drop every feature", high_open=True)
+    dropout: float = described(bounded(0.1, 0.0, 1.0, "a probability; 1 would drop every feature", high_open=True),
+                               "dropout before the head (built-in models)")
     time_kernel: int = bounded(3, 1, 255, "the convs' kernel along time, frames; 255 frames is 6 s at "
                                           "43 frames/s", odd=True)
     time_pool: bool = True
@@ -126,12 +139,19 @@ class ModelConfig:
     """Per-bin input means (``n_bins`` values, dB): each within :attr:`input_mean`'s bounds."""
     bin_std: tuple[float, ...] | None = None
     """Per-bin input scales (``n_bins`` values, dB): each within :attr:`input_std`'s bounds."""
-    pooling: str = "mean"
-    input_time_pool: int = bounded(1, 1, 256, "input frames averaged into one; 256 frames is 6 s at "
-                                              "43 frames/s")
-    freq_pooling: str = "mean"
-    stem_freq_kernel: int = bounded(3, 1, 255, "the first conv's kernel along frequency, bins; 13 spans "
-                                               "an octave of CQT bins", odd=True)
+    pooling: str = option("meanstd", "pooling over time (built-in models): mean, meanstd (mean and standard "
+                                     "deviation), attention", choices=POOLINGS)
+    input_time_pool: int = described(bounded(2, 1, 256, "input frames averaged into one; 256 frames is 6 s at "
+                                                        "43 frames/s"),
+                                     "average this many frames into one at the model's input, dividing every "
+                                     "layer's cost by it (built-in models)")
+    freq_pooling: str = option("keep", "frequency at the end of the built-in models: mean (averaged) or keep (each "
+                                       "frequency row a feature of its own: the head sees the register)",
+                               choices=FREQ_POOLINGS)
+    stem_freq_kernel: int = described(bounded(13, 1, 255, "the first conv's kernel along frequency, bins; 13 spans "
+                                                          "an octave of CQT bins", odd=True),
+                                      "the first conv's kernel along frequency, bins (odd; 13 spans an octave of "
+                                      "CQT bins) (built-in models)")
     stats_head: bool = False
     stats_weight: float = bounded(1.0, 0.0, 1e6, "a weight on logits; the recipe chooses 0-2")
     pool_window: int = bounded(0, 0, 2**24, "input frames, 0 = the whole clip; 2**24 frames is 4 days at "

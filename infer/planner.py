@@ -35,7 +35,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .budget import Budget, PlanError, align_frames
+from .budget import (
+    DEFAULT_BATCH_OVERHEAD_FRAMES,
+    TRAINING_BATCH_OVERHEAD_FRAMES,
+    Budget,
+    PlanError,
+    align_frames,
+)
 
 __all__ = [
     "DEFAULT_BATCH_OVERHEAD_FRAMES",
@@ -55,25 +61,6 @@ _MIB = 1024.0 * 1024.0
 _RNG_SALT = 0x5EED_B47C
 """Leads the planners' random seeds, so their streams differ from ``default_rng(seed)``
 (numpy ignores trailing zero words: ``default_rng((s, 0)) == default_rng(s)``)."""
-
-DEFAULT_BATCH_OVERHEAD_FRAMES = 1024.0
-"""Default price of one extra batch, in padded frames (~24 s of audio at 43 frames/s).
-
-With it the DP splits a batch only where that saves more than 1024 padded
-frames: in the sparse tail of a length distribution, not among near-equal
-clips.  Measured: >= 99% efficiency with 2-8% more batches than the fewest
-possible (log-normal lengths, budgets large enough that ``max_batch`` binds).
-It is a padding/batch-count trade-off rather than a device constant: the
-default CNN's real per-batch overhead on a 2-core CPU measured ~20-35
-frame-equivalents (so CPUs could split more), while GPUs, with microseconds
-per frame against milliseconds of launch and transfer per batch, sit higher.
-Raise it for fuller batches; ``inf`` gives the fewest batches.
-"""
-
-
-TRAINING_BATCH_OVERHEAD_FRAMES = 4096.0
-"""Default price of one extra batch for :func:`shuffled_training_plan` (padded frames)."""
-
 
 MIN_TRAINING_EFFICIENCY = 0.95
 """Padding efficiency (real / computed frames) :func:`training_plan` aims for; lower is logged."""

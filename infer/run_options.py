@@ -13,12 +13,18 @@ from dataclasses import dataclass
 from typing import Any
 
 from store import ConfigError
+from store.options import described, option
 
 from . import defaults
 from .defaults import PRECISIONS
 from .limits import bounded, check_fields, field_limit, usable_cores
 
-__all__ = ["RunOptions", "check_run_option"]
+__all__ = ["RunOptions", "check_run_option", "optional_mb"]
+
+
+def optional_mb(text: str) -> float | None:
+    """``--budget-mb``: MiB, or none/auto (None: the device's own default, :mod:`infer.defaults`)."""
+    return None if text.strip().lower() in ("", "none", "auto") else float(text)
 
 
 @dataclass(frozen=True)
@@ -43,20 +49,29 @@ class RunOptions:
     that runs a model refuses a value out of range in one line.
     """
 
-    device: str = defaults.DEVICE
-    precision: str = defaults.PRECISION
-    budget_mb: float | None = bounded(None, 0.0, defaults.MAX_BUDGET_MB, "MiB one batch may use; the planner's "
-                                      "byte arithmetic holds up to 1 TiB", kind=float, low_open=True, optional=True,
-                                      spelled="BUDGET_MB, --budget-mb")
-    margin_mb: float | None = bounded(None, 0.0, defaults.MAX_BUDGET_MB, "GPU MiB kept free, at most the largest "
-                                      "budget", kind=float, optional=True, spelled="--margin-mb")
-    max_batch: int = bounded(defaults.MAX_BATCH, 1, defaults.MAX_BATCH_LIMIT, "the planner tries every batch size up "
-                             "to it for every clip", spelled="MAX_BATCH, --max-batch")
-    threads: int | None = bounded(None, 1, usable_cores, "the CPU cores this process may use; more threads only "
-                                  "compete for them", kind=int, optional=True, spelled="--threads")
+    device: str = option(defaults.DEVICE, "auto (CUDA if available), cpu, cuda, cuda:N")
+    precision: str = option(defaults.PRECISION, "auto: bf16/fp16 autocast on CUDA, fp32 on CPU",
+                            choices=defaults.PRECISIONS)
+    budget_mb: float | None = described(
+        bounded(None, 0.0, defaults.MAX_BUDGET_MB, "MiB one batch may use; the planner's byte arithmetic holds up "
+                "to 1 TiB", kind=float, low_open=True, optional=True, spelled="BUDGET_MB, --budget-mb"),
+        f"memory for one batch, MiB (CPU default {defaults.CPU_BUDGET_MB:g}; CUDA: free memory minus a "
+        f"{defaults.CUDA_MARGIN_MB:g} MiB margin)", parse=optional_mb, metavar="MIB")
+    margin_mb: float | None = described(
+        bounded(None, 0.0, defaults.MAX_BUDGET_MB, "GPU MiB kept free, at most the largest budget", kind=float,
+                optional=True, spelled="--margin-mb"),
+        "GPU memory kept free, MiB", shown=f"{defaults.CUDA_MARGIN_MB:g}")
+    max_batch: int = described(bounded(defaults.MAX_BATCH, 1, defaults.MAX_BATCH_LIMIT, "the planner tries every batch "
+                                       "size up to it for every clip", spelled="MAX_BATCH, --max-batch"),
+                               "most clips in one batch")
+    threads: int | None = described(bounded(None, 1, usable_cores, "the CPU cores this process may use; more threads "
+                                            "only compete for them", kind=int, optional=True, spelled="--threads"),
+                                    "CPU threads", shown="all cores")
     channels_last: bool | None = None
-    loader_workers: int = bounded(0, 0, defaults.MAX_LOADER_WORKERS, "DataLoader worker processes, each with its "
-                                  "own reader of the store", spelled="--loader-workers")
+    loader_workers: int = described(bounded(0, 0, defaults.MAX_LOADER_WORKERS, "DataLoader worker processes, each "
+                                            "with its own reader of the store", spelled="--loader-workers"),
+                                    "batches are read by a prefetch thread (0) or by this many DataLoader worker "
+                                    "processes")
     progress: bool = True
 
     def __post_init__(self) -> None:

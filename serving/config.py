@@ -25,15 +25,16 @@ import ipaddress
 import math
 import os
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
+from infer.budget import CPU_BATCH_OVERHEAD_FRAMES, DEFAULT_BATCH_OVERHEAD_FRAMES
 from store import ConfigError
+from store.options import borrowed, option
 
-if TYPE_CHECKING:  # the policy imports the planner (and torch): not needed to parse options or check limits
-    from .policy import BatchPolicy
+from .policy import BATCHING, BatchPolicy
 
 __all__ = ["DEFAULT_MAX_CHANNELS", "DEFAULT_MAX_SAMPLE_RATE", "LOOPBACK_HOSTS", "MULTIPART_FRAMING_BYTES",
-           "ServeConfig", "default_workers", "is_loopback"]
+           "BatchingOptions", "ClassifierOptions", "ClassifyOptions", "ServeConfig", "default_workers",
+           "is_loopback"]
 
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
 """The names a server bound to this machine only answers to unless ``allowed_hosts`` says more."""
@@ -58,12 +59,6 @@ def default_workers() -> int:
     except AttributeError:  # not on Linux
         cores = os.cpu_count() or 1
     return max(1, min(4, cores))
-
-
-def _default_policy() -> BatchPolicy:
-    from .policy import BatchPolicy
-
-    return BatchPolicy()
 
 
 def is_loopback(host: str) -> bool:
@@ -108,27 +103,41 @@ class ServeConfig:
     ``policy``: how batches close (:class:`~serving.policy.BatchPolicy`).
     """
 
-    host: str = "127.0.0.1"
-    port: int = 8000
-    allowed_hosts: tuple[str, ...] = ()
-    cors_origins: tuple[str, ...] = ()
-    workers: int = field(default_factory=default_workers)
-    max_file_mb: float = 50.0
-    max_files: int = 16
-    max_seconds: float = 600.0
-    max_sample_rate: int = DEFAULT_MAX_SAMPLE_RATE
-    max_channels: int = DEFAULT_MAX_CHANNELS
-    max_queue: int = 64
-    max_client_clips: int | None = None
-    max_inflight_mb: float | None = None
+    host: str = option("127.0.0.1", "address to listen on (127.0.0.1: this machine only)")
+    port: int = option(8000, "port")
+    allowed_hosts: tuple[str, ...] = option((), "a Host header value to answer (repeatable; '*' for any); required "
+                                                "with a --host other than loopback (a guard against DNS rebinding)",
+                                            flag="--allowed-host", metavar="NAME", shown="the loopback names")
+    cors_origins: tuple[str, ...] = option((), "a web origin (https://site.example) whose pages may post to the API "
+                                               "(repeatable; cross-origin posts get 403, the server's own page always "
+                                               "works)", flag="--cors-origin", metavar="URL", shown="none")
+    workers: int = option(help="decode worker processes", default_factory=default_workers,
+                          shown="cores, at most 4")
+    max_file_mb: float = option(50.0, "largest upload per file, MiB")
+    max_files: int = option(16, "files per request")
+    max_seconds: float = option(600.0, "longest audio per file, s, checked from the header before decoding")
+    max_sample_rate: int = option(DEFAULT_MAX_SAMPLE_RATE, "highest sample rate an upload may declare, Hz, checked "
+                                                           "from the header before decoding")
+    max_channels: int = option(DEFAULT_MAX_CHANNELS, "most channels an upload may declare, checked from the header "
+                                                     "before decoding")
+    max_queue: int = option(64, "clips in progress at once; more get 503 + Retry-After; a request with more files "
+                                "gets 413")
+    max_client_clips: int | None = option(None, "clips in progress from one client address",
+                                          shown="half of --max-queue, at least --max-files")
+    max_inflight_mb: float | None = option(None, "upload bytes held at once, MiB, reserved from each request's "
+                                                 "Content-Length before its body is read; the bound on the server's "
+                                                 "temporary disk", shown="--max-queue x --max-file-mb")
     retry_after: int = 1
-    timeout: float = 120.0
-    read_timeout: float = 10.0
-    min_upload_kib_s: float = 16.0
-    max_connections: int = 512
-    max_client_connections: int = 64
-    topk: int = 5
-    policy: BatchPolicy = field(default_factory=_default_policy)
+    timeout: float = option(120.0, "seconds from a request's last byte to its answer before 504")
+    read_timeout: float = option(10.0, "seconds a client has to send a whole request (headers and body), or more "
+                                       "for an upload that keeps --min-upload-kib-s; slower clients are dropped with "
+                                       "408")
+    min_upload_kib_s: float = option(16.0, "slowest average upload accepted beyond --read-timeout, KiB/s")
+    max_connections: int = option(512, "connections open at once; more are answered 503 and closed")
+    max_client_connections: int = option(64, "connections open at once from one client address (behind a reverse "
+                                             "proxy, the proxy's upstream connections)")
+    topk: int = option(5, "genres per file unless ?topk= says")
+    policy: BatchPolicy = field(default_factory=BatchPolicy)
 
     def __post_init__(self) -> None:
         finite = {k: getattr(self, k) for k in ("max_file_mb", "max_seconds", "timeout", "read_timeout",
@@ -189,3 +198,40 @@ class ServeConfig:
     @property
     def min_upload_bytes_s(self) -> float:
         return self.min_upload_kib_s * 1024.0
+
+
+@dataclass(frozen=True)
+class BatchingOptions:
+    """``serve``'s batching options as its command line spells them (milliseconds, ``--fixed-batch``); the
+    defaults are :class:`~serving.policy.BatchPolicy`'s, which :meth:`policy` makes."""
+
+    batching: str = borrowed(BatchPolicy, "batching", choices=BATCHING,
+                             help="budget: length-binned batches under the memory budget; fixed: --fixed-batch "
+                                  "clips in arrival order (the baseline)")
+    max_delay_ms: float = option(BatchPolicy.max_delay * 1000.0, "longest a clip waits for its batch to fill, ms")
+    fixed_batch: int = borrowed(BatchPolicy, "fixed_size", help="clips per batch with --batching fixed")
+
+    def policy(self) -> BatchPolicy:
+        return BatchPolicy(batching=self.batching, max_delay=self.max_delay_ms / 1000.0, fixed_size=self.fixed_batch)
+
+
+@dataclass(frozen=True)
+class ClassifierOptions:
+    """How ``classify`` and ``serve`` plan a model's batches beyond the run options
+    (:class:`~infer.run_options.RunOptions`)."""
+
+    batch_overhead_frames: float | None = option(
+        None, "the planner's price of one more batch, padded frames",
+        shown=f"{CPU_BATCH_OVERHEAD_FRAMES:g} on a CPU, where batches cost little and may split to save padding; "
+              f"{DEFAULT_BATCH_OVERHEAD_FRAMES:g} on a GPU")
+
+
+@dataclass(frozen=True)
+class ClassifyOptions:
+    """``classify``'s own options: labels per file, decode processes, the decoded-clip cache."""
+
+    topk: int = borrowed(ServeConfig, "topk", help="genres listed per file")
+    jobs: int = option(1, "decode worker processes")
+    cache: str | None = option(None, "keep decoded clips in DIR, keyed by content hash and feature settings, so "
+                                     "files classified again are not decoded again", metavar="DIR",
+                               shown="no cache")

@@ -22,11 +22,10 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from infer.budget import Budget, PlanError
+from infer.budget import CPU_BATCH_OVERHEAD_FRAMES, DEFAULT_BATCH_OVERHEAD_FRAMES, Budget, PlanError
 from infer.checkpoint import load_checkpoint
 from infer.constraints import BatchConstraint
 from infer.data import ArrayDataset
-from infer.planner import DEFAULT_BATCH_OVERHEAD_FRAMES
 from infer.runtime import Engine, RunOptions, RunStats
 from infer.trust import Trust
 from store import ConfigError, FeatureSpec
@@ -36,17 +35,6 @@ __all__ = ["CPU_BATCH_OVERHEAD_FRAMES", "Classifier", "ClipResults", "top_k"]
 
 log = logging.getLogger(__name__)
 
-CPU_BATCH_OVERHEAD_FRAMES = 64.0
-"""The planner's price of one more batch on a CPU, in padded frames.
-
-:data:`infer.planner.DEFAULT_BATCH_OVERHEAD_FRAMES` (1024) keeps batches
-full, as GPUs (milliseconds per launch and copy) want.  On a CPU a batch
-costs about 20-35 frames' worth beyond its frames (measured for the
-default CNN on 2 cores, see :mod:`infer.planner`) and a computed frame
-costs the same or a little less in a smaller batch, so the planner may
-split wherever that saves padding: 64 (twice the measured overhead) makes
-the batches it closes about 0.999 real frames instead of 0.96.
-"""
 
 
 @dataclass

@@ -134,10 +134,12 @@ def make_checkpoint(path: Path | str, *, spec: FeatureSpec = SPEC16, labels: Seq
     import torch
 
     from infer.checkpoint import Checkpoint, save_checkpoint
+    from infer.defaults import PLAIN_MODEL
     from infer.models import ModelConfig, build_model
 
     torch.manual_seed(seed)
-    model = build_model(ModelConfig(n_bins=spec.n_bins, n_classes=len(labels), **{"width": 4, "depth": 2, **config}))
+    model = build_model(ModelConfig(n_bins=spec.n_bins, n_classes=len(labels), **{**PLAIN_MODEL,
+                                                                      "width": 4, "depth": 2, **config}))
     for m in model.modules():
         if isinstance(m, torch.nn.BatchNorm2d):
             m.running_mean.uniform_(-0.5, 0.5)

@@ -31,6 +31,7 @@ from infer.checkpoint import Checkpoint, CheckpointError, load_checkpoint, save_
 from infer.cli import _run_options, build_parser
 from infer.cli import main as infer_main
 from infer.contract import ModelSpec
+from infer.defaults import PLAIN_MODEL
 from infer.models import MaskedClassifier, ModelConfig, ModelConfigError, build_model
 from infer.runtime import RunOptions
 from infer.train import TrainConfig, TrainError
@@ -132,7 +133,8 @@ def test_per_bin_normalisation_and_switches_are_checked_too() -> None:
     dict(arch="resnet", width=8, max_width=8, depth=2, blocks_per_stage=1, time_pool=False, time_kernel=1),
 ])
 def test_parameters_and_stride_are_counted_from_the_config_exactly(config: dict) -> None:
-    c = ModelConfig(n_bins=20, n_classes=7, width=config.pop("width", 6), depth=config.pop("depth", 3), **config)
+    c = ModelConfig(n_bins=20, n_classes=7, width=config.pop("width", 6), depth=config.pop("depth", 3),
+                    **{**PLAIN_MODEL, **config})
     model = build_model(c)
     assert c.n_parameters == sum(p.numel() for p in model.parameters())
     assert c.time_stride == model.time_stride

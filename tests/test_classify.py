@@ -18,6 +18,7 @@ from factories import LABELS, SMALL_SPECS, make_checkpoint, make_corpus, make_st
 
 from infer.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
 from infer.data import ArrayDataset, StoreDataset
+from infer.defaults import PLAIN_MODEL
 from infer.models import ModelConfig, build_model
 from infer.predict import predict
 from infer.predictions import read_predictions_csv
@@ -37,7 +38,7 @@ def stacked_checkpoint(path: Path) -> Path:
     """A small untrained model on the stacked ``mel+cqt`` feature of :data:`SMALL_SPECS`."""
     torch.manual_seed(0)
     n_bins = sum(s.n_bins for s in SMALL_SPECS.values())
-    model = build_model(ModelConfig(n_bins=n_bins, n_classes=len(LABELS), width=4, depth=2))
+    model = build_model(ModelConfig(**PLAIN_MODEL, n_bins=n_bins, n_classes=len(LABELS), width=4, depth=2))
     for m in model.modules():
         if isinstance(m, torch.nn.BatchNorm2d):
             m.running_mean.uniform_(-0.5, 0.5)

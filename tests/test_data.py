@@ -23,6 +23,7 @@ from infer.cli import main as infer_main
 from infer.contract import ModelSpec, spec_of
 from infer.cost import measure_cost_per_frame
 from infer.data import BudgetBatchSampler, PadCollate, StoreDataset, pad_collate
+from infer.defaults import PLAIN_MODEL
 from infer.evaluate import evaluate
 from infer.models import ModelConfig, build_model
 from infer.planner import plan_batches
@@ -323,7 +324,8 @@ def test_a_model_that_pools_over_padding_runs_on_equal_windows(tmp_path: Path) -
 
 def test_gradient_checkpointing_same_gradients_less_memory_larger_batches() -> None:
     torch.manual_seed(0)
-    model = build_model(ModelConfig(arch="resnet", n_bins=32, n_classes=3, width=8, depth=3, dropout=0.0)).train()
+    model = build_model(ModelConfig(**PLAIN_MODEL,
+                                    arch="resnet", n_bins=32, n_classes=3, width=8, depth=3, dropout=0.0)).train()
     ckpt = copy.deepcopy(model)
     ckpt.grad_checkpoint = True
     x = torch.randn(3, 1, 32, 64) * 10 - 40

@@ -14,6 +14,7 @@ from factories import make_separable_store
 
 from infer.budget import Budget
 from infer.data import BudgetBatchSampler, PadCollate, StoreDataset
+from infer.defaults import PLAIN_MODEL
 from infer.models import ModelConfig, build_model
 
 pytestmark = pytest.mark.slow
@@ -21,7 +22,7 @@ pytestmark = pytest.mark.slow
 WORLD = 2
 STEPS = 3
 BUDGET = Budget(2_000_000, 2000.0, max_batch=6, frame_align=4)
-CONFIG = ModelConfig(n_bins=16, n_classes=3, width=4, depth=2, dropout=0.0)
+CONFIG = ModelConfig(**PLAIN_MODEL, n_bins=16, n_classes=3, width=4, depth=2, dropout=0.0)
 
 
 def _data(store: str, rank: int) -> tuple[StoreDataset, BudgetBatchSampler]:

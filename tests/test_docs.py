@@ -191,6 +191,7 @@ def doc_corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """
     import pipeline
     from infer.checkpoint import Checkpoint, save_checkpoint
+    from infer.defaults import PLAIN_MODEL
     from infer.models import ModelConfig, build_model
     from infer.predict import predict
     from pipeline.testing import write_music_like
@@ -216,7 +217,8 @@ def doc_corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
     import torch
 
     torch.manual_seed(0)
-    model = build_model(ModelConfig(n_bins=s.specs["mel"].n_bins, n_classes=len(s.label_names), width=4, depth=2))
+    model = build_model(ModelConfig(**PLAIN_MODEL,
+                                    n_bins=s.specs["mel"].n_bins, n_classes=len(s.label_names), width=4, depth=2))
     save_checkpoint(Checkpoint.from_model(model, s.label_names, "mel", s.specs["mel"]), base / "untrained.pt")
     predict(s, base / "untrained.pt", base / "predictions.csv", device="cpu", progress=False)
     (base / "models").mkdir()

@@ -21,6 +21,7 @@ from infer.budget import Budget
 from infer.checkpoint import Checkpoint, save_checkpoint
 from infer.cost import measure_cost_per_frame
 from infer.data import PadCollate, StoreDataset
+from infer.defaults import PLAIN_MODEL
 from infer.device import memory_bytes
 from infer.models import ModelConfig, build_model
 from infer.predict import predict
@@ -53,7 +54,8 @@ def make_store(path: Path, lengths: list[int], seed: int = 0, separable: bool = 
 
 def make_checkpoint(path: Path, seed: int = 0, **config: object) -> Path:
     torch.manual_seed(seed)
-    model = build_model(ModelConfig(n_bins=SPEC.n_bins, n_classes=3, **{"width": 8, "depth": 3, **config}))
+    model = build_model(ModelConfig(n_bins=SPEC.n_bins, n_classes=3, **{**PLAIN_MODEL,
+                                    "width": 8, "depth": 3, **config}))
     for m in model.modules():
         if isinstance(m, nn.BatchNorm2d):
             m.running_mean.uniform_(-0.5, 0.5)
@@ -152,7 +154,7 @@ def test_budget_is_free_memory_minus_the_margin() -> None:
 def test_cost_probe_bounds_the_real_peak(precision: str) -> None:
     device = torch.device("cuda")
     engine = Engine(RunOptions(device="cuda", precision=precision, progress=False))
-    model = engine.prepare(build_model(ModelConfig(n_bins=128, n_classes=10)))
+    model = engine.prepare(build_model(ModelConfig(**PLAIN_MODEL, n_bins=128, n_classes=10)))
     cost = measure_cost_per_frame(model, 128, device=device, autocast=engine.autocast)
     rule = Budget.for_cost(2**40, cost, frame_align=model.time_stride)
     for batch, frames in ((4, 512), (16, 1024), (8, 4096)):
@@ -235,7 +237,8 @@ def test_training_steps_with_and_without_gradient_checkpointing() -> None:
     peaks, costs = {}, {}
     for flag in (False, True):
         torch.manual_seed(0)
-        model = build_model(ModelConfig(arch="resnet", n_bins=128, n_classes=10, dropout=0.0)).to(device).train()
+        model = build_model(ModelConfig(**PLAIN_MODEL,
+                                        arch="resnet", n_bins=128, n_classes=10, dropout=0.0)).to(device).train()
         model.grad_checkpoint = flag
         costs[flag] = measure_cost_per_frame(model, 128, device=device, training=True)
         opt = torch.optim.AdamW(model.parameters(), lr=1e-3)

@@ -12,6 +12,7 @@ from torch import nn
 from infer.budget import Budget, CostModel
 from infer.collate import Batch, CollateError, collate
 from infer.cost import activation_peak_bytes, measure_cost_per_frame
+from infer.defaults import PLAIN_MODEL
 from infer.models import (
     AttentionPooling,
     MaskedBatchNorm2d,
@@ -28,9 +29,8 @@ ATOL = 1e-4
 
 def tiny(arch: str, **overrides: object) -> ModelConfig:
     """A small config that keeps tests fast but has every kind of layer."""
-    # the parts pinned, not ModelConfig's defaults: the expectations below are for these
-    base: dict[str, object] = dict(arch=arch, n_bins=20, n_classes=6, width=8, depth=3, blocks_per_stage=1, dropout=0.3,
-                                   pooling="mean", freq_pooling="mean", stem_freq_kernel=3, input_time_pool=1)
+    base: dict[str, object] = dict(**PLAIN_MODEL, arch=arch, n_bins=20, n_classes=6, width=8, depth=3,
+                                   blocks_per_stage=1, dropout=0.3)
     base.update(overrides)
     return ModelConfig(**base)  # type: ignore[arg-type]
 
@@ -89,7 +89,7 @@ def test_batched_logits_equal_alone(arch: str) -> None:
 @pytest.mark.parametrize("arch", ["cnn", "resnet"])
 def test_batched_equals_alone_with_random_lengths_and_default_width(arch: str) -> None:
     rng = np.random.default_rng(5)
-    config = ModelConfig(arch=arch, n_bins=32, n_classes=4, depth=4, blocks_per_stage=1)
+    config = ModelConfig(**PLAIN_MODEL, arch=arch, n_bins=32, n_classes=4, depth=4, blocks_per_stage=1)
     model = eval_model(config, seed=2)
     lengths = rng.integers(1, 120, size=6).tolist()
     clips = make_clips(32, lengths, seed=3)
@@ -307,13 +307,13 @@ def test_config_round_trip_and_errors() -> None:
 
 
 def test_default_sizes() -> None:
-    cnn = build_model(ModelConfig())
+    cnn = build_model(ModelConfig(**PLAIN_MODEL))
     assert 100_000 <= count_parameters(cnn) <= 500_000
     assert cnn.time_stride == 16
-    resnet = build_model(ModelConfig(arch="resnet"))
+    resnet = build_model(ModelConfig(**PLAIN_MODEL, arch="resnet"))
     assert count_parameters(resnet) > count_parameters(cnn)
     assert resnet.time_stride == 16
-    flat = build_model(ModelConfig(time_kernel=1, time_pool=False))
+    flat = build_model(ModelConfig(**PLAIN_MODEL, time_kernel=1, time_pool=False))
     assert flat.time_stride == 1 and flat.receptive_field == 1
 
 

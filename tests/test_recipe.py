@@ -207,9 +207,10 @@ def test_statistics_head_chooses_c_by_grouped_cross_validation(store: Path) -> N
     assert all(len(v) == 1 for v in by_key.values())  # duplicates never straddle folds
     rows = np.flatnonzero(s.labels >= 0)
     torch.manual_seed(0)
+    from infer.defaults import PLAIN_MODEL
     from infer.models import ModelConfig, build_model
 
-    model = build_model(ModelConfig(n_bins=16, n_classes=3, width=4, depth=2, stats_head=True))
+    model = build_model(ModelConfig(**PLAIN_MODEL, n_bins=16, n_classes=3, width=4, depth=2, stats_head=True))
     assert isinstance(model, MaskedClassifier)
     fit = fit_stats_head(model, s, "mel", rows, seed=0)
     losses = {c: v["log_loss"] for c, v in fit.cv.items()}

@@ -18,6 +18,7 @@ from infer.checkpoint import load_checkpoint
 from infer.cli import main as infer_main
 from infer.cost import measure_cost_per_frame
 from infer.data import Item, PadCollate
+from infer.defaults import PLAIN_MODEL
 from infer.device import DEFAULT_CPU_BUDGET_MB
 from infer.models import ModelConfig, build_model
 from infer.predict import predict
@@ -168,7 +169,7 @@ def test_store_without_labels_is_refused(tmp_path: Path, capsys: pytest.CaptureF
 
 def test_training_plans_are_efficient_on_the_store_lengths(store: Path) -> None:
     s = open_store(store)
-    model = build_model(ModelConfig(n_bins=16, n_classes=3, width=4, depth=2)).train()
+    model = build_model(ModelConfig(**PLAIN_MODEL, n_bins=16, n_classes=3, width=4, depth=2)).train()
     cost = measure_cost_per_frame(model, 16, training=True)
     budget = Budget.for_cost(int(DEFAULT_CPU_BUDGET_MB * 2**20), cost, max_batch=8, frame_align=model.time_stride)
     train_rows, _ = training_rows(s, SplitRule(0.25, 0))

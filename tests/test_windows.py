@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from infer.collate import collate
+from infer.defaults import PLAIN_MODEL
 from infer.models import MaskedBatchNorm2d, MaskedClassifier, ModelConfig, build_model
 from infer.windows import (
     WindowError,
@@ -21,7 +22,8 @@ from infer.windows import (
 
 
 def make_model(**overrides: object) -> MaskedClassifier:
-    config: dict[str, object] = dict(arch="cnn", n_bins=12, n_classes=5, width=8, depth=3, blocks_per_stage=1)
+    config: dict[str, object] = dict(**PLAIN_MODEL, arch="cnn", n_bins=12, n_classes=5, width=8, depth=3,
+                                     blocks_per_stage=1)
     config.update(overrides)
     torch.manual_seed(0)
     model = build_model(ModelConfig(**config))  # type: ignore[arg-type]

@@ -10,6 +10,22 @@ options given on the command line override the file.  The resolved
 configuration is written next to the checkpoint (``<model>.config.json``)
 and into the checkpoint itself.  Light: it imports no torch, so the commands' ``--help``
 and their option errors answer at once.
+
+One home per setting: the built-in model's options (``width``, ``pooling``,
+...) are fields of :class:`~infer.model_config.ModelConfig` and the run's
+(``device``, ``max_batch``, ...) fields of
+:class:`~infer.run_options.RunOptions`; :class:`TrainConfig` names them
+(:func:`_of`) and takes their defaults, bounds and help from there, and
+holds the :class:`ModelConfig` and :class:`RunOptions` they make
+(:attr:`TrainConfig.model`, :attr:`TrainConfig.run`), built, and so checked,
+once when the config is made.  The fields stay flat in the command line,
+the config files, ``to_dict`` and the resume key, as every run recorded
+them.  What only a recipe has stays here: the auto fields (None = derived
+from the data: ``stats_head``, ``stats_weight``, ``pool_seconds``, which
+becomes the model's ``pool_window`` in frames once the feature's hop is
+known), the input ``normalization`` fitted on training frames, and
+``arch`` with ``model_args``, which may name a user's model by import path
+(a :class:`ModelConfig` knows only the built-in architectures).
 """
 
 from __future__ import annotations
@@ -19,20 +35,19 @@ import dataclasses
 import json
 import math
 import tomllib
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
 from store import ConfigError
+from store.options import add_options, borrowed, given, option
 from store.records import from_record
 
-from .. import defaults
-from ..defaults import PRECISIONS
-from ..model_config import ARCHS, FREQ_POOLINGS, POOLINGS, ModelConfig
-from ..run_options import check_run_option
+from ..model_config import ARCHS, ModelConfig
+from ..run_options import RunOptions
 
-__all__ = ["RUNTIME_FIELDS", "TrainConfig", "TrainError", "add_config_arguments", "config_from_args"]
+__all__ = ["RUNTIME_FIELDS", "TrainConfig", "TrainError", "add_config_arguments", "config_from_args", "model_options"]
 
 
 class TrainError(ConfigError):
@@ -41,9 +56,10 @@ class TrainError(ConfigError):
 
 RUNTIME_FIELDS = ("device", "precision", "budget_mb", "loader_workers")
 """Fields that may change between an interrupted run and its resumption (they do not change the result)."""
-AUTO_FIELDS = ("val_fraction", "val_every", "crops_per_clip", "crops_per_epoch", "pool_seconds", "stats_head",
-               "stats_weight")
-"""Fields whose default (None) is auto: derived from the training data by :mod:`infer.train.recipe`."""
+NORMALIZATIONS = ("global", "bin")
+"""``normalization``: one mean and std for every input bin, or one per bin."""
+SELECTS = ("last", "best")
+"""``select``: the weights at the end of the schedule, or at the best validation epoch."""
 
 
 def _optional_seconds(text: str) -> float | None:
@@ -63,10 +79,6 @@ def _optional_float(text: str) -> float | None:
     return None if text.strip().lower() == "auto" else float(text)
 
 
-def _optional_mb(text: str) -> float | None:
-    return None if text.strip().lower() in ("", "none", "auto") else float(text)
-
-
 def _json_object(text: str) -> dict[str, Any]:
     """``--model-args``: a JSON object of keyword arguments."""
     try:
@@ -79,8 +91,19 @@ def _json_object(text: str) -> dict[str, Any]:
 
 
 def _opt(default: Any, help: str, **meta: Any) -> Any:
-    """A config field with its command-line help (``meta``: ``parse``, ``choices``, ``metavar``)."""
-    return field(default=default, metadata={"help": help, **meta})
+    """A recipe field with its command-line help (``meta``: ``parse``, ``choices``, ``metavar``)."""
+    return option(default, help, **meta)
+
+
+def _auto(help: str, **meta: Any) -> Any:
+    """A recipe field whose default (None) is auto: derived from the training data (:mod:`.recipe`)."""
+    return option(None, help, shown="auto", **meta)
+
+
+def _of(cls: type, name: str) -> Any:
+    """A field that is field ``name`` of ``cls`` (:class:`ModelConfig` or :class:`RunOptions`): its default,
+    bounds and help live there, once; the config builds (and so checks) the ``cls`` it holds from it."""
+    return borrowed(cls, name, of=cls.__name__)
 
 
 @dataclass(frozen=True)
@@ -89,7 +112,10 @@ class TrainConfig:
 
     Units: ``lr`` per step (AdamW), ``crop_seconds`` seconds, ``budget_mb``
     MiB, mask widths in frames / bins.  See each field's help (``make train
-    --help`` lists them with their defaults).
+    --help`` lists them with their defaults).  The fields made with
+    :func:`_of` are the built-in model's (:attr:`model`) and the run's
+    (:attr:`run`): their defaults, bounds and help are those of
+    :class:`ModelConfig` and :class:`RunOptions`.
     """
 
     epochs: int = _opt(15, "passes over the training clips")
@@ -101,17 +127,15 @@ class TrainConfig:
                            "step (e.g. 0.99; 0 disables)")
     label_smoothing: float = _opt(0.0, "cross-entropy label smoothing")
     class_weighted: bool = _opt(False, "weight the loss by inverse class frequency")
-    max_batch: int = _opt(defaults.MAX_BATCH, "most clips in one batch")
-    budget_mb: float | None = _opt(None, f"memory for one batch, MiB (CPU default {defaults.CPU_BUDGET_MB:g}; CUDA: "
-                                         f"free memory minus a {defaults.CUDA_MARGIN_MB:g} MiB margin)",
-                                   parse=_optional_mb, metavar="MIB")
+    max_batch: int = _of(RunOptions, "max_batch")
+    budget_mb: float | None = _of(RunOptions, "budget_mb")
     crop_seconds: float | None = _opt(10.0, "random crop per clip and epoch, seconds; 0 = whole clips",
                                       parse=_optional_seconds, metavar="SECONDS")
-    crops_per_clip: int | None = _opt(None, "random crops of every training clip an epoch may draw from (each with "
+    crops_per_clip: int | None = _auto("random crops of every training clip an epoch may draw from (each with "
                                             "its own crop and augmentation); auto: enough for crops_per_epoch, 1-8 "
                                             "per clip (infer/train/recipe.py)", parse=_optional_count,
                                       metavar="N|auto")
-    crops_per_epoch: int | None = _opt(None, "crops trained per epoch, a fresh random subset each epoch of the "
+    crops_per_epoch: int | None = _auto("crops trained per epoch, a fresh random subset each epoch of the "
                                              "crops_per_clip crops of every clip; auto: 480 (30 batches of 16), or "
                                              "every clip once when there are more clips, or all crops when "
                                              "crops_per_clip is set; whole clips (no crop): each clip once",
@@ -126,65 +150,92 @@ class TrainConfig:
     pitch_shift: int = _opt(2, "random pitch shift per clip and epoch, uniform in +-this many semitones, as a "
                                "roll of the CQT bins (stores with a CQT; 0 disables)")
     mixup: float = _opt(0.0, "mixup: mix each batch with itself shuffled, weight ~ Beta(a, a) (0 disables)")
-    val_fraction: float | None = _opt(None, "share of works (groups) or contents held out for validation (they "
+    val_fraction: float | None = _auto("share of works (groups) or contents held out for validation (they "
                                             "do not train); auto: 10 % when that is 60 clips or more (enough to "
                                             "measure and to choose stats_weight), else none: every clip trains "
                                             "(judge such a corpus with specstore-cv)", parse=_optional_float,
                                       metavar="FRACTION|auto")
     val_offset: float = _opt(0.0, "start of the held-out interval of split scores (cross-validation folds hold out "
                                   "[k/K, (k+1)/K); 0 for a plain validation split)")
-    val_every: int | None = _opt(None, "validate every this many epochs, and after the last; auto: every epoch with "
+    val_every: int | None = _auto("validate every this many epochs, and after the last; auto: every epoch with "
                                        "select=best (it chooses), else every third of the schedule (validation "
                                        "then only reports, and a pass over the held-out clips costs many "
                                        "training steps)", parse=_optional_count, metavar="N|auto")
     select: str = _opt("last", "which weights are saved: last (the end of the schedule: validation only reports) or "
                                "best (the epoch with the best validation accuracy, then loss: noisy on few "
-                               "validation clips)", choices=("last", "best"))
+                               "validation clips)", choices=SELECTS)
     seed: int = _opt(0, "split and training seed (every random draw derives from it)")
     arch: str = _opt("cnn", "model: cnn, resnet, or an import path package.module:Class of any nn.Module with "
                             "forward(x, lengths) (see infer/contract.py)", metavar="ARCH")
     model_args: dict[str, Any] | None = _opt(None, "keyword arguments (a JSON object) for an import-path model; "
                                                    "n_bins/n_classes/input_mean/input_std are filled in when its "
                                                    "constructor takes them", parse=_json_object, metavar="JSON")
-    width: int = _opt(32, "channels of the first block (built-in models)")
-    depth: int = _opt(4, "blocks / stages (built-in models)")
-    dropout: float = _opt(0.1, "dropout before the head (built-in models)")
-    pooling: str = _opt("meanstd", "pooling over time (built-in models): mean, meanstd (mean and standard "
-                                "deviation), attention", choices=POOLINGS)
-    freq_pooling: str = _opt("keep", "frequency at the end of the built-in models: mean (averaged) or keep (each "
-                                     "frequency row a feature of its own: the head sees the register)",
-                             choices=FREQ_POOLINGS)
-    stem_freq_kernel: int = _opt(13, "the first conv's kernel along frequency, bins (odd; 13 spans an octave of "
-                                    "CQT bins) (built-in models)")
-    input_time_pool: int = _opt(2, "average this many frames into one at the model's input, dividing every "
-                                   "layer's cost by it (built-in models)")
+    width: int = _of(ModelConfig, "width")
+    depth: int = _of(ModelConfig, "depth")
+    dropout: float = _of(ModelConfig, "dropout")
+    pooling: str = _of(ModelConfig, "pooling")
+    freq_pooling: str = _of(ModelConfig, "freq_pooling")
+    stem_freq_kernel: int = _of(ModelConfig, "stem_freq_kernel")
+    input_time_pool: int = _of(ModelConfig, "input_time_pool")
     normalization: str = _opt("bin", "input normalisation fitted on training frames (built-in models): global "
                                         "(one mean and std) or bin (per frequency bin)",
-                              choices=("global", "bin"))
-    pool_seconds: float | None = _opt(None, "classify a clip window by window, each this many seconds long (from "
+                              choices=NORMALIZATIONS)
+    pool_seconds: float | None = _auto("classify a clip window by window, each this many seconds long (from "
                                             "its start), averaging the windows' logits (built-in models); 0 = pool "
                                             "the whole clip at once; auto: the training crop's length (so a long "
                                             "clip is judged as training saw it)", parse=_optional_float,
                                       metavar="SECONDS|auto")
-    stats_head: bool | None = _opt(None, "a statistics head beside the CNN (built-in models): a logistic "
+    stats_head: bool | None = _auto("a statistics head beside the CNN (built-in models): a logistic "
                                          "regression on each clip's per-bin mean, std and frame-to-frame change, "
                                          "fitted before the CNN trains (its strength chosen by grouped "
                                          "cross-validation on the training clips); the model's output adds its "
                                          "logits to the CNN's; auto: on for the built-in models")
-    stats_weight: float | None = _opt(None, "weight of the statistics head's logits in the model's output; auto: "
+    stats_weight: float | None = _auto("weight of the statistics head's logits in the model's output; auto: "
                                             "the least log-loss on the validation split when it holds 60 clips or "
                                             "more, else 1", parse=_optional_float, metavar="W|auto")
     grad_checkpoint: bool = _opt(False, "gradient checkpointing: recompute activations in backward, so the "
                                         "memory budget packs larger batches (slower steps)")
-    loader_workers: int = _opt(0, "batches are read by a prefetch thread (0) or by this many DataLoader "
-                                  "worker processes")
+    loader_workers: int = _of(RunOptions, "loader_workers")
     feature: str | None = _opt(None, "feature to train on: one the store holds, or several joined by '+' "
                                      "(stacked frame by frame, e.g. mel+cqt); default: every feature the store "
                                      "holds, stacked", metavar="NAME")
-    device: str = _opt(defaults.DEVICE, "auto (CUDA if available), cpu, cuda, cuda:N")
-    precision: str = _opt(defaults.PRECISION, "auto: bf16/fp16 autocast on CUDA, fp32 on CPU", choices=PRECISIONS)
+    device: str = _of(RunOptions, "device")
+    precision: str = _of(RunOptions, "precision")
 
     def __post_init__(self) -> None:
+        self._check_recipe()
+        for held in ("run", "model"):  # built (and so checked) once: the fields they take from here
+            try:
+                getattr(self, held)
+            except TrainError:
+                raise
+            except ConfigError as e:
+                raise TrainError(str(e)) from None
+
+    @cached_property
+    def model(self) -> ModelConfig | None:
+        """The built-in model this recipe trains (None for an import-path ``arch``, which ``model_args``
+        configures and whose own business its fields are).
+
+        Its data fields (``n_bins``, ``n_classes``, ``bin_mean``/``bin_std``) keep :class:`ModelConfig`'s
+        defaults here: training fills them from the store (:func:`~infer.train.prepare.model_spec_for`), as
+        it turns ``pool_seconds`` into ``pool_window`` frames; a given ``stats_head``/``stats_weight`` is
+        checked here, an auto one set by the recipe."""
+        if self.arch not in ARCHS:
+            return None
+        auto: dict[str, Any] = {k: v for k, v in (("stats_head", self.stats_head),
+                                                   ("stats_weight", self.stats_weight)) if v is not None}
+        return ModelConfig(arch=self.arch, **_taken(self, ModelConfig), **auto)
+
+    @cached_property
+    def run(self) -> RunOptions:
+        """The run options this recipe records (a run resumes with other values of :data:`RUNTIME_FIELDS`);
+        threads, GPU margin and progress bars are the command's, not the recipe's."""
+        return RunOptions(**_taken(self, RunOptions), progress=False)
+
+    def _check_recipe(self) -> None:
+        """The recipe's own fields (the model's and the run's are checked by the :class:`ModelConfig` and
+        :class:`RunOptions` this config holds)."""
         if not isinstance(self.epochs, int) or self.epochs < 1:
             raise TrainError(f"epochs must be a positive integer, got {self.epochs!r}")
         if not self.lr > 0 or not math.isfinite(self.lr):
@@ -203,8 +254,6 @@ class TrainConfig:
             raise TrainError(f"crops_per_epoch must be >= 1, got {self.crops_per_epoch}")
         if self.val_every is not None and (not isinstance(self.val_every, int) or self.val_every < 1):
             raise TrainError(f"val_every must be a positive integer (or auto), got {self.val_every!r}")
-        for name in ("max_batch", "budget_mb", "loader_workers"):  # the run options' own bounds
-            check_run_option(name, getattr(self, name), TrainError)
         if self.crop_seconds is not None and not (self.crop_seconds > 0 and math.isfinite(self.crop_seconds)):
             raise TrainError(f"crop_seconds must be positive (or None for whole clips), got {self.crop_seconds}")
         if min(self.time_masks, self.time_mask_frames, self.freq_masks, self.freq_mask_bins) < 0:
@@ -218,22 +267,13 @@ class TrainConfig:
             raise TrainError(f"pool_seconds must be >= 0 (0 = the whole clip; or auto), got {self.pool_seconds!r}")
         if self.stats_weight is not None and not (self.stats_weight >= 0 and math.isfinite(self.stats_weight)):
             raise TrainError(f"stats_weight must be a number >= 0 (or auto), got {self.stats_weight!r}")
-        if self.arch in ARCHS:  # the built-in model's own bounds (ModelConfig), before any data is read
-            for name in ("width", "depth", "dropout", "stem_freq_kernel", "input_time_pool"):
-                ModelConfig.check_field(name, getattr(self, name), TrainError)
-            if self.stats_weight is not None:
-                ModelConfig.check_field("stats_weight", self.stats_weight, TrainError)
-        if self.freq_pooling not in FREQ_POOLINGS:
-            raise TrainError(f"freq_pooling must be one of {', '.join(FREQ_POOLINGS)}, not {self.freq_pooling!r}")
-        if self.pooling not in POOLINGS:
-            raise TrainError(f"pooling must be one of {', '.join(POOLINGS)}, not {self.pooling!r}")
-        if self.normalization not in ("global", "bin"):
+        if self.normalization not in NORMALIZATIONS:
             raise TrainError(f"normalization must be global or bin, not {self.normalization!r}")
         if self.val_fraction is not None and not 0 <= self.val_fraction < 1:
             raise TrainError(f"val_fraction must be in [0, 1) (or auto), got {self.val_fraction!r}")
         if not 0 <= self.val_offset < 1 or self.val_offset + (self.val_fraction or 0.0) > 1 + 1e-12:
             raise TrainError(f"val_offset must be in [0, 1 - val_fraction], got {self.val_offset!r}")
-        if self.select not in ("best", "last"):
+        if self.select not in SELECTS:
             raise TrainError(f"select must be best or last, not {self.select!r}")
         if self.seed < 0:
             raise TrainError(f"seed must be >= 0, got {self.seed}")
@@ -243,10 +283,10 @@ class TrainConfig:
         if self.model_args is not None and self.arch in ARCHS:
             raise TrainError("model_args is for import-path models; the built-ins take width, depth, dropout, "
                              "pooling")
-        if self.precision not in PRECISIONS:
-            raise TrainError(f"precision must be one of {', '.join(PRECISIONS)}, not {self.precision!r}")
 
     def to_dict(self) -> dict[str, Any]:
+        """Every field, flat (the model's and the run's fields beside the recipe's, as ``--config`` files,
+        ``MODEL.config.json`` and resume keys have always held them)."""
         return dataclasses.asdict(self)
 
     @classmethod
@@ -287,41 +327,27 @@ class TrainConfig:
         return {k: v for k, v in self.to_dict().items() if k not in RUNTIME_FIELDS}
 
 
-def _flag(name: str) -> str:
-    return "--" + name.replace("_", "-")
+AUTO_FIELDS = tuple(f.name for f in dataclasses.fields(TrainConfig) if f.metadata.get("shown") == "auto")
+"""Fields whose default (None) is auto: derived from the training data by :mod:`infer.train.recipe`."""
 
 
-def _parser_for(f: dataclasses.Field[Any]) -> Callable[[str], Any]:
-    parse = f.metadata.get("parse")
-    if parse is not None:
-        return parse  # type: ignore[no-any-return,unused-ignore]
-    kind = f.type if isinstance(f.type, str) else getattr(f.type, "__name__", str(f.type))
-    if kind.startswith("int"):
-        return int
-    if kind.startswith("float"):
-        return float
-    return str
+def _taken(config: TrainConfig, cls: type) -> dict[str, Any]:
+    """The fields of ``config`` that are fields of ``cls`` (:func:`_of`), by name."""
+    return {f.name: getattr(config, f.name) for f in dataclasses.fields(config) if f.metadata.get("of") == cls.__name__}
+
+
+def model_options(config: TrainConfig) -> tuple[str, ...]:
+    """The names of the :class:`ModelConfig` fields a recipe sets (the rest keep :class:`ModelConfig`'s
+    defaults, the data's are filled from the store)."""
+    return tuple(_taken(config, ModelConfig))
 
 
 def add_config_arguments(parser: argparse.ArgumentParser) -> None:
-    """One option per :class:`TrainConfig` field; an option not given is absent from the parsed namespace
-    (``argparse.SUPPRESS``), so a config file or the defaults fill it."""
-    defaults = TrainConfig()
-    for f in dataclasses.fields(TrainConfig):
-        default = getattr(defaults, f.name)
-        shown = ("auto" if f.name in AUTO_FIELDS else "none") if default is None else (
-            f"{default:g}" if isinstance(default, float) else default)
-        help_text = f"{f.metadata['help']} (default {shown})".replace("%", "%%")  # argparse formats help with %
-        if str(f.type).startswith("bool"):
-            parser.add_argument(_flag(f.name), action=argparse.BooleanOptionalAction, default=argparse.SUPPRESS,
-                                help=help_text)
-            continue
-        parser.add_argument(_flag(f.name), type=_parser_for(f), default=argparse.SUPPRESS,
-                            choices=f.metadata.get("choices"),
-                            metavar=f.metadata.get("metavar"), help=help_text)
+    """One option per :class:`TrainConfig` field (:func:`store.options.add_options`); an option not given is
+    absent from the parsed namespace, so a config file or the defaults fill it."""
+    add_options(parser, TrainConfig)
 
 
 def config_from_args(args: argparse.Namespace, base: TrainConfig | None = None) -> TrainConfig:
     """``base`` (or the defaults) with every option given on the command line applied."""
-    given = {f.name: getattr(args, f.name) for f in dataclasses.fields(TrainConfig) if hasattr(args, f.name)}
-    return TrainConfig.from_dict({**(base or TrainConfig()).to_dict(), **given})
+    return TrainConfig.from_dict({**(base or TrainConfig()).to_dict(), **given(args, TrainConfig)})

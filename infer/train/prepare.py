@@ -13,8 +13,8 @@ return.
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import logging
-import math
 import os
 import sys
 from collections.abc import Iterable
@@ -35,14 +35,15 @@ from ..checkpoint import load_checkpoint
 from ..contract import ModelSpec, masks_padding, spec_of, time_stride, window_frames
 from ..data import BudgetBatchSampler, PadCollate, StoreDataset, feature_specs, prefetch
 from ..models import ARCHS, MaskedClassifier
-from ..runtime import Engine, RunOptions
+from ..runtime import Engine
 from ..split import SplitError, SplitRule, split_keys, training_fingerprint, training_rows, ungrouped_split_warning
 from ..trust import Trust, UntrustedModelError, with_named
-from .config import TrainConfig, TrainError
+from .config import TrainConfig, TrainError, model_options
+from .frames import FrameStats, frame_stats
 from .recipe import DataFacts, data_facts, resolve, resolve_validation
 from .resume import ResumeState, load_resume, resume_path_for
 from .stats_head import DEFAULT_WEIGHT, fit_stats_head
-from .steps import WeightAverage, class_weights, epoch_seed, param_groups
+from .steps import WeightAverage, class_weights, param_groups
 
 __all__ = [
     "FrameStats", "Learner", "Run", "TrainData", "default_training_feature", "frame_stats", "keep_freed_memory",
@@ -78,38 +79,6 @@ def keep_freed_memory() -> bool:
         return bool(libc.mallopt(m_mmap_threshold, 1 << 30)) and bool(libc.mallopt(m_trim_threshold, (1 << 31) - 1))
     except (OSError, AttributeError):
         return False
-
-
-@dataclass(frozen=True)
-class FrameStats:
-    """Mean and standard deviation (dB) of a sample of training frames: overall, and per bin."""
-
-    mean: float
-    std: float
-    bin_mean: np.ndarray
-    bin_std: np.ndarray
-
-
-def frame_stats(dataset: StoreDataset, seed: int, max_clips: int = 128, max_frames: int = 2048) -> FrameStats:
-    """:class:`FrameStats` of up to ``max_clips`` items (a window of ``max_frames`` each), float64 sums."""
-    rng = np.random.default_rng(epoch_seed(seed, 0, 99))
-    n = len(dataset)
-    pick = np.arange(n) if n <= max_clips else rng.choice(n, size=max_clips, replace=False)
-    total = np.zeros(dataset.n_bins)
-    total_sq = np.zeros(dataset.n_bins)
-    count = 0
-    for i in pick.tolist():
-        length = int(dataset.full_lengths[i])
-        start = int(rng.integers(0, length - max_frames + 1)) if length > max_frames else 0
-        a = dataset.window(i, start, min(length, start + max_frames)).astype(np.float64)
-        total += a.sum(axis=1)
-        total_sq += np.square(a).sum(axis=1)
-        count += a.shape[1]
-    bin_mean = total / count
-    bin_std = np.sqrt(np.maximum(total_sq / count - bin_mean**2, 0.0))
-    mean = float(total.sum() / (count * dataset.n_bins))
-    std = math.sqrt(max(float(total_sq.sum() / (count * dataset.n_bins)) - mean * mean, 0.0))
-    return FrameStats(mean, max(std, 1e-3), bin_mean, np.maximum(bin_std, 1e-3))
 
 
 # -- the run ---------------------------------------------------------------------------------------
@@ -217,9 +186,7 @@ def prepare_run(store: str | os.PathLike[str] | Store, model_path: str | os.Path
     if not len(val_rows) and resolved.select == "best":
         log.warning("no validation clips (val_fraction %.2f): the best checkpoint is chosen by training loss",
                     resolved.val_fraction)
-    engine = Engine(RunOptions(device=resolved.device, precision=resolved.precision, budget_mb=resolved.budget_mb,
-                               margin_mb=margin_mb, max_batch=resolved.max_batch, threads=threads,
-                               progress=False))
+    engine = Engine(dataclasses.replace(resolved.run, margin_mb=margin_mb, threads=threads))
     if engine.device.type == "cpu":
         keep_freed_memory()
     resume_path = resume_path_for(path)
@@ -298,9 +265,8 @@ def model_spec_for(cfg: TrainConfig, model: nn.Module | str | None, model_args: 
     target = model if isinstance(model, str) else cfg.arch
     args = model_args if model_args is not None else cfg.model_args
     if target in ARCHS:
-        kwargs = {**available, "width": cfg.width, "depth": cfg.depth, "dropout": cfg.dropout, "pooling": cfg.pooling,
-                  "input_time_pool": cfg.input_time_pool, "freq_pooling": cfg.freq_pooling,
-                  "stem_freq_kernel": cfg.stem_freq_kernel, "stats_head": bool(cfg.stats_head),
+        kwargs = {**available, **{k: getattr(cfg, k) for k in model_options(cfg)},  # checked by cfg.model
+                  "stats_head": bool(cfg.stats_head),
                   "stats_weight": DEFAULT_WEIGHT if cfg.stats_weight is None else cfg.stats_weight}
         if cfg.normalization == "bin" and stats is not None:
             kwargs["bin_mean"] = [round(float(v), 3) for v in stats.bin_mean]

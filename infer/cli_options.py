@@ -1,0 +1,62 @@
+"""The options of the inference commands that are not run options or training options, one dataclass each.
+
+Each field is one option of ``python -m infer <command>`` (its default and
+help here, :mod:`store.options` makes the option), so no command line
+spells a default of its own.  The run options are
+:class:`~infer.run_options.RunOptions`, the training options
+:class:`~infer.train.config.TrainConfig`.  Pure: no torch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from store.options import option
+
+from .defaults import EVAL_SPLITS
+from .model_config import ARCHS
+
+__all__ = ["CvOptions", "EvalOptions", "InitOptions", "PlanOptions", "PredictOptions"]
+
+
+@dataclass(frozen=True)
+class PredictOptions:
+    """``predict``: where the predictions go and how many labels each clip lists."""
+
+    out: str = option("predictions.csv", "CSV to write")
+    topk: int = option(5, "labels listed per clip")
+
+
+@dataclass(frozen=True)
+class PlanOptions:
+    """``plan``: the model whose memory cost to plan for, and how many of the largest batches to list."""
+
+    model: str | None = option(None, "checkpoint whose memory cost to plan for", shown="the default CNN")
+    top: int = option(5, "largest batches to list")
+
+
+@dataclass(frozen=True)
+class InitOptions:
+    """``init``: the untrained checkpoint's architecture, feature and seed."""
+
+    arch: str = option("cnn", "architecture", choices=ARCHS)
+    feature: str | None = option(None, "feature to classify", shown="the store's default")
+    seed: int = option(0, "weight initialisation seed")
+
+
+@dataclass(frozen=True)
+class EvalOptions:
+    """``eval``: where the report goes and which clips it scores."""
+
+    out_dir: str = option("reports", "folder for the report files")
+    split: str = option("auto", "auto: the held-out split on the store the model was trained on, every clip "
+                                "elsewhere; all, or the training / held-out split the checkpoint recorded",
+                        choices=EVAL_SPLITS)
+
+
+@dataclass(frozen=True)
+class CvOptions:
+    """``cv``: where the fold models and figures go, and how many folds."""
+
+    out_dir: str = option("reports/cv", "folder for the fold models, cv.csv and cv.json")
+    folds: int = option(5, "number of folds")
