@@ -10,6 +10,9 @@ Routes:
   "frames", "top": [{"label", "prob"}], "picture"?} or {"file", "error"}]}``;
   every file failed: 422 with ``error`` (500 when the server failed); limits: 413 (too large, too many
   files), 400 (no files, malformed), 503 + ``Retry-After`` (busy), 504 (timeout).
+  With ``picture=1`` each file also has ``picture_axes``: ``{"time", "frequency", "db": [{"at", "label"}],
+  "colours"}`` (:mod:`serving.picture`).
+* ``GET /favicon.ico``: the page's icon (SVG).
 * ``GET /health``: model, labels, device, budget, queue depth, limits; 503
   ``{"status": "unhealthy", "reason"}`` once the service cannot classify (its batcher stopped).
 * ``GET /metrics``: Prometheus text (:mod:`serving.metrics`).
@@ -44,6 +47,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from .errors import InternalError, Refused, RequestError
 from .metrics import CONTENT_TYPE
+from .picture import PictureScale
 from .responses import CountRequests, answer_json, error_json, handle_request_error
 from .service import Service
 from .uploads import Uploads, receive_uploads
@@ -51,6 +55,11 @@ from .uploads import Uploads, receive_uploads
 __all__ = ["OriginCheck", "Routes", "Service", "create_app"]
 
 log = logging.getLogger(__name__)
+
+#: The page's icon: three spectrogram bars in the picture's colours.
+FAVICON = ('<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 16 16"><rect width="16" height="16" rx="3" '
+           'fill="#000004"/><rect x="2" y="8" width="3" height="6" fill="#b73779"/><rect x="6.5" y="3" width="3" '
+           'height="11" fill="#fc8961"/><rect x="11" y="6" width="3" height="8" fill="#fcfdbf"/></svg>')
 
 
 def health_json(service: Service) -> dict[str, Any]:
@@ -78,10 +87,15 @@ class Routes:
 
     def __init__(self, service: Service) -> None:
         self.service = service
+        name, limits = service.classifier.picture_part()
+        self.scale = PictureScale.of(service.classifier.specs[name], limits)
 
     async def page(self, request: Request) -> Response:
         text = resources.files("serving").joinpath("page.html").read_text(encoding="utf-8")
         return HTMLResponse(text)
+
+    async def favicon(self, request: Request) -> Response:
+        return Response(FAVICON, media_type="image/svg+xml", headers={"Cache-Control": "max-age=86400"})
 
     async def health(self, request: Request) -> Response:
         body = health_json(self.service)
@@ -123,7 +137,7 @@ class Routes:
             raise InternalError() from e
         finally:
             uploads.remove(service.upload_bytes)
-        return JSONResponse(answer_json(answer))
+        return JSONResponse(answer_json(answer, self.scale if picture else None))
 
 
 class OriginCheck:
@@ -191,6 +205,7 @@ def create_app(service: Service) -> Starlette:
     app = Starlette(routes=[
         Route("/", routes.page, methods=["GET"]),
         Route("/classify", routes.classify, methods=["POST"], middleware=counted),
+        Route("/favicon.ico", routes.favicon, methods=["GET"]),
         Route("/health", routes.health, methods=["GET"]),
         Route("/metrics", routes.metrics, methods=["GET"]),
     ], middleware=middleware, exception_handlers={RequestError: handle_request_error}, lifespan=_lifespan(service))

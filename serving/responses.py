@@ -18,6 +18,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from .answers import Answer, Classified, FileAnswer
 from .errors import FileRefused, NoFileClassified, NotRunning, Refused, RequestError, TimedOut
 from .metrics import Metrics
+from .picture import PictureScale
 
 __all__ = ["CountRequests", "StatusSent", "answer_json", "error_json", "file_json", "handle_request_error"]
 
@@ -27,9 +28,10 @@ def error_json(status: int, message: str, *, headers: dict[str, str] | None = No
     return JSONResponse({"error": message, **extra}, status_code=status, headers=headers)
 
 
-def file_json(answer: FileAnswer) -> dict[str, Any]:
-    """One file's answer: ``{"file", "duration_s", "frames", "top": [{"label", "prob"}], "picture"?}`` (a PNG
-    data URL) or ``{"file", "error"}``."""
+def file_json(answer: FileAnswer, scale: PictureScale | None = None) -> dict[str, Any]:
+    """One file's answer: ``{"file", "duration_s", "frames", "top": [{"label", "prob"}], "picture"?,
+    "picture_axes"?}`` (a PNG data URL; its tick labels by ``scale``, :meth:`PictureScale.axes`) or
+    ``{"file", "error"}``."""
     if not isinstance(answer, Classified):
         return {"file": answer.file, "error": answer.error}
     out: dict[str, Any] = {
@@ -38,11 +40,13 @@ def file_json(answer: FileAnswer) -> dict[str, Any]:
     }
     if answer.picture is not None:
         out["picture"] = "data:image/png;base64," + base64.b64encode(answer.picture).decode("ascii")
+        if scale is not None:
+            out["picture_axes"] = scale.axes(answer.frames)
     return out
 
 
-def answer_json(answer: Answer) -> dict[str, Any]:
-    return {"model": answer.model, "labels": answer.labels, "files": [file_json(a) for a in answer.files]}
+def answer_json(answer: Answer, scale: PictureScale | None = None) -> dict[str, Any]:
+    return {"model": answer.model, "labels": answer.labels, "files": [file_json(a, scale) for a in answer.files]}
 
 
 def error_response(exc: RequestError) -> JSONResponse:

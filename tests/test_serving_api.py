@@ -23,6 +23,7 @@ from serving.app import Service, create_app
 from serving.clips import decode_file
 from serving.config import ServeConfig
 from serving.model import Classifier
+from serving.picture import PictureScale
 from serving.policy import BatchPolicy
 from store import FeatureSpec
 
@@ -74,6 +75,13 @@ def test_health_page_and_metrics(server: Server) -> None:
         assert name in m.text
 
 
+def test_the_favicon_is_served_and_the_page_links_it(server: Server) -> None:
+    icon = server.client.get("/favicon.ico")
+    assert icon.status_code == 200 and icon.headers["content-type"].startswith("image/svg+xml")
+    assert icon.text.startswith("<svg") and icon.text.endswith("</svg>")
+    assert 'rel="icon"' in server.client.get("/").text
+
+
 def test_many_files_are_batched_together_and_each_answer_is_its_own(server: Server) -> None:
     before = server.service.metrics.batches.get()
     r = server.post(*[(f.name, f.read_bytes()) for f in server.files], query="?picture=1")
@@ -88,6 +96,7 @@ def test_many_files_are_batched_together_and_each_answer_is_its_own(server: Serv
         assert len(a["top"]) == 5 and probs == sorted(probs, reverse=True)
         png = base64.b64decode(a["picture"].removeprefix("data:image/png;base64,"))
         assert png.startswith(b"\x89PNG")
+        assert a["picture_axes"] == PictureScale.of(SPEC, (-60.0, 40.0)).axes(a["frames"])
         solo = server.service.classifier.run([clip.features]).probs[0]  # the clip alone, in a batch of one
         expected = sorted(zip(solo.tolist(), GENRES, strict=True), reverse=True)[:5]
         assert [t["label"] for t in a["top"]] == [lab for _, lab in expected]

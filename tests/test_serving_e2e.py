@@ -18,6 +18,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -86,29 +87,58 @@ def test_the_page_in_a_real_browser_uploads_a_file_and_shows_the_top_5(served: t
         pytest.skip("no Chromium (apt-get install chromium; `make install` does it)")
     sync_api = pytest.importorskip("playwright.sync_api", reason="playwright not installed (make install)")
     url, files = served
-    expected = httpx.post(f"{url}/classify", files={"file": (files[1].name, files[1].read_bytes())},
-                          timeout=60).json()["files"][0]["top"]
+    expected = httpx.post(f"{url}/classify?picture=1", files={"file": (files[1].name, files[1].read_bytes())},
+                          timeout=60).json()["files"][0]
+    picked = [files[1], files[0]]
     with sync_api.sync_playwright() as pw:
         # a fresh profile; Playwright adds --headless and takes the profile folder as user_data_dir
         browser = pw.chromium.launch_persistent_context(str(tmp_path / "profile"), executable_path=CHROMIUM,
-                                                        headless=True, args=CHROMIUM_FLAGS)
+                                                        headless=True, args=CHROMIUM_FLAGS,
+                                                        viewport={"width": 1000, "height": 900})
         try:
             page = browser.new_page()
             page.goto(url + "/")
             page.wait_for_function("document.getElementById('model').textContent.includes('6 genres')",
                                    timeout=30_000)
-            page.set_input_files("#pick", [str(files[1]), str(files[0])])
+            page.set_input_files("#pick", [str(f) for f in picked])
             page.wait_for_selector(".file[data-done='1'] >> nth=1", timeout=60_000)
+            page.wait_for_function("[...document.querySelectorAll('img.mel')].every(i => i.complete)")
+            assert page.locator(".file h2").all_text_contents() == [f.name for f in picked]  # upload order
             box = page.locator(".file", has_text=files[1].name)
-            labels = box.locator("tr.genre td.label").all_text_contents()
-            probs = box.locator("tr.genre td.prob").all_text_contents()
-            assert labels == [t["label"] for t in expected]
-            assert probs == [f"{100 * t['prob']:.1f} %" for t in expected]
+            assert box.locator("tr.genre td.label").all_text_contents() == [t["label"] for t in expected["top"]]
+            assert box.locator("tr.genre td.prob").all_text_contents() == [f"{100 * t['prob']:.1f} %"
+                                                                           for t in expected["top"]]
             assert box.locator("img.mel").get_attribute("src").startswith("data:image/png;base64,")
+            _check_axes(box, expected["picture_axes"])
+            for card in page.locator(".file").all():  # a player of the browser's own copy of the file
+                assert card.locator("audio.player[controls]").count() == 1
+                assert card.locator("audio.player").get_attribute("src").startswith("blob:")
+            lefts = {round(b.bounding_box()["x"], 1) for b in page.locator(".file tr.genre .bar").all()}
+            assert len(lefts) == 1, f"the bars' left edges differ between cards: {lefts}"
             assert page.locator(".file .error").count() == 0
-            page.screenshot(path=str(tmp_path / "page.png"))
+            page.screenshot(path=str(tmp_path / "page.png"), full_page=True)
+            if os.environ.get("SPECSTORE_WRITE_SCREENSHOT") == "1":  # docs/page.png (docs/serving.md shows it)
+                page.screenshot(path=str(Path(__file__).resolve().parents[1] / "docs" / "page.png"), full_page=True)
         finally:
             browser.close()
+
+
+def _check_axes(box: Any, axes: dict[str, Any]) -> None:
+    """The picture's tick labels in the DOM are the server's, in seconds, Hz and dB, and sit inside the picture."""
+    time = box.locator(".axis.time .tick").all_text_contents()
+    freq = box.locator(".axis.freq .tick").all_text_contents()
+    db = box.locator(".axis.db .tick").all_text_contents()
+    assert time == [t["label"] for t in axes["time"]] and time[0] == "0 s" and len(time) >= 3
+    assert all(t.endswith(" s") for t in time)
+    assert freq == [t["label"] for t in axes["frequency"]] and len(freq) >= 2
+    assert all(t.endswith(" Hz") for t in freq)
+    assert db[0] == "-60 dB" and db[-1] == "40 dB"
+    img = box.locator("img.mel").bounding_box()
+    ticks = box.locator(".axis.time .tick").all()
+    for tick, t in zip(ticks, axes["time"], strict=True):
+        b = tick.bounding_box()
+        assert abs(b["x"] + b["width"] / 2 - (img["x"] + t["at"] * img["width"])) < 1.5
+    assert "linear-gradient" in box.locator(".colorbar").get_attribute("style")
 
 
 def test_bounded_load_on_localhost_answers_every_request(served: tuple[str, list[Path]]) -> None:
