@@ -82,7 +82,8 @@ def cmd_predict(args: argparse.Namespace) -> int:
     _check_checkpoint(args.model)
     from .predict import predict
 
-    res = predict(args.store, args.model, args.out, topk=args.topk, options=options,
+    res = predict(args.store, args.model, args.out, topk=args.topk, unknown_below=args.unknown_below,
+                  options=options,
                   trust_model_code=args.trust_model_code)
     print(res.stats.line())
     if args.out:
