@@ -24,6 +24,14 @@ from .encode import encode_clip
 from .plan import FORMATS, MAX_SECONDS, STYLES, ClipPlan, DemoCorpusError, plan_corpus
 from .render import render_clip
 
+PROGRESS_BAR = {
+    "unit": "s audio",
+    "desc": "demo corpus",
+    "bar_format": "{l_bar}{bar}| {n:.1f}/{total:.1f} s [{elapsed}<{remaining}, {rate_fmt}{postfix}]",
+}
+"""The progress bar counts seconds of audio written: exact float totals, shown rounded to 0.1 s (a float
+``n`` summed clip by clip would otherwise show as ``4843.599999999999/7212.0``)."""
+
 __all__ = ["CorpusSummary", "generate_corpus"]
 
 logger = logging.getLogger(__name__)
@@ -178,17 +186,17 @@ def generate_corpus(
     total_s = sum(p.n_frames / p.sample_rate for p in plans)
     logger.info("writing %d files (%.2f h of audio) to %s with %d job(s)", len(plans), total_s / 3600, out, n_jobs)
     if n_jobs == 1:
-        with tqdm(total=round(total_s, 1), unit="s audio", desc="demo corpus", disable=not progress) as bar:
+        with tqdm(total=total_s, disable=not progress, **PROGRESS_BAR) as bar:
             for clip in order:
-                bar.update(round(_write_clip(clip, str(out)), 1))
+                bar.update(_write_clip(clip, str(out)))
     else:
         with ProcessPoolExecutor(max_workers=n_jobs) as pool:
             # Submit (which starts the workers) before tqdm starts its monitor thread.
             futures = [pool.submit(_write_clip, p, str(out)) for p in order]
             try:
-                with tqdm(total=round(total_s, 1), unit="s audio", desc="demo corpus", disable=not progress) as bar:
+                with tqdm(total=total_s, disable=not progress, **PROGRESS_BAR) as bar:
                     for fut in as_completed(futures):
-                        bar.update(round(fut.result(), 1))
+                        bar.update(fut.result())
             except BaseException:
                 pool.shutdown(wait=True, cancel_futures=True)  # do not render the rest first
                 raise

@@ -82,7 +82,8 @@ def cmd_predict(args: argparse.Namespace) -> int:
     _check_checkpoint(args.model)
     from .predict import predict
 
-    res = predict(args.store, args.model, args.out, topk=args.topk, options=options,
+    res = predict(args.store, args.model, args.out, topk=args.topk, unknown_below=args.unknown_below,
+                  options=options,
                   trust_model_code=args.trust_model_code)
     print(res.stats.line())
     if args.out:
@@ -187,7 +188,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
         print(f"skipped {report.n_unlabelled} unlabelled clips; {report.n_unknown_label} clips have labels the "
               f"model does not know ({', '.join(report.unknown_labels) or '-'}), counted as errors")
     print(f"report: {report.files.get('text')} ({report.files.get('json')}, "
-          f"{report.files.get('confusion', 'no confusion.png: matplotlib missing')})")
+          f"{report.files.get('confusion', 'no confusion.png: matplotlib missing')}); clips scored: "
+          f"{report.files.get('clips')}")
     return 0
 
 
@@ -255,7 +257,8 @@ def _cv_parser(p: argparse.ArgumentParser) -> None:
 
 def _eval_parser(p: argparse.ArgumentParser) -> None:
     p.description = ("Evaluate MODEL on the labelled clips of STORE: accuracy, top-k, per-class precision/recall/F1 "
-                     "and a confusion matrix, written to --out-dir as report.json, report.txt and confusion.png. "
+                     "and a confusion matrix, written to --out-dir as report.json, report.txt and confusion.png, "
+                     "with heldout.csv listing the clips scored (path, content hash, label, prediction). "
                      "On the store the model was trained on, only the held-out split is scored unless --split says "
                      "otherwise.")
     p.add_argument("store", help="labelled feature store (path or URL)")

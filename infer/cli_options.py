@@ -15,6 +15,11 @@ from store.options import option
 
 from .defaults import EVAL_SPLITS
 from .model_config import ARCHS
+from .predictions import parse_unknown_below
+
+UNKNOWN_BELOW_HELP = ("answer `unknown` when the top probability is below P (0 < P <= 1); the top-k list is kept "
+                      "as it is")
+"""``--unknown-below``'s help, shared by ``predict`` and ``specstore classify``."""
 
 __all__ = ["CvOptions", "EvalOptions", "InitOptions", "PlanOptions", "PredictOptions"]
 
@@ -25,6 +30,8 @@ class PredictOptions:
 
     out: str = option("predictions.csv", "CSV to write")
     topk: int = option(5, "labels listed per clip")
+    unknown_below: float | None = option(None, UNKNOWN_BELOW_HELP + " (the CSV's pred column carries it)",
+                                         parse=parse_unknown_below, metavar="P", shown="off")
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,8 @@
 :func:`evaluate` runs a checkpoint over a store's labelled clips with the
 engine (:mod:`infer.runtime`, the loop ``make infer`` uses) and scores them
 with :mod:`infer.metrics` (scikit-learn metrics).  It writes
-``report.json``, ``report.txt`` and ``confusion.png`` to an output folder.
+``report.json``, ``report.txt``, ``confusion.png`` and ``heldout.csv`` (the
+clips it scored: path, content hash, label, prediction) to an output folder.
 
 Honest by default: on the store a model was trained on (same location, or
 the same training data), ``split="auto"`` scores only the held-out split the
@@ -21,6 +22,8 @@ counts once, duplicates included.
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import logging
 import os
@@ -55,6 +58,9 @@ __all__ = ["EVAL_SPLITS", "EvaluateError", "Report", "evaluate", "resolve_split"
 log = logging.getLogger(__name__)
 
 TOPK = 5
+CLIP_COLUMNS = ("path", "hash", "label", "prediction", "prob")
+"""The columns of ``heldout.csv``: each scored clip's path, content hash, true label, predicted label and its
+probability (0..1)."""
 """Top-k accuracy is reported for k = min(TOPK, number of model classes)."""
 
 
@@ -103,9 +109,13 @@ class Report:
     seconds: float = 0.0
     misclassified: list[dict[str, Any]] = field(default_factory=list)
     files: dict[str, str] = field(default_factory=dict)
+    clips: list[dict[str, Any]] = field(default_factory=list, repr=False)
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """``report.json``: every field but ``clips`` (those are ``heldout.csv``, named in ``files``)."""
+        d = asdict(self)
+        d.pop("clips")
+        return d
 
     def text(self) -> str:
         """A readable table (precision/recall/F1/support per class, averages, confusion)."""
@@ -135,6 +145,8 @@ class Report:
             "",
             "confusion matrix (rows: true label, columns: predicted label):",
         ]
+        if "clips" in self.files:
+            lines[2:2] = [f"the clips scored (path, content hash, label, prediction): {self.files['clips']}"]
         cell = max(4, len(str(max((max(r) for r in self.confusion), default=0))) + 1)
         short = [n[:cell - 1] for n in self.label_names]
         lines.append(f"{'':>{width}} " + "".join(f"{s:>{cell}}" for s in short))
@@ -234,7 +246,7 @@ def evaluate(
     needs ``trust_model_code``, see :mod:`infer.trust`).  ``options``/``overrides`` are
     :class:`infer.runtime.RunOptions` (device,
     budget_mb, max_batch, precision, threads, progress).  With ``out_dir``,
-    writes ``report.json``, ``report.txt`` and ``confusion.png`` there.
+    writes ``report.json``, ``report.txt``, ``confusion.png`` and ``heldout.csv`` there.
     ``baselines``: also fit the simple baselines of :mod:`infer.baselines` on
     the model's training clips (those of ``baseline_store``, by default the
     store recorded in the checkpoint, restricted to its training split when
@@ -257,9 +269,11 @@ def evaluate(
     if trained_here and rule is not None:
         keys = split_keys(s)
         n_trained_on = int((~rule.is_val([keys[int(r)] for r in rows])).sum())
-    report = _score(probs, truth, names, len(ckpt.label_names), [s.paths[int(r)] for r in rows],
+    paths = [s.paths[int(r)] for r in rows]
+    report = _score(probs, truth, names, len(ckpt.label_names), paths,
                     n_unlabelled=n_unlabelled, split=split, store=str(s.location), model=ckpt.name,
                     n_trained_on=n_trained_on)
+    report.clips = _clip_rows(names, probs, truth, paths, [s.hashes[int(r)] for r in rows])
     if baselines:
         report.baselines = [b.to_dict() for b in _baselines(ckpt, s, rows, [names[t] for t in truth], rule,
                                                             baseline_store)]
@@ -326,6 +340,15 @@ def _score(probs: np.ndarray, truth: np.ndarray, names: list[str], n_classes: in
     )
 
 
+def _clip_rows(names: list[str], probs: np.ndarray, truth: np.ndarray, paths: list[str],
+               hashes: list[str]) -> list[dict[str, Any]]:
+    """One row per scored clip (``heldout.csv``): path, content hash, true label, prediction and its probability."""
+    pred = probs.argmax(axis=1)
+    return [{"path": paths[i], "hash": hashes[i], "label": names[truth[i]],
+             "prediction": names[pred[i]], "prob": round(float(probs[i, pred[i]]), 4)}
+            for i in range(len(truth))]
+
+
 def _baselines(ckpt: LoadedModel, s: Store, rows: np.ndarray, truth: list[str], rule: SplitRule | None,
                baseline_store: str | os.PathLike[str] | Store | None) -> list[BaselineResult]:
     """Fit the baselines on the model's training clips and score them on ``rows`` of ``s``."""
@@ -344,7 +367,7 @@ def _baselines(ckpt: LoadedModel, s: Store, rows: np.ndarray, truth: list[str], 
 
 
 def write_report(report: Report, out_dir: str | os.PathLike[str]) -> dict[str, str]:
-    """Write ``report.json``, ``report.txt`` and ``confusion.png`` into ``out_dir`` (each atomically).
+    """Write ``report.json``, ``report.txt``, ``confusion.png`` and ``heldout.csv`` into ``out_dir`` (each atomically).
 
     Without matplotlib the PNG is skipped with a warning (the numbers are
     still written).  Returns name -> path of what was written, also stored in
@@ -365,7 +388,18 @@ def write_report(report: Report, out_dir: str | os.PathLike[str]) -> dict[str, s
         log.warning("%s", e)
     files["json"] = str(d / "report.json")
     files["text"] = str(d / "report.txt")
+    files["clips"] = str(d / "heldout.csv")
     report.files = files
+    write_atomic(files["clips"], _clips_csv(report.clips))
     write_atomic(files["json"], json.dumps(report.to_dict(), indent=2) + "\n")
     write_atomic(files["text"], report.text())
     return files
+
+
+def _clips_csv(clips: list[dict[str, Any]]) -> str:
+    """``heldout.csv``: the clips scored, one row each (path, hash, label, prediction, prob)."""
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=list(CLIP_COLUMNS), lineterminator="\n")
+    w.writeheader()
+    w.writerows(clips)
+    return buf.getvalue()

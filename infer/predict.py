@@ -28,7 +28,7 @@ from store import ConfigError, Store, check_output_path, open_store
 from .checkpoint import Checkpoint, check_store_matches, load_checkpoint
 from .contract import ModelSpec
 from .data import feature_specs
-from .predictions import Predictions, write_predictions_csv
+from .predictions import Predictions, check_unknown_below, write_predictions_csv
 from .runtime import Engine, RunOptions, RunStats
 from .trust import Trust
 
@@ -126,6 +126,7 @@ def predict(
     out: str | os.PathLike[str] | None = None,
     *,
     topk: int = 5,
+    unknown_below: float | None = None,
     model_args: dict[str, Any] | None = None,
     trust_model_code: Trust = False,
     options: RunOptions | None = None,
@@ -139,7 +140,9 @@ def predict(
     path needs ``trust_model_code=True`` (or the allow-list, see
     :mod:`infer.trust`).  Run options come from ``options`` and/or keyword overrides
     (``predict(s, m, device="cpu", budget_mb=512)``; see
-    :class:`infer.runtime.RunOptions`); ``topk`` labels are listed per clip.
+    :class:`infer.runtime.RunOptions`); ``topk`` labels are listed per clip;
+    ``unknown_below`` (a probability in (0, 1], None: off): the CSV's ``pred`` is ``unknown`` where the
+    top probability is below it.
     ``out`` is checked before any work.  Raises ``StoreError``,
     ``CheckpointError`` (spec mismatch included), ``DeviceError`` and
     ``ConfigError`` with one-line messages.
@@ -147,6 +150,7 @@ def predict(
     t0 = time.perf_counter()
     if not isinstance(topk, int) or topk < 1:
         raise ConfigError(f"topk must be a positive integer, got {topk!r}")
+    unknown_below = check_unknown_below(unknown_below)
     if out is not None:
         check_output_path(out, what="predictions")
     opts, s, loaded = open_inputs(store, checkpoint, options, overrides, model_args, trust_model_code)
@@ -165,5 +169,5 @@ def predict(
     stats.wall_seconds = time.perf_counter() - t0
     result = Predictions(list(s.paths), probs, list(loaded.label_names), truth, stats)
     if out is not None:
-        write_predictions_csv(result, out, topk=topk)
+        write_predictions_csv(result, out, topk=topk, unknown_below=unknown_below)
     return result

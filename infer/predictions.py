@@ -8,7 +8,9 @@ and :func:`read_predictions_csv` share one column list, :data:`COLUMNS`:
 
 ``path,pred,prob,topk,truth``
 
-* ``pred``/``prob``: the best label and its probability (4 decimals);
+* ``pred``/``prob``: the best label and its probability (4 decimals); with
+  ``unknown_below=P``, ``pred`` is ``unknown`` where ``prob`` is below P
+  (``prob`` and ``topk`` are unchanged, so nothing is lost);
 * ``topk``: ``label:prob`` pairs joined by ``;``, best first.  In labels
   written there, ``%``, ``:`` and ``;`` are percent-escaped (``%25``,
   ``%3A``, ``%3B``), so any label round-trips and the column is never
@@ -20,6 +22,7 @@ The file is standard CSV (RFC 4180 quoting), UTF-8, written atomically.
 
 from __future__ import annotations
 
+import argparse
 import csv
 import io
 import math
@@ -33,12 +36,15 @@ import numpy as np
 from store import SpecstoreError, atomic_path
 
 __all__ = [
-    "COLUMNS", "CsvPrediction", "Predictions", "PredictionsError", "escape_label", "read_predictions_csv",
-    "unescape_label", "write_predictions_csv",
+    "COLUMNS", "UNKNOWN", "CsvPrediction", "Predictions", "PredictionsError", "answer", "check_unknown_below",
+    "escape_label", "parse_unknown_below", "read_predictions_csv", "unescape_label", "write_predictions_csv",
 ]
 
 COLUMNS = ("path", "pred", "prob", "topk", "truth")
 """The predictions CSV's header, in order."""
+
+UNKNOWN = "unknown"
+"""The answer of a single-label output whose top probability is below ``unknown_below``."""
 
 _ESCAPES = (("%", "%25"), (":", "%3A"), (";", "%3B"))
 
@@ -86,8 +92,38 @@ class Predictions:
         return idx, np.take_along_axis(self.probs, idx, axis=1)
 
 
-def write_predictions_csv(pred: Predictions, out: str | os.PathLike[str], *, topk: int = 5) -> Path:
-    """Write the predictions CSV (see the module docstring) to ``out`` atomically; return its path."""
+def check_unknown_below(p: float | None) -> float | None:
+    """``p`` if it is None (off) or a probability in (0, 1]; else :class:`PredictionsError`, one line."""
+    if p is None:
+        return None
+    if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0.0 < p <= 1.0:  # nan fails the comparison
+        raise PredictionsError(f"unknown_below must be a probability in (0, 1], got {p!r}")
+    return float(p)
+
+
+def parse_unknown_below(text: str) -> float:
+    """``--unknown-below``'s parser: a probability in (0, 1] (nan, 0 and above 1 refused)."""
+    try:
+        p = check_unknown_below(float(text))
+    except (ValueError, PredictionsError):
+        raise argparse.ArgumentTypeError(f"must be a probability in (0, 1], got {text!r}") from None
+    assert p is not None
+    return p
+
+
+def answer(label: str, prob: float, unknown_below: float | None) -> str:
+    """The single-label answer: ``label``, or :data:`UNKNOWN` when its probability ``prob`` is below
+    ``unknown_below`` (None: off)."""
+    return UNKNOWN if unknown_below is not None and prob < unknown_below else label
+
+
+def write_predictions_csv(pred: Predictions, out: str | os.PathLike[str], *, topk: int = 5,
+                          unknown_below: float | None = None) -> Path:
+    """Write the predictions CSV (see the module docstring) to ``out`` atomically; return its path.
+
+    ``unknown_below``: ``pred`` is ``unknown`` where the top probability is below it (None: off).
+    """
+    unknown_below = check_unknown_below(unknown_below)
     idx, pr = pred.top(topk)
     with atomic_path(out) as tmp, open(tmp, "w", newline="", encoding="utf-8") as f:
         w = csv.writer(f)
@@ -95,7 +131,8 @@ def write_predictions_csv(pred: Predictions, out: str | os.PathLike[str], *, top
         for i, path in enumerate(pred.paths):
             names = [pred.label_names[j] for j in idx[i]]
             pairs = ";".join(f"{escape_label(n)}:{q:.4f}" for n, q in zip(names, pr[i], strict=True))
-            w.writerow([path, names[0], f"{pr[i, 0]:.4f}", pairs, pred.truth[i] or ""])
+            w.writerow([path, answer(names[0], float(pr[i, 0]), unknown_below), f"{pr[i, 0]:.4f}", pairs,
+                        pred.truth[i] or ""])
     return Path(out)
 
 

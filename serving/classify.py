@@ -29,6 +29,7 @@ from pathlib import Path
 import numpy as np
 from tqdm.auto import tqdm
 
+from infer.predictions import PredictionsError, answer, check_unknown_below
 from pipeline.corpus import AUDIO_EXTENSIONS
 from pipeline.decoder_log import DecoderLogListener, DecoderWarnings, captured_stderr, log_summary
 from pipeline.hashing import content_hash
@@ -43,12 +44,14 @@ __all__ = ["ClassifyResult", "FileFailure", "FileResult", "classify_files", "exp
 
 @dataclass(frozen=True)
 class FileResult:
-    """One classified file: its path as given, seconds of audio, and the top-k ``(label, probability)`` pairs."""
+    """One classified file: its path as given, seconds of audio, the top-k ``(label, probability)`` pairs, and
+    the answer: the top label, or ``unknown`` when its probability is below ``unknown_below``."""
 
     path: str
     duration: float
     top: list[tuple[str, float]]
     probs: np.ndarray = field(repr=False)
+    answer: str = ""
 
 
 @dataclass(frozen=True)
@@ -130,7 +133,7 @@ def _decode_all(todo: dict[str, str], specs: dict[str, FeatureSpec], jobs: int, 
 
 def classify_files(inputs: Sequence[str | os.PathLike[str]], classifier: Classifier, *, topk: int = 5,
                    jobs: int = 1, progress: bool = True, cache: str | os.PathLike[str] | None = None,
-                   ) -> ClassifyResult:
+                   unknown_below: float | None = None) -> ClassifyResult:
     """Classify every file of ``inputs`` (files and folders, see :func:`expand_inputs`) with ``classifier``.
 
     ``jobs``: decode worker processes.  Identical contents (same bytes)
@@ -138,7 +141,9 @@ def classify_files(inputs: Sequence[str | os.PathLike[str]], classifier: Classif
     content hash (:class:`~serving.cache.ClipCache`): files decoded before
     with the same feature settings are not decoded again; an entry that
     fails its checks is logged, and the file decoded and the entry
-    rewritten.  A file whose probabilities come out non-finite is a
+    rewritten.  ``unknown_below`` (a probability in (0, 1], None: off):
+    each result's ``answer`` is ``unknown`` where the top probability is
+    below it.  A file whose probabilities come out non-finite is a
     failure, never a row with NaN in it.  Raises
     :class:`~store.ConfigError` for bad arguments; unreadable or
     undecodable files become failures.
@@ -147,6 +152,10 @@ def classify_files(inputs: Sequence[str | os.PathLike[str]], classifier: Classif
         raise ConfigError(f"topk must be a positive integer, got {topk!r}")
     if jobs < 1:
         raise ConfigError(f"jobs must be at least 1, got {jobs}")
+    try:
+        unknown_below = check_unknown_below(unknown_below)
+    except PredictionsError as e:
+        raise ConfigError(str(e)) from None
     paths = expand_inputs(inputs)
     hashes: dict[str, str] = {}
     reasons: dict[str, str] = {}
@@ -194,7 +203,8 @@ def classify_files(inputs: Sequence[str | os.PathLike[str]], classifier: Classif
             out.failures.append(FileFailure(path, failed[hashes[path]]))
         else:
             p = res.probs[row[hashes[path]]]
-            out.results.append(FileResult(path, clips[hashes[path]].duration, top_k(p, classifier.label_names, topk),
-                                          p))
+            top = top_k(p, classifier.label_names, topk)
+            out.results.append(FileResult(path, clips[hashes[path]].duration, top, p,
+                                          answer(top[0][0], top[0][1], unknown_below)))
     log_summary(decoder)  # the run's one line about the decoders' messages (none when there were none)
     return out

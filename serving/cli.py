@@ -97,11 +97,11 @@ def cmd_classify(args: argparse.Namespace) -> int:
     classifier = Classifier(args.model, _options(args, progress),
                             batch_overhead_frames=args.batch_overhead_frames, trust_model_code=args.trust_model_code)
     res = classify_files(args.inputs, classifier, topk=args.topk, jobs=args.jobs, progress=progress,
-                         cache=args.cache)
+                         cache=args.cache, unknown_below=args.unknown_below)
     for f in res.failures:
         print(f"{PROG}: {f.path}: {f.reason}", file=sys.stderr)
     if args.json:  # strict JSON, whole or nothing: classify_files turns non-finite answers into failures
-        print(json.dumps([{"path": r.path, "duration_s": round(r.duration, 3),
+        print(json.dumps([{"path": r.path, "duration_s": round(r.duration, 3), "answer": r.answer,
                            "top": [{"label": lab, "prob": round(p, 6)} for lab, p in r.top]} for r in res.results]
                          + [{"path": f.path, "error": f.reason} for f in res.failures], indent=1, allow_nan=False))
     elif args.csv:
@@ -109,13 +109,15 @@ def cmd_classify(args: argparse.Namespace) -> int:
         w.writerow(COLUMNS)
         for r in res.results:
             pairs = ";".join(f"{escape_label(lab)}:{p:.4f}" for lab, p in r.top)
-            w.writerow([r.path, r.top[0][0], f"{r.top[0][1]:.4f}", pairs, ""])
+            w.writerow([r.path, r.answer, f"{r.top[0][1]:.4f}", pairs, ""])
     else:
         width = min(60, max([len(r.path) for r in res.results] + [4]))
-        print(f"{'file':<{width}}  {'seconds':>8}  top {args.topk}")
+        shown = "answer  " if args.unknown_below is not None else ""
+        print(f"{'file':<{width}}  {'seconds':>8}  {shown}top {args.topk}")
         for r in res.results:
             tops = "  ".join(f"{lab} {p:.3f}" for lab, p in r.top)
-            print(f"{r.path:<{width}}  {r.duration:>8.1f}  {tops}")
+            said = f"{r.answer}  " if shown else ""
+            print(f"{r.path:<{width}}  {r.duration:>8.1f}  {said}{tops}")
     if not args.json and not args.csv and sys.stderr.isatty() or args.verbose:
         print(f"{len(res.results)} classified, {len(res.failures)} failed; {res.distinct} distinct clips "
               f"({res.cached} from the cache) in "

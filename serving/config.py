@@ -27,6 +27,8 @@ import os
 from dataclasses import dataclass, field
 
 from infer.budget import CPU_BATCH_OVERHEAD_FRAMES, DEFAULT_BATCH_OVERHEAD_FRAMES
+from infer.cli_options import UNKNOWN_BELOW_HELP
+from infer.predictions import parse_unknown_below
 from store import ConfigError
 from store.options import borrowed, option
 
@@ -235,3 +237,6 @@ class ClassifyOptions:
     cache: str | None = option(None, "keep decoded clips in DIR, keyed by content hash and feature settings, so "
                                      "files classified again are not decoded again", metavar="DIR",
                                shown="no cache")
+    unknown_below: float | None = option(None, UNKNOWN_BELOW_HELP + " (JSON: each file's answer field; CSV: the "
+                                               "pred column; table: an answer column)",
+                                         parse=parse_unknown_below, metavar="P", shown="off")

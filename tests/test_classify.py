@@ -191,3 +191,25 @@ def test_a_cache_keyed_by_content_skips_decoding_and_gives_the_same_answers(tmp_
     other = Classifier(make_checkpoint(tmp_path / "m8.pt", spec=FeatureSpec.mel(n_bins=8)), CPU)
     monkeypatch.undo()
     assert classify_files(files, other, progress=False, cache=tmp_path / "cache").cached == 0  # other specs
+
+
+def test_unknown_below_answers_unknown_in_json_and_csv(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``classify --unknown-below 1``: every answer is ``unknown`` (JSON ``answer``, CSV ``pred``, the table's
+    answer column); the top-k lists are those of a run without it."""
+    files = make_corpus(tmp_path / "c", n=2, seconds=1.0)
+    ckpt = make_checkpoint(tmp_path / "m.pt", spec=FeatureSpec.mel(n_bins=16))
+    args = [str(f) for f in files] + ["--model", str(ckpt), "--device", "cpu", "--no-progress"]
+    assert specstore_main(["classify", *args, "--json"]) == 0
+    plain = json.loads(capsys.readouterr().out)
+    assert [d["answer"] for d in plain] == [d["top"][0]["label"] for d in plain]
+    assert specstore_main(["classify", *args, "--json", "--unknown-below", "1"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert [d["answer"] for d in data] == ["unknown"] * 2 and [d["top"] for d in data] == [d["top"] for d in plain]
+    assert specstore_main(["classify", *args, "--csv", "--unknown-below", "1"]) == 0
+    (tmp_path / "p.csv").write_text(capsys.readouterr().out)
+    rows = read_predictions_csv(tmp_path / "p.csv")
+    assert [r.pred for r in rows] == ["unknown"] * 2 and [r.topk[0][0] for r in rows] == [d["answer"] for d in plain]
+    assert specstore_main(["classify", *args, "--unknown-below", "1"]) == 0
+    assert all(line.split()[2] == "unknown" for line in capsys.readouterr().out.splitlines()[1:])
+    with pytest.raises(ConfigError, match="unknown_below"):
+        classify_files(files, Classifier(ckpt, CPU), unknown_below=float("nan"))

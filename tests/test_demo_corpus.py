@@ -421,3 +421,17 @@ def test_main_bad_input_exits_2_with_one_line(
     assert main([str(tmp_path / "x"), "--quiet", *args]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("specstore: error: ") and word in err[0]
+
+
+def test_progress_bar_shows_rounded_seconds(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The bar counts float seconds; what it shows is rounded (not ``4843.599999999999/7212.0``)."""
+    generate_corpus(tmp_path, n_per_style=3, seed=3, min_seconds=0.3, max_seconds=0.7, styles=("ambient",),
+                    progress=True, jobs=1)
+    shown = re.findall(r"(\d+(?:\.\d+)?)/(\d+(?:\.\d+)?) s", capsys.readouterr().err)
+    assert shown and all(len(x.partition(".")[2]) <= 1 for pair in shown for x in pair), shown[-3:]
+    assert shown[-1][0] == shown[-1][1]
+    from tqdm import tqdm
+
+    from democorpus.generate import PROGRESS_BAR
+    line = tqdm.format_meter(4843.599999999999, 7212.0, 10.0, bar_format=PROGRESS_BAR["bar_format"], unit="s")
+    assert "4843.6/7212.0 s" in line

@@ -176,3 +176,31 @@ def test_confusion_png_for_many_classes(tmp_path: Path) -> None:
     assert p.read_bytes().startswith(PNG_SIGNATURE)
     with pytest.raises(ValueError, match="40x40"):
         plot_confusion(cm[:3, :3], names, tmp_path / "bad.png")
+
+
+def test_the_clips_scored_are_listed_beside_the_report(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``heldout.csv``: path, content hash, label and prediction of each clip of the held-out split, named by
+    the report (json, txt) and the command's output."""
+    import csv
+
+    labels: list[str | None] = ["rock", "ambient", None] * 8
+    store = make_test_store(tmp_path / "s.zarr", labels)
+    rule = SplitRule(0.3, seed=2)
+    ck = make_checkpoint(tmp_path / "m.pt", split=rule.to_dict())
+    out = tmp_path / "r"
+    assert infer_main(["eval", str(store), str(ck), "--split", "val", "--out-dir", str(out), "--device", "cpu",
+                       "--no-progress"]) == 0
+    assert "heldout.csv" in capsys.readouterr().out
+    s = open_store(store)
+    held = [i for i in range(len(s)) if rule.is_val([s.hashes[i]])[0] and s.labels[i] >= 0]
+    with open(out / "heldout.csv", newline="", encoding="utf-8") as f:
+        rows = list(csv.DictReader(f))
+    assert [r["path"] for r in rows] == [s.paths[i] for i in held] and held
+    assert [r["hash"] for r in rows] == [s.hashes[i] for i in held]
+    assert [r["label"] for r in rows] == [s.label_names[s.labels[i]] for i in held]
+    report = json.loads((out / "report.json").read_text())
+    assert report["files"]["clips"] == str(out / "heldout.csv") and "clips" not in report
+    wrong = {(m["path"], m["pred"]) for m in report["misclassified"]}
+    assert wrong == {(r["path"], r["prediction"]) for r in rows if r["prediction"] != r["label"]}
+    assert all(r["prediction"] in MODEL_LABELS for r in rows)
+    assert str(out / "heldout.csv") in (out / "report.txt").read_text()

@@ -191,3 +191,30 @@ def test_options_validation() -> None:
         RunOptions(precision="int8")
     with pytest.raises(ValueError):
         predict("unused.zarr", "unused.pt", topk=0)
+
+
+def test_unknown_below_answers_unknown_and_keeps_the_top_k(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``--unknown-below P``: ``pred`` is ``unknown`` where the top probability is below P; prob and topk as
+    without it; 0, above 1 and nan are one-line errors."""
+    store = make_store(tmp_path / "s.zarr", [40, 60, 80, 100, 120, 140])
+    ck = make_checkpoint(tmp_path / "m.pt")
+    base = ["predict", str(store), str(ck), "--device", "cpu", "--no-progress", "--topk", "2"]
+    assert infer_main([*base, "--out", str(tmp_path / "plain.csv")]) == 0
+    with open(tmp_path / "plain.csv", newline="") as f:
+        plain = list(csv.DictReader(f))
+    probs = sorted({float(r["prob"]) for r in plain})
+    assert len(probs) > 1
+    p = (probs[0] + probs[1]) / 2  # between two shown values, so the 4-decimal rounding cannot decide
+    assert infer_main([*base, "--out", str(tmp_path / "u.csv"), "--unknown-below", str(p)]) == 0
+    with open(tmp_path / "u.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert [(r["path"], r["prob"], r["topk"]) for r in rows] == [(r["path"], r["prob"], r["topk"]) for r in plain]
+    assert [r["pred"] for r in rows] == ["unknown" if float(r["prob"]) < p else r["pred"] for r in plain]
+    assert "unknown" in [r["pred"] for r in rows] and any(r["pred"] != "unknown" for r in rows)
+    capsys.readouterr()
+    for bad in ("0", "1.5", "nan", "x"):
+        with pytest.raises(SystemExit) as e:
+            infer_main([*base, "--unknown-below", bad])
+        assert e.value.code == 2
+        assert capsys.readouterr().err.strip().splitlines()[-1].endswith(
+            f"argument --unknown-below: must be a probability in (0, 1], got {bad!r}")
