@@ -45,10 +45,13 @@ BASELINES   ?=
 BASELINE_STORE ?=
 GPU_OUT     ?= reports/gpu-check
 # What `import store, infer` needs that the GPU machine's image lacks (it has torch, numpy, scipy, scikit-learn,
-# pytest, fsspec, tqdm, pyyaml); pinned to what `make install` resolves here.
+# pytest, fsspec, tqdm, pyyaml, joblib, numba, prometheus-client); the decoder and feature stack that the serving
+# step needs (soundfile, soxr, librosa) too; pinned to what `make install` resolves here.
 GPU_WHEELS  ?= zarr==3.1.6 numcodecs==0.16.6 donfig==0.8.1.post1 google-crc32c==1.9.0 \
 	starlette==1.10.0 uvicorn==0.55.0 python-multipart==0.0.34 httpx==0.29.0 httpcore==1.0.9 anyio==4.16.0 \
-	h11==0.16.0 click==8.5.1 idna==3.20 certifi==2026.10.19.post1
+	h11==0.16.0 click==8.5.1 idna==3.20 certifi==2026.10.19.post1 \
+	soundfile==0.14.0 soxr==1.1.0 librosa==0.11.0 audioread==3.1.0 pooch==1.9.0 platformdirs==4.14.9 \
+	decorator==5.3.1 cffi==2.1.1 pycparser==3.12
 DEMO_STORE  := data/demo.zarr
 DEMO_MODEL  := models/demo.pt
 DEMO_TRAIN  := --epochs 15 --width 8 --crop-seconds 5 --crops-per-clip 3 --val-fraction 0.2

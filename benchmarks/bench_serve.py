@@ -371,10 +371,13 @@ def _where_the_time_goes(figures: list[Figure]) -> str:
         ideal = eff["budget"] / eff["fixed4"] if eff["fixed4"] else float("nan")
         own, foreign = d["own_cores (server, its workers and the clients)"], d["foreign_cores"]
         per_batch = d["uploads"] / max(d["closed_batches"]["budget"], 1)
+        bound = ("so both runs are bound by the model, not by decoding" if min(busy.values()) >= 0.5 else
+                 "so neither run is bound by the model: the uploads and their decoding set the pace, and a better "
+                 "batch cannot change it")
         lines.append(
             f"{d['clients']} clients: the model thread was busy {busy['budget']:.0%} (budgeted) and "
-            f"{busy['fixed4']:.0%} (fixed 4) of the wall time, so both runs are bound by the model, not by "
-            f"decoding; padding efficiency {eff['budget']:.3f} vs {eff['fixed4']:.3f}, a ratio of {ideal:.2f}: "
+            f"{busy['fixed4']:.0%} (fixed 4) of the wall time, {bound}; padding efficiency "
+            f"{eff['budget']:.3f} vs {eff['fixed4']:.3f}, a ratio of {ideal:.2f}: "
             f"what a fixed cost per computed frame allows (the budgeted batcher closed {per_batch:.1f} clips per "
             f"batch). Measured {f.value:.2f}x. This process tree used {own['budget']:.2f} / {own['fixed4']:.2f} "
             f"cores while other processes used {foreign['budget']:.2f} / {foreign['fixed4']:.2f}; decoding (the "

@@ -204,20 +204,23 @@ class Engine:
         feature: str | None = None,
         budget: Budget | None = None,
         dedupe: bool = True,
+        batch_overhead_frames: float | None = None,
         desc: str = "predicting",
     ) -> RowLogits:
         """Run ``model`` on store ``rows`` (of ``feature``) as whole clips; logits in row order.
 
         The one prediction loop over a store.  With ``dedupe`` each distinct
         content runs once; the distinct clips then go through
-        :meth:`clip_logits` as a :class:`~infer.store_dataset.StoreDataset`.
+        :meth:`clip_logits` as a :class:`~infer.store_dataset.StoreDataset`
+        (``batch_overhead_frames``: the planner's price of a batch, as there).
         """
         rows = np.asarray(rows, dtype=np.int64)
         distinct, content = (distinct_rows(rows, store.hashes) if dedupe
                              else (rows, np.arange(len(rows), dtype=np.int64)))
         if not len(rows):
             return RowLogits(logits=np.zeros((0, 0), dtype=np.float32))
-        out = self.clip_logits(model, StoreDataset(store, feature, rows=distinct), budget=budget, desc=desc)
+        out = self.clip_logits(model, StoreDataset(store, feature, rows=distinct), budget=budget,
+                               batch_overhead_frames=batch_overhead_frames, desc=desc)
         out.logits = out.logits[content]
         return out
 
