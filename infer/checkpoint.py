@@ -68,6 +68,12 @@ class Checkpoint:
         return next(iter(self.specs.values()))
 
     @property
+    def outputs(self) -> str:
+        """How the logits read: ``"tags"`` (independent sigmoid scores, a multi-label tagger such as a shipped
+        musicnn, :mod:`infer.shipped`) or ``"classes"`` (one softmax over the labels, every trained model)."""
+        return "tags" if self.extra.get("outputs") == "tags" else "classes"
+
+    @property
     def n_bins(self) -> int:
         """Rows of the model's input: the bins of every part of the feature."""
         return sum(s.n_bins for s in self.specs.values())
@@ -204,8 +210,9 @@ def check_store_matches(ckpt: Checkpoint, store: Store) -> None:
     """Refuse a store whose features differ from the ones the checkpoint was trained on."""
     missing = [name for name in ckpt.specs if name not in store.specs]
     if missing:
-        raise CheckpointError(f"the checkpoint needs feature {ckpt.feature!r}; the store has "
-                              f"{', '.join(store.specs)}")
+        raise CheckpointError(f"the model needs feature {ckpt.feature!r}; the store has {', '.join(store.specs)} "
+                              f"(extract a store that holds it: `make features FEATURES={','.join(missing)} "
+                              "CORPUS=... STORE=...`)")
     for name, spec in ckpt.specs.items():
         diff = spec_differences(spec, store.specs[name])
         if diff:

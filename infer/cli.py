@@ -69,9 +69,11 @@ def _machine(args: argparse.Namespace) -> dict[str, Any]:
 def _check_checkpoint(model: str | None) -> None:
     """A checkpoint path that is not a file is one line before torch is imported (loading it would say the
     same, seconds later); an import path ``package.module:Class`` (:mod:`infer.contract`) is left to the
-    loader."""
-    if model is not None and ":" not in model and not Path(model).is_file():
-        raise ConfigError(f"no checkpoint at {Path(model)} (train one with `make train`)")
+    loader, and a shipped model's name (:mod:`infer.shipped`) is taken as it is."""
+    from .shipped import is_shipped, no_checkpoint_hint
+
+    if model is not None and ":" not in model and not Path(model).is_file() and not is_shipped(model):
+        raise ConfigError(f"no checkpoint at {Path(model)} ({no_checkpoint_hint()})")
 
 
 # -- the commands ------------------------------------------------------------------------------------
@@ -83,7 +85,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
     from .predict import predict
 
     res = predict(args.store, args.model, args.out, topk=args.topk, unknown_below=args.unknown_below,
-                  options=options,
+                  labels=args.labels, options=options,
                   trust_model_code=args.trust_model_code)
     print(res.stats.line())
     if args.out:
@@ -97,14 +99,14 @@ def cmd_plan(args: argparse.Namespace) -> int:
     _check_checkpoint(args.model)
     from store import open_store
 
-    from .checkpoint import load_checkpoint
     from .models import build_model
     from .runtime import Engine
+    from .shipped import resolve_checkpoint
 
     s = open_store(args.store)
     engine = Engine(options)
     if args.model:
-        ckpt = load_checkpoint(args.model)
+        ckpt = resolve_checkpoint(args.model)
         model = ckpt.build(trust_model_code=args.trust_model_code)
         n_bins = ckpt.n_bins
     else:
@@ -149,6 +151,13 @@ def cmd_train(args: argparse.Namespace) -> int:
     trust: Trust = True if args.trust_model_code else [args.arch] if hasattr(args, "arch") else False
     check_output_path(args.model, what="MODEL")
     check_store_present(args.store)
+    from .train.transfer import backbone_for, train_transfer
+
+    if backbone_for(config) is not None:
+        done = train_transfer(args.store, args.model, config, progress=not args.no_progress,
+                              threads=machine["threads"], overwrite=args.overwrite)
+        print(done.summary())
+        return 0
     from .train.loop import train
 
     result = train(args.store, args.model, config, progress=not args.no_progress, **machine,

@@ -21,6 +21,10 @@ UNKNOWN_BELOW_HELP = ("answer `unknown` when the top probability is below P (0 <
                       "as it is")
 """``--unknown-below``'s help, shared by ``predict`` and ``specstore classify``."""
 
+LABELS_HELP = ("list only these of the model's labels (comma-separated, e.g. rock,jazz,blues), for a tagger's "
+               "tags as for a classifier's genres; a label the model lacks is refused")
+"""``--labels``' help, shared by ``predict`` and ``specstore classify``."""
+
 __all__ = ["CvOptions", "EvalOptions", "InitOptions", "PlanOptions", "PredictOptions"]
 
 
@@ -32,6 +36,7 @@ class PredictOptions:
     topk: int = option(5, "labels listed per clip")
     unknown_below: float | None = option(None, UNKNOWN_BELOW_HELP + " (the CSV's pred column carries it)",
                                          parse=parse_unknown_below, metavar="P", shown="off")
+    labels: str | None = option(None, LABELS_HELP, metavar="A,B,...", shown="all")
 
 
 @dataclass(frozen=True)

@@ -20,16 +20,24 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
 from torch import nn
 
 from store import ConfigError, Store, check_output_path, open_store
 
-from .checkpoint import Checkpoint, check_store_matches, load_checkpoint
+from .checkpoint import Checkpoint, check_store_matches
 from .contract import ModelSpec
 from .data import feature_specs
-from .predictions import Predictions, check_unknown_below, write_predictions_csv
+from .predictions import (
+    NO_UNKNOWN_FOR_TAGS,
+    Predictions,
+    PredictionsError,
+    check_unknown_below,
+    probabilities,
+    select_labels,
+    write_predictions_csv,
+)
 from .runtime import Engine, RunOptions, RunStats
+from .shipped import is_shipped, resolve_checkpoint
 from .trust import Trust
 
 __all__ = ["LoadedModel", "ModelLike", "PredictStats", "Predictions", "load_model", "open_inputs", "predict"]
@@ -68,28 +76,32 @@ ModelLike = str | os.PathLike[str] | Checkpoint | nn.Module
 
 @dataclass
 class LoadedModel:
-    """A model ready to run on a store: the module, its labels and feature, the checkpoint's ``extra``."""
+    """A model ready to run on a store: the module, its labels and feature, the checkpoint's ``extra``;
+    ``outputs``: ``"classes"`` (a softmax) or ``"tags"`` (independent sigmoid scores, :mod:`infer.shipped`)."""
 
     module: nn.Module
     label_names: list[str]
     feature: str
     extra: dict[str, Any]
     name: str
+    outputs: str = "classes"
 
 
 def load_model(model: ModelLike, store: Store, *, feature: str | None = None,
                model_args: dict[str, Any] | None = None, trust_model_code: Trust = False) -> LoadedModel:
     """Resolve ``model`` against ``store``.
 
-    A checkpoint brings its labels and feature (refused if the store's spec
-    differs); one whose model is an import path is built only when
+    A checkpoint (a path, an object, or a shipped model's name such as
+    ``musicnn-msd``, :mod:`infer.shipped`) brings its labels and feature
+    (refused if the store lacks it or its spec differs); one whose model is an import path is built only when
     ``trust_model_code`` (or the allow-list) trusts it (:mod:`infer.trust`).
     A module or an import path takes the store's label names and
     ``feature`` (default: the store's default); an import path, named here
     by the caller and so trusted, is built with ``model_args`` plus the
     store's ``n_bins``/``n_classes`` where its constructor takes them.
     """
-    if isinstance(model, nn.Module) or (isinstance(model, str) and ":" in model and not Path(model).exists()):
+    if isinstance(model, nn.Module) or (isinstance(model, str) and ":" in model and not Path(model).exists()
+                                        and not is_shipped(model)):
         specs = feature_specs(store, feature)
         name = "+".join(specs)
         if isinstance(model, nn.Module):
@@ -100,10 +112,11 @@ def load_model(model: ModelLike, store: Store, *, feature: str | None = None,
             module = spec.build([model])
             label = model
         return LoadedModel(module, list(store.label_names), name, {}, label)
-    ckpt = model if isinstance(model, Checkpoint) else load_checkpoint(model)
+    ckpt = model if isinstance(model, Checkpoint) else resolve_checkpoint(model)
     check_store_matches(ckpt, store)
     return LoadedModel(ckpt.build(trust_model_code=trust_model_code), list(ckpt.label_names), ckpt.feature,
-                       dict(ckpt.extra), "<checkpoint>" if isinstance(model, Checkpoint) else str(model))
+                       dict(ckpt.extra), "<checkpoint>" if isinstance(model, Checkpoint) else str(model),
+                       ckpt.outputs)
 
 
 def open_inputs(store: str | os.PathLike[str] | Store, model: ModelLike, options: RunOptions | None,
@@ -127,6 +140,7 @@ def predict(
     *,
     topk: int = 5,
     unknown_below: float | None = None,
+    labels: str | list[str] | None = None,
     model_args: dict[str, Any] | None = None,
     trust_model_code: Trust = False,
     options: RunOptions | None = None,
@@ -142,7 +156,10 @@ def predict(
     (``predict(s, m, device="cpu", budget_mb=512)``; see
     :class:`infer.runtime.RunOptions`); ``topk`` labels are listed per clip;
     ``unknown_below`` (a probability in (0, 1], None: off): the CSV's ``pred`` is ``unknown`` where the
-    top probability is below it.
+    top probability is below it (single-label models only: a tagger's scores are independent).
+    ``labels`` (comma-separated or a list; None: all): the CSV lists only these of the model's labels
+    (unknown ones refused in one line).  A tagger (``outputs == "tags"``, e.g. ``musicnn-msd``) gives sigmoid
+    scores and writes ``path,tags,truth`` (:mod:`infer.predictions`).
     ``out`` is checked before any work.  Raises ``StoreError``,
     ``CheckpointError`` (spec mismatch included), ``DeviceError`` and
     ``ConfigError`` with one-line messages.
@@ -154,6 +171,9 @@ def predict(
     if out is not None:
         check_output_path(out, what="predictions")
     opts, s, loaded = open_inputs(store, checkpoint, options, overrides, model_args, trust_model_code)
+    if loaded.outputs == "tags" and unknown_below is not None:
+        raise PredictionsError(NO_UNKNOWN_FOR_TAGS)
+    select_labels(loaded.label_names, labels)  # unknown labels refused before the model runs
     engine = Engine(opts)
     model = engine.prepare(loaded.module)
     res = engine.logits(model, s, np.arange(len(s)), feature=loaded.feature, desc="predicting")
@@ -163,11 +183,11 @@ def predict(
     stats = PredictStats(**vars(res.run_stats()), clips=len(s), audio_seconds=float(s.durations.sum()),
                          peak_kind="GPU allocated" if engine.device.type == "cuda" else "anonymous RSS",
                          device=str(engine.device))
-    probs = torch.softmax(torch.from_numpy(res.logits), dim=1).numpy() if len(s) else np.zeros(
-        (0, len(loaded.label_names)), dtype=np.float32)
+    probs = probabilities(res.logits, loaded.outputs) if len(s) else np.zeros((0, len(loaded.label_names)),
+                                                                               dtype=np.float32)
     truth = [s.label_names[label] if label >= 0 else None for label in s.labels.tolist()]
     stats.wall_seconds = time.perf_counter() - t0
-    result = Predictions(list(s.paths), probs, list(loaded.label_names), truth, stats)
+    result = Predictions(list(s.paths), probs, list(loaded.label_names), truth, stats, loaded.outputs).subset(labels)
     if out is not None:
         write_predictions_csv(result, out, topk=topk, unknown_below=unknown_below)
     return result

@@ -17,6 +17,12 @@ and :func:`read_predictions_csv` share one column list, :data:`COLUMNS`:
   ambiguous; ``pred`` and ``truth`` hold labels as they are;
 * ``truth``: the store's label for the path when predicting (empty if none).
 
+A multi-label tagger (``outputs == "tags"``, e.g. a shipped musicnn, :mod:`infer.shipped`) has no single answer:
+its scores are independent sigmoids, several high per clip.  Its file has the columns :data:`TAG_COLUMNS`,
+``path,tags,truth``, ``tags`` holding the top-k ``tag:score`` pairs as ``topk`` does; there is no ``pred``, no
+``prob`` and no ``unknown``.  ``labels`` (:func:`select_labels`) restricts either file to a subset of the
+model's labels.
+
 The file is standard CSV (RFC 4180 quoting), UTF-8, written atomically.
 """
 
@@ -36,12 +42,16 @@ import numpy as np
 from store import SpecstoreError, atomic_path
 
 __all__ = [
-    "COLUMNS", "UNKNOWN", "CsvPrediction", "Predictions", "PredictionsError", "answer", "check_unknown_below",
-    "escape_label", "parse_unknown_below", "read_predictions_csv", "unescape_label", "write_predictions_csv",
+    "COLUMNS", "NO_UNKNOWN_FOR_TAGS", "TAG_COLUMNS", "UNKNOWN", "CsvPrediction", "Predictions", "PredictionsError",
+    "answer", "check_unknown_below", "escape_label", "parse_unknown_below", "probabilities", "read_predictions_csv",
+    "select_labels", "unescape_label", "write_predictions_csv",
 ]
 
 COLUMNS = ("path", "pred", "prob", "topk", "truth")
 """The predictions CSV's header, in order."""
+
+TAG_COLUMNS = ("path", "tags", "truth")
+"""The header of a multi-label tagger's predictions file (see the module docstring)."""
 
 UNKNOWN = "unknown"
 """The answer of a single-label output whose top probability is below ``unknown_below``."""
@@ -70,13 +80,41 @@ def unescape_label(text: str) -> str:
     return text
 
 
+def probabilities(logits: np.ndarray, outputs: str = "classes") -> np.ndarray:
+    """``(n, n_labels)`` float32 probabilities of ``logits``: a softmax over the labels (``outputs ==
+    "classes"``), or each label's own sigmoid (``"tags"``: independent scores of a multi-label tagger)."""
+    import torch  # here: reading a predictions file needs no torch
+
+    x = torch.from_numpy(np.ascontiguousarray(logits, dtype=np.float32))
+    if not len(x):
+        return np.zeros(x.shape, dtype=np.float32)
+    return (torch.sigmoid(x) if outputs == "tags" else torch.softmax(x, dim=1)).numpy()
+
+
+def select_labels(label_names: list[str], wanted: str | list[str] | None) -> np.ndarray:
+    """Indices into ``label_names`` of ``wanted`` (a comma-separated string or a list; None: all of them), in
+    the order given; :class:`PredictionsError` in one line naming any label the model does not have."""
+    if wanted is None:
+        return np.arange(len(label_names))
+    names = [w.strip() for w in (wanted.split(",") if isinstance(wanted, str) else wanted) if w.strip()]
+    if not names:
+        raise PredictionsError("labels must name at least one of the model's labels")
+    index = {name: i for i, name in enumerate(label_names)}
+    unknown = [n for n in names if n not in index]
+    if unknown:
+        shown = ", ".join(label_names[:12]) + (", ..." if len(label_names) > 12 else "")
+        raise PredictionsError(f"the model has no label {', '.join(map(repr, unknown))}; it has {shown} "
+                               "(--list-tags lists them all)")
+    return np.array(list(dict.fromkeys(index[n] for n in names)), dtype=np.int64)
+
+
 @dataclass
 class Predictions:
     """Per-row probabilities ``(n_rows, n_classes)`` (rows as in the store), the labels, and run figures.
 
     ``truth[i]`` is the store's label name of row ``i`` (None if unlabelled);
     ``stats`` are the run's figures (:class:`infer.predict.PredictStats` for
-    :func:`infer.predict`).
+    :func:`infer.predict`); ``outputs``: ``"classes"`` (a softmax) or ``"tags"`` (independent sigmoid scores).
     """
 
     paths: list[str]
@@ -84,6 +122,15 @@ class Predictions:
     label_names: list[str]
     truth: list[str | None]
     stats: Any = field(default=None)
+    outputs: str = "classes"
+
+    def subset(self, labels: str | list[str] | None) -> Predictions:
+        """These predictions restricted to ``labels`` (:func:`select_labels`; None: all)."""
+        if labels is None:
+            return self
+        idx = select_labels(self.label_names, labels)
+        return Predictions(self.paths, self.probs[:, idx], [self.label_names[i] for i in idx], self.truth,
+                           self.stats, self.outputs)
 
     def top(self, k: int) -> tuple[np.ndarray, np.ndarray]:
         """Indices ``(n_rows, k)`` and probabilities of the ``k`` best classes, best first."""
@@ -111,6 +158,11 @@ def parse_unknown_below(text: str) -> float:
     return p
 
 
+NO_UNKNOWN_FOR_TAGS = ("unknown_below is for single-label models; a tagger's scores are independent (several "
+                       "tags may be high at once), so there is no single answer to withhold")
+"""The one-line refusal of ``unknown_below`` for a multi-label tagger."""
+
+
 def answer(label: str, prob: float, unknown_below: float | None) -> str:
     """The single-label answer: ``label``, or :data:`UNKNOWN` when its probability ``prob`` is below
     ``unknown_below`` (None: off)."""
@@ -124,13 +176,19 @@ def write_predictions_csv(pred: Predictions, out: str | os.PathLike[str], *, top
     ``unknown_below``: ``pred`` is ``unknown`` where the top probability is below it (None: off).
     """
     unknown_below = check_unknown_below(unknown_below)
+    tags = pred.outputs == "tags"
+    if tags and unknown_below is not None:
+        raise PredictionsError(NO_UNKNOWN_FOR_TAGS)
     idx, pr = pred.top(topk)
     with atomic_path(out) as tmp, open(tmp, "w", newline="", encoding="utf-8") as f:
         w = csv.writer(f)
-        w.writerow(COLUMNS)
+        w.writerow(TAG_COLUMNS if tags else COLUMNS)
         for i, path in enumerate(pred.paths):
             names = [pred.label_names[j] for j in idx[i]]
             pairs = ";".join(f"{escape_label(n)}:{q:.4f}" for n, q in zip(names, pr[i], strict=True))
+            if tags:
+                w.writerow([path, pairs, pred.truth[i] or ""])
+                continue
             w.writerow([path, answer(names[0], float(pr[i, 0]), unknown_below), f"{pr[i, 0]:.4f}", pairs,
                         pred.truth[i] or ""])
     return Path(out)
@@ -168,6 +226,9 @@ def read_predictions_csv(path: str | os.PathLike[str]) -> list[CsvPrediction]:
         raise PredictionsError(f"{p} is not a predictions CSV: not UTF-8 text") from None
     reader = csv.reader(io.StringIO(text, newline=""))
     header = next(reader, None)
+    if header is not None and tuple(h.strip() for h in header[:len(TAG_COLUMNS)]) == TAG_COLUMNS:
+        raise PredictionsError(f"{p} holds a tagger's scores (path,tags,truth: several tags per clip), not one "
+                               "label per clip; it cannot be read as single-label predictions")
     if header is None or tuple(h.strip() for h in header[:len(COLUMNS)]) != COLUMNS:
         raise PredictionsError(f"{p} is not a predictions CSV: its header must start with {','.join(COLUMNS)}")
     out: list[CsvPrediction] = []

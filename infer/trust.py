@@ -37,6 +37,10 @@ __all__ = ["TRUST_ENV", "Trust", "UntrustedModelError", "add_trust_argument", "c
 TRUST_ENV = "SPECSTORE_TRUSTED_MODULES"
 """Environment variable: comma-separated modules (or packages) whose model classes load without the flag."""
 
+SHIPPED_PREFIX = "infer.models."
+"""Model classes under this package ship with specstore (e.g. the transfer head on a pretrained backbone,
+:mod:`infer.models.transfer`): an import path under it is trusted, as the built-in architectures are."""
+
 Trust = bool | Collection[str]
 """A ``trust_model_code`` argument: True (every import path), False (none but :data:`TRUST_ENV`'s), or the
 import paths / modules / packages trusted for this call."""
@@ -59,7 +63,7 @@ def _covers(name: str, target: str) -> bool:
 
 def is_trusted(target: str, trust: Trust = False) -> bool:
     """Whether the import path ``target`` (``package.module:Class``) may be imported under ``trust``."""
-    if trust is True:
+    if trust is True or target.startswith(SHIPPED_PREFIX):
         return True
     names = [*trusted_modules(), *(() if trust is False else trust)]
     return any(_covers(name, target) for name in names)

@@ -35,8 +35,10 @@ FileAnswer = Classified | Failed
 
 @dataclass(frozen=True)
 class Answer:
-    """A request's answer: the model's file name, its labels and one answer per file, in upload order."""
+    """A request's answer: the model's file name, its labels and one answer per file, in upload order;
+    ``outputs``: ``"classes"`` (probabilities, a softmax) or ``"tags"`` (a tagger's independent scores)."""
 
     model: str
     labels: list[str]
     files: list[FileAnswer]
+    outputs: str = "classes"

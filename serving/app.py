@@ -68,7 +68,7 @@ def health_json(service: Service) -> dict[str, Any]:
     failure = service.failure
     return {
         "status": "ok" if failure is None else "unhealthy", **({"reason": failure} if failure else {}),
-        "model": service.model_name, "labels": c.label_names,
+        "model": service.model_name, "labels": c.label_names, "outputs": getattr(c, "outputs", "classes"),
         "feature": c.feature, "device": str(c.engine.device), "budget_mib": round(c.budget.budget_bytes / 2**20),
         "max_batch": c.budget.max_batch, "batching": k.policy.batching,
         "queue_depth": service.in_flight, "inflight_upload_bytes": service.upload_bytes.used,

@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 from tqdm.auto import tqdm
 
-from infer.predictions import PredictionsError, answer, check_unknown_below
+from infer.predictions import NO_UNKNOWN_FOR_TAGS, PredictionsError, answer, check_unknown_below
 from pipeline.corpus import AUDIO_EXTENSIONS
 from pipeline.decoder_log import DecoderLogListener, DecoderWarnings, captured_stderr, log_summary
 from pipeline.hashing import content_hash
@@ -45,7 +45,8 @@ __all__ = ["ClassifyResult", "FileFailure", "FileResult", "classify_files", "exp
 @dataclass(frozen=True)
 class FileResult:
     """One classified file: its path as given, seconds of audio, the top-k ``(label, probability)`` pairs, and
-    the answer: the top label, or ``unknown`` when its probability is below ``unknown_below``."""
+    the answer: the top label, or ``unknown`` when its probability is below ``unknown_below`` (empty for a
+    tagger, whose top-k are tags with independent scores, not one answer)."""
 
     path: str
     duration: float
@@ -64,11 +65,13 @@ class FileFailure:
 
 @dataclass
 class ClassifyResult:
-    """Every input file as a result or a failure, in input order, and the run's figures."""
+    """Every input file as a result or a failure, in input order, and the run's figures; ``outputs``:
+    ``"classes"`` or ``"tags"`` (:class:`~serving.model.Classifier`)."""
 
     results: list[FileResult]
     failures: list[FileFailure]
     label_names: list[str]
+    outputs: str = "classes"
     distinct: int = 0
     cached: int = 0
     batches: int = 0
@@ -156,6 +159,9 @@ def classify_files(inputs: Sequence[str | os.PathLike[str]], classifier: Classif
         unknown_below = check_unknown_below(unknown_below)
     except PredictionsError as e:
         raise ConfigError(str(e)) from None
+    tags = classifier.outputs == "tags"
+    if tags and unknown_below is not None:
+        raise ConfigError(NO_UNKNOWN_FOR_TAGS)
     paths = expand_inputs(inputs)
     hashes: dict[str, str] = {}
     reasons: dict[str, str] = {}
@@ -192,7 +198,7 @@ def classify_files(inputs: Sequence[str | os.PathLike[str]], classifier: Classif
     for h in order:  # not expected from finite inputs, but a NaN must never reach a table, a CSV or JSON
         if not np.isfinite(res.probs[row[h]]).all():
             failed[h] = "the model gave non-finite probabilities"
-    out = ClassifyResult([], [], list(classifier.label_names), distinct=len(order),
+    out = ClassifyResult([], [], list(classifier.label_names), classifier.outputs, distinct=len(order),
                          cached=store.hits if store is not None else 0, batches=res.run.batches,
                          efficiency=res.run.efficiency, windowed=res.run.windowed, oom_retries=res.run.oom_retries,
                          decoder=decoder)
@@ -205,6 +211,6 @@ def classify_files(inputs: Sequence[str | os.PathLike[str]], classifier: Classif
             p = res.probs[row[hashes[path]]]
             top = top_k(p, classifier.label_names, topk)
             out.results.append(FileResult(path, clips[hashes[path]].duration, top, p,
-                                          answer(top[0][0], top[0][1], unknown_below)))
+                                          "" if tags else answer(top[0][0], top[0][1], unknown_below)))
     log_summary(decoder)  # the run's one line about the decoders' messages (none when there were none)
     return out

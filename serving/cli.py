@@ -24,6 +24,8 @@ from store.options import add_options, given
 if TYPE_CHECKING:
     from infer.run_options import RunOptions
 
+    from .classify import ClassifyResult
+
 __all__ = ["build_parser", "main"]
 
 CLASSIFY_EPILOG = """\
@@ -31,6 +33,16 @@ examples:
   specstore classify song.mp3 other.flac --model models/genre.pt
   specstore classify ~/music/new/ --model models/genre.pt --csv > predictions.csv
   specstore classify a.wav --model models/genre.pt --json --topk 3
+  specstore classify song.mp3 --model musicnn-msd             # 50 tags, no training
+  specstore classify --list-tags --model musicnn-mtt          # a tagger's vocabulary
+  specstore classify ~/music/ --model musicnn-msd --labels rock,jazz,blues
+
+Shipped models (no training; --model takes their names): musicnn-msd (50
+last.fm tags of the Million Song Dataset: genres, moods, eras, instruments)
+and musicnn-mtt (50 MagnaTagATune tags), by Pons and Serra, ISC licence, (c)
+Music Technology Group, Universitat Pompeu Fabra. They are taggers: each tag
+is an independent score, several may be high at once, and the output says
+"tags".
 
 Each file is decoded with the checkpoint's own feature settings (the values
 a store made by `make features` would hold), so the predictions equal
@@ -60,11 +72,13 @@ def _add_run_args(p: argparse.ArgumentParser) -> None:
     """``--model``, the run options and the planner's batch price, from their dataclasses' fields (an option
     not given is left out: the dataclass fills its default)."""
     from infer.run_options import RunOptions
+    from infer.shipped import shipped_names
     from infer.trust import add_trust_argument
 
     from .config import ClassifierOptions
 
-    p.add_argument("--model", required=True, help="checkpoint (.pt) from `make train` or `make init-model`")
+    p.add_argument("--model", required=True, help="checkpoint (.pt) from `make train` or `make init-model`, or a "
+                                                  f"shipped model's name ({', '.join(shipped_names())})")
     add_options(p, RunOptions, RUN_FIELDS)
     add_options(p, ClassifierOptions, absent=False)
     add_trust_argument(p, "the --model checkpoint")
@@ -79,51 +93,73 @@ def _options(args: argparse.Namespace, progress: bool) -> RunOptions:
 
 
 def _check_model(path: str) -> None:
-    """A missing checkpoint is one line before torch is imported (loading it would say the same, seconds later)."""
-    if not os.path.isfile(path):
+    """A missing checkpoint is one line before torch is imported (loading it would say the same, seconds later);
+    a shipped model's name (:mod:`infer.shipped`) is taken as it is."""
+    from infer.shipped import is_shipped, no_checkpoint_hint
+
+    if not os.path.isfile(path) and not is_shipped(path):
         from store import ConfigError
 
-        raise ConfigError(f"no checkpoint at {path} (train one with `make train`)")
+        raise ConfigError(f"no checkpoint at {path} ({no_checkpoint_hint()})")
 
 
 def cmd_classify(args: argparse.Namespace) -> int:
     _check_model(args.model)
-    from infer.predictions import COLUMNS, escape_label
+    from store import ConfigError
 
+    if not args.inputs and not args.list_tags:
+        raise ConfigError("name audio files or folders to classify (or --list-tags to list the model's labels)")
     from .classify import classify_files
     from .model import Classifier
 
     progress = not args.no_progress and sys.stderr.isatty()
-    classifier = Classifier(args.model, _options(args, progress),
+    classifier = Classifier(args.model, _options(args, progress), labels=args.labels,
                             batch_overhead_frames=args.batch_overhead_frames, trust_model_code=args.trust_model_code)
+    if args.list_tags:
+        kind = "tags (independent scores)" if classifier.outputs == "tags" else "labels (one softmax)"
+        print(f"# {args.model}: {len(classifier.label_names)} {kind}", file=sys.stderr)
+        print("\n".join(classifier.label_names))
+        return 0
     res = classify_files(args.inputs, classifier, topk=args.topk, jobs=args.jobs, progress=progress,
                          cache=args.cache, unknown_below=args.unknown_below)
     for f in res.failures:
         print(f"{PROG}: {f.path}: {f.reason}", file=sys.stderr)
-    if args.json:  # strict JSON, whole or nothing: classify_files turns non-finite answers into failures
-        print(json.dumps([{"path": r.path, "duration_s": round(r.duration, 3), "answer": r.answer,
-                           "top": [{"label": lab, "prob": round(p, 6)} for lab, p in r.top]} for r in res.results]
-                         + [{"path": f.path, "error": f.reason} for f in res.failures], indent=1, allow_nan=False))
-    elif args.csv:
-        w = csv.writer(sys.stdout)
-        w.writerow(COLUMNS)
-        for r in res.results:
-            pairs = ";".join(f"{escape_label(lab)}:{p:.4f}" for lab, p in r.top)
-            w.writerow([r.path, r.answer, f"{r.top[0][1]:.4f}", pairs, ""])
-    else:
-        width = min(60, max([len(r.path) for r in res.results] + [4]))
-        shown = "answer  " if args.unknown_below is not None else ""
-        print(f"{'file':<{width}}  {'seconds':>8}  {shown}top {args.topk}")
-        for r in res.results:
-            tops = "  ".join(f"{lab} {p:.3f}" for lab, p in r.top)
-            said = f"{r.answer}  " if shown else ""
-            print(f"{r.path:<{width}}  {r.duration:>8.1f}  {said}{tops}")
+    _print_results(res, args)
     if not args.json and not args.csv and sys.stderr.isatty() or args.verbose:
         print(f"{len(res.results)} classified, {len(res.failures)} failed; {res.distinct} distinct clips "
               f"({res.cached} from the cache) in "
               f"{res.batches} batches, padding efficiency {res.efficiency:.3f}, {res.windowed} windowed, "
               f"OOM retries {res.oom_retries}", file=sys.stderr)
     return 1 if res.failures else 0
+
+
+def _print_results(res: ClassifyResult, args: argparse.Namespace) -> None:
+    """The results as JSON, CSV (``make infer``'s columns) or a table.  A tagger's (``res.outputs == "tags"``)
+    say "tags": JSON ``"tags": [{"tag", "score"}]``, CSV ``path,tags,truth``, a "top N tags" table column."""
+    from infer.predictions import COLUMNS, TAG_COLUMNS, escape_label
+
+    tags = res.outputs == "tags"
+    if args.json:  # strict JSON, whole or nothing: classify_files turns non-finite answers into failures
+        print(json.dumps([{"path": r.path, "duration_s": round(r.duration, 3),
+                           **({"tags": [{"tag": lab, "score": round(p, 6)} for lab, p in r.top]} if tags else
+                              {"answer": r.answer, "top": [{"label": lab, "prob": round(p, 6)} for lab, p in r.top]})}
+                          for r in res.results]
+                         + [{"path": f.path, "error": f.reason} for f in res.failures], indent=1, allow_nan=False))
+    elif args.csv:
+        w = csv.writer(sys.stdout)
+        w.writerow(TAG_COLUMNS if tags else COLUMNS)
+        for r in res.results:
+            pairs = ";".join(f"{escape_label(lab)}:{p:.4f}" for lab, p in r.top)
+            w.writerow([r.path, pairs, ""] if tags else [r.path, r.answer, f"{r.top[0][1]:.4f}", pairs, ""])
+    else:
+        width = min(60, max([len(r.path) for r in res.results] + [4]))
+        shown = "answer  " if args.unknown_below is not None else ""
+        what = " tags (independent scores)" if tags else ""
+        print(f"{'file':<{width}}  {'seconds':>8}  {shown}top {args.topk}{what}")
+        for r in res.results:
+            tops = "  ".join(f"{lab} {p:.3f}" for lab, p in r.top)
+            said = f"{r.answer}  " if shown else ""
+            print(f"{r.path:<{width}}  {r.duration:>8.1f}  {said}{tops}")
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -163,10 +199,14 @@ def _classify_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
                        formatter_class=argparse.RawDescriptionHelpFormatter,
                        description="Decode each file with the checkpoint's feature settings, batch the clips by "
                                    "length under the memory budget, and print the top-k genres.")
-    c.add_argument("inputs", nargs="+", metavar="FILE_OR_DIR", help="audio files and/or folders of them")
+    c.add_argument("inputs", nargs="*", metavar="FILE_OR_DIR", help="audio files and/or folders of them")
     fmt = c.add_mutually_exclusive_group()
-    fmt.add_argument("--csv", action="store_true", help="CSV as `make infer` writes it: path,pred,prob,topk,truth")
-    fmt.add_argument("--json", action="store_true", help="a JSON list, one object per file")
+    fmt.add_argument("--csv", action="store_true", help="CSV as `make infer` writes it: path,pred,prob,topk,truth "
+                                                        "(a tagger's: path,tags,truth)")
+    fmt.add_argument("--json", action="store_true", help="a JSON list, one object per file (a tagger's carry "
+                                                         '"tags": [{"tag", "score"}] instead of "answer" and "top")')
+    fmt.add_argument("--list-tags", action="store_true", help="print the model's labels (a tagger's vocabulary), "
+                                                              "one per line, and exit")
     add_options(c, ClassifyOptions, absent=False)
     c.add_argument("--no-progress", action="store_true", help="no progress bars")
     _add_run_args(c)

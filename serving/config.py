@@ -27,7 +27,7 @@ import os
 from dataclasses import dataclass, field
 
 from infer.budget import CPU_BATCH_OVERHEAD_FRAMES, DEFAULT_BATCH_OVERHEAD_FRAMES
-from infer.cli_options import UNKNOWN_BELOW_HELP
+from infer.cli_options import LABELS_HELP, UNKNOWN_BELOW_HELP
 from infer.predictions import parse_unknown_below
 from store import ConfigError
 from store.options import borrowed, option
@@ -232,7 +232,7 @@ class ClassifierOptions:
 class ClassifyOptions:
     """``classify``'s own options: labels per file, decode processes, the decoded-clip cache."""
 
-    topk: int = borrowed(ServeConfig, "topk", help="genres listed per file")
+    topk: int = borrowed(ServeConfig, "topk", help="genres (or a tagger's tags) listed per file")
     jobs: int = option(1, "decode worker processes")
     cache: str | None = option(None, "keep decoded clips in DIR, keyed by content hash and feature settings, so "
                                      "files classified again are not decoded again", metavar="DIR",
@@ -240,3 +240,4 @@ class ClassifyOptions:
     unknown_below: float | None = option(None, UNKNOWN_BELOW_HELP + " (JSON: each file's answer field; CSV: the "
                                                "pred column; table: an answer column)",
                                          parse=parse_unknown_below, metavar="P", shown="off")
+    labels: str | None = option(None, LABELS_HELP, metavar="A,B,...", shown="all")

@@ -20,13 +20,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-import torch
 
 from infer.budget import CPU_BATCH_OVERHEAD_FRAMES, DEFAULT_BATCH_OVERHEAD_FRAMES, Budget, PlanError
-from infer.checkpoint import load_checkpoint
+from infer.checkpoint import Checkpoint
 from infer.constraints import BatchConstraint
 from infer.data import ArrayDataset
+from infer.predictions import PredictionsError, probabilities, select_labels
 from infer.runtime import Engine, RunOptions, RunStats
+from infer.shipped import resolve_checkpoint
 from infer.trust import Trust
 from store import ConfigError, FeatureSpec
 from store.kinds import picture_feature
@@ -39,7 +40,8 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class ClipResults:
-    """Class probabilities ``(n_clips, n_classes)`` float32 for a run of clips, with the engine's figures."""
+    """Probabilities ``(n_clips, n_labels)`` float32 for a run of clips (a softmax over the classes, or a tagger's
+    independent sigmoid scores), with the engine's figures."""
 
     probs: np.ndarray
     run: RunStats
@@ -54,7 +56,10 @@ def top_k(probs: np.ndarray, labels: Sequence[str], k: int) -> list[tuple[str, f
 class Classifier:
     """A checkpoint on an :class:`~infer.runtime.Engine`; see the module docstring.
 
-    ``model``: a checkpoint path.  ``options``: device, precision, memory
+    ``model``: a checkpoint path or object, or a shipped model's name (``musicnn-msd``, :mod:`infer.shipped`).
+    ``outputs``: ``"classes"`` (probabilities are a softmax) or ``"tags"`` (a tagger's independent sigmoid
+    scores, several high per clip).  ``labels`` (comma-separated or a list; None: all): the results keep only
+    these of the model's labels (one line naming any it lacks).  ``options``: device, precision, memory
     budget, ``max_batch`` (:class:`~infer.runtime.RunOptions`).
     ``trust_model_code``: build a checkpoint that names a user model class
     (:mod:`infer.trust`; a built-in model needs nothing).
@@ -65,11 +70,19 @@ class Classifier:
     messages.  :meth:`run` is safe to call from one thread at a time.
     """
 
-    def __init__(self, model: str | os.PathLike[str], options: RunOptions | None = None, *,
-                 batch_overhead_frames: float | None = None, trust_model_code: Trust = False) -> None:
-        ckpt = load_checkpoint(model)
-        self.name = os.fspath(model)
-        self.label_names = list(ckpt.label_names)
+    def __init__(self, model: str | os.PathLike[str] | Checkpoint, options: RunOptions | None = None, *,
+                 batch_overhead_frames: float | None = None, trust_model_code: Trust = False,
+                 labels: str | list[str] | None = None) -> None:
+        ckpt = model if isinstance(model, Checkpoint) else resolve_checkpoint(model)
+        self.name = (ckpt.source or "<checkpoint>") if isinstance(model, Checkpoint) else os.fspath(model)
+        try:
+            self._columns = select_labels(list(ckpt.label_names), labels)
+        except PredictionsError as e:
+            raise ConfigError(str(e)) from None
+        self.all_labels = list(ckpt.label_names)
+        """Every label of the model (its vocabulary), whatever ``labels`` kept."""
+        self.label_names = [self.all_labels[i] for i in self._columns]
+        self.outputs = ckpt.outputs
         self.feature = ckpt.feature
         self.specs: dict[str, FeatureSpec] = dict(ckpt.specs)
         self.engine = Engine(options or RunOptions())
@@ -129,8 +142,8 @@ class Classifier:
             res = self.engine.clip_logits(self.model, ArrayDataset(clips), budget=budget or self.current_budget(),
                                           constraint=constraint, batch_overhead_frames=self.batch_overhead_frames,
                                           progress=progress, desc=desc)
-        if len(clips) and res.logits.shape[1] != len(self.label_names):
-            raise ConfigError(f"{self.name} gives {res.logits.shape[1]} classes for {len(self.label_names)} labels")
-        probs = (torch.softmax(torch.from_numpy(res.logits), dim=1).numpy() if len(clips)
+        if len(clips) and res.logits.shape[1] != len(self.all_labels):
+            raise ConfigError(f"{self.name} gives {res.logits.shape[1]} classes for {len(self.all_labels)} labels")
+        probs = (probabilities(res.logits, self.outputs)[:, self._columns] if len(clips)
                  else np.zeros((0, len(self.label_names)), dtype=np.float32))
         return ClipResults(probs, res.run_stats())

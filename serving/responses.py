@@ -28,16 +28,20 @@ def error_json(status: int, message: str, *, headers: dict[str, str] | None = No
     return JSONResponse({"error": message, **extra}, status_code=status, headers=headers)
 
 
-def file_json(answer: FileAnswer, scale: PictureScale | None = None) -> dict[str, Any]:
+def file_json(answer: FileAnswer, scale: PictureScale | None = None, outputs: str = "classes") -> dict[str, Any]:
     """One file's answer: ``{"file", "duration_s", "frames", "top": [{"label", "prob"}], "picture"?,
     "picture_axes"?}`` (a PNG data URL; its tick labels by ``scale``, :meth:`PictureScale.axes`) or
-    ``{"file", "error"}``."""
+    ``{"file", "error"}``.  A tagger's (``outputs == "tags"``) carries ``"tags": [{"tag", "score"}]`` (independent
+    scores) instead of ``"top"``."""
     if not isinstance(answer, Classified):
         return {"file": answer.file, "error": answer.error}
     out: dict[str, Any] = {
         "file": answer.file, "duration_s": round(answer.duration, 3), "frames": answer.frames,
-        "top": [{"label": label, "prob": round(p, 6)} for label, p in answer.top],
     }
+    if outputs == "tags":
+        out["tags"] = [{"tag": label, "score": round(p, 6)} for label, p in answer.top]
+    else:
+        out["top"] = [{"label": label, "prob": round(p, 6)} for label, p in answer.top]
     if answer.picture is not None:
         out["picture"] = "data:image/png;base64," + base64.b64encode(answer.picture).decode("ascii")
         if scale is not None:
@@ -46,7 +50,8 @@ def file_json(answer: FileAnswer, scale: PictureScale | None = None) -> dict[str
 
 
 def answer_json(answer: Answer, scale: PictureScale | None = None) -> dict[str, Any]:
-    return {"model": answer.model, "labels": answer.labels, "files": [file_json(a, scale) for a in answer.files]}
+    return {"model": answer.model, "labels": answer.labels, "outputs": answer.outputs,
+            "files": [file_json(a, scale, answer.outputs) for a in answer.files]}
 
 
 def error_response(exc: RequestError) -> JSONResponse:

@@ -250,6 +250,20 @@ class MaskedClassifier(nn.Module):
         assert self.stats_linear is not None
         return self.stats_linear.logits(statistics, self.stats_shift, self.stats_scale)
 
+    @property
+    def embedding_dim(self) -> int:
+        """Width of :meth:`embed`'s clip embedding: the head's input."""
+        return int(self.head.in_features)
+
+    def embed(self, x: Tensor, lengths: Tensor | Any) -> Tensor:
+        """``(B, embedding_dim)`` clip embeddings: the time pooling's output over each clip's real frames, what
+        the head reads (so any built-in model can be a frozen backbone for a transfer head,
+        :mod:`infer.transfer`).  Needs ``pool_window=0`` (a windowed model's sums are logits)."""
+        if not isinstance(self._span, Whole):
+            raise ModelConfigError("embed needs a model that pools the whole clip (pool_window=0)")
+        pooled = self.pooled(x, lengths)
+        return self.pooling.pooled(pooled.sums, pooled.counts)
+
     def forward(self, x: Tensor, lengths: Tensor | Any) -> Tensor:
         """Logits ``(B, n_classes)`` for ``x (B, 1, n_bins, T)`` with real ``lengths (B,)``."""
         return self.classify_pooled(self.pooled(x, lengths))

@@ -167,6 +167,13 @@ class TrainConfig:
     seed: int = _opt(0, "split and training seed (every random draw derives from it)")
     arch: str = _opt("cnn", "model: cnn, resnet, or an import path package.module:Class of any nn.Module with "
                             "forward(x, lengths) (see infer/contract.py)", metavar="ARCH")
+    backbone: str | None = _opt(None, "a shipped model (e.g. musicnn-msd, musicnn-mtt) whose clip embeddings a "
+                                      "transfer head learns from (its feature must be in the store); default: "
+                                      "musicnn-msd with --arch musicnn, else none (the model trains from scratch)",
+                                metavar="NAME")
+    finetune: int = _opt(0, "with a backbone: also train its top N layers (SGD through the backbone, no embedding "
+                            "cache); 0: a head on the frozen backbone, fitted in seconds on cached clip embeddings",
+                         metavar="LAYERS")
     model_args: dict[str, Any] | None = _opt(None, "keyword arguments (a JSON object) for an import-path model; "
                                                    "n_bins/n_classes/input_mean/input_std are filled in when its "
                                                    "constructor takes them", parse=_json_object, metavar="JSON")
@@ -238,6 +245,8 @@ class TrainConfig:
         :class:`RunOptions` this config holds)."""
         if not isinstance(self.epochs, int) or self.epochs < 1:
             raise TrainError(f"epochs must be a positive integer, got {self.epochs!r}")
+        if not isinstance(self.finetune, int) or isinstance(self.finetune, bool) or self.finetune < 0:
+            raise TrainError(f"finetune must be a whole number of layers >= 0, got {self.finetune!r}")
         if not self.lr > 0 or not math.isfinite(self.lr):
             raise TrainError(f"lr must be positive, got {self.lr!r}")
         if not (self.weight_decay >= 0 and math.isfinite(self.weight_decay)) or not 0 <= self.warmup_fraction < 1 \

@@ -35,7 +35,7 @@ from ..split import split_keys, split_scores
 
 __all__ = [
     "C_GRID", "DEFAULT_WEIGHT", "MIN_VALIDATION_CLIPS", "WEIGHTS", "StatsFit", "WeightChoice", "choose_weight",
-    "clip_statistics", "fit_stats_head", "grouped_folds", "stats_logits",
+    "clip_statistics", "fit_linear_head", "fit_stats_head", "grouped_folds", "stats_logits",
 ]
 
 log = logging.getLogger(__name__)
@@ -123,19 +123,22 @@ def fit_stats_head(model: MaskedClassifier, store: Store, feature: str, rows: np
     # Problems this small run several times faster on one BLAS thread than on many (measured: 5-10x on 2 busy
     # cores), and the result does not depend on it.
     with threadpool_limits(limits=1, user_api="blas"):
-        fit = _choose_and_fit(model, (stats - shift) * scale, y, keys, seed=seed, folds=folds, grid=grid)
+        fit = fit_linear_head(model.stats_linear, (stats - shift) * scale, y, keys, seed=seed, folds=folds,
+                              grid=grid, what="statistics head")
     with torch.no_grad():
         model.stats_shift.copy_(torch.from_numpy(shift))
         model.stats_scale.copy_(torch.from_numpy(scale))
     return fit
 
 
-def _choose_and_fit(model: MaskedClassifier, z: np.ndarray, y: np.ndarray, keys: list[str], *, seed: int,
-                    folds: int, grid: Sequence[float]) -> StatsFit:
-    """Choose C by grouped cross-validation (mean log-loss), refit on everything, write the head's weights."""
+def fit_linear_head(head: torch.nn.Linear, z: np.ndarray, y: np.ndarray, keys: list[str], *, seed: int,
+                    folds: int = 5, grid: Sequence[float] = C_GRID, what: str = "linear head") -> StatsFit:
+    """Choose C of a logistic regression on standardised features ``z`` (labels ``y``, class indices) by
+    grouped cross-validation (``keys``: each row's work; the least mean log-loss), refit on every row and write
+    the weights into ``head`` (``out_features`` classes; classes without rows get a bias of -30: never
+    predicted).  The statistics head's fit, and the transfer head's (:mod:`infer.train.transfer`)."""
     from sklearn.metrics import log_loss
 
-    assert model.stats_linear is not None
     classes = np.unique(y)
     fold_of = grouped_folds(keys, folds, seed + 1)
     usable = folds >= 2 and all(len(np.unique(y[fold_of != k])) >= 2 for k in range(folds)) and len(
@@ -154,11 +157,11 @@ def _choose_and_fit(model: MaskedClassifier, z: np.ndarray, y: np.ndarray, keys:
             fit.cv[f"{c:g}"] = {"accuracy": round(acc, 4), "log_loss": round(loss, 4)}
             if best is None or loss < best[0]:
                 best, fit.c, fit.oof_log_proba = (loss, c), c, oof
-        log.info("statistics head: C=%g by %d-fold grouped cross-validation on %d training clips "
-                 "(accuracy %.3f, log-loss %.3f)", fit.c, folds, len(y), fit.cv[f"{fit.c:g}"]["accuracy"],
+        log.info("%s: C=%g by %d-fold grouped cross-validation on %d training clips "
+                 "(accuracy %.3f, log-loss %.3f)", what, fit.c, folds, len(y), fit.cv[f"{fit.c:g}"]["accuracy"],
                  fit.cv[f"{fit.c:g}"]["log_loss"])
     clf = _logistic(fit.c, seed).fit(z, y)
-    n_classes = model.stats_linear.out_features
+    n_classes = head.out_features
     weight = np.zeros((n_classes, z.shape[1]))
     bias = np.full(n_classes, -30.0)  # classes without training clips: never predicted by this head
     if len(clf.classes_) == 2:  # scikit-learn keeps one row for two classes: logits (-w/2, +w/2)
@@ -168,8 +171,8 @@ def _choose_and_fit(model: MaskedClassifier, z: np.ndarray, y: np.ndarray, keys:
         weight[clf.classes_] = clf.coef_
         bias[clf.classes_] = clf.intercept_
     with torch.no_grad():
-        model.stats_linear.weight.copy_(torch.from_numpy(weight))
-        model.stats_linear.bias.copy_(torch.from_numpy(bias))
+        head.weight.copy_(torch.from_numpy(weight))
+        head.bias.copy_(torch.from_numpy(bias))
     return fit
 
 

@@ -1,0 +1,40 @@
+"""A tiny stand-in for a shipped model (:mod:`infer.shipped`), so the shipped-model paths are tested without the
+real weights: a built-in CNN (width 4) on :data:`factories.SPEC16` with a fixed seed, as a 5-tag tagger.
+
+:func:`register` adds it to the shipped registry as ``tiny-tags`` (``load(name) -> (model, tags, spec)``, the
+loader contract).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from factories import SPEC16
+
+TAGS = ["rock", "jazz", "ambient", "female vocalists", "80s"]
+NAME = "tiny-tags"
+
+
+def load(name: str) -> tuple[Any, list[str], Any]:
+    """The stand-in tagger with fixed weights (seed 7) and non-trivial BatchNorm statistics."""
+    import torch
+
+    from infer.defaults import PLAIN_MODEL
+    from infer.models import ModelConfig, build_model
+
+    torch.manual_seed(7)
+    model = build_model(ModelConfig(**{**PLAIN_MODEL, "width": 4, "depth": 2, "n_bins": SPEC16.n_bins,
+                                       "n_classes": len(TAGS)}))
+    for m in model.modules():
+        if isinstance(m, torch.nn.BatchNorm2d):
+            m.running_mean.uniform_(-0.5, 0.5)
+            m.running_var.uniform_(0.5, 2.0)
+    return model.eval(), list(TAGS), SPEC16
+
+
+def register() -> str:
+    """Register the stand-in as :data:`NAME`; returns the name."""
+    from infer.shipped import ShippedModel, register_shipped
+
+    register_shipped(ShippedModel(NAME, "shipped_stub:load", "tags", "a test stand-in", "test only"))
+    return NAME

@@ -1,0 +1,65 @@
+"""Transfer (:mod:`infer.train.transfer`): a head on a shipped backbone's cached clip embeddings, with the tiny
+stand-in backbone of ``tests/shipped_stub.py`` (a width-4 CNN) in place of musicnn."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import shipped_stub
+from factories import make_separable_store, make_store
+
+from infer.checkpoint import CheckpointError, load_checkpoint
+from infer.predict import predict
+from infer.train.config import TrainConfig
+from infer.train.transfer import embeddings_path_for, train_transfer
+from store import FeatureSpec, open_store
+
+NAME = shipped_stub.register()
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, object]:
+    root = tmp_path_factory.mktemp("transfer")
+    store = make_separable_store(root / "s.zarr", n=30, lengths=(20, 60))
+    model = root / "head.pt"
+    res = train_transfer(store, model, TrainConfig(backbone=NAME, device="cpu"), progress=False)
+    return store, model, res
+
+
+def test_a_head_trains_on_the_backbones_embeddings_and_runs_as_a_checkpoint(trained: tuple[Path, Path, object],
+                                                                            ) -> None:
+    store, model, res = trained
+    assert res.embedded == 30 and res.n_train == 30 and res.fit["c"] > 0  # type: ignore[attr-defined]
+    ckpt = load_checkpoint(model)
+    assert ckpt.outputs == "classes" and ckpt.extra["transfer"]["backbone"] == NAME
+    pred = predict(store, model, device="cpu")
+    s = open_store(store)
+    truth = np.array([s.label_names.index(t) for t in pred.truth])
+    assert (pred.probs.argmax(1) == truth).mean() >= 0.8, "band energy is what the stand-in's embedding sees"
+    np.testing.assert_allclose(pred.probs.sum(1), 1.0, atol=1e-5)
+    assert "transfer head on tiny-tags" in res.summary()  # type: ignore[attr-defined]
+
+
+def test_embeddings_are_cached_by_content_hash_and_reused(trained: tuple[Path, Path, object]) -> None:
+    store, model, _ = trained
+    cache = embeddings_path_for(model)
+    with np.load(cache, allow_pickle=False) as z:
+        assert sorted(z["hashes"].tolist()) == sorted(set(open_store(store).hashes)) and z["embeddings"].shape[0] == 30
+        before = z["embeddings"].copy()
+    again = train_transfer(store, model, TrainConfig(backbone=NAME, device="cpu", seed=1), progress=False,
+                           overwrite=True)
+    assert again.embedded == 0
+    with np.load(cache, allow_pickle=False) as z:
+        np.testing.assert_array_equal(z["embeddings"], before)
+        key = str(z["key"])
+    np.savez(cache, key=np.array(key.replace(NAME, "another")), hashes=np.array(["x"]), embeddings=np.zeros((1, 8)))
+    assert train_transfer(store, model, TrainConfig(backbone=NAME, device="cpu"), progress=False,
+                          overwrite=True).embedded == 30
+
+
+def test_a_store_without_the_backbones_feature_is_refused(tmp_path: Path) -> None:
+    other = make_store(tmp_path / "cqt.zarr", lengths=[20, 30, 25, 40], specs={"cqt": FeatureSpec.cqt(n_bins=16)})
+    with pytest.raises(CheckpointError, match="make features FEATURES=mel"):
+        train_transfer(other, tmp_path / "m.pt", TrainConfig(backbone=NAME, device="cpu"), progress=False)
