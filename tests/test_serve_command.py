@@ -110,6 +110,7 @@ def test_a_missing_checkpoint_is_one_line_at_once(tmp_path: Path) -> None:
                                str(tmp_path / "none.pt")], capture_output=True, text=True, timeout=120, check=False)
         lines = [x for x in proc.stderr.splitlines() if not x.startswith("import time:")]
         assert proc.returncode == 2 and lines == [f"specstore: error: no checkpoint at {tmp_path / 'none.pt'} "
-                                                  "(train one with `make train`, or name a shipped model: musicnn-msd, musicnn-mtt)"]
+                                                  "(train one with `make train`, or name a shipped model: "
+                                                  "musicnn-msd, musicnn-mtt)"]
         assert "torch" not in {x.split("|")[-1].strip() for x in proc.stderr.splitlines()
                                if x.startswith("import time:")}

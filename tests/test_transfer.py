@@ -63,3 +63,17 @@ def test_a_store_without_the_backbones_feature_is_refused(tmp_path: Path) -> Non
     other = make_store(tmp_path / "cqt.zarr", lengths=[20, 30, 25, 40], specs={"cqt": FeatureSpec.cqt(n_bins=16)})
     with pytest.raises(CheckpointError, match="make features FEATURES=mel"):
         train_transfer(other, tmp_path / "m.pt", TrainConfig(backbone=NAME, device="cpu"), progress=False)
+
+
+def test_finetune_trains_the_top_layers_only(trained: tuple[Path, Path, object], tmp_path: Path) -> None:
+    store, _, _ = trained
+    model = tmp_path / "ft.pt"
+    train_transfer(store, model, TrainConfig(backbone=NAME, device="cpu", finetune=1, epochs=1, crop_seconds=None),
+                   progress=False)
+    start, _, _ = shipped_stub.load(NAME)
+    tuned = load_checkpoint(model).state_dict
+    assert not embeddings_path_for(model).exists(), "fine-tuned embeddings change: nothing is cached"
+    for name, value in start.state_dict().items():
+        if name.startswith("blocks.0."):  # the bottom layer: frozen, BatchNorm statistics included
+            assert (tuned[f"backbone.{name}"] == value).all(), name
+    assert not (tuned["backbone.blocks.1.conv.weight"] == start.state_dict()["blocks.1.conv.weight"]).all()

@@ -33,7 +33,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from store import ConfigError, Store, atomic_path, check_output_path, open_store, write_atomic
+from store import Store, atomic_path, check_output_path, open_store, write_atomic
 
 from ..checkpoint import Checkpoint, check_store_matches, save_checkpoint
 from ..contract import spec_of
@@ -168,10 +168,11 @@ class TransferResult:
 
 
 def train_transfer(store: str | os.PathLike[str] | Store, model_path: str | os.PathLike[str], cfg: TrainConfig, *,
-                   progress: bool = True, threads: int | None = None, overwrite: bool = False) -> TransferResult:
+                   progress: bool = True, threads: int | None = None, overwrite: bool = False) -> Any:
     """Fit a head on ``cfg``'s backbone (:func:`backbone_for`) for ``store``'s labels; save it to ``model_path``
-    (see the module docstring).  Raises :class:`TrainError`, ``CheckpointError`` (the store lacks the backbone's
-    feature) and ``ConfigError`` in one line."""
+    (see the module docstring).  Returns a :class:`TransferResult` (with ``finetune``: the training loop's
+    :class:`~infer.train.TrainResult`); both have ``summary()``.  Raises :class:`TrainError`,
+    ``CheckpointError`` (the store lacks the backbone's feature) and ``ConfigError`` in one line."""
     t0 = time.perf_counter()
     name = backbone_for(cfg)
     if name is None:
@@ -205,8 +206,11 @@ def train_transfer(store: str | os.PathLike[str] | Store, model_path: str | os.P
         net.scale.copy_(torch.from_numpy(scale))
     keys = split_keys(s)
     y = s.labels[train_rows].astype(np.int64)
-    fit = fit_linear_head(net.head, (train_emb - shift) * scale, y, [keys[int(r)] for r in train_rows],
-                          seed=cfg.seed, what="transfer head")
+    from threadpoolctl import threadpool_limits
+
+    with threadpool_limits(limits=1, user_api="blas"):  # small problems: one BLAS thread is several times faster
+        fit = fit_linear_head(net.head, (train_emb - shift) * scale, y, [keys[int(r)] for r in train_rows],
+                              seed=cfg.seed, what="transfer head")
     val_acc = None
     if len(val_rows):
         with torch.no_grad():
@@ -224,7 +228,8 @@ def train_transfer(store: str | os.PathLike[str] | Store, model_path: str | os.P
     ckpt = Checkpoint.from_model(net, s.label_names, shipped.feature, shipped.specs[shipped.feature], extra,
                                  model_spec=spec_of(net))
     if cfg.finetune:
-        return _finetune(s, model_path, cfg, net, extra, progress=progress, threads=threads)
+        return _finetune(s, model_path, cfg, net, shipped.feature, extra, progress=progress, threads=threads,
+                         overwrite=overwrite)
     save_checkpoint(ckpt, model_path)
     write_atomic(Path(model_path).with_name(Path(model_path).stem + ".config.json"),
                  json.dumps({"train_config": cfg.to_dict(), "model": spec_of(net).to_dict(), **extra}, indent=2) + "\n")
@@ -244,7 +249,12 @@ def _cache_key(shipped: Checkpoint) -> str:
                        "spec": {k: v.to_dict() for k, v in shipped.specs.items()}}, sort_keys=True)
 
 
-def _finetune(s: Store, model_path: str | os.PathLike[str], cfg: TrainConfig, net: nn.Module,
-              extra: dict[str, Any], *, progress: bool, threads: int | None) -> TransferResult:
-    """``finetune > 0``: the usual training loop on ``net`` (head fitted, top layers unfrozen)."""
-    raise ConfigError("--finetune is not available yet: train a head on the frozen backbone (--finetune 0)")
+def _finetune(s: Store, model_path: str | os.PathLike[str], cfg: TrainConfig, net: nn.Module, feature: str,
+              extra: dict[str, Any], *, progress: bool, threads: int | None, overwrite: bool) -> Any:
+    """``finetune > 0``: the usual training loop (:func:`infer.train.train`) on ``net``, its head fitted in
+    closed form and its backbone's top layers unfrozen; the rest of the backbone stays frozen (and in eval
+    mode).  Returns the loop's :class:`~infer.train.TrainResult`."""
+    from .loop import train
+
+    cfg = dataclasses.replace(cfg, feature=feature, backbone=None)
+    return train(s, model_path, cfg, model=net, progress=progress, threads=threads, overwrite=overwrite)
