@@ -121,6 +121,28 @@ def _oof_csv(s: Store, labelled: np.ndarray, fold_of: np.ndarray, truth: np.ndar
     return buf.getvalue()
 
 
+def _train_fold(s: Store, model_path: Path, cfg: TrainConfig, val_rows: np.ndarray, out: Path, *, progress: bool,
+                threads: int | None, overwrite: bool, trust_model_code: Trust) -> np.ndarray:
+    """Train one fold's model and return its logits on the fold's held-out ``val_rows``.  A head on a shipped
+    backbone (:mod:`infer.train.transfer`) shares one embedding cache across the folds (``out/embeddings.npz``):
+    the backbone runs once per clip for the whole cross-validation, and the held-out logits come from it."""
+    from .train.transfer import backbone_for, cached_logits, train_transfer
+
+    if backbone_for(cfg) is not None:
+        shared = out / "embeddings.npz"
+        train_transfer(s, model_path, cfg, progress=progress, threads=threads, overwrite=True, cache_path=shared)
+        logits = cached_logits(model_path, s, val_rows, shared)
+        if logits is not None:
+            return logits
+    else:
+        train(s, model_path, cfg, progress=progress, threads=threads, overwrite=overwrite,
+              trust_model_code=trust_model_code)
+    ckpt = load_checkpoint(model_path)
+    engine = Engine(replace(cfg.run, threads=threads))
+    net = engine.prepare(ckpt.build(trust_model_code=trust_model_code))
+    return engine.logits(net, s, val_rows, feature=ckpt.feature).logits
+
+
 def cross_validate(
     store: str | os.PathLike[str] | Store,
     out_dir: str | os.PathLike[str],
@@ -169,12 +191,9 @@ def cross_validate(
         fold_cfg = replace(cfg, val_fraction=1.0 / folds, val_offset=k / folds)
         model_path = out / f"fold-{k}.pt"
         log.info("fold %d of %d: %d clips held out", k + 1, folds, len(val_rows))
-        train(s, model_path, fold_cfg, progress=progress, threads=threads, overwrite=overwrite,
-              trust_model_code=trust_model_code)
+        logits = _train_fold(s, model_path, fold_cfg, val_rows, out, progress=progress, threads=threads,
+                             overwrite=overwrite, trust_model_code=trust_model_code)
         ckpt = load_checkpoint(model_path)
-        engine = Engine(replace(cfg.run, threads=threads))
-        net = engine.prepare(ckpt.build(trust_model_code=trust_model_code))
-        logits = engine.logits(net, s, val_rows, feature=ckpt.feature).logits
         names = [ckpt.label_names[int(i)] for i in logits.argmax(axis=1)]
         index = {n: i for i, n in enumerate(s.label_names)}
         idx = np.array([position[int(r)] for r in val_rows], dtype=np.int64)

@@ -77,3 +77,16 @@ def test_finetune_trains_the_top_layers_only(trained: tuple[Path, Path, object],
         if name.startswith("blocks.0."):  # the bottom layer: frozen, BatchNorm statistics included
             assert (tuned[f"backbone.{name}"] == value).all(), name
     assert not (tuned["backbone.blocks.1.conv.weight"] == start.state_dict()["blocks.1.conv.weight"]).all()
+
+
+def test_cross_validation_of_a_head_shares_one_embedding_cache(trained: tuple[Path, Path, object],
+                                                                    tmp_path: Path) -> None:
+    from infer.crossval import cross_validate
+
+    store, _, _ = trained
+    res = cross_validate(store, tmp_path, TrainConfig(backbone=NAME, device="cpu"), folds=3, progress=False,
+                         baselines=False)
+    with np.load(tmp_path / "embeddings.npz", allow_pickle=False) as z:
+        assert z["embeddings"].shape[0] == 30
+    assert res.n_clips == 30 and 0.0 <= res.accuracy <= 1.0 and len(res.fold_accuracy) == 3
+    assert all((tmp_path / f"fold-{k}.pt").is_file() for k in range(3))

@@ -44,7 +44,7 @@ from .config import TrainConfig, TrainError
 from .recipe import resolve_validation
 from .stats_head import fit_linear_head
 
-__all__ = ["BACKBONES", "EmbeddingCache", "TransferResult", "backbone_for", "clip_embeddings",
+__all__ = ["BACKBONES", "EmbeddingCache", "TransferResult", "backbone_for", "cached_logits", "clip_embeddings",
            "embeddings_path_for", "train_transfer"]
 
 log = logging.getLogger(__name__)
@@ -168,9 +168,11 @@ class TransferResult:
 
 
 def train_transfer(store: str | os.PathLike[str] | Store, model_path: str | os.PathLike[str], cfg: TrainConfig, *,
-                   progress: bool = True, threads: int | None = None, overwrite: bool = False) -> Any:
+                   progress: bool = True, threads: int | None = None, overwrite: bool = False,
+                   cache_path: str | os.PathLike[str] | None = None) -> Any:
     """Fit a head on ``cfg``'s backbone (:func:`backbone_for`) for ``store``'s labels; save it to ``model_path``
-    (see the module docstring).  Returns a :class:`TransferResult` (with ``finetune``: the training loop's
+    (see the module docstring; ``cache_path``: the embedding cache, default :func:`embeddings_path_for`, which
+    cross-validation's folds share).  Returns a :class:`TransferResult` (with ``finetune``: the training loop's
     :class:`~infer.train.TrainResult`); both have ``summary()``.  Raises :class:`TrainError`,
     ``CheckpointError`` (the store lacks the backbone's feature) and ``ConfigError`` in one line."""
     t0 = time.perf_counter()
@@ -192,7 +194,8 @@ def train_transfer(store: str | os.PathLike[str] | Store, model_path: str | os.P
         raise TrainError("the training split holds fewer than two labels; a classifier needs at least two")
     backbone = shipped.build()
     engine = Engine(dataclasses.replace(cfg.run, progress=progress))
-    cache = None if cfg.finetune else EmbeddingCache.open(embeddings_path_for(model_path), _cache_key(shipped))
+    cache = None if cfg.finetune else EmbeddingCache.open(Path(cache_path or embeddings_path_for(model_path)),
+                                                          _cache_key(shipped))
     rows = np.concatenate([train_rows, val_rows])
     emb, embedded, backbone_seconds = clip_embeddings(backbone, s, shipped.feature, rows, engine, cache)
     train_emb, val_emb = emb[:len(train_rows)], emb[len(train_rows):]
@@ -235,6 +238,28 @@ def train_transfer(store: str | os.PathLike[str] | Store, model_path: str | os.P
                  json.dumps({"train_config": cfg.to_dict(), "model": spec_of(net).to_dict(), **extra}, indent=2) + "\n")
     return TransferResult(Path(model_path), name, len(train_rows), len(val_rows), embedded, backbone_seconds,
                           time.perf_counter() - t0, fit_dict, val_acc, rules)
+
+
+def cached_logits(model_path: str | os.PathLike[str], store: Store, rows: np.ndarray,
+                  cache_path: str | os.PathLike[str] | None = None) -> np.ndarray | None:
+    """``(len(rows), n_classes)`` logits of a saved transfer head on store ``rows`` from the embedding cache, with
+    no pass of the backbone; None when the model is not a frozen-backbone head or a row is not cached."""
+    from ..checkpoint import load_checkpoint
+    from ..models.transfer import TransferClassifier
+
+    ckpt = load_checkpoint(model_path)
+    info = ckpt.extra.get("transfer")
+    if not info or ckpt.model.kwargs.get("finetune"):
+        return None
+    cache = EmbeddingCache.open(Path(cache_path or embeddings_path_for(model_path)),
+                                _cache_key(load_shipped(info["backbone"])))
+    hashes = [str(store.hashes[int(r)]) for r in rows]
+    if any(h not in cache.vectors for h in hashes):
+        return None
+    net = ckpt.build()
+    assert isinstance(net, TransferClassifier)
+    with torch.no_grad():
+        return net.head_logits(torch.from_numpy(np.stack([cache.vectors[h] for h in hashes]))).numpy()
 
 
 def _cache_key(shipped: Checkpoint) -> str:
