@@ -151,18 +151,24 @@ def cmd_train(args: argparse.Namespace) -> int:
     trust: Trust = True if args.trust_model_code else [args.arch] if hasattr(args, "arch") else False
     check_output_path(args.model, what="MODEL")
     check_store_present(args.store)
-    from .train.transfer import backbone_for, train_transfer
+    import dataclasses
 
-    if backbone_for(config) is not None:
-        done = train_transfer(args.store, args.model, config, progress=not args.no_progress,
-                              threads=machine["threads"], overwrite=args.overwrite)
+    from .train.choice import choose_backbone, record_choice
+    from .train.transfer import train_transfer
+
+    choice = choose_backbone(args.store, args.model, config, progress=not args.no_progress)
+    if choice.backbone is not None:
+        done = train_transfer(args.store, args.model, dataclasses.replace(config, backbone=choice.backbone),
+                              progress=not args.no_progress, threads=machine["threads"], overwrite=args.overwrite,
+                              rules={"backbone": choice.why} if choice.why else None)
         print(done.summary())
         return 0
     from .train.loop import train
 
-    result = train(args.store, args.model, config, progress=not args.no_progress, **machine,
-                   overwrite=args.overwrite, trust_model_code=trust)
-    print(result.summary())
+    result = train(args.store, args.model, dataclasses.replace(config, backbone=None), progress=not args.no_progress,
+                   **machine, overwrite=args.overwrite, trust_model_code=trust)
+    record_choice(args.model, choice)
+    print(result.summary() + (f"\n  backbone (auto): {choice.why}" if choice.why else ""))
     return 0
 
 

@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from .checkpoint import Checkpoint
 
 __all__ = ["OUTPUTS", "SHIPPED", "ShippedModel", "is_shipped", "load_shipped", "no_checkpoint_hint", "register_shipped",
-           "resolve_checkpoint", "shipped_names"]
+           "resolve_checkpoint", "shipped_names", "unregister_shipped"]
 
 OUTPUTS = ("classes", "tags")
 """How a model's logits read: one softmax over its labels, or independent sigmoid scores (a multi-label tagger)."""
@@ -62,6 +62,11 @@ def register_shipped(entry: ShippedModel) -> ShippedModel:
         raise ConfigError(f"a shipped model's name is a plain word, not a path: {entry.name!r}")
     SHIPPED[entry.name] = entry
     return entry
+
+
+def unregister_shipped(name: str) -> None:
+    """Remove ``name`` from the shipped models of this process (a test's stand-in; no error when absent)."""
+    SHIPPED.pop(name, None)
 
 
 def shipped_names() -> tuple[str, ...]:

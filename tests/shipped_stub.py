@@ -1,12 +1,14 @@
 """A tiny stand-in for a shipped model (:mod:`infer.shipped`), so the shipped-model paths are tested without the
 real weights: a built-in CNN (width 4) on :data:`factories.SPEC16` with a fixed seed, as a 5-tag tagger.
 
-:func:`register` adds it to the shipped registry as ``tiny-tags`` (``load(name) -> (model, tags, spec)``, the
-loader contract).
+:func:`registered` adds it to the shipped registry as ``tiny-tags`` for a block (``load(name) -> (model, tags,
+spec)``, the loader contract).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from factories import SPEC16
@@ -32,9 +34,14 @@ def load(name: str) -> tuple[Any, list[str], Any]:
     return model.eval(), list(TAGS), SPEC16
 
 
-def register() -> str:
-    """Register the stand-in as :data:`NAME`; returns the name."""
-    from infer.shipped import ShippedModel, register_shipped
+@contextmanager
+def registered() -> Iterator[str]:
+    """The stand-in registered as :data:`NAME` while the block runs (so no other test's store, whose mel is the
+    stand-in's input, finds it as a backbone)."""
+    from infer.shipped import ShippedModel, register_shipped, unregister_shipped
 
     register_shipped(ShippedModel(NAME, "shipped_stub:load", "tags", "a test stand-in", "test only"))
-    return NAME
+    try:
+        yield NAME
+    finally:
+        unregister_shipped(NAME)

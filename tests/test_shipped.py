@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -20,7 +21,13 @@ from infer.predictions import PredictionsError, read_predictions_csv
 from infer.shipped import is_shipped, resolve_checkpoint
 from store import FeatureSpec, open_store
 
-NAME = shipped_stub.register()
+NAME = shipped_stub.NAME
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _stand_in() -> Iterator[str]:
+    with shipped_stub.registered() as name:
+        yield name
 
 
 @pytest.fixture(scope="module")

@@ -3,6 +3,7 @@ stand-in backbone of ``tests/shipped_stub.py`` (a width-4 CNN) in place of music
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -16,7 +17,13 @@ from infer.train.config import TrainConfig
 from infer.train.transfer import embeddings_path_for, train_transfer
 from store import FeatureSpec, open_store
 
-NAME = shipped_stub.register()
+NAME = shipped_stub.NAME
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _stand_in() -> Iterator[str]:
+    with shipped_stub.registered() as name:
+        yield name
 
 
 @pytest.fixture(scope="module")
@@ -90,3 +97,24 @@ def test_cross_validation_of_a_head_shares_one_embedding_cache(trained: tuple[Pa
         assert z["embeddings"].shape[0] == 30
     assert res.n_clips == 30 and 0.0 <= res.accuracy <= 1.0 and len(res.fold_accuracy) == 3
     assert all((tmp_path / f"fold-{k}.pt").is_file() for k in range(3))
+
+
+def test_the_recipe_chooses_from_training_data_and_records_why(tmp_path: Path) -> None:
+    from infer.train.choice import choose_backbone, record_choice
+
+    store = make_separable_store(tmp_path / "s.zarr", n=30, lengths=(20, 60))
+    auto = choose_backbone(store, tmp_path / "m.pt", TrainConfig(device="cpu"))
+    figures = auto.figures
+    assert auto.why is not None and figures["backbone"] == NAME and figures["backbone_clips"] == 30
+    expected = NAME if figures["transfer_cv_accuracy"] > figures["band_statistics_cv_accuracy"] + 0.02 else None
+    assert auto.backbone == expected and f"{figures['transfer_cv_accuracy']:.3f}" in auto.why
+    assert embeddings_path_for(tmp_path / "m.pt").is_file(), "a transfer chosen here reuses the pass"
+    assert choose_backbone(store, tmp_path / "m.pt", TrainConfig(backbone="none")).why is None
+    other = make_store(tmp_path / "cqt.zarr", lengths=[20, 30], specs={"cqt": FeatureSpec.cqt(n_bins=16)})
+    plain = choose_backbone(other, tmp_path / "o.pt", TrainConfig(device="cpu"))
+    assert plain.backbone is None and "FEATURES=musicnn" in (plain.why or "")
+    from factories import make_checkpoint
+
+    make_checkpoint(tmp_path / "m.pt")
+    record_choice(tmp_path / "m.pt", auto)
+    assert load_checkpoint(tmp_path / "m.pt").extra["recipe"]["rules"]["backbone"] == auto.why

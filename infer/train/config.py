@@ -79,6 +79,11 @@ def _optional_float(text: str) -> float | None:
     return None if text.strip().lower() == "auto" else float(text)
 
 
+def _optional_name(text: str) -> str | None:
+    """A name, or auto (None: the recipe chooses, :mod:`.choice`)."""
+    return None if text.strip().lower() == "auto" else text.strip()
+
+
 def _json_object(text: str) -> dict[str, Any]:
     """``--model-args``: a JSON object of keyword arguments."""
     try:
@@ -167,10 +172,12 @@ class TrainConfig:
     seed: int = _opt(0, "split and training seed (every random draw derives from it)")
     arch: str = _opt("cnn", "model: cnn, resnet, or an import path package.module:Class of any nn.Module with "
                             "forward(x, lengths) (see infer/contract.py)", metavar="ARCH")
-    backbone: str | None = _opt(None, "a shipped model (e.g. musicnn-msd, musicnn-mtt) whose clip embeddings a "
-                                      "transfer head learns from (its feature must be in the store); default: "
-                                      "musicnn-msd with --arch musicnn, else none (the model trains from scratch)",
-                                metavar="NAME")
+    backbone: str | None = _auto("a shipped model (e.g. musicnn-msd, musicnn-mtt) whose clip embeddings a "
+                                 "transfer head learns from (its feature must be in the store), or none (the model "
+                                 "trains from scratch); auto: musicnn-msd with --arch musicnn; with the default "
+                                 "cnn, chosen by grouped cross-validation on the training clips when the store "
+                                 "holds a shipped backbone's feature, else none (infer/train/choice.py)",
+                                 parse=_optional_name, metavar="NAME|none|auto")
     finetune: int = _opt(0, "with a backbone: also train its top N layers (SGD through the backbone, no embedding "
                             "cache); 0: a head on the frozen backbone, fitted in seconds on cached clip embeddings",
                          metavar="LAYERS")

@@ -55,6 +55,8 @@ BACKBONES = {"musicnn": "musicnn-msd"}
 
 def backbone_for(cfg: TrainConfig) -> str | None:
     """The shipped backbone ``cfg`` trains a head on (None: a model trained from scratch)."""
+    if cfg.backbone == "none":
+        return None
     name = cfg.backbone or BACKBONES.get(cfg.arch)
     if name is not None and name not in SHIPPED:
         raise TrainError(f"no shipped backbone {name!r}; shipped: {', '.join(SHIPPED)}")
@@ -169,12 +171,13 @@ class TransferResult:
 
 def train_transfer(store: str | os.PathLike[str] | Store, model_path: str | os.PathLike[str], cfg: TrainConfig, *,
                    progress: bool = True, threads: int | None = None, overwrite: bool = False,
-                   cache_path: str | os.PathLike[str] | None = None) -> Any:
+                   cache_path: str | os.PathLike[str] | None = None, rules: dict[str, str] | None = None) -> Any:
     """Fit a head on ``cfg``'s backbone (:func:`backbone_for`) for ``store``'s labels; save it to ``model_path``
-    (see the module docstring; ``cache_path``: the embedding cache, default :func:`embeddings_path_for`, which
-    cross-validation's folds share).  Returns a :class:`TransferResult` (with ``finetune``: the training loop's
-    :class:`~infer.train.TrainResult`); both have ``summary()``.  Raises :class:`TrainError`,
-    ``CheckpointError`` (the store lacks the backbone's feature) and ``ConfigError`` in one line."""
+    (see the module docstring).  ``cache_path``: the embedding cache (default :func:`embeddings_path_for`;
+    cross-validation's folds share one); ``rules``: automatic choices made before, recorded with the head's.
+    Returns a :class:`TransferResult` (with ``finetune``: the training loop's :class:`~infer.train.TrainResult`);
+    both have ``summary()``.  Raises :class:`TrainError`, ``CheckpointError`` (the store lacks the backbone's
+    feature) and ``ConfigError`` in one line."""
     t0 = time.perf_counter()
     name = backbone_for(cfg)
     if name is None:
@@ -219,7 +222,7 @@ def train_transfer(store: str | os.PathLike[str] | Store, model_path: str | os.P
         with torch.no_grad():
             pred = net.head_logits(torch.from_numpy(val_emb)).argmax(1).numpy()
         val_acc = float((pred == s.labels[val_rows]).mean())
-    rules = {"val_fraction": val_rule} if val_rule else {}
+    rules = {**(rules or {}), **({"val_fraction": val_rule} if val_rule else {})}
     rules["head"] = (f"a logistic regression on the standardised {dim}-value {name} embeddings, C by grouped "
                      "cross-validation on the training clips")
     fit_dict = {"c": fit.c, "folds": fit.folds, "cv": fit.cv}
