@@ -112,3 +112,23 @@ def test_classify_lists_tags_and_refuses_unknown_labels(song: Path, capsys: pyte
     assert code == 2 and err.strip().splitlines() == [err.strip()] and "no label 'polka'" in err
     code, out, err = _classify([str(song), "--unknown-below", "0.5"], capsys)
     assert code == 2 and "single-label models" in err
+
+
+def test_the_server_answers_tags_for_a_shipped_name(song: Path) -> None:
+    from starlette.testclient import TestClient
+
+    from infer.runtime import RunOptions
+    from serving.app import Service, create_app
+    from serving.config import ServeConfig
+    from serving.model import Classifier
+
+    service = Service(Classifier(NAME, RunOptions(device="cpu", progress=False)), ServeConfig(workers=1))
+    with TestClient(create_app(service), base_url="http://localhost") as client:
+        health = client.get("/health").json()
+        assert health["outputs"] == "tags" and health["labels"] == shipped_stub.TAGS and health["model"] == NAME
+        r = client.post("/classify?topk=3", files=[("file", (song.name, song.read_bytes(), "audio/wav"))])
+        answer = r.json()
+        assert r.status_code == 200 and answer["outputs"] == "tags"
+        tags = answer["files"][0]["tags"]
+        assert "top" not in answer["files"][0] and len(tags) == 3 and {"tag", "score"} == set(tags[0])
+        assert 'answer.tags' in client.get("/").text
