@@ -24,6 +24,10 @@ The grid (``MODEL_CORPORA=full,long`` runs some of them):
 * ``demo``: the synthetic demo corpus, a seeded quarter of its files (by
   content) as the test set.
 
+Beside each corpus's default row, a head on the shipped ``musicnn-msd`` backbone trains on the same stores
+(:mod:`.bench_backbone`: accuracy with its interval, minutes with the backbone's pass), and the backbone's
+throughput and memory per clip are measured side by side with the default CNN's.
+
 Training time: the full corpus within 15 minutes on 2 cores, and every
 corpus of about 200 clips or fewer (small, long, few-works, fewest-works,
 demo) within 5.  Beside the grid, :func:`train_step_layout` times one
@@ -165,10 +169,14 @@ def _measure(corpus: Corpus, work: Path, config: Any, train_csv: Path, test_csv:
     from infer.evaluate import evaluate
     from infer.train import train
 
+    from .bench_backbone import available, transfer_figures
+
     stores = {}
+    missing = available()  # the transfer row needs the backbone and its feature in the stores
     for split, manifest in (("train", train_csv), ("test", test_csv)):
         stores[split] = work / f"{corpus.name}-{split}.zarr"
-        pipeline.extract(manifest, stores[split], features=("mel", "cqt"), progress=False)
+        pipeline.extract(manifest, stores[split], features=("mel", "cqt") + (() if missing else ("musicnn",)),
+                         progress=False)
     model = fresh_model_path(work / f"{corpus.name}.pt")
     t0 = time.perf_counter()
     result = train(stores["train"], model, config, progress=False, overwrite=True)
@@ -204,6 +212,9 @@ def _measure(corpus: Corpus, work: Path, config: Any, train_csv: Path, test_csv:
         figures.append(Figure(f"model_{name}_train_minutes", f"{title}: default `make train` wall time",
                               round(minutes, 2), "min", "infer.train with its defaults, 2 cores",
                               target=corpus.minutes, op="<="))
+    figures += (transfer_figures(name, title, stores, work) if missing is None else
+                [Figure(f"model_{name}_transfer_accuracy", f"{title}: a head on musicnn-msd, held-out accuracy",
+                        None, "fraction", missing, note=missing)])
     return figures
 
 
@@ -261,6 +272,8 @@ def train_step_layout(*, steps: int, repeats: int, n_bins: int = 212, frames: in
 def run(work: Path, *, quick: bool) -> GroupResult:
     from infer.train import TrainConfig
 
+    from .bench_backbone import backbone_throughput
+
     work.mkdir(parents=True, exist_ok=True)
     figures: list[Figure] = []
     if quick:
@@ -274,8 +287,10 @@ def run(work: Path, *, quick: bool) -> GroupResult:
         generate(work / "rc-tiny", size="tiny", jobs=2, progress=False)
         figures = _measure(tiny, work, TrainConfig(epochs=1, width=8, depth=2, device="cpu"), *tiny.manifests(work))
         figures.append(train_step_layout(steps=1, repeats=1, n_bins=32, frames=64))
+        figures += backbone_throughput(n_clips=2, seconds=3.0, repeats=1)
         return GroupResult("Model quality", figures, method="quick: the tiny corpus, one epoch (meaningless)")
     figures.append(train_step_layout(steps=8, repeats=5))
+    figures += backbone_throughput(n_clips=16, seconds=30.0, repeats=3)
     wanted = [c.strip() for c in os.environ.get("MODEL_CORPORA", "").split(",") if c.strip()]
     for corpus in GRID:
         if wanted and corpus.name not in wanted:
