@@ -1,7 +1,7 @@
 """The recipe's choice between a model trained from scratch and a head on a pretrained backbone.
 
-``make train`` with the default recipe (``--arch cnn``, ``--backbone`` auto) asks :func:`choose_backbone`
-before anything trains.  When the store holds no shipped backbone's feature (``make features
+``make train`` with a built-in architecture (the default ``cnn``, or ``resnet``) and ``--backbone`` auto asks
+:func:`choose_backbone` before anything trains.  When the store holds no shipped backbone's feature (``make features
 FEATURES=musicnn`` adds it) the CNN trains from scratch, as always, and the rule says so.  When it does, the
 choice is made on the training clips alone, by grouped cross-validation (folds by work, the statistics head's
 folds, :func:`~infer.train.stats_head.fit_linear_head`) of two closed-form models on the same folds:
@@ -93,12 +93,13 @@ def choose_backbone(store: str | os.PathLike[str] | Store, model_path: str | os.
     """What ``cfg`` trains: a head on a shipped backbone or the CNN from scratch (see the module docstring).
 
     A ``backbone`` the user set (``none``: from scratch) or an ``arch`` that means one (``musicnn``) is kept
-    with no rule; an ``arch`` other than the default ``cnn`` trains from scratch."""
+    with no rule; a user's own model (an import path ``arch``) trains as it is.  The from-scratch side is
+    whichever built-in ``arch`` the config names."""
     if cfg.backbone is not None:
         return BackboneChoice(None if cfg.backbone == "none" else cfg.backbone, None)
     if cfg.arch in BACKBONES:
         return BackboneChoice(BACKBONES[cfg.arch], None)
-    if cfg.arch != "cnn":
+    if cfg.model is None:  # a user's own model (an import path): theirs to train, no rule
         return BackboneChoice(None, None)
     s = store if isinstance(store, Store) else open_store(store)
     shipped = store_backbone(s)
