@@ -104,7 +104,7 @@ def select_labels(label_names: list[str], wanted: str | list[str] | None) -> np.
     if unknown:
         shown = ", ".join(label_names[:12]) + (", ..." if len(label_names) > 12 else "")
         raise PredictionsError(f"the model has no label {', '.join(map(repr, unknown))}; it has {shown} "
-                               "(--list-tags lists them all)")
+                               "(`specstore classify --list-tags --model M` lists them all)")
     return np.array(list(dict.fromkeys(index[n] for n in names)), dtype=np.int64)
 
 

@@ -158,9 +158,10 @@ class TransferResult:
     def summary(self) -> str:
         """What ``make train`` prints."""
         cv = self.fit.get("cv", {}).get(f"{self.fit['c']:g}", {})
-        lines = [f"transfer head on {self.backbone}: {self.n_train} training clips, {self.n_val} held out; backbone "
-                 f"ran on {self.embedded} clips in {self.backbone_seconds:.1f} s (the rest from the cache); "
-                 f"{self.seconds:.1f} s in all -> {self.model_path}",
+        clips = self.n_train + self.n_val
+        lines = [f"transfer head on {self.backbone}: {self.n_train} training clips, {self.n_val} held out; the "
+                 f"backbone ran on {self.embedded} of them in {self.backbone_seconds:.1f} s ({clips - self.embedded} "
+                 f"from the embedding cache); {self.seconds:.1f} s in all -> {self.model_path}",
                  f"  head: C={self.fit['c']:g}" + (f", grouped {self.fit['folds']}-fold cross-validated accuracy "
                                                    f"{cv['accuracy']:.3f}" if cv else " (too few works to choose)")]
         if self.val_accuracy is not None:
