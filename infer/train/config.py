@@ -174,9 +174,9 @@ class TrainConfig:
                             "forward(x, lengths) (see infer/contract.py)", metavar="ARCH")
     backbone: str | None = _auto("a shipped model (e.g. musicnn-msd, musicnn-mtt) whose clip embeddings a "
                                  "transfer head learns from (its feature must be in the store), or none (the model "
-                                 "trains from scratch); auto: musicnn-msd with --arch musicnn; with the default "
-                                 "cnn, chosen by grouped cross-validation on the training clips when the store "
-                                 "holds a shipped backbone's feature, else none (infer/train/choice.py)",
+                                 "trains from scratch); auto: musicnn-msd with --arch musicnn; with a built-in arch "
+                                 "(cnn, resnet), chosen by grouped cross-validation on the training clips when the "
+                                 "store holds a shipped backbone's feature, else none (infer/train/choice.py)",
                                  parse=_optional_name, metavar="NAME|none|auto")
     finetune: int = _opt(0, "with a backbone: also train its top N layers (SGD through the backbone, no embedding "
                             "cache); 0: a head on the frozen backbone, fitted in seconds on cached clip embeddings",
