@@ -148,7 +148,7 @@ browser-deps:  ## apt-get Debian's Chromium for the upload page's browser test, 
 		$$sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -qq --no-install-recommends $$missing; \
 	fi
 
-classify: install  ## FILES="a.mp3 dir/" MODEL=… (required): top-k genres of audio files, no store (ARGS=--csv|--json)
+classify: install  ## FILES="a.mp3 dir/" MODEL=…|musicnn-msd (required): top-k genres (a shipped tagger: tags) of audio files, no store (ARGS=--csv|--json)
 	$(PY) -m serving classify $(FILES) --model $(call q,$(MODEL)) $(CLASSIFY_OPTS)
 
 serve: install  ## MODEL=… (required) HOST=127.0.0.1 PORT=8000: upload page + JSON API + /metrics (SERVE_ARGS=--workers 4 …)
@@ -171,7 +171,7 @@ plan: install  ## print the batch plan for STORE (required; and MODEL if it exis
 init-model: install  ## write an untrained checkpoint for STORE to MODEL (both required; ARCH=cnn|resnet)
 	$(PY) -m infer init $(call q,$(STORE)) $(call q,$(MODEL)) $(strip $(call opt,ARCH,--arch) $(ARGS))
 
-train: install  ## STORE MODEL (required) EPOCHS ARCH MODEL_ARGS WIDTH CROP (s; 0 = whole) LR SEED VAL CONFIG=f.toml ARGS=... OVERWRITE=1
+train: install  ## STORE MODEL (required) EPOCHS ARCH (musicnn: a head on the pretrained backbone) MODEL_ARGS WIDTH CROP (s; 0 = whole) LR SEED VAL CONFIG=f.toml ARGS=... OVERWRITE=1
 	$(PY) -m infer train $(call q,$(STORE)) $(call q,$(MODEL)) $(TRAIN_OPTS)
 
 cv: install  ## STORE (required) FOLDS=5 OUT_DIR=reports/cv + train's options: judge a recipe by grouped k-fold cross-validation on training data
