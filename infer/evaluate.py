@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from store import SpecstoreError, Store, open_store, write_atomic
+from store import ConfigError, SpecstoreError, Store, open_store, write_atomic
 
 from .baselines import BaselineResult, bootstrap_ci, fit_baselines
 from .defaults import EVAL_SPLITS
@@ -256,6 +256,10 @@ def evaluate(
     """
     t0 = time.perf_counter()
     opts, s, ckpt = open_inputs(store, model, options, overrides, model_args, trust_model_code)
+    if ckpt.outputs == "tags":
+        raise ConfigError(f"{ckpt.name} is a tagger (independent scores over {len(ckpt.label_names)} tags), not a "
+                          "classifier of the store's labels: `make infer` lists its tags; to score it on your "
+                          "labels, train a head on it (make train ARCH=musicnn) and evaluate that")
     split, rule, trained_here = resolve_split(ckpt, s, split)
     if split == "val" and (why := ungrouped_split_warning(s)):
         log.warning("%s", why)

@@ -132,3 +132,11 @@ def test_the_server_answers_tags_for_a_shipped_name(song: Path) -> None:
         tags = answer["files"][0]["tags"]
         assert "top" not in answer["files"][0] and len(tags) == 3 and {"tag", "score"} == set(tags[0])
         assert 'answer.tags' in client.get("/").text
+
+
+def test_eval_refuses_a_tagger_in_one_line(store: Path) -> None:
+    from infer.evaluate import evaluate
+    from store import ConfigError
+
+    with pytest.raises(ConfigError, match="is a tagger"):
+        evaluate(store, NAME, device="cpu", progress=False)
