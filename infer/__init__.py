@@ -9,10 +9,11 @@ Read it as:
   :mod:`infer.planner` (length-binned batches under it);
 * models: :mod:`infer.contract` (what any model needs), :mod:`infer.models`
   (masked CNN / ResNet), :mod:`infer.windows` (over-long clips),
-  :mod:`infer.checkpoint`;
+  :mod:`infer.checkpoint`, :mod:`infer.shipped` (the shipped models by name: the musicnn taggers);
 * data: :mod:`infer.data` (Dataset, BatchSampler, collate, prefetch), :mod:`infer.collate`,
   :mod:`infer.augment`, :mod:`infer.split`;
-* train: :mod:`infer.train`; predict: :mod:`infer.predict`; eval:
+* train: :mod:`infer.train` (a head on a shipped backbone: :mod:`infer.train.transfer`, and the recipe's
+  choice of it: :mod:`infer.train.choice`); predict: :mod:`infer.predict`; eval:
   :mod:`infer.evaluate` (:mod:`infer.metrics`, :mod:`infer.plots`); the
   predictions CSV: :mod:`infer.predictions`; notebooks: :mod:`infer.explore`
   (built on the above; nothing here imports it).
@@ -38,7 +39,9 @@ __all__ = lazy_package(__name__, {
     "predictions": ("Predictions",),
     "run_options": ("RunOptions",),
     "runtime": ("Engine",),
+    "shipped": ("load_shipped", "resolve_checkpoint", "shipped_names"),
     "train": ("TrainConfig", "TrainError", "TrainResult", "train"),
+    "train.transfer": ("train_transfer",),
 })
 
 if TYPE_CHECKING:
@@ -53,4 +56,6 @@ if TYPE_CHECKING:
     from .predictions import Predictions
     from .run_options import RunOptions
     from .runtime import Engine
+    from .shipped import load_shipped, resolve_checkpoint, shipped_names
     from .train import TrainConfig, TrainError, TrainResult, train
+    from .train.transfer import train_transfer
