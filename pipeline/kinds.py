@@ -18,11 +18,11 @@ import numpy as np
 import numpy.typing as npt
 
 from store import ConfigError
-from store.kinds import CQT, MEL
+from store.kinds import CQT, MEL, MUSICNN
 from store.spec import FeatureSpec
 
 from .cqt import cqt_plan
-from .mel import mel_plan
+from .mel import mel_plan, musicnn_plan
 
 __all__ = [
     "FeaturePlan",
@@ -99,3 +99,4 @@ def plan_for(spec: FeatureSpec) -> FeaturePlan:
 
 register_computation(MEL.name, mel_plan)
 register_computation(CQT.name, cqt_plan)
+register_computation(MUSICNN.name, musicnn_plan)

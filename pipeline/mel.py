@@ -12,6 +12,7 @@ measured is in ``docs/features.md``.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -27,7 +28,7 @@ from store.spec import FeatureSpec
 
 from .streaming import Output, Signal, centered_frames, ready_frames, to_db
 
-__all__ = ["mel_plan"]
+__all__ = ["mel_plan", "musicnn_plan", "musicnn_scale"]
 
 #: Frames per FFT batch: a (128, 2048) float32 batch is 1 MiB, which keeps
 #: window multiply, FFT, squaring and filterbank product in cache.
@@ -56,6 +57,8 @@ class _MelPlan:
     power: float
     amin: float
     db_offset: float  # 10 * log10(max(amin, db_ref))
+    scale: Callable[[np.ndarray], None] | None = None  # in place, power -> stored values; None: to_db
+
 
     @property
     def min_samples(self) -> int:
@@ -82,7 +85,10 @@ class _MelPlan:
                 self._exact(fr, o)
             else:
                 exact = 4 * self._fast(fr, o) > fr.shape[0]
-        to_db(out, self.amin, self.db_offset)
+        if self.scale is not None:
+            self.scale(out)
+        else:
+            to_db(out, self.amin, self.db_offset)
 
     def _apply_filters(self, power: np.ndarray, out: np.ndarray) -> None:
         """``out = power @ filterbank.T`` for ``power`` over FFT bins ``[lo, hi)``, skipping the zeros.
@@ -217,3 +223,17 @@ class _MelStream:
 def mel_plan(spec: FeatureSpec) -> _MelPlan:
     """The streaming plan of a mel spec (cached per spec); ConfigError for an unusable spec."""
     return _mel_plan(spec)
+
+
+def musicnn_scale(x: np.ndarray) -> None:
+    """In place, float32: ``log10(1 + 10000 * power)``, musicnn's input compression (no float16 cast)."""
+    x *= np.float32(10000.0)
+    np.log10(x + np.float32(1.0), out=x)
+
+
+@functools.lru_cache(maxsize=4)
+def musicnn_plan(spec: FeatureSpec) -> _MelPlan:
+    """The streaming plan of a musicnn spec: its mel power (as a mel spec's), compressed by :func:`musicnn_scale`."""
+    if spec.power != 2.0:
+        raise ConfigError(f"the musicnn feature is a mel power spectrogram (power 2), not power {spec.power!r}")
+    return dataclasses.replace(_mel_plan(spec), scale=musicnn_scale)

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from store import ConfigError, FeatureSpec, default_specs
-from store.kinds import DEFAULT_KINDS, kind_names
+from store.kinds import DEFAULT_KINDS, feature_kind, kind_names
 
 __all__ = ["DEFAULT_FEATURES", "parse_fmax", "read_spec_file", "specs_from_options"]
 
@@ -137,6 +137,10 @@ def specs_from_options(
         if given_grid:
             shared[grid] = given_grid.pop()
     shared.update({k: v for k, v in {"sample_rate": sample_rate, "hop_length": hop}.items() if v is not None})
+    fixed = [specs[n] for n in names if feature_kind(n).fixed_grid]
+    for grid in ("sample_rate", "hop_length"):  # beside a fixed-grid kind (musicnn), the others follow its grid
+        if fixed and grid not in shared:
+            shared[grid] = getattr(fixed[0], grid)
     out: dict[str, FeatureSpec] = {}
     for name, spec in specs.items():
         own = {k: v for k, v in per_feature.get(name, {}).items() if v is not None or k == "fmax"}

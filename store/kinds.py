@@ -26,6 +26,7 @@ __all__ = [
     "CQT",
     "DEFAULT_KINDS",
     "MEL",
+    "MUSICNN",
     "FeatureKind",
     "db_limits",
     "feature_kind",
@@ -50,7 +51,9 @@ class FeatureKind:
     ``preferred_picture``: the upload page shows a feature of this kind
     when a checkpoint has one.  ``log_frequency``: bins are spaced evenly in
     log frequency, ``bins_per_octave`` (default 12) per octave, so a pitch
-    shift is a roll along the bins.
+    shift is a roll along the bins.  ``fixed_grid``: the kind's sample rate
+    and hop are part of what it is (a pretrained model's input), so features
+    extracted beside it follow its frame grid unless one is given.
     """
 
     name: str
@@ -59,6 +62,7 @@ class FeatureKind:
     defaults: Mapping[str, Any] = field(default_factory=dict)
     preferred_picture: bool = False
     log_frequency: bool = False
+    fixed_grid: bool = False
 
     def spec(self, **overrides: Any) -> FeatureSpec:
         """A spec of this kind: its defaults, then ``overrides``."""
@@ -157,6 +161,18 @@ CQT = register_kind(FeatureKind(
     defaults=MappingProxyType(dict(n_bins=84, n_fft=None, fmin=32.70319566257483, fmax=None,
                                    bins_per_octave=12, power=1.0, amin=1e-5)),
     log_frequency=True,
+))
+
+MUSICNN = register_kind(FeatureKind(
+    name="musicnn",
+    # Not dB: log10(1 + 10000 * mel power), about 0-5 on music; the limits are in those units.
+    db_limits=(0.0, 5.0),
+    axis=_mel_axis,
+    # musicnn's input (infer.models.musicnn): 16 kHz, n_fft 512, hop 256, 96 mels 0-8000 Hz, mel power
+    # compressed as log10(1 + 10000 * power), stored in float32 (float16 moves it by ~1e-3 relative).
+    defaults=MappingProxyType(dict(sample_rate=16000, hop_length=256, n_fft=512, n_bins=96, fmin=0.0, fmax=None,
+                                   power=2.0, dtype="float32")),
+    fixed_grid=True,
 ))
 
 DEFAULT_KINDS: tuple[str, ...] = (MEL.name, CQT.name)

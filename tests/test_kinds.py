@@ -47,13 +47,13 @@ def test_the_built_in_defaults_are_unchanged() -> None:
                                             bins_per_octave=12, power=1.0, amin=1e-5)
     assert FeatureSpec.cqt(n_bins=24) == FeatureSpec.of_kind("cqt", n_bins=24)
     assert default_specs() == {"mel": FeatureSpec.mel(), "cqt": FeatureSpec.cqt()}
-    assert dict(db_limits) == {"mel": (-60.0, 40.0), "cqt": (-80.0, 20.0)}
+    assert dict(db_limits) == {"mel": (-60.0, 40.0), "cqt": (-80.0, 20.0), "musicnn": (0.0, 5.0)}
 
 
 def test_unknown_kinds_are_refused_with_the_known_ones() -> None:
-    with pytest.raises(ConfigError, match=r"unknown feature kind 'chroma'; expected one of \('mel', 'cqt'\)"):
+    with pytest.raises(ConfigError, match=r"unknown feature kind 'chroma'; expected one of \('mel', 'cqt', 'musicnn'\)"):
         FeatureSpec(kind="chroma")
-    with pytest.raises(ConfigError, match=r"unknown feature 'chroma'; choose from \['cqt', 'mel'\]"):
+    with pytest.raises(ConfigError, match=r"unknown feature 'chroma'; choose from \['cqt', 'mel', 'musicnn'\]"):
         default_specs(["chroma"])
     with pytest.raises(ConfigError, match="already registered"):
         register_kind(feature_kind("mel"))
@@ -121,7 +121,7 @@ def linear_kind() -> Iterator[FeatureKind]:
 
 def test_a_kind_registered_from_user_code_is_extracted_and_read_back(tmp_path: Path,
                                                                      linear_kind: FeatureKind) -> None:
-    assert kind_names() == computation_names() == (*DEFAULT_KINDS, "linear")
+    assert kind_names() == computation_names() == (*DEFAULT_KINDS, "musicnn", "linear")
     corpus = tmp_path / "corpus"
     files = [write_music_like(corpus / label / f"{label}.wav", 0.6 + 0.2 * k, seed=k)
              for k, label in enumerate(("rock", "jazz"))]

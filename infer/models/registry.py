@@ -214,6 +214,8 @@ def _all(rows: int) -> int:
 
 register_arch(Arch("cnn", "infer.models.cnn:SpectrogramCNN", sizes.cnn_parameters))
 register_arch(Arch("resnet", "infer.models.resnet:SpectrogramResNet", sizes.resnet_parameters))
+register_arch(Arch("musicnn", "infer.models.musicnn:build_musicnn", sizes.musicnn_parameters,
+                   sizes.musicnn_activations))
 register_pooling(PoolingEntry("mean", "infer.models.pooling:MeanPooling"))
 register_pooling(PoolingEntry("meanstd", "infer.models.pooling:MeanStdPooling", head_inputs=_double))
 register_pooling(PoolingEntry("attention", "infer.models.pooling:AttentionPooling", n_parameters=_score))

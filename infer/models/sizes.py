@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from ..model_config import ModelConfig
 
-__all__ = ["cnn_parameters", "halved", "last_activations", "resnet_parameters"]
+__all__ = ["MUSICNN_BACKBONE_PARAMETERS", "cnn_parameters", "halved", "last_activations", "musicnn_activations",
+           "musicnn_parameters", "resnet_parameters"]
 
 
 def halved(n: int, times: int) -> int:
@@ -51,3 +52,21 @@ def resnet_parameters(config: ModelConfig) -> int:
                 n += c_in * c_out + 2 * c_out
             c_in = c_out
     return n
+
+
+MUSICNN_BACKBONE_PARAMETERS = 777_109
+"""musicnn's trainable parameters below its output layer: input batch norm (2), timbral blocks (7x38 and 7x67
+kernels, 204 filters: 54 876 + 96 288), temporal blocks (128, 64, 32 frames, 51 filters: 6 681 + 3 417 + 1 785),
+mid end (251 520 + 2 x 28 864), pooled batch norm (3 012), dense 1506 -> 200 (301 400) and its batch norm (400).
+With the 50-tag output (10 050) and the batch norms' running statistics (2 x 2 460) it is the checkpoint's
+792 079."""
+
+
+def musicnn_parameters(config: ModelConfig) -> int:
+    """musicnn's backbone (fixed: the shipped layout); the registry adds the output layer as the head."""
+    return MUSICNN_BACKBONE_PARAMETERS
+
+
+def musicnn_activations(config: ModelConfig) -> tuple[int, int]:
+    """``(channels, frequency rows)`` the head reads: the 200-wide penultimate layer, one row."""
+    return 200, 1
