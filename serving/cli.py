@@ -109,17 +109,20 @@ def cmd_classify(args: argparse.Namespace) -> int:
 
     if not args.inputs and not args.list_tags:
         raise ConfigError("name audio files or folders to classify (or --list-tags to list the model's labels)")
+    if args.list_tags:  # the model's vocabulary: no engine, no memory probe
+        from infer.shipped import resolve_checkpoint
+
+        ckpt = resolve_checkpoint(args.model)
+        kind = "tags (independent scores)" if ckpt.outputs == "tags" else "labels (one softmax)"
+        print(f"# {args.model}: {len(ckpt.label_names)} {kind}", file=sys.stderr)
+        print("\n".join(ckpt.label_names))
+        return 0
     from .classify import classify_files
     from .model import Classifier
 
     progress = not args.no_progress and sys.stderr.isatty()
     classifier = Classifier(args.model, _options(args, progress), labels=args.labels,
                             batch_overhead_frames=args.batch_overhead_frames, trust_model_code=args.trust_model_code)
-    if args.list_tags:
-        kind = "tags (independent scores)" if classifier.outputs == "tags" else "labels (one softmax)"
-        print(f"# {args.model}: {len(classifier.label_names)} {kind}", file=sys.stderr)
-        print("\n".join(classifier.label_names))
-        return 0
     res = classify_files(args.inputs, classifier, topk=args.topk, jobs=args.jobs, progress=progress,
                          cache=args.cache, unknown_below=args.unknown_below)
     for f in res.failures:
