@@ -59,7 +59,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("corpus", help="folder of label sub-folders, or a path,label CSV manifest")
     p.add_argument("store", help="output store: a local path or an fsspec URL (use --layout zstd for remote)")
     p.add_argument("--features", default=None,
-                   help="comma-separated features: mel, cqt (default: the --spec file's tables, else mel,cqt)")
+                   help="comma-separated features: " + ", ".join(kind_names()) + " (default: the --spec file's tables, "
+                        "else mel,cqt; musicnn is the pretrained musicnn's input, 16 kHz / hop 256, and features "
+                        "beside it share its frame grid)")
     spec = p.add_argument_group("feature parameters (recorded in the store)")
     spec.add_argument("--spec", default=None, metavar="FILE.toml",
                       help="feature specs from a TOML file: a [mel] and/or [cqt] table of spec fields")

@@ -1,0 +1,113 @@
+"""The PyTorch musicnn against the original TensorFlow model's outputs (tests/fixtures/musicnn, made by
+tools/musicnn_convert.py), its masking, its shipped weights' checksum and its registry entry. No TensorFlow."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from infer.models import ModelConfig, ModelConfigError, build_model
+from infer.models.musicnn import EMBEDDING_DIM, PATCH_FRAMES, MusiCNN
+from infer.pretrained import MUSICNN_MODELS, PRETRAINED_DIR, PretrainedError, load_musicnn
+from store import ConfigError, FeatureSpec
+
+FIXTURE = Path(__file__).parent / "fixtures" / "musicnn" / "fixture.npz"
+SIGNALS = ("chirp", "bursts", "chord")  # 4 s (1 patch + partial), 2 s (< 1 patch), 7 s (2 patches + partial)
+
+
+@pytest.fixture(scope="module")
+def fixture() -> dict[str, np.ndarray]:
+    with np.load(FIXTURE, allow_pickle=False) as f:
+        return {k: f[k] for k in f.files}
+
+
+@pytest.fixture(scope="module")
+def models() -> dict[str, tuple[MusiCNN, list[str], FeatureSpec]]:
+    return {name: load_musicnn(name) for name in MUSICNN_MODELS}
+
+
+def clip(mel: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
+    """A ``(frames, 96)`` mel as the model's ``(1, 1, 96, T)`` input and its length."""
+    return torch.from_numpy(np.ascontiguousarray(mel.T))[None, None], torch.tensor([mel.shape[0]])
+
+
+def frame_weights(frames: int) -> np.ndarray:
+    """Real frames of each 187-frame patch of a clip (the last one partial)."""
+    n = -(-frames // PATCH_FRAMES)
+    return np.minimum(PATCH_FRAMES, frames - PATCH_FRAMES * np.arange(n)).astype(np.float64)
+
+
+@pytest.mark.parametrize("name", MUSICNN_MODELS)
+def test_the_port_reproduces_the_tensorflow_model(name: str, fixture: dict[str, np.ndarray],
+                                                  models: dict[str, tuple[MusiCNN, list[str], FeatureSpec]]) -> None:
+    model, tags, spec = models[name]
+    assert len(tags) == 50 and spec == FeatureSpec.of_kind("musicnn") and not model.training
+    for key in SIGNALS:
+        mel = fixture[f"mel/{key}"]
+        x, lengths = clip(mel)
+        with torch.no_grad():
+            patches, _, real = model.patches(x, lengths)
+            out = {k: v.numpy() for k, v in model.patch_layers(patches).items()}
+            clip_tags, clip_embedding = (t.numpy()[0] for t in model.clip_outputs(x, lengths))
+        taggram = fixture[f"{name}/{key}/taggram"]
+        np.testing.assert_allclose(1 / (1 + np.exp(-out["logits"])), taggram, rtol=0, atol=1e-4)
+        for layer in ("penultimate", "mean_pool", "max_pool"):
+            expected = fixture[f"{name}/{key}/{layer}"]
+            scale = float(np.abs(expected).max())
+            np.testing.assert_allclose(out[layer], expected, rtol=0, atol=1e-4 * scale, err_msg=layer)
+        # the clip's outputs: patches averaged, each weighted by its real frames
+        w = frame_weights(mel.shape[0])
+        assert real.tolist() == w.tolist()
+        np.testing.assert_allclose(clip_tags, w @ taggram / w.sum(), rtol=0, atol=1e-4)
+        penultimate = fixture[f"{name}/{key}/penultimate"]
+        np.testing.assert_allclose(clip_embedding, w @ penultimate / w.sum(), rtol=0,
+                                   atol=1e-4 * float(np.abs(penultimate).max()))
+
+
+def test_a_clip_batched_equals_the_clip_alone(fixture: dict[str, np.ndarray],
+                                              models: dict[str, tuple[MusiCNN, list[str], FeatureSpec]]) -> None:
+    model = models["musicnn-msd"][0]
+    mels = [fixture[f"mel/{k}"] for k in SIGNALS] + [fixture["mel/chord"][:20]]  # and a clip of 20 frames
+    longest = max(m.shape[0] for m in mels)
+    x = torch.zeros(len(mels), 1, 96, longest + 50)
+    x[:, :, :, longest:] = 3.0  # what lies beyond a clip's length must not matter
+    for i, m in enumerate(mels):
+        x[i, 0, :, : m.shape[0]] = torch.from_numpy(m.T)
+        x[i, 0, :, m.shape[0]:] = 3.0
+    lengths = torch.tensor([m.shape[0] for m in mels])
+    with torch.no_grad():
+        logits, embedding = model(x, lengths), model.embed(x, lengths)
+        assert logits.shape == (len(mels), 50) and embedding.shape == (len(mels), EMBEDDING_DIM)
+        torch.testing.assert_close(torch.sigmoid(logits), model.tags(x, lengths), atol=1e-6, rtol=0)
+        for i, m in enumerate(mels):
+            alone_x, alone_len = clip(m)
+            torch.testing.assert_close(logits[i], model(alone_x, alone_len)[0], atol=1e-4, rtol=1e-4)
+            torch.testing.assert_close(embedding[i], model.embed(alone_x, alone_len)[0], atol=1e-5, rtol=1e-5)
+    assert torch.isfinite(logits).all() and model.embedding_dim == EMBEDDING_DIM
+
+
+def test_a_damaged_weight_file_or_an_unknown_name_is_one_line(tmp_path: Path) -> None:
+    folder = tmp_path / "musicnn"
+    shutil.copytree(PRETRAINED_DIR, folder)
+    data = bytearray((folder / "msd.npz").read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    (folder / "msd.npz").write_bytes(bytes(data))
+    with pytest.raises(PretrainedError, match=r"msd\.npz: sha256 .* does not match the recorded") as e:
+        load_musicnn("musicnn-msd", folder)
+    assert "\n" not in str(e.value)
+    load_musicnn("musicnn-mtt", folder)  # the other file is intact
+    with pytest.raises(ConfigError, match=r"unknown pretrained model 'musicnn-xyz'; shipped: musicnn-msd, musicnn-mtt"):
+        load_musicnn("musicnn-xyz")
+
+
+def test_musicnn_is_a_registered_architecture() -> None:
+    config = ModelConfig(arch="musicnn", n_bins=96, n_classes=7, pooling="mean")
+    model = build_model(config)
+    assert isinstance(model, MusiCNN) and model.time_stride == PATCH_FRAMES
+    assert sum(p.numel() for p in model.parameters()) == config.n_parameters
+    with pytest.raises((ConfigError, ModelConfigError), match="96 mel bands"):
+        build_model(ModelConfig(arch="musicnn", n_bins=128, n_classes=7, pooling="mean"))
