@@ -101,7 +101,12 @@ def load_shipped(name: str) -> Checkpoint:
     except (ImportError, AttributeError) as e:
         raise CheckpointError(f"shipped model {name!r} is not available in this install ({entry.loader}: "
                               f"{type(e).__name__}: {e})") from None
-    model, labels, spec = loader(name)
+    try:
+        model, labels, spec = loader(name)
+    except CheckpointError:
+        raise
+    except ConfigError as e:  # the loader's own one-line error (missing or damaged weights)
+        raise CheckpointError(str(e)) from None
     extra = {"outputs": entry.outputs, "shipped": name, "licence": entry.licence, "note": entry.summary}
     ckpt = Checkpoint.from_model(model, list(labels), spec.kind, spec, extra=extra)
     ckpt.source = name
