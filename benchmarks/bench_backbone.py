@@ -105,7 +105,8 @@ def backbone_throughput(*, n_clips: int, seconds: float, repeats: int) -> list[F
     per_clip = {k: budgets[k].cost_per_frame * int(seconds / specs[k][1]) / 2**20 for k in models}
     details = {"clips": n_clips, "seconds": seconds, "repeats": repeats,
                "clips_per_s": {k: round(v, 2) for k, v in rate.items()},
-               "mib_per_clip": {k: round(v, 2) for k, v in per_clip.items()}}
+               "mib_per_clip": {k: round(v, 2) for k, v in per_clip.items()},
+               "mib_per_batch": {k: round(budgets[k].fixed_overhead / 2**20, 1) for k in models}}
     log.info("backbone throughput: %s", details)
     return [Figure("model_backbone_clips_per_s", f"{BACKBONE} embedding pass, clips/s (CPU)",
                    round(rate[BACKBONE], 2), "clips/s", f"{n_clips} clips of {seconds:g} s, engine batches under "
@@ -114,4 +115,6 @@ def backbone_throughput(*, n_clips: int, seconds: float, repeats: int) -> list[F
                    round(rate[BACKBONE] / rate["default CNN"], 3), "x", "same clips, side by side"),
             Figure("model_backbone_mib_per_clip", f"{BACKBONE} memory per {seconds:g} s clip (engine's measure)",
                    round(per_clip[BACKBONE], 2), "MiB", f"bytes per padded frame measured by the cost probe x "
-                   f"frames; the default CNN: {per_clip['default CNN']:.2f} MiB")]
+                   f"frames, plus {budgets[BACKBONE].fixed_overhead / 2**20:.0f} MiB per batch; the default CNN: "
+                   f"{per_clip['default CNN']:.2f} MiB, plus {budgets['default CNN'].fixed_overhead / 2**20:.0f} "
+                   "MiB per batch")]
