@@ -25,18 +25,20 @@ BACKBONE = "musicnn-msd"
 
 
 def available() -> str | None:
-    """Why the backbone cannot be measured here (None: it can)."""
-    from store.kinds import kind_names
-
+    """Why the backbone cannot be measured here (None: it can; its feature kind is then registered, since its
+    spec was made)."""
     try:
-        from infer.shipped import load_shipped
-
-        load_shipped(BACKBONE)
+        backbone_feature()
     except Exception as e:  # noqa: BLE001 -- any failure to load is the reason reported
         return f"not measured: {BACKBONE} does not load here ({str(e).splitlines()[0]})"
-    if "musicnn" not in kind_names():
-        return "not measured: no musicnn feature kind in this install"
     return None
+
+
+def backbone_feature() -> str:
+    """The feature the backbone reads (its kind's name), which the grid's stores must hold for the transfer row."""
+    from infer.shipped import load_shipped
+
+    return load_shipped(BACKBONE).feature
 
 
 def transfer_figures(name: str, title: str, stores: dict[str, Path], work: Path) -> list[Figure]:

@@ -169,13 +169,13 @@ def _measure(corpus: Corpus, work: Path, config: Any, train_csv: Path, test_csv:
     from infer.evaluate import evaluate
     from infer.train import train
 
-    from .bench_backbone import available, transfer_figures
+    from .bench_backbone import available, backbone_feature, transfer_figures
 
     stores = {}
     missing = available()  # the transfer row needs the backbone and its feature in the stores
     for split, manifest in (("train", train_csv), ("test", test_csv)):
         stores[split] = work / f"{corpus.name}-{split}.zarr"
-        pipeline.extract(manifest, stores[split], features=("mel", "cqt") + (() if missing else ("musicnn",)),
+        pipeline.extract(manifest, stores[split], features=("mel", "cqt") + (() if missing else (backbone_feature(),)),
                          progress=False)
     model = fresh_model_path(work / f"{corpus.name}.pt")
     t0 = time.perf_counter()
