@@ -139,8 +139,9 @@ def specs_from_options(
     shared.update({k: v for k, v in {"sample_rate": sample_rate, "hop_length": hop}.items() if v is not None})
     fixed = [specs[n] for n in names if feature_kind(n).fixed_grid]
     for grid in ("sample_rate", "hop_length"):  # beside a fixed-grid kind (musicnn), the others follow its grid
-        if fixed and grid not in shared:
-            shared[grid] = getattr(fixed[0], grid)
+        if fixed and shared.setdefault(grid, getattr(fixed[0], grid)) != getattr(fixed[0], grid):
+            raise ConfigError(f"the {fixed[0].kind} feature is a pretrained model's input: its {grid} is "
+                              f"{getattr(fixed[0], grid)}, not {shared[grid]} (drop --sample-rate/--hop)")
     out: dict[str, FeatureSpec] = {}
     for name, spec in specs.items():
         own = {k: v for k, v in per_feature.get(name, {}).items() if v is not None or k == "fmax"}

@@ -30,6 +30,8 @@ def test_the_musicnn_spec_is_the_pretrained_input() -> None:
     specs = specs_from_options(["mel", "musicnn"])
     assert {(s.sample_rate, s.hop_length) for s in specs.values()} == {(16000, 256)}
     assert specs_from_options(["mel"])["mel"].sample_rate == 22050
+    with pytest.raises(ConfigError, match="pretrained model's input: its sample_rate is 16000, not 22050"):
+        specs_from_options(["musicnn"], sample_rate=22050)
     with pytest.raises(ConfigError, match="power 2"):
         compute_features(Path("unused.wav"), {"musicnn": FeatureSpec.of_kind("musicnn", power=1.0)})
 
