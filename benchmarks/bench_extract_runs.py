@@ -137,7 +137,8 @@ class _Runs:
         cuts = CutSet.from_cuts(c.to_mono(mono_downmix=True) if c.num_channels > 1 else c
                                 for c in CutSet.from_manifests(recordings=recs)).resample(SR)
         ext = LibrosaFbank(LibrosaFbankConfig(num_mel_bins=128, fft_size=2048, hop_size=512, sampling_rate=SR))
-        done = cuts.compute_and_store_features(extractor=ext, storage_path=str(out), num_jobs=jobs)
+        done = cuts.compute_and_store_features(extractor=ext, storage_path=str(out), num_jobs=jobs,
+                                              progress_bar=False)
         if len(done) != len(self.files):
             raise RuntimeError(f"lhotse extracted {len(done)} of {len(self.files)} files")
         return out
