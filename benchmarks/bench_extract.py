@@ -104,7 +104,7 @@ def run_speed(work: Path, *, n_files: int, mean_seconds: float, repeats: int) ->
 
         figures, common, speed = _jobs1_figures(runs, files, times, own, foreign, audio, size, repeats, jobs,
                                                 max_diff, serial.wall, gen_seconds)
-        figures += _peer_figures(times, speed, jobs)
+        figures += _peer_figures(times, own, speed, jobs)
         profile = ""
         if jobs > 1:
             more, profile = _parallel_figures(runs, files, times, common, speed, jobs, repeats, serial.wall)
@@ -167,12 +167,20 @@ def _jobs1_figures(runs: _Runs, files: list[Path], times: Series, own: Series, f
         Figure("extract_jobs1_vs_decode_floor", "Extraction jobs=1: speed as a fraction of decode-only",
                round(median(floor_frac), 3), "fraction",
                "decode-only (soundfile, same files, one process) time / pipeline.extract(jobs=1) time: "
-               "1.0 would mean features cost nothing beyond decoding", details={"speed_x_realtime": speed}),
+               "1.0 would mean features cost nothing beyond decoding",
+               details={"speed_x_realtime": speed, "cpu_fraction": _cpu_ratio(times, own, "floor", "ours_j1")}),
     ]
     return figures, common, speed
 
 
-def _peer_figures(times: Series, speed: dict[str, float], jobs: int) -> list[Figure]:
+def _cpu_ratio(times: Series, own: Series, a: str, b: str) -> float:
+    """Median per-repeat ratio of the CPU seconds (wall x own cores) of variants ``a`` and ``b``: on a
+    shared machine far steadier than the wall-time ratio."""
+    return round(median([(ta * oa) / (tb * ob) for ta, oa, tb, ob
+                         in zip(times[a], own[a], times[b], own[b], strict=False)]), 3)
+
+
+def _peer_figures(times: Series, own: Series, speed: dict[str, float], jobs: int) -> list[Figure]:
     """mel + CQT (the default specs) against decode-only, and lhotse's log-mel beside ours (same run)."""
     def ratio(a: str, b: str) -> float:
         return round(median([x / y for x, y in zip(times[a], times[b], strict=False)]), 3)
@@ -181,7 +189,8 @@ def _peer_figures(times: Series, speed: dict[str, float], jobs: int) -> list[Fig
                    "Extraction jobs=1, mel + CQT (default specs): speed as a fraction of decode-only",
                    ratio("floor", "melcqt_j1"), "fraction",
                    "decode-only time / pipeline.extract(jobs=1, features=(mel, cqt)) time, same files",
-                   details={"speed_x_realtime": speed}),
+                   details={"speed_x_realtime": speed,
+                            "cpu_fraction": _cpu_ratio(times, own, "floor", "melcqt_j1")}),
             Figure("extract_jobs1_vs_lhotse", "Extraction jobs=1, log-mel: speed vs lhotse's LibrosaFbank",
                    ratio("lhotse_j1", "ours_j1"), "x",
                    "lhotse CutSet.compute_and_store_features(LibrosaFbank(128 mels, n_fft 2048, hop 512, "
@@ -204,10 +213,11 @@ def _stage_text(corpus: Path, files: list[Path], work: Path) -> str:
 
     profs = {"log-mel": stage_profile(corpus, files, work, ("mel",)),
              "mel+CQT": stage_profile(corpus, files, work, ("mel", "cqt"))}
-    share = ", ".join(f"{k} {v['timed_share_of_run']:.0%} of a {v['run_wall_s']:.2f} s run" for k, v in profs.items())
-    return ("Per stage, one jobs=1 run each (ms of wall time per minute of audio, exclusive: a stage nested in "
-            f"another is not counted twice; the stages cover {share}, the rest being the driver's scan, hash, "
-            "store set-up and commits):\n\n" + stage_table(profs))
+    share = ", ".join(f"{k} {v['timed_share_of_run']:.0%} of a run's {v['run_cpu_s']:.2f} CPU s "
+                      f"({v['run_wall_s']:.2f} s wall)" for k, v in profs.items())
+    return ("Per stage, one jobs=1 run each (CPU ms per minute of audio, exclusive: a stage nested in "
+            f"another is not counted twice; the stages cover {share}, the rest being the driver's scan, hash "
+            "threads, store set-up and commits):\n\n" + stage_table(profs))
 
 
 def _parallel_figures(runs: _Runs, files: list[Path], times: Series, common: dict[str, Any],
