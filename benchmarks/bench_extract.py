@@ -48,7 +48,9 @@ Series = dict[str, list[float]]
 """Variant name -> one value per repeat."""
 
 
-def run_speed(work: Path, *, n_files: int, mean_seconds: float, repeats: int) -> GroupResult:
+def run_speed(work: Path, *, n_files: int, mean_seconds: float, repeats: int, lhotse_pool: bool = True) -> GroupResult:
+    """The speed figures; ``lhotse_pool=False`` (the smoke run) leaves out lhotse with N jobs, whose own
+    process pool imports torch in every worker on each call (seconds, even for tiny files)."""
     from joblib import parallel_config
 
     jobs = len(os.sched_getaffinity(0))
@@ -72,8 +74,10 @@ def run_speed(work: Path, *, n_files: int, mean_seconds: float, repeats: int) ->
             "melcqt_jN": lambda: runs.ours(jobs, features=("mel", "cqt")),
             "lhotse_j1": lambda: runs.lhotse(1), "lhotse_jN": lambda: runs.lhotse(jobs),
         }
+        if jobs == 1 or not lhotse_pool:
+            variants.pop("lhotse_jN")
         if jobs == 1:
-            for name in ("ours_jN", "naive_jN", "melcqt_jN", "lhotse_jN"):
+            for name in ("ours_jN", "naive_jN", "melcqt_jN"):
                 variants.pop(name)
         # Warm-up (untimed): imports, librosa's caches, the loky workers, the page cache.
         outs = {name: fn() for name, fn in variants.items()}
@@ -197,7 +201,7 @@ def _peer_figures(times: Series, own: Series, speed: dict[str, float], jobs: int
                    "22 050 Hz), num_jobs=1) time / pipeline.extract(jobs=1, log-mel) time, same files "
                    "(lhotse's manifest building included: it is part of its pipeline)",
                    details={"speed_x_realtime": speed})]
-    if jobs > 1:
+    if "lhotse_jN" in times:
         figs.append(Figure(f"extract_jobs{jobs}_vs_lhotse_jobs{jobs}",
                            f"Extraction jobs={jobs}, log-mel: speed vs lhotse's LibrosaFbank with {jobs} jobs",
                            ratio("lhotse_jN", "ours_jN"), "x",
