@@ -94,10 +94,13 @@ def run_speed(work: Path, *, n_files: int, mean_seconds: float, repeats: int, lh
         times: dict[str, list[float]] = {k: [] for k in variants}
         own: dict[str, list[float]] = {k: [] for k in variants}
         foreign: dict[str, list[float]] = {k: [] for k in variants}
+        pcpu: dict[str, list[float]] = {k: [] for k in variants}  # CPU s of this process
         for r in range(repeats):
             for name in rotated(list(variants), r):
+                c0 = time.process_time()
                 with CpuWindow() as w:
                     out = variants[name]()
+                pcpu[name].append(time.process_time() - c0)
                 times[name].append(w.wall)
                 own[name].append(w.own_cores)
                 foreign[name].append(w.foreign_cores)
@@ -107,8 +110,8 @@ def run_speed(work: Path, *, n_files: int, mean_seconds: float, repeats: int, lh
                      ", ".join(f"{k} {audio / times[k][-1]:.0f}x" for k in variants))
 
         figures, common, speed = _jobs1_figures(runs, files, times, own, foreign, audio, size, repeats, jobs,
-                                                max_diff, serial.wall, gen_seconds)
-        figures += _peer_figures(times, own, speed, jobs)
+                                                max_diff, serial.wall, gen_seconds, pcpu)
+        figures += _peer_figures(times, pcpu, speed, jobs)
         profile = ""
         if jobs > 1:
             more, profile = _parallel_figures(runs, files, times, common, speed, jobs, repeats, serial.wall)
@@ -131,7 +134,7 @@ def run_speed(work: Path, *, n_files: int, mean_seconds: float, repeats: int, lh
 
 def _jobs1_figures(runs: _Runs, files: list[Path], times: Series, own: Series, foreign: Series, audio: float,
                    size: int, repeats: int, jobs: int, max_diff: float, serial_s: float,
-                   gen_seconds: float) -> tuple[list[Figure], dict[str, Any], dict[str, float]]:
+                   gen_seconds: float, own_cpu: Series) -> tuple[list[Figure], dict[str, Any], dict[str, float]]:
     """The jobs=1 figures (time vs naive, checksum cost, decode floor), the details they share, and each
     variant's speed (x realtime); measures the checksum share with one more jobs=1 run."""
     ratio_j1 = [a / b for a, b in zip(times["ours_j1"], times["naive"], strict=False)]
@@ -172,19 +175,18 @@ def _jobs1_figures(runs: _Runs, files: list[Path], times: Series, own: Series, f
                round(median(floor_frac), 3), "fraction",
                "decode-only (soundfile, same files, one process) time / pipeline.extract(jobs=1) time: "
                "1.0 would mean features cost nothing beyond decoding",
-               details={"speed_x_realtime": speed, "cpu_fraction": _cpu_ratio(times, own, "floor", "ours_j1")}),
+               details={"speed_x_realtime": speed, "cpu_fraction": _cpu_ratio(own_cpu, "floor", "ours_j1")}),
     ]
     return figures, common, speed
 
 
-def _cpu_ratio(times: Series, own: Series, a: str, b: str) -> float:
-    """Median per-repeat ratio of the CPU seconds (wall x own cores) of variants ``a`` and ``b``: on a
-    shared machine far steadier than the wall-time ratio."""
-    return round(median([(ta * oa) / (tb * ob) for ta, oa, tb, ob
-                         in zip(times[a], own[a], times[b], own[b], strict=False)]), 3)
+def _cpu_ratio(cpu: Series, a: str, b: str) -> float:
+    """Median per-repeat ratio of the CPU seconds of this process (the jobs=1 variants do all their work
+    here) in variants ``a`` and ``b``: on a shared machine steadier than the wall-time ratio."""
+    return round(median([x / max(y, 1e-9) for x, y in zip(cpu[a], cpu[b], strict=False)]), 3)
 
 
-def _peer_figures(times: Series, own: Series, speed: dict[str, float], jobs: int) -> list[Figure]:
+def _peer_figures(times: Series, own_cpu: Series, speed: dict[str, float], jobs: int) -> list[Figure]:
     """mel + CQT (the default specs) against decode-only, and lhotse's log-mel beside ours (same run)."""
     def ratio(a: str, b: str) -> float:
         return round(median([x / y for x, y in zip(times[a], times[b], strict=False)]), 3)
@@ -194,7 +196,7 @@ def _peer_figures(times: Series, own: Series, speed: dict[str, float], jobs: int
                    ratio("floor", "melcqt_j1"), "fraction",
                    "decode-only time / pipeline.extract(jobs=1, features=(mel, cqt)) time, same files",
                    details={"speed_x_realtime": speed,
-                            "cpu_fraction": _cpu_ratio(times, own, "floor", "melcqt_j1")}),
+                            "cpu_fraction": _cpu_ratio(own_cpu, "floor", "melcqt_j1")}),
             Figure("extract_jobs1_vs_lhotse", "Extraction jobs=1, log-mel: speed vs lhotse's LibrosaFbank",
                    ratio("lhotse_j1", "ours_j1"), "x",
                    "lhotse CutSet.compute_and_store_features(LibrosaFbank(128 mels, n_fft 2048, hop 512, "
