@@ -108,7 +108,7 @@ class _Runs:
                                    for i, f in enumerate(self.files))
         return out
 
-    def ours(self, jobs: int, checksums: bool = True) -> Path:
+    def ours(self, jobs: int, checksums: bool = True, features: tuple[str, ...] = ("mel",)) -> Path:
         from contextlib import ExitStack
         from unittest import mock
 
@@ -119,9 +119,28 @@ class _Runs:
             if not checksums:  # jobs=1 runs in this process: the shard writer's CRC becomes a constant
                 assert jobs == 1
                 stack.enter_context(mock.patch("store.shard_writer.crc32c", lambda data, crc=0: 0))
-            summary = extract(self.corpus, str(out), features=("mel",), jobs=jobs, progress=False)
+            summary = extract(self.corpus, str(out), features=features, jobs=jobs, progress=False)
         if summary.errors or summary.decoded != len(self.files):
             raise RuntimeError(f"extraction failed: {summary.report()}")
+        return out
+
+    def lhotse(self, jobs: int) -> Path:
+        """lhotse's own pipeline: ``LibrosaFbank`` (128 mels, n_fft 2048, hop 512 at 22 050 Hz, as our log-mel)
+        through ``CutSet.compute_and_store_features`` with ``jobs`` processes (its own pool)."""
+        import logging
+
+        from lhotse import CutSet, LibrosaFbank, LibrosaFbankConfig, Recording, RecordingSet
+
+        out = self._fresh(f"lhotse{jobs}")
+        logging.getLogger().setLevel(max(logging.getLogger().level, logging.ERROR))  # its per-call thread warning
+        recs = RecordingSet.from_recordings(Recording.from_file(f) for f in self.files)
+        cuts = CutSet.from_cuts(c.to_mono(mono_downmix=True) if c.num_channels > 1 else c
+                                for c in CutSet.from_manifests(recordings=recs)).resample(SR)
+        ext = LibrosaFbank(LibrosaFbankConfig(num_mel_bins=128, fft_size=2048, hop_size=512, sampling_rate=SR))
+        done = cuts.compute_and_store_features(extractor=ext, storage_path=str(out), num_jobs=jobs,
+                                              progress_bar=False)
+        if len(done) != len(self.files):
+            raise RuntimeError(f"lhotse extracted {len(done)} of {len(self.files)} files")
         return out
 
     def floor(self) -> None:

@@ -49,10 +49,14 @@ def hash_files(items: list[CorpusItem], progress: bool) -> tuple[dict[str, Finge
     Hashing is I/O-bound and happens where the driver runs, whatever the
     extraction backend, so it needs no worker processes.
     """
-    batches = [items[i:i + HASH_BATCH] for i in range(0, len(items), HASH_BATCH)]
+    threads = min(8, os.cpu_count() or 1)
+    # At most HASH_BATCH files per call, and never fewer calls than threads: a corpus of under
+    # HASH_BATCH files would otherwise be hashed on one thread while the others (and the
+    # workers, which wait for the hashes) sit idle.
+    size = max(1, min(HASH_BATCH, -(-len(items) // threads)))
+    batches = [items[i:i + size] for i in range(0, len(items), size)]
     fps: dict[str, Fingerprint] = {}
     errors: dict[str, str] = {}
-    threads = min(8, os.cpu_count() or 1)
     with ThreadPoolExecutor(max_workers=threads) as pool, \
             tqdm(total=len(items), unit="file", desc="hashing", disable=not progress, leave=False) as bar:
         results = pool.map(hash_batch, ([str(it.source) for it in b] for b in batches))

@@ -47,7 +47,10 @@ def plan_tasks(todo: Sequence[tuple[TaskItem, int]], n_jobs: int, *, max_files: 
 
     Aims at >= 4 tasks per worker so the pool stays busy to the end, while a
     task never exceeds ``max_files`` files or ``max_bytes`` source bytes (a
-    lone larger file is a task of its own).  Order is kept: deterministic.
+    lone larger file is a task of its own).  With several workers the last
+    ``n_jobs`` tasks are split in halves, so the workers finish closer together
+    (less time with one worker idle while the other ends a long task).
+    Order is kept: deterministic.
     """
     if not todo:
         return []
@@ -62,6 +65,10 @@ def plan_tasks(todo: Sequence[tuple[TaskItem, int]], n_jobs: int, *, max_files: 
         cur.append(item)
         cur_bytes += size
     tasks.append(cur)
+    if n_jobs > 1 and len(tasks) > n_jobs:
+        tail = [t[i:i + h] for t in tasks[-n_jobs:] for h in [max(1, math.ceil(len(t) / 2))]
+                for i in range(0, len(t), h)]
+        tasks[-n_jobs:] = tail
     return tasks
 
 

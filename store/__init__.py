@@ -16,7 +16,7 @@ __all__ = lazy_package(__name__, {
     "metadata": ("Corpus",),
     "reader": ("FeatureView", "Store", "open_store"),
     "shard_writer": ("ShardInfo", "ShardWriter", "StoredClip", "write_shard"),
-    "spec": ("FeatureSpec", "default_specs", "spec_differences"),
+    "spec": ("COMPUTE_VERSION", "FeatureSpec", "default_specs", "spec_differences"),
     "stacking": ("stack_parts",),
     "validate": ("validate",),
     "writer": ("ErrorRow", "IndexRow", "RepairReport", "StoreWriter", "create_store"),
@@ -40,7 +40,7 @@ if TYPE_CHECKING:
     from .metadata import Corpus
     from .reader import FeatureView, Store, open_store
     from .shard_writer import ShardInfo, ShardWriter, StoredClip, write_shard
-    from .spec import FeatureSpec, default_specs, spec_differences
+    from .spec import COMPUTE_VERSION, FeatureSpec, default_specs, spec_differences
     from .stacking import stack_parts
     from .validate import validate
     from .writer import ErrorRow, IndexRow, RepairReport, StoreWriter, create_store

@@ -17,7 +17,18 @@ from .errors import ConfigError
 from .kinds import DEFAULT_KINDS, FeatureKind, feature_kind, kind_names
 from .records import from_record
 
-__all__ = ["FeatureSpec", "default_specs", "spec_differences"]
+__all__ = ["COMPUTE_VERSION", "FeatureSpec", "default_specs", "spec_differences"]
+
+#: Version of the computation that turns a spec into values (``pipeline``'s mel and CQT code), recorded in
+#: every spec a store or checkpoint holds.  1: the computation before issue 34 (a spec recorded without the
+#: field is version 1); 2: the cheaper one of issue 34.  Bump it when a change to the computation could
+#: move a stored value, and say below whether the new values still equal the old within the 0.05 dB
+#: equality promise (docs/features.md).
+COMPUTE_VERSION = 2
+
+#: Groups of compute versions whose values are equal within the equality promise (tested in
+#: tests/test_features.py): a store written by one can be resumed, grown or read by a checkpoint of another.
+_SAME_VALUES: tuple[frozenset[int], ...] = (frozenset({1, 2}),)
 
 
 @dataclass(frozen=True)
@@ -29,6 +40,9 @@ class FeatureSpec:
     unit (power for mel, magnitude for CQT).  Values are stored in decibels
     against the fixed ``db_ref`` (no per-clip maximum, no ``top_db``
     clipping), so a file streamed in blocks gives the whole-file values.
+    ``compute_version`` names the computation that made the values
+    (:data:`COMPUTE_VERSION`); specs that differ only in compatible versions
+    are the same feature (:func:`spec_differences`).
     """
 
     kind: str
@@ -43,6 +57,7 @@ class FeatureSpec:
     db_ref: float = 1.0
     amin: float = 1e-10
     dtype: str = "float16"
+    compute_version: int = COMPUTE_VERSION
 
     def __post_init__(self) -> None:
         feature_kind(self.kind)  # ConfigError naming the registered kinds (store.kinds)
@@ -67,8 +82,12 @@ class FeatureSpec:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> FeatureSpec:
-        """Inverse of :meth:`to_dict`; unknown keys are an error, not ignored."""
-        return from_record(cls, d, "feature spec")
+        """Inverse of :meth:`to_dict`; unknown keys are an error, not ignored.
+
+        A record without ``compute_version`` (stores and checkpoints written
+        before it existed) was computed by version 1.
+        """
+        return from_record(cls, {"compute_version": 1, **d}, "feature spec")
 
     @classmethod
     def mel(cls, **overrides: Any) -> FeatureSpec:
@@ -98,7 +117,20 @@ def default_specs(names: tuple[str, ...] | list[str] = DEFAULT_KINDS) -> dict[st
     return out
 
 
+def same_values(a: int, b: int) -> bool:
+    """Whether compute versions ``a`` and ``b`` give equal values within the equality promise."""
+    return a == b or any(a in g and b in g for g in _SAME_VALUES)
+
+
 def spec_differences(a: FeatureSpec, b: FeatureSpec) -> list[str]:
-    """Human-readable ``field: a != b`` lines for every field that differs."""
+    """Human-readable ``field: a != b`` lines for every field that differs.
+
+    Compute versions that give the same values (within 0.05 dB) are no
+    difference; others are one line naming both versions.
+    """
     da, db = a.to_dict(), b.to_dict()
-    return [f"{k}: {da[k]!r} != {db[k]!r}" for k in da if da[k] != db[k]]
+    out = [f"{k}: {da[k]!r} != {db[k]!r}" for k in da if da[k] != db[k] and k != "compute_version"]
+    if not same_values(a.compute_version, b.compute_version):
+        out.append(f"compute_version: {a.compute_version} != {b.compute_version} (values computed differently "
+                   f"beyond the 0.05 dB equality promise; this specstore computes version {COMPUTE_VERSION})")
+    return out

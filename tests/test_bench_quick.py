@@ -33,6 +33,7 @@ ROOT = Path(__file__).resolve().parents[1]
 #: Figures every run must produce (the GPU ones are null without CUDA).
 EXPECTED = {
     "extract_jobs1_time_vs_naive", "extract_jobs1_vs_decode_floor", "extract_checksum_cost", "extract_memory_growth_2h",
+    "extract_melcqt_jobs1_vs_decode_floor", "extract_jobs1_vs_lhotse",
     "plan_uniform_fixed4", "plan_uniform_bucketed", "plan_uniform_ours", "plan_uniform_training",
     "plan_uniform_training_reshuffle", "plan_lognormal_fixed4", "plan_lognormal_bucketed", "plan_lognormal_ours",
     "plan_lognormal_training", "plan_lognormal_training_reshuffle",
@@ -77,8 +78,8 @@ def test_every_figure_has_value_target_met(quick_run: tuple[Path, subprocess.Com
     assert len(doc["load_before"]) == 3 and len(doc["load_after"]) == 3
     figures = doc["figures"]
     cores = doc["machine"]["cores"]
-    expected = set(EXPECTED) | ({f"extract_jobs{cores}_speedup", f"extract_jobs{cores}_vs_naive_jobs{cores}"}
-                                if cores > 1 else set())
+    expected = set(EXPECTED) | ({f"extract_jobs{cores}_speedup", f"extract_jobs{cores}_vs_naive_jobs{cores}",
+                                 f"extract_jobs{cores}_vs_bare_scaling"} if cores > 1 else set())
     assert set(doc["skipped"]) <= {"model"}, doc["skipped"]
     if "model" in doc["skipped"]:  # this machine lacks the renderer: said in one line how to get it
         assert "make realcorpus-deps" in doc["skipped"]["model"] or "music21" in doc["skipped"]["model"]

@@ -192,6 +192,20 @@ def test_spec_mismatch_and_layout_mismatch_refused(tmp_path: Path) -> None:
     create_store(tmp_path / "s.zarr", SPECS)  # same specs: reopens
 
 
+def test_compute_versions_old_stores_resume_newer_ones_are_refused(tmp_path: Path) -> None:
+    from store import COMPUTE_VERSION
+
+    legacy = {k: {f: v for f, v in s.to_dict().items() if f != "compute_version"} for k, s in SPECS.items()}
+    old = {k: FeatureSpec.from_dict(d) for k, d in legacy.items()}
+    assert {s.compute_version for s in old.values()} == {1} and SPECS["mel"].compute_version == COMPUTE_VERSION
+    create_store(tmp_path / "s.zarr", old)  # a store written before the field existed
+    create_store(tmp_path / "s.zarr", SPECS)  # resumed by this computation: same values (tested in test_features)
+    assert open_store(tmp_path / "s.zarr").specs["mel"].compute_version == 1  # it keeps saying what made it
+    other = {k: FeatureSpec.from_dict({**d, "compute_version": 99}) for k, d in legacy.items()}
+    with pytest.raises(SpecMismatch, match=r"compute_version: 1 != 99 \(values computed differently"):
+        create_store(tmp_path / "s.zarr", other)
+
+
 def test_missing_and_foreign_stores_are_one_line_errors(tmp_path: Path) -> None:
     with pytest.raises(StoreNotFound, match="no store at"):
         open_store(tmp_path / "nothing.zarr")
