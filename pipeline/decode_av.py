@@ -27,7 +27,6 @@ declared" only past twice the estimate plus :data:`ESTIMATE_SLACK_SECONDS`.
 from __future__ import annotations
 
 import importlib.util
-import os
 from collections.abc import Iterator
 from typing import Any
 
