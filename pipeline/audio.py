@@ -232,6 +232,7 @@ def stream_mono(
     target_sr: int,
     *,
     block_samples: int = DEFAULT_BLOCK_SAMPLES,
+    backend: str = "auto",
 ) -> Iterator[np.ndarray]:
     """Decode ``path`` to mono float32 at ``target_sr`` Hz, one block at a time.
 
@@ -255,7 +256,15 @@ def stream_mono(
     "longer than declared: ..." reason.  Also raises for files that cannot be
     opened, decode errors (with the frame where they hit), non-finite
     samples, and files with no samples at all.
+
+    ``backend``: ``"auto"`` (soundfile; PyAV only where soundfile cannot
+    open the file, see :mod:`pipeline.decode_av`), or ``"pyav"`` to decode
+    through PyAV whatever the file (the benchmarks compare the two on the
+    formats both read).  A PyAV decode gets the same mix-down and
+    resampling; its length checks are :class:`pipeline.decode_av.AvReader`'s.
     """
+    if backend not in ("auto", "pyav"):
+        raise ValueError(f"backend must be 'auto' or 'pyav', not {backend!r}")
     if target_sr <= 0 or int(target_sr) != target_sr:
         raise ValueError(f"target_sr must be a positive integer (Hz), not {target_sr!r}")
     if block_samples <= 0:
@@ -267,7 +276,11 @@ def stream_mono(
     except OSError as exc:
         raise AudioError(f"unreadable: {exc.strerror or exc}", p) from None
     try:
-        yield from _stream_fd(p, fd, int(target_sr), block_samples)
+        if backend == "pyav":
+            with decode_av.AvReader(p) as reader:
+                yield from _stream_av(reader, int(target_sr), block_samples)
+        else:
+            yield from _stream_fd(p, fd, int(target_sr), block_samples)
     finally:
         os.close(fd)
 
