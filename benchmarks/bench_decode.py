@@ -40,7 +40,9 @@ def _files(work: Path, seconds: float) -> dict[str, Path]:
     out = {}
     for ext, (fmt, subtype) in SHARED.items():
         out[ext] = work / f"music.{ext}"
-        sf.write(out[ext], x, SR, format=fmt, subtype=subtype)
+        with sf.SoundFile(out[ext], "w", SR, 2, subtype, format=fmt) as f:
+            for i in range(0, len(x), 1 << 16):  # in blocks: libsndfile's MP3/Vorbis writers crash on a minute
+                f.write(x[i:i + (1 << 16)])
     for ext in NEW:
         out[ext] = write_with_av(work / f"music.{ext}", x, SR)
     return out
