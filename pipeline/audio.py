@@ -10,6 +10,11 @@ mean is the same float32 arithmetic, streaming soxr is sample-identical to
 ``soxr.resample`` and the final length is fixed to ``ceil(n * target/native)``
 samples exactly as ``librosa.resample`` does.
 
+Files soundfile cannot open (m4a/AAC, WMA: libsndfile has no decoder for
+them) are decoded through PyAV when it is installed (:mod:`pipeline.decode_av`,
+the ``formats`` extra) into the same mix-down and resampler; files soundfile
+reads never go there.
+
 Every way a file can fail to yield audio raises :class:`AudioError` whose
 ``reason`` is one short human line (what a CLI prints next to the path).
 """
