@@ -23,7 +23,7 @@ from pipeline.audio import AudioError, probe, stream_mono  # noqa: E402
 from pipeline.corpus import AUDIO_EXTENSIONS  # noqa: E402
 from pipeline.testing import music_like, write_truncated_m4a, write_with_av  # noqa: E402
 from serving.classify import expand_inputs  # noqa: E402
-from serving.clips import ClipError, decode_file  # noqa: E402
+from serving.clips import ClipError, decode_bytes, decode_file  # noqa: E402
 from store import FeatureSpec, open_store  # noqa: E402
 
 SR = 44_100  # source rate: every decode below also mixes down (stereo) and resamples (to 22 050 Hz)
@@ -87,6 +87,8 @@ def test_a_store_holds_what_classify_decodes(files: dict[str, Path], tmp_path: P
     for i, path in enumerate(store.paths):
         clip = decode_file(corpus / path, SPECS)  # specstore classify's and the server's decode
         np.testing.assert_array_equal(np.asarray(store.feature("mel").frames(i)).T, clip.features)
+        upload = decode_bytes((corpus / path).read_bytes(), SPECS)  # an upload: its name says nothing
+        np.testing.assert_array_equal(upload.features, clip.features)
 
 
 @pytest.mark.parametrize("index_first", [True, False], ids=["index-first", "index-last"])
