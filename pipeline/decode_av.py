@@ -4,6 +4,7 @@ libsndfile reads WAV, AIFF, FLAC, Ogg (Vorbis, Opus) and MP3; it has no
 decoder for AAC or WMA.  :func:`pipeline.audio.stream_mono` and
 :func:`pipeline.audio.probe` try soundfile first and come here only when it
 cannot open a file, so every file soundfile reads decodes exactly as before.
+FFmpeg opens only local files in the containers of :data:`ALLOWED_DEMUXERS`.
 PyAV is optional (the ``formats`` extra; its wheels carry their own FFmpeg):
 without it, :func:`missing_reason` is the one line such a file is refused with.
 
@@ -34,14 +35,19 @@ import numpy as np
 
 from .audio_types import AV_EXTENSIONS, AudioError, AudioInfo
 
-__all__ = ["AV_END_SLACK", "AV_EXTENSIONS", "EXACT_CONTAINERS", "INSTALL_HINT", "AvReader", "available",
-           "missing_reason"]
+__all__ = ["ALLOWED_DEMUXERS", "AV_END_SLACK", "AV_EXTENSIONS", "EXACT_CONTAINERS", "INSTALL_HINT", "AvReader",
+           "available", "missing_reason"]
 
 #: What to run to get the optional backend (the ``formats`` extra).
 INSTALL_HINT = "pip install 'specstore[formats]'"
 #: FFmpeg demuxers whose header states the stream length (not an estimate), and how a reason names them.
 EXACT_CONTAINERS = {"mov,mp4,m4a,3gp,3g2,mj2": "MP4", "asf": "ASF", "aiff": "AIFF", "caf": "CAF",
                     "matroska,webm": "Matroska"}
+#: The only FFmpeg demuxers PyAV may open a file with, and the only protocol (a local file).  FFmpeg
+#: probes any of its ~300 formats otherwise: an HLS or concat playlist would make it read other files of
+#: the machine (or URLs) as the clip's audio.
+ALLOWED_DEMUXERS = ("mov", "asf", "aac", "aiff", "caf", "matroska", "wav", "w64", "flac", "ogg", "mp3")
+_OPEN_OPTIONS = {"format_whitelist": ",".join(ALLOWED_DEMUXERS), "protocol_whitelist": "file"}
 #: Sample frames a stream may decode past or short of its declared length before it is called longer
 #: than declared or truncated: two AAC/WMA frames and ASF's millisecond rounding.
 AV_END_SLACK = 8192
@@ -97,7 +103,7 @@ class AvReader:
         self.path = path
         self._av = av
         try:
-            self._container = av.open(path, metadata_errors="replace")
+            self._container = av.open(path, metadata_errors="replace", options=_OPEN_OPTIONS)
         except (av.FFmpegError, OSError, ValueError) as exc:
             raise AudioError(f"not an audio file: {_message(exc)}", path) from None
         try:

@@ -104,6 +104,16 @@ def test_a_cut_m4a_is_one_line_error(tmp_path: Path, index_first: bool) -> None:
         decode_file(p, SPECS)
 
 
+def test_a_playlist_is_not_followed(files: dict[str, Path], tmp_path: Path) -> None:
+    """A file that is an HLS playlist naming a local file must not make FFmpeg read that file as its audio."""
+    playlist = tmp_path / "list.m3u8"
+    playlist.write_text(f"#EXTM3U\n#EXT-X-TARGETDURATION:10\n#EXTINF:1.5,\n{files['m4a']}\n#EXT-X-ENDLIST\n")
+    with pytest.raises(AudioError, match="not an audio file"):
+        list(stream_mono(playlist, 22_050))
+    with pytest.raises(ClipError, match="^not an audio file"):
+        decode_bytes(playlist.read_bytes(), SPECS)
+
+
 def test_decoding_stops_past_the_declared_length(files: dict[str, Path]) -> None:
     with decode_av.AvReader(str(files["m4a"])) as reader:
         reader.declared = 4096  # a header declaring 0.09 s of a 1.5 s file
