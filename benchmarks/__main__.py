@@ -5,14 +5,13 @@
 Writes ``benchmarks.json`` and ``benchmarks.md`` into ``--out-dir``
 (default ``docs/`` for a full run and ``reports/bench-quick/`` for
 ``--quick``, so a smoke run never overwrites the committed figures).
-``--quick`` is a smoke run (tiny sizes, one repeat,
-under a minute) that exercises every benchmark and writes the same files;
-its values are not meaningful.  Groups (``--only``): extract, extract-mem,
-plan, infer, infer-mem, reads, gpu, library, model, serve, serve-limits, startup; with ``--merge`` the groups not
-rerun are kept from the report already there, each marked with its date.  A group that needs what
+``--quick`` is a smoke run (tiny sizes, one repeat, under a minute) that exercises every benchmark and writes
+the same files; its values are not meaningful. Groups (``--only``): extract, extract-mem, plan, infer,
+infer-mem, reads, gpu, library, model, serve, serve-limits, startup, decode-formats; with ``--merge`` the
+groups not rerun are kept from the report already there, each marked with its date. A group that needs what
 ``make install`` does not give (the quick model group renders with fluidsynth and a Debian SoundFont) is
-skipped where that is missing, with one line saying how to enable it (``make realcorpus-deps``).  Nothing
-here is collected by pytest (no ``test_`` names); ``tests/test_bench_quick.py`` runs the quick mode.
+skipped where that is missing, with one line saying how to enable it (``make realcorpus-deps``). Nothing here
+is collected by pytest (no ``test_`` names); ``tests/test_bench_quick.py`` runs the quick mode.
 """
 
 from __future__ import annotations
@@ -34,7 +33,7 @@ from . import bench_common
 from .bench_common import GroupResult, load_average, log, machine_info, wait_for_quiet
 
 GROUPS = ("extract", "extract-mem", "plan", "infer", "infer-mem", "reads", "gpu", "library", "model", "serve",
-          "serve-limits", "startup")
+          "serve-limits", "startup", "decode-formats")
 
 #: Sizes: full run (about 6-8 minutes on 2 cores) and the smoke run.
 FULL: dict[str, dict[str, Any]] = {
@@ -55,6 +54,7 @@ FULL: dict[str, dict[str, Any]] = {
     "serve-limits": dict(n_slow=300, n_normal=16, seconds=(5.0, 15.0), read_timeout=10.0,
                          model=dict(width=8, depth=2)),
     "startup": dict(repeats=7),
+    "decode-formats": dict(seconds=60.0, repeats=3),
 }
 QUICK: dict[str, dict[str, Any]] = {
     "extract": dict(n_files=8, mean_seconds=3.0, repeats=1, lhotse_pool=False),
@@ -73,6 +73,7 @@ QUICK: dict[str, dict[str, Any]] = {
                   ramp_s=0.2, model=dict(width=8, depth=2)),
     "serve-limits": dict(n_slow=24, n_normal=4, seconds=(2.0, 4.0), read_timeout=2.0, model=dict(width=8, depth=2)),
     "startup": dict(repeats=1),
+    "decode-formats": dict(seconds=3.0, repeats=1),
 }
 
 NOTES = [
@@ -134,6 +135,10 @@ def _runner(name: str, work: Path, sizes: dict[str, Any]) -> Callable[[], GroupR
         from . import bench_startup
 
         return lambda: bench_startup.run(**sizes)
+    if name == "decode-formats":
+        from . import bench_decode
+
+        return lambda: bench_decode.run(work / "decode-formats", **sizes)
     if name == "model":
         from . import bench_model
 
@@ -147,8 +152,10 @@ def unavailable(name: str, quick: bool) -> str | None:
     Only the quick model group needs more than ``make install`` gives: it renders the tiny development corpus,
     which needs fluidsynth and a SoundFont from Debian packages (``make realcorpus-deps``: apt-get, root or
     sudo) and music21.  The full model group measures corpora rendered beforehand and reports each missing one
-    as not measured.
+    as not measured.  The decode-formats group needs PyAV (in ``make install``; the ``formats`` extra elsewhere).
     """
+    if name == "decode-formats" and importlib.util.find_spec("av") is None:
+        return "missing PyAV: run `.venv/bin/pip install -e '.[formats]'` to measure it"
     if name != "model" or not quick:
         return None
     from realcorpus.catalogue import SIZES, RealCorpusError

@@ -3,6 +3,10 @@
     python -m benchmarks.bench_probe extract-mem AUDIO_FILE WORKDIR
         Runs the pipeline's worker function (:func:`pipeline.tasks.run_task`,
         log-mel only) on one file into a new store; prints VmHWM before and after.
+    python -m benchmarks.bench_probe decode-mem AUDIO_FILE BACKEND
+        Decodes one file with :func:`pipeline.audio.stream_mono` (``backend``
+        ``auto`` or ``pyav``, both decoders imported first); prints VmHWM
+        before and after.
     python -m benchmarks.bench_probe predict-mem STORE CHECKPOINT CSV
         Runs :func:`infer.predict.predict` on a store (CPU); prints the peak
         anonymous RSS (RssAnon) sampled every 2 ms by a thread, and predict's own.
@@ -42,6 +46,18 @@ def extract_mem(audio: str, workdir: str) -> dict[str, object]:
         raise SystemExit(f"extraction failed: {res.failed}")
     return {"hwm_before_kib": before, "hwm_kib": _status_kib("VmHWM"), "audio_seconds": res.seconds,
             "wall_seconds": wall}
+
+
+def decode_mem(audio: str, backend: str) -> dict[str, object]:
+    import av  # noqa: F401  (imported before the baseline, as soundfile is by pipeline.audio)
+
+    from pipeline.audio import stream_mono
+
+    before = _status_kib("VmHWM")
+    t0 = time.perf_counter()
+    n = sum(len(b) for b in stream_mono(audio, 22_050, backend=backend))
+    return {"hwm_before_kib": before, "hwm_kib": _status_kib("VmHWM"), "samples": n,
+            "wall_seconds": time.perf_counter() - t0}
 
 
 class _AnonSampler(threading.Thread):
@@ -86,6 +102,8 @@ def main(argv: list[str]) -> int:
     mode, *args = argv
     if mode == "extract-mem":
         out = extract_mem(*args)
+    elif mode == "decode-mem":
+        out = decode_mem(*args)
     elif mode == "predict-mem":
         out = predict_mem(*args)
     else:

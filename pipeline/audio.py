@@ -10,6 +10,11 @@ mean is the same float32 arithmetic, streaming soxr is sample-identical to
 ``soxr.resample`` and the final length is fixed to ``ceil(n * target/native)``
 samples exactly as ``librosa.resample`` does.
 
+Files soundfile cannot open (m4a/AAC, WMA: libsndfile has no decoder for
+them) are decoded through PyAV when it is installed (:mod:`pipeline.decode_av`,
+the ``formats`` extra) into the same mix-down and resampler; files soundfile
+reads never go there.
+
 Every way a file can fail to yield audio raises :class:`AudioError` whose
 ``reason`` is one short human line (what a CLI prints next to the path).
 """
@@ -19,17 +24,18 @@ from __future__ import annotations
 import os
 import stat
 from collections.abc import Iterator
-from dataclasses import dataclass
 
 import numpy as np
 import soundfile as sf
 import soxr
 
-from store import SpecstoreError
-
+from . import decode_av
+from .audio_types import AV_EXTENSIONS, SOUNDFILE_EXTENSIONS, AudioError, AudioInfo
 from .integrity import audio_after, mp3_declares_frames, truncation_reason
 
-__all__ = ["AudioError", "AudioInfo", "StreamResampler", "probe", "stream_mono", "DEFAULT_BLOCK_SAMPLES"]
+__all__ = ["AudioError", "AudioInfo", "SOUNDFILE_EXTENSIONS", "StreamResampler", "probe", "stream_mono",
+           "DEFAULT_BLOCK_SAMPLES"]
+
 
 #: Source sample frames decoded per soundfile read (1.5 s at 44.1 kHz; 512 KiB
 #: of float32 stereo).  Large enough that per-call overhead is negligible,
@@ -46,36 +52,6 @@ _SOXR_QUALITY = "HQ"
 OGG_END_SLACK = 8192
 #: The same for an MP3 whose Xing header counts its frames: two frames of 1152 samples.
 MP3_END_SLACK = 2304
-
-
-class AudioError(SpecstoreError):
-    """A file that cannot be turned into audio samples.
-
-    ``reason`` is a short one-line explanation ("empty file", "zero-length
-    audio", "decode failed at frame 4096: ..."); ``path`` is the offending
-    file when known.  ``str(err)`` is ``"<path>: <reason>"``.
-    """
-
-    def __init__(self, reason: str, path: str | os.PathLike[str] | None = None) -> None:
-        self.reason = " ".join(str(reason).split())  # always one line
-        self.path = None if path is None else os.fspath(path)
-        super().__init__(self.reason if self.path is None else f"{self.path}: {self.reason}")
-
-
-@dataclass(frozen=True)
-class AudioInfo:
-    """What a file's header says.
-
-    ``sample_rate`` in Hz, ``n_samples`` in sample frames per channel (for
-    MP3 an estimate from the stream headers), ``duration`` in seconds
-    (``n_samples / sample_rate``), ``format`` like ``"WAV/PCM_16"``.
-    """
-
-    sample_rate: int
-    channels: int
-    n_samples: int
-    duration: float
-    format: str
 
 
 def _sf_message(exc: BaseException) -> str:
@@ -130,15 +106,47 @@ def _open(path: str, fd: int | None = None) -> sf.SoundFile:
         raise AudioError(f"unreadable: {exc.strerror or exc}", path) from None
 
 
+def _open_any(path: str, fd: int | None = None) -> sf.SoundFile | decode_av.AvReader:
+    """soundfile's reader of ``path``, or PyAV's where soundfile cannot open it (:mod:`pipeline.decode_av`).
+
+    When both refuse, the reason is soundfile's for its own extensions and
+    for unknown ones (an upload's), PyAV's for :data:`AV_EXTENSIONS`.
+    Without PyAV installed, a file soundfile cannot open is refused with a
+    reason naming the extra to install (unless its extension is soundfile's).
+    """
+    try:
+        return _open(path, fd)
+    except AudioError as exc:
+        if not exc.reason.startswith("not an audio file"):
+            raise
+        refused = exc
+    ext = os.path.splitext(path)[1].lower()
+    if not decode_av.available():
+        if ext in SOUNDFILE_EXTENSIONS:
+            raise refused
+        if ext in AV_EXTENSIONS:
+            raise AudioError(decode_av.missing_reason(ext), path)
+        raise AudioError(f"{refused.reason} ({decode_av.missing_reason('')})", path)
+    try:
+        return decode_av.AvReader(path)
+    except AudioError as av_refused:
+        raise (av_refused if ext in AV_EXTENSIONS else refused) from None
+
+
 def probe(path: str | os.PathLike[str]) -> AudioInfo:
     """Read a file's header (no decoding): rate, channels, length, format.
 
     Raises :class:`AudioError` for missing, unreadable, empty or non-audio
     files.  A header that claims zero frames is *not* an error here (MP3
     lengths are estimates); :func:`stream_mono` decides from the samples.
+    Files soundfile cannot open are read through PyAV when it is installed.
     """
     p = os.fspath(path)
-    with _open(p) as f:
+    reader = _open_any(p)
+    if isinstance(reader, decode_av.AvReader):
+        with reader:
+            return reader.info
+    with reader as f:
         sr = int(f.samplerate)
         n = max(int(f.frames), 0)
         return AudioInfo(
@@ -229,6 +237,7 @@ def stream_mono(
     target_sr: int,
     *,
     block_samples: int = DEFAULT_BLOCK_SAMPLES,
+    backend: str = "auto",
 ) -> Iterator[np.ndarray]:
     """Decode ``path`` to mono float32 at ``target_sr`` Hz, one block at a time.
 
@@ -252,7 +261,15 @@ def stream_mono(
     "longer than declared: ..." reason.  Also raises for files that cannot be
     opened, decode errors (with the frame where they hit), non-finite
     samples, and files with no samples at all.
+
+    ``backend``: ``"auto"`` (soundfile; PyAV only where soundfile cannot
+    open the file, see :mod:`pipeline.decode_av`), or ``"pyav"`` to decode
+    through PyAV whatever the file (the benchmarks compare the two on the
+    formats both read).  A PyAV decode gets the same mix-down and
+    resampling; its length checks are :class:`pipeline.decode_av.AvReader`'s.
     """
+    if backend not in ("auto", "pyav"):
+        raise ValueError(f"backend must be 'auto' or 'pyav', not {backend!r}")
     if target_sr <= 0 or int(target_sr) != target_sr:
         raise ValueError(f"target_sr must be a positive integer (Hz), not {target_sr!r}")
     if block_samples <= 0:
@@ -264,14 +281,48 @@ def stream_mono(
     except OSError as exc:
         raise AudioError(f"unreadable: {exc.strerror or exc}", p) from None
     try:
-        yield from _stream_fd(p, fd, int(target_sr), block_samples)
+        if backend == "pyav":
+            with decode_av.AvReader(p) as reader:
+                yield from _stream_av(reader, int(target_sr), block_samples)
+        else:
+            yield from _stream_fd(p, fd, int(target_sr), block_samples)
     finally:
         os.close(fd)
 
 
+class _Mono:
+    """Decoded ``(frames, channels)`` blocks -> mono float32 at ``target_sr``: the step both decoders share."""
+
+    def __init__(self, path: str, native_sr: int, target_sr: int) -> None:
+        if native_sr <= 0:
+            raise AudioError(f"not an audio file: sample rate {native_sr}", path)
+        self.path = path
+        self.resampler = None if native_sr == target_sr else StreamResampler(native_sr, target_sr)
+        self.n_in = 0  # source frames decoded
+
+    def push(self, block: np.ndarray) -> np.ndarray:
+        """Mix ``block`` down, check it is finite, resample; the output now ready (may be empty)."""
+        mono = _downmix(block)
+        if not np.isfinite(np.add.reduce(mono)):
+            raise AudioError(f"non-finite samples (NaN or inf) in frames {self.n_in}..{self.n_in + len(mono)}",
+                             self.path)
+        self.n_in += block.shape[0]
+        return mono if self.resampler is None else self.resampler.push(mono)
+
+    def finish(self) -> np.ndarray:
+        """The resampler's tail (empty without one); "zero-length audio" when nothing was decoded."""
+        if self.n_in == 0:
+            raise AudioError("zero-length audio", self.path)
+        return _EMPTY if self.resampler is None else self.resampler.finish()
+
+
 def _stream_fd(p: str, fd: int, target_sr: int, block_samples: int) -> Iterator[np.ndarray]:
     """:func:`stream_mono` of ``p`` read through the descriptor ``fd`` (whose offset shows how far it was read)."""
-    f = _open(p, fd)
+    f = _open_any(p, fd)
+    if isinstance(f, decode_av.AvReader):
+        with f:
+            yield from _stream_av(f, target_sr, block_samples)
+        return
     with f:
         try:
             truncated = truncation_reason(p)
@@ -280,34 +331,36 @@ def _stream_fd(p: str, fd: int, target_sr: int, block_samples: int) -> Iterator[
         if truncated:
             raise AudioError(truncated, p)
         declared = int(f.frames)
-        native_sr = int(f.samplerate)
-        if native_sr <= 0:
-            raise AudioError(f"not an audio file: sample rate {native_sr}", p)
-        resampler = None if native_sr == target_sr else StreamResampler(native_sr, target_sr)
-        n_in = 0  # source frames decoded
+        mono = _Mono(p, int(f.samplerate), target_sr)
         while True:
             try:
                 block = f.read(block_samples, dtype="float32", always_2d=True)
             except (sf.SoundFileError, RuntimeError) as exc:
-                raise AudioError(f"decode failed at frame {n_in}: {_sf_message(exc)}", p) from None
+                raise AudioError(f"decode failed at frame {mono.n_in}: {_sf_message(exc)}", p) from None
             if block.shape[0] == 0:
                 break
-            mono = _downmix(block)
-            if not np.isfinite(np.add.reduce(mono)):
-                raise AudioError(f"non-finite samples (NaN or inf) in frames {n_in}..{n_in + len(mono)}", p)
-            n_in += block.shape[0]
-            out = mono if resampler is None else resampler.push(mono)
+            out = mono.push(block)
             if out.shape[0]:
                 yield out
-        if n_in == 0:
-            raise AudioError("zero-length audio", p)
-        reason = _length_reason(f, fd, declared, n_in)
-        if reason:
-            raise AudioError(reason, p)
-        if resampler is not None:
-            tail = resampler.finish()
-            if tail.shape[0]:
-                yield tail
+        if mono.n_in:
+            reason = _length_reason(f, fd, declared, mono.n_in)
+            if reason:
+                raise AudioError(reason, p)
+        tail = mono.finish()
+        if tail.shape[0]:
+            yield tail
+
+
+def _stream_av(reader: decode_av.AvReader, target_sr: int, block_samples: int) -> Iterator[np.ndarray]:
+    """:func:`stream_mono` through PyAV: its blocks, the same mix-down and resampling (length checks in the reader)."""
+    mono = _Mono(reader.path, reader.info.sample_rate, target_sr)
+    for block in reader.blocks(block_samples):
+        out = mono.push(block)
+        if out.shape[0]:
+            yield out
+    tail = mono.finish()
+    if tail.shape[0]:
+        yield tail
 
 
 def _declares(fmt: str, exact: bool) -> str:

@@ -24,7 +24,9 @@ examples:
 
 The corpus is a folder with one sub-folder per label (GTZAN style) or a CSV
 with a header 'path,label[,group]' (label and group may be empty; relative
-paths are relative to the CSV). wav, flac, ogg, opus and mp3 are read.
+paths are relative to the CSV). wav, flac, ogg, opus, mp3 and aiff are read;
+m4a/AAC (.m4a .m4b .aac) and wma through PyAV where it is installed
+(pip install 'specstore[formats]'; otherwise such files are bad files naming it).
 Rerunning the same command resumes an interrupted run and adds only new or
 changed files; identical files are decoded once. Bad files are recorded in
 the store's error table with their reason (`python -m store info STORE`) and

@@ -48,13 +48,17 @@ from pathlib import Path
 
 from store import ConfigError, SpecstoreError, escape_path
 
+from .audio_types import AV_EXTENSIONS, SOUNDFILE_EXTENSIONS
+
 __all__ = ["AUDIO_EXTENSIONS", "GROUP_BY_PARENT", "CorpusError", "CorpusItem", "group_rule", "outside_root",
            "scan_corpus"]
 
 log = logging.getLogger(__name__)
 
-#: File extensions treated as audio (case-insensitive).
-AUDIO_EXTENSIONS = frozenset({".wav", ".flac", ".ogg", ".opus", ".mp3"})
+#: File extensions treated as audio (case-insensitive): soundfile's and the optional PyAV backend's
+#: (:mod:`pipeline.audio_types`).  The latter are searched even without PyAV installed, so such files are
+#: recorded as bad files naming the extra to install, never skipped in silence.
+AUDIO_EXTENSIONS = SOUNDFILE_EXTENSIONS | AV_EXTENSIONS
 #: The ``group_by`` keyword for "the file's folder below its label folder" (anything else is a regex).
 GROUP_BY_PARENT = "parent"
 

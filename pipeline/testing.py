@@ -6,7 +6,9 @@ specstore: ``from pipeline.testing import write_music_like``.
 Every writer takes the destination path first and returns it as a
 :class:`pathlib.Path`; the format follows the suffix (``.wav``, ``.flac``,
 ``.ogg`` = Vorbis, ``.mp3``) unless ``fmt`` says otherwise.  Signals are
-deterministic for a given seed.  Long files are synthesised and written in
+deterministic for a given seed.  :func:`write_with_av` writes the formats soundfile
+cannot (AAC in ``.m4a``, WMA, ...) with PyAV's encoders (the optional
+``formats`` extra).  Long files are synthesised and written in
 blocks, so making a ten-minute file does not need ten minutes of samples in
 memory.
 """
@@ -30,6 +32,9 @@ __all__ = [
     "write_truncated_wav",
     "write_truncated_mp3",
     "write_corrupt_flac",
+    "AV_FORMATS",
+    "write_with_av",
+    "write_truncated_m4a",
 ]
 
 # suffix -> (soundfile format, subtype)
@@ -229,3 +234,66 @@ def write_corrupt_flac(path: PathLike, seconds: float = 3.0, sr: int = 22050) ->
     data[mid : mid + junk.size] = junk.tobytes()
     p.write_bytes(bytes(data))
     return p
+
+
+#: suffix -> (FFmpeg encoder, FFmpeg muxer) of :func:`write_with_av`.
+AV_FORMATS: dict[str, tuple[str, str]] = {
+    "m4a": ("aac", "ipod"),
+    "aac": ("aac", "adts"),
+    "wma": ("wmav2", "asf"),
+    "aiff": ("pcm_s16be", "aiff"),
+}
+
+
+def write_with_av(path: PathLike, samples: np.ndarray, sr: int, *, codec: str | None = None,
+                  container: str | None = None, bit_rate: int = 128_000,
+                  options: dict[str, str] | None = None) -> Path:
+    """``samples`` (float32 ``(n, channels)`` or 1-D) encoded with PyAV: encoder and muxer from the suffix.
+
+    ``codec``/``container`` override :data:`AV_FORMATS`; ``bit_rate`` in
+    bits/s for lossy codecs; ``options`` go to the muxer (e.g.
+    ``{"movflags": "faststart"}`` puts an MP4's index first).  Raises
+    ``ValueError`` for an unknown suffix, PyAV's errors when the bundled
+    FFmpeg cannot encode it.
+    """
+    import fractions
+
+    import av
+
+    p = Path(path)
+    enc, mux = AV_FORMATS.get(p.suffix.lstrip(".").lower(), (None, None))
+    enc, mux = codec or enc, container or mux
+    if enc is None:
+        raise ValueError(f"unknown format for {p.name}; use one of {sorted(AV_FORMATS)} or pass codec/container")
+    x = np.asarray(samples, dtype=np.float32)
+    x = x[:, None] if x.ndim == 1 else x
+    layout = {1: "mono", 2: "stereo"}[x.shape[1]]
+    p.parent.mkdir(parents=True, exist_ok=True)
+    with av.open(str(p), "w", format=mux, options=options or {}) as out:
+        stream = out.add_stream(enc, rate=sr, layout=layout)
+        assert isinstance(stream, av.AudioStream)
+        stream.bit_rate = bit_rate
+        fmt = (stream.codec_context.codec.audio_formats or [av.AudioFormat("fltp")])[0].name
+        stream.format = fmt
+        stream.codec_context.open()  # frame_size is known once the encoder is open
+        resampler = av.AudioResampler(format=fmt, layout=layout, rate=sr,
+                                      frame_size=stream.codec_context.frame_size or None)
+        frame = av.AudioFrame.from_ndarray(np.ascontiguousarray(x.T), format="fltp", layout=layout)
+        frame.sample_rate, frame.pts, frame.time_base = sr, 0, fractions.Fraction(1, sr)
+        for f in [*resampler.resample(frame), *resampler.resample(None)]:
+            out.mux(stream.encode(f))
+        out.mux(stream.encode(None))
+    return p
+
+
+def write_truncated_m4a(path: PathLike, seconds: float = 2.0, sr: int = 22050, keep_fraction: float = 0.5, *,
+                        index_first: bool = True) -> Path:
+    """A music-like AAC ``.m4a`` whose bytes are cut at ``keep_fraction``.
+
+    ``index_first``: the MP4 index (``moov``) precedes the audio, so the cut
+    file opens and declares more audio than it holds; otherwise the index,
+    written last, is lost and the file does not open at all.
+    """
+    opts = {"movflags": "faststart"} if index_first else None
+    p = write_with_av(path, music_like(seconds, seed=10, sr=sr), sr, options=opts)
+    return _truncate(p, keep_fraction)

@@ -47,8 +47,9 @@ is an independent score, several may be high at once, and the output says
 Each file is decoded with the checkpoint's own feature settings (the values
 a store made by `make features` would hold), so the predictions equal
 `make infer` on a store of the same files. Folders are searched recursively
-for .wav .flac .ogg .opus .mp3; a file named on the command line is always
-tried. Identical files are decoded once. Files that cannot be decoded are
+for .wav .flac .ogg .opus .mp3 .aiff .aif .aifc, and .m4a .m4b .aac .wma (decoded
+through PyAV: pip install 'specstore[formats]'); a file named on the command line
+is always tried. Identical files are decoded once. Files that cannot be decoded are
 listed on stderr, one line each, and the others still go through (exit 1).
 """
 

@@ -20,9 +20,10 @@ channels and duration (:func:`pipeline.audio.probe`) are each checked
 against ``max_sample_rate``, ``max_channels`` and ``max_seconds``, so a
 file is refused before any sample is decoded (a decode running in a
 worker pool cannot be cancelled).  The bound holds because libsndfile
-never decodes past the frame count its header declares; a header that
-declares less than the file holds is refused after that short decode
-("longer than declared", :func:`pipeline.audio.stream_mono`).
+never decodes past the frame count its header declares, and the PyAV path
+(:mod:`pipeline.decode_av`, m4a/AAC and WMA) stops a little past it; a
+header that declares less than the file holds is refused after that short
+decode ("longer than declared", :func:`pipeline.audio.stream_mono`).
 """
 
 from __future__ import annotations

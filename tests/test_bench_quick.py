@@ -46,6 +46,8 @@ EXPECTED = {
     "library_prefetch_vs_workers1", "library_prefetch_vs_workers2",
     "serve_errors", "serve_peak_memory",
     "model_tiny_accuracy", "model_tiny_margin",
+    *(f"decode_{ext}_pyav_vs_soundfile" for ext in ("wav", "flac", "ogg", "mp3", "aiff")),
+    *(f"decode_{ext}_pyav_{what}" for ext in ("m4a", "wma", "aac") for what in ("speed", "memory")),
 }
 #: The figures of the quick model group, which is skipped where its renderer is missing (fluidsynth, a SoundFont).
 MODEL_QUICK = {"model_tiny_accuracy", "model_tiny_margin"}
