@@ -31,6 +31,7 @@ from torch import nn
 
 from store import ConfigError, FeatureSpec, SpecstoreError, Store, atomic_path, spec_differences
 
+from .calibration import Calibration
 from .contract import ModelSpec, spec_of
 from .models import ARCHS, ModelConfig, ModelConfigError
 from .trust import Trust, UntrustedModelError
@@ -76,6 +77,12 @@ class Checkpoint:
     def config(self) -> ModelConfig | None:
         """The architecture's config (None for an import-path model, or an architecture not registered yet)."""
         return self.model.config
+
+    @property
+    def calibration(self) -> Calibration:
+        """How its logits become probabilities: the temperature fitted on the validation clips after training
+        (``extra["calibration"]``), or uncalibrated (:mod:`infer.calibration`)."""
+        return Calibration.from_extra(self.extra)
 
     def build(self, device: torch.device | str = "cpu", *, trust_model_code: Trust = False) -> nn.Module:
         """The model with these weights, in eval mode on ``device``.

@@ -80,12 +80,15 @@ def cmd_predict(args: argparse.Namespace) -> int:
     options = _run_options(args)
     check_store_present(args.store)
     _check_checkpoint(args.model)
+    from .calibration import UNCALIBRATED
     from .predict import predict
 
     res = predict(args.store, args.model, args.out, topk=args.topk, unknown_below=args.unknown_below,
                   options=options,
                   trust_model_code=args.trust_model_code)
     print(res.stats.line())
+    print(f"probabilities: {res.calibration}" + (" (the model held out no validation clips to fit a temperature on)"
+                                                  if res.calibration == UNCALIBRATED else " (softmax of logits / T)"))
     if args.out:
         print(f"predictions: {args.out}")
     return 0
@@ -184,6 +187,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
                       baseline_store=args.baseline_store, options=options,
                       trust_model_code=args.trust_model_code)
     print(report.summary())
+    print(report.calibration_line())
     if report.n_unlabelled or report.n_unknown_label:
         print(f"skipped {report.n_unlabelled} unlabelled clips; {report.n_unknown_label} clips have labels the "
               f"model does not know ({', '.join(report.unknown_labels) or '-'}), counted as errors")

@@ -5,7 +5,7 @@ feature-spec mismatch -> the engine (:mod:`infer.runtime`) measures the
 model's bytes per padded clip-frame, plans length-sorted batches of distinct
 contents under the memory budget, reads and pads them ahead of the model
 from the store's mmap views, and runs clips too long for any batch in
-windows -> softmax -> one CSV row per indexed path
+windows -> softmax with the checkpoint's temperature (:mod:`infer.calibration`) -> one CSV row per indexed path
 (:mod:`infer.predictions`).  Raw audio is never involved.
 """
 
@@ -20,11 +20,11 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
 from torch import nn
 
 from store import ConfigError, Store, check_output_path, open_store
 
+from .calibration import Calibration, probabilities
 from .checkpoint import Checkpoint, check_store_matches, load_checkpoint
 from .contract import ModelSpec
 from .data import feature_specs
@@ -75,6 +75,11 @@ class LoadedModel:
     feature: str
     extra: dict[str, Any]
     name: str
+
+    @property
+    def calibration(self) -> Calibration:
+        """The checkpoint's calibration (:mod:`infer.calibration`); uncalibrated for a module or import path."""
+        return Calibration.from_extra(self.extra)
 
 
 def load_model(model: ModelLike, store: Store, *, feature: str | None = None,
@@ -163,11 +168,11 @@ def predict(
     stats = PredictStats(**vars(res.run_stats()), clips=len(s), audio_seconds=float(s.durations.sum()),
                          peak_kind="GPU allocated" if engine.device.type == "cuda" else "anonymous RSS",
                          device=str(engine.device))
-    probs = torch.softmax(torch.from_numpy(res.logits), dim=1).numpy() if len(s) else np.zeros(
+    probs = probabilities(res.logits, loaded.calibration) if len(s) else np.zeros(
         (0, len(loaded.label_names)), dtype=np.float32)
     truth = [s.label_names[label] if label >= 0 else None for label in s.labels.tolist()]
     stats.wall_seconds = time.perf_counter() - t0
-    result = Predictions(list(s.paths), probs, list(loaded.label_names), truth, stats)
+    result = Predictions(list(s.paths), probs, list(loaded.label_names), truth, stats, loaded.calibration.label())
     if out is not None:
         write_predictions_csv(result, out, topk=topk, unknown_below=unknown_below)
     return result

@@ -6,7 +6,7 @@ Core: :func:`infer.predict` writes it, :mod:`infer.explore` reads it (never the 
 one per indexed path) with the run's figures.  :func:`write_predictions_csv`
 and :func:`read_predictions_csv` share one column list, :data:`COLUMNS`:
 
-``path,pred,prob,topk,truth``
+``path,pred,prob,topk,truth,calibration``
 
 * ``pred``/``prob``: the best label and its probability (4 decimals); with
   ``unknown_below=P``, ``pred`` is ``unknown`` where ``prob`` is below P
@@ -15,7 +15,12 @@ and :func:`read_predictions_csv` share one column list, :data:`COLUMNS`:
   written there, ``%``, ``:`` and ``;`` are percent-escaped (``%25``,
   ``%3A``, ``%3B``), so any label round-trips and the column is never
   ambiguous; ``pred`` and ``truth`` hold labels as they are;
-* ``truth``: the store's label for the path when predicting (empty if none).
+* ``truth``: the store's label for the path when predicting (empty if none);
+* ``calibration``: how the probabilities were made, the same on every row:
+  ``temperature=T`` (softmax of the logits divided by the temperature fitted
+  on the model's validation clips) or ``uncalibrated`` (plain softmax; see
+  :mod:`infer.calibration`).  Readers need only the first five columns
+  (:data:`REQUIRED_COLUMNS`), so files written before it still read.
 
 The file is standard CSV (RFC 4180 quoting), UTF-8, written atomically.
 """
@@ -36,12 +41,16 @@ import numpy as np
 from store import SpecstoreError, atomic_path
 
 __all__ = [
-    "COLUMNS", "UNKNOWN", "CsvPrediction", "Predictions", "PredictionsError", "answer", "check_unknown_below",
-    "escape_label", "parse_unknown_below", "read_predictions_csv", "unescape_label", "write_predictions_csv",
+    "COLUMNS", "REQUIRED_COLUMNS", "UNKNOWN", "CsvPrediction", "Predictions", "PredictionsError", "answer",
+    "check_unknown_below", "escape_label", "parse_unknown_below", "read_predictions_csv", "unescape_label",
+    "write_predictions_csv",
 ]
 
-COLUMNS = ("path", "pred", "prob", "topk", "truth")
+COLUMNS = ("path", "pred", "prob", "topk", "truth", "calibration")
 """The predictions CSV's header, in order."""
+
+REQUIRED_COLUMNS = COLUMNS[:5]
+"""The columns a predictions CSV must start with (``calibration`` came later: older files lack it)."""
 
 UNKNOWN = "unknown"
 """The answer of a single-label output whose top probability is below ``unknown_below``."""
@@ -76,7 +85,8 @@ class Predictions:
 
     ``truth[i]`` is the store's label name of row ``i`` (None if unlabelled);
     ``stats`` are the run's figures (:class:`infer.predict.PredictStats` for
-    :func:`infer.predict`).
+    :func:`infer.predict`); ``calibration``: the CSV's ``calibration`` cell,
+    ``temperature=T`` or ``uncalibrated`` (:meth:`infer.calibration.Calibration.label`).
     """
 
     paths: list[str]
@@ -84,6 +94,7 @@ class Predictions:
     label_names: list[str]
     truth: list[str | None]
     stats: Any = field(default=None)
+    calibration: str = "uncalibrated"
 
     def top(self, k: int) -> tuple[np.ndarray, np.ndarray]:
         """Indices ``(n_rows, k)`` and probabilities of the ``k`` best classes, best first."""
@@ -132,7 +143,7 @@ def write_predictions_csv(pred: Predictions, out: str | os.PathLike[str], *, top
             names = [pred.label_names[j] for j in idx[i]]
             pairs = ";".join(f"{escape_label(n)}:{q:.4f}" for n, q in zip(names, pr[i], strict=True))
             w.writerow([path, answer(names[0], float(pr[i, 0]), unknown_below), f"{pr[i, 0]:.4f}", pairs,
-                        pred.truth[i] or ""])
+                        pred.truth[i] or "", pred.calibration])
     return Path(out)
 
 
@@ -168,15 +179,16 @@ def read_predictions_csv(path: str | os.PathLike[str]) -> list[CsvPrediction]:
         raise PredictionsError(f"{p} is not a predictions CSV: not UTF-8 text") from None
     reader = csv.reader(io.StringIO(text, newline=""))
     header = next(reader, None)
-    if header is None or tuple(h.strip() for h in header[:len(COLUMNS)]) != COLUMNS:
-        raise PredictionsError(f"{p} is not a predictions CSV: its header must start with {','.join(COLUMNS)}")
+    if header is None or tuple(h.strip() for h in header[:len(REQUIRED_COLUMNS)]) != REQUIRED_COLUMNS:
+        raise PredictionsError(f"{p} is not a predictions CSV: its header must start with "
+                               f"{','.join(REQUIRED_COLUMNS)}")
     out: list[CsvPrediction] = []
     for rec in reader:
         if not rec:
             continue
         where = f"{p} line {reader.line_num}"
-        if len(rec) < len(COLUMNS):
-            raise PredictionsError(f"{where}: expected {len(COLUMNS)} columns, got {len(rec)}")
+        if len(rec) < len(REQUIRED_COLUMNS):
+            raise PredictionsError(f"{where}: expected at least {len(REQUIRED_COLUMNS)} columns, got {len(rec)}")
         pairs: list[tuple[str, float]] = []
         for item in filter(None, rec[3].split(";")):
             name, sep, prob = item.rpartition(":")

@@ -20,9 +20,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-import torch
 
 from infer.budget import CPU_BATCH_OVERHEAD_FRAMES, DEFAULT_BATCH_OVERHEAD_FRAMES, Budget, PlanError
+from infer.calibration import Calibration, probabilities
 from infer.checkpoint import load_checkpoint
 from infer.constraints import BatchConstraint
 from infer.data import ArrayDataset
@@ -72,6 +72,7 @@ class Classifier:
         self.label_names = list(ckpt.label_names)
         self.feature = ckpt.feature
         self.specs: dict[str, FeatureSpec] = dict(ckpt.specs)
+        self.calibration: Calibration = ckpt.calibration
         self.engine = Engine(options or RunOptions())
         self.model = self.engine.prepare(ckpt.build(trust_model_code=trust_model_code))
         self.budget = self.engine.budget(self.model, ckpt.n_bins)
@@ -131,6 +132,6 @@ class Classifier:
                                           progress=progress, desc=desc)
         if len(clips) and res.logits.shape[1] != len(self.label_names):
             raise ConfigError(f"{self.name} gives {res.logits.shape[1]} classes for {len(self.label_names)} labels")
-        probs = (torch.softmax(torch.from_numpy(res.logits), dim=1).numpy() if len(clips)
+        probs = (probabilities(res.logits, self.calibration) if len(clips)
                  else np.zeros((0, len(self.label_names)), dtype=np.float32))
         return ClipResults(probs, res.run_stats())
