@@ -201,7 +201,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 def _predict_parser(p: argparse.ArgumentParser) -> None:
     p.description = ("Classify every indexed path of STORE with MODEL in length-binned, memory-budgeted batches; "
-                     "write a CSV path,pred,prob,topk,truth.")
+                     "write a CSV path,pred,prob,topk,truth,calibration.")
     p.add_argument("store", help="feature store (path or URL)")
     p.add_argument("model", help="checkpoint (.pt) from `make train` or `init`")
     add_options(p, PredictOptions, absent=False)

@@ -35,8 +35,11 @@ FileAnswer = Classified | Failed
 
 @dataclass(frozen=True)
 class Answer:
-    """A request's answer: the model's file name, its labels and one answer per file, in upload order."""
+    """A request's answer: the model's file name, its labels and one answer per file, in upload order;
+    ``temperature``: the checkpoint's calibration temperature its probabilities were made with (None:
+    uncalibrated, plain softmax; :mod:`infer.calibration`)."""
 
     model: str
     labels: list[str]
     files: list[FileAnswer]
+    temperature: float | None = None

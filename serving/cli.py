@@ -88,6 +88,7 @@ def _check_model(path: str) -> None:
 
 def cmd_classify(args: argparse.Namespace) -> int:
     _check_model(args.model)
+    from infer.calibration import UNCALIBRATED
     from infer.predictions import COLUMNS, escape_label
 
     from .classify import classify_files
@@ -101,19 +102,24 @@ def cmd_classify(args: argparse.Namespace) -> int:
     for f in res.failures:
         print(f"{PROG}: {f.path}: {f.reason}", file=sys.stderr)
     if args.json:  # strict JSON, whole or nothing: classify_files turns non-finite answers into failures
+        cal = {"calibration": "temperature" if classifier.calibration.calibrated else UNCALIBRATED,
+               "temperature": classifier.calibration.temperature}
         print(json.dumps([{"path": r.path, "duration_s": round(r.duration, 3), "answer": r.answer,
-                           "top": [{"label": lab, "prob": round(p, 6)} for lab, p in r.top]} for r in res.results]
+                           "top": [{"label": lab, "prob": round(p, 6)} for lab, p in r.top], **cal}
+                          for r in res.results]
                          + [{"path": f.path, "error": f.reason} for f in res.failures], indent=1, allow_nan=False))
     elif args.csv:
         w = csv.writer(sys.stdout)
         w.writerow(COLUMNS)
         for r in res.results:
             pairs = ";".join(f"{escape_label(lab)}:{p:.4f}" for lab, p in r.top)
-            w.writerow([r.path, r.answer, f"{r.top[0][1]:.4f}", pairs, ""])
+            w.writerow([r.path, r.answer, f"{r.top[0][1]:.4f}", pairs, "", classifier.calibration.label()])
     else:
         width = min(60, max([len(r.path) for r in res.results] + [4]))
         shown = "answer  " if args.unknown_below is not None else ""
-        print(f"{'file':<{width}}  {'seconds':>8}  {shown}top {args.topk}")
+        t = classifier.calibration.temperature
+        how = f"(probabilities {UNCALIBRATED})" if t is None else f"(probabilities temperature-scaled, T = {t:.2f})"
+        print(f"{'file':<{width}}  {'seconds':>8}  {shown}top {args.topk} {how}")
         for r in res.results:
             tops = "  ".join(f"{lab} {p:.3f}" for lab, p in r.top)
             said = f"{r.answer}  " if shown else ""
@@ -165,8 +171,10 @@ def _classify_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
                                    "length under the memory budget, and print the top-k genres.")
     c.add_argument("inputs", nargs="+", metavar="FILE_OR_DIR", help="audio files and/or folders of them")
     fmt = c.add_mutually_exclusive_group()
-    fmt.add_argument("--csv", action="store_true", help="CSV as `make infer` writes it: path,pred,prob,topk,truth")
-    fmt.add_argument("--json", action="store_true", help="a JSON list, one object per file")
+    fmt.add_argument("--csv", action="store_true", help="CSV as `make infer` writes it: "
+                     "path,pred,prob,topk,truth,calibration")
+    fmt.add_argument("--json", action="store_true", help="a JSON list, one object per file (with its "
+                     "calibration: temperature or uncalibrated)")
     add_options(c, ClassifyOptions, absent=False)
     c.add_argument("--no-progress", action="store_true", help="no progress bars")
     _add_run_args(c)

@@ -46,7 +46,11 @@ def file_json(answer: FileAnswer, scale: PictureScale | None = None) -> dict[str
 
 
 def answer_json(answer: Answer, scale: PictureScale | None = None) -> dict[str, Any]:
-    return {"model": answer.model, "labels": answer.labels, "files": [file_json(a, scale) for a in answer.files]}
+    """The request's JSON: model, labels, ``calibration`` (``temperature`` or ``uncalibrated``) with its
+    ``temperature`` (null when uncalibrated), and one object per file."""
+    return {"model": answer.model, "labels": answer.labels,
+            "calibration": "uncalibrated" if answer.temperature is None else "temperature",
+            "temperature": answer.temperature, "files": [file_json(a, scale) for a in answer.files]}
 
 
 def error_response(exc: RequestError) -> JSONResponse:

@@ -200,4 +200,5 @@ class Service:
         failures = [a for a in answers if isinstance(a, Failed)]
         if len(failures) == len(answers):
             raise NoFileClassified(failures)
-        return Answer(self.model_name, self.classifier.label_names, list(answers))
+        return Answer(self.model_name, self.classifier.label_names, list(answers),
+                      self.classifier.calibration.temperature)
