@@ -182,6 +182,10 @@ def load_checkpoint(path: str | os.PathLike[str]) -> Checkpoint:
         raise CheckpointError(f"{p} has unreadable checkpoint metadata: {e}") from None
     _check_model_config(model, p)
     try:
+        Calibration.from_extra(raw.get("extra"))  # a bad temperature is refused here, not at the first softmax
+    except ConfigError as e:
+        raise CheckpointError(f"{p} has unreadable checkpoint metadata: {e}") from None
+    try:
         return Checkpoint(
             model=model, label_names=list(raw["label_names"]),
             feature=str(raw["feature"]),

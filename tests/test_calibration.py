@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from factories import make_checkpoint, make_corpus, make_store
 
 from infer.calibration import Calibration, expected_calibration_error, fit_temperature, probabilities
-from infer.checkpoint import load_checkpoint
+from infer.checkpoint import CheckpointError, load_checkpoint
 from infer.evaluate import evaluate
 from infer.predict import predict
 from serving.cli import main as specstore_main
@@ -62,6 +62,14 @@ def test_the_fit_softens_an_over_confident_model_and_sharpens_an_under_confident
         fit_temperature(np.zeros((3, 2)), np.zeros(2, dtype=np.int64))
     with pytest.raises(ConfigError, match="positive"):
         Calibration(0.0)
+
+
+def test_a_checkpoint_with_a_bad_temperature_is_refused_when_read(tmp_path: Path) -> None:
+    for bad in (-1.0, float("nan"), "hot"):
+        record = {"method": "temperature", "temperature": bad}
+        path = make_checkpoint(tmp_path / "bad.pt", extra={"calibration": record})
+        with pytest.raises(CheckpointError, match="calibration|temperature"):
+            load_checkpoint(path)
 
 
 def test_ece_matches_a_hand_computation() -> None:
