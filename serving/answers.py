@@ -36,9 +36,12 @@ FileAnswer = Classified | Failed
 @dataclass(frozen=True)
 class Answer:
     """A request's answer: the model's file name, its labels and one answer per file, in upload order;
-    ``outputs``: ``"classes"`` (probabilities, a softmax) or ``"tags"`` (a tagger's independent scores)."""
+    ``outputs``: ``"classes"`` (probabilities, a softmax) or ``"tags"`` (a tagger's independent scores);
+    ``temperature``: the checkpoint's calibration temperature a softmax was made with (None: uncalibrated,
+    plain softmax; always None for a tagger, whose scores take none; :mod:`infer.calibration`)."""
 
     model: str
     labels: list[str]
     files: list[FileAnswer]
     outputs: str = "classes"
+    temperature: float | None = None

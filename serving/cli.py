@@ -22,6 +22,7 @@ from store import PROG, run_cli
 from store.options import add_options, given
 
 if TYPE_CHECKING:
+    from infer.calibration import Calibration
     from infer.run_options import RunOptions
 
     from .classify import ClassifyResult
@@ -128,7 +129,7 @@ def cmd_classify(args: argparse.Namespace) -> int:
                          cache=args.cache, unknown_below=args.unknown_below)
     for f in res.failures:
         print(f"{PROG}: {f.path}: {f.reason}", file=sys.stderr)
-    _print_results(res, args)
+    _print_results(res, args, classifier.calibration)
     if not args.json and not args.csv and sys.stderr.isatty() or args.verbose:
         print(f"{len(res.results)} classified, {len(res.failures)} failed; {res.distinct} distinct clips "
               f"({res.cached} from the cache) in "
@@ -137,16 +138,23 @@ def cmd_classify(args: argparse.Namespace) -> int:
     return 1 if res.failures else 0
 
 
-def _print_results(res: ClassifyResult, args: argparse.Namespace) -> None:
-    """The results as JSON, CSV (``make infer``'s columns) or a table.  A tagger's (``res.outputs == "tags"``)
-    say "tags": JSON ``"tags": [{"tag", "score"}]``, CSV ``path,tags,truth``, a "top N tags" table column."""
+def _print_results(res: ClassifyResult, args: argparse.Namespace, calibration: Calibration) -> None:
+    """The results as JSON, CSV (``make infer``'s columns) or a table.  A single-label model's say how its
+    probabilities were made (``calibration``: JSON ``calibration``/``temperature`` keys, the CSV's
+    ``calibration`` column, the table header).  A tagger's (``res.outputs == "tags"``) say "tags" and nothing of
+    calibration (independent scores take no temperature): JSON ``"tags": [{"tag", "score"}]``, CSV
+    ``path,tags,truth``, a "top N tags" table column."""
+    from infer.calibration import UNCALIBRATED
     from infer.predictions import COLUMNS, TAG_COLUMNS, escape_label
 
     tags = res.outputs == "tags"
+    t = calibration.temperature
     if args.json:  # strict JSON, whole or nothing: classify_files turns non-finite answers into failures
+        cal = {} if tags else {"calibration": UNCALIBRATED if t is None else "temperature", "temperature": t}
         print(json.dumps([{"path": r.path, "duration_s": round(r.duration, 3),
                            **({"tags": [{"tag": lab, "score": round(p, 6)} for lab, p in r.top]} if tags else
-                              {"answer": r.answer, "top": [{"label": lab, "prob": round(p, 6)} for lab, p in r.top]})}
+                              {"answer": r.answer, "top": [{"label": lab, "prob": round(p, 6)} for lab, p in r.top]}),
+                           **cal}
                           for r in res.results]
                          + [{"path": f.path, "error": f.reason} for f in res.failures], indent=1, allow_nan=False))
     elif args.csv:
@@ -154,11 +162,13 @@ def _print_results(res: ClassifyResult, args: argparse.Namespace) -> None:
         w.writerow(TAG_COLUMNS if tags else COLUMNS)
         for r in res.results:
             pairs = ";".join(f"{escape_label(lab)}:{p:.4f}" for lab, p in r.top)
-            w.writerow([r.path, pairs, ""] if tags else [r.path, r.answer, f"{r.top[0][1]:.4f}", pairs, ""])
+            w.writerow([r.path, pairs, ""] if tags else
+                       [r.path, r.answer, f"{r.top[0][1]:.4f}", pairs, "", calibration.label()])
     else:
         width = min(60, max([len(r.path) for r in res.results] + [4]))
         shown = "answer  " if args.unknown_below is not None else ""
-        what = " tags (independent scores)" if tags else ""
+        what = (" tags (independent scores)" if tags else f" (probabilities {UNCALIBRATED})" if t is None
+                else f" (probabilities temperature-scaled, T = {t:.2f})")
         print(f"{'file':<{width}}  {'seconds':>8}  {shown}top {args.topk}{what}")
         for r in res.results:
             tops = "  ".join(f"{lab} {p:.3f}" for lab, p in r.top)
@@ -205,10 +215,11 @@ def _classify_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
                                    "length under the memory budget, and print the top-k genres.")
     c.add_argument("inputs", nargs="*", metavar="FILE_OR_DIR", help="audio files and/or folders of them")
     fmt = c.add_mutually_exclusive_group()
-    fmt.add_argument("--csv", action="store_true", help="CSV as `make infer` writes it: path,pred,prob,topk,truth "
-                                                        "(a tagger's: path,tags,truth)")
-    fmt.add_argument("--json", action="store_true", help="a JSON list, one object per file (a tagger's carry "
-                                                         '"tags": [{"tag", "score"}] instead of "answer" and "top")')
+    fmt.add_argument("--csv", action="store_true", help="CSV as `make infer` writes it: "
+                     "path,pred,prob,topk,truth,calibration (a tagger's: path,tags,truth)")
+    fmt.add_argument("--json", action="store_true", help="a JSON list, one object per file, with its calibration "
+                     '(temperature or uncalibrated); a tagger\'s carry "tags": [{"tag", "score"}] instead of '
+                     '"answer" and "top", and no calibration')
     fmt.add_argument("--list-tags", action="store_true", help="print the model's labels (a tagger's vocabulary), "
                                                               "one per line, and exit")
     add_options(c, ClassifyOptions, absent=False)

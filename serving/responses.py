@@ -50,7 +50,13 @@ def file_json(answer: FileAnswer, scale: PictureScale | None = None, outputs: st
 
 
 def answer_json(answer: Answer, scale: PictureScale | None = None) -> dict[str, Any]:
-    return {"model": answer.model, "labels": answer.labels, "outputs": answer.outputs,
+    """The request's JSON: model, labels, ``outputs`` (``classes`` or ``tags``), for a single-label model its
+    ``calibration`` (``temperature`` or ``uncalibrated``) with its ``temperature`` (null when uncalibrated) --
+    a tagger's answer has neither key (its independent scores take no temperature) -- and one object per file."""
+    cal = ({} if answer.outputs == "tags" else
+           {"calibration": "uncalibrated" if answer.temperature is None else "temperature",
+            "temperature": answer.temperature})
+    return {"model": answer.model, "labels": answer.labels, "outputs": answer.outputs, **cal,
             "files": [file_json(a, scale, answer.outputs) for a in answer.files]}
 
 

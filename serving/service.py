@@ -201,4 +201,4 @@ class Service:
         if len(failures) == len(answers):
             raise NoFileClassified(failures)
         return Answer(self.model_name, self.classifier.label_names, list(answers),
-                      getattr(self.classifier, "outputs", "classes"))
+                      getattr(self.classifier, "outputs", "classes"), self.classifier.calibration.temperature)

@@ -97,6 +97,7 @@ def test_classify_says_tags_in_json_csv_and_table(song: Path, capsys: pytest.Cap
     code, out, _ = _classify([str(song), "--json", "--topk", "2"], capsys)
     answer = json.loads(out)[0]
     assert code == 0 and "answer" not in answer and "top" not in answer
+    assert "calibration" not in answer and "temperature" not in answer  # independent scores: no temperature
     assert [t["tag"] for t in answer["tags"]][0] in shipped_stub.TAGS and len(answer["tags"]) == 2
     code, out, _ = _classify([str(song), "--csv", "--labels", "rock,jazz"], capsys)
     rows = list(csv.reader(io.StringIO(out)))
@@ -129,6 +130,7 @@ def test_the_server_answers_tags_for_a_shipped_name(song: Path) -> None:
         r = client.post("/classify?topk=3", files=[("file", (song.name, song.read_bytes(), "audio/wav"))])
         answer = r.json()
         assert r.status_code == 200 and answer["outputs"] == "tags"
+        assert "calibration" not in answer and "temperature" not in answer
         tags = answer["files"][0]["tags"]
         assert "top" not in answer["files"][0] and len(tags) == 3 and {"tag", "score"} == set(tags[0])
         assert 'answer.tags' in client.get("/").text
