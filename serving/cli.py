@@ -24,6 +24,8 @@ from store.options import add_options, given
 if TYPE_CHECKING:
     from infer.run_options import RunOptions
 
+    from .classify import FileResult
+
 __all__ = ["build_parser", "main"]
 
 CLASSIFY_EPILOG = """\
@@ -31,6 +33,7 @@ examples:
   specstore classify song.mp3 other.flac --model models/genre.pt
   specstore classify ~/music/new/ --model models/genre.pt --csv > predictions.csv
   specstore classify a.wav --model models/genre.pt --json --topk 3
+  specstore classify long.mp3 --model models/genre.pt --segments 10   # genre over time, per 10 s
 
 Each file is decoded with the checkpoint's own feature settings (the values
 a store made by `make features` would hold), so the predictions equal
@@ -86,6 +89,25 @@ def _check_model(path: str) -> None:
         raise ConfigError(f"no checkpoint at {path} (train one with `make train`)")
 
 
+SEGMENT_COLUMNS = ("start_s", "end_s")
+"""With ``--segments``, the CSV's window columns, after ``path``: one row per window, no whole-file row."""
+
+
+def _top_json(top: list[tuple[str, float]]) -> list[dict[str, object]]:
+    return [{"label": lab, "prob": round(p, 6)} for lab, p in top]
+
+
+def _result_json(r: FileResult, segmented: bool) -> dict[str, object]:
+    """One file's JSON: path, duration_s, answer, top, and with ``--segments`` its segments (start_s, end_s,
+    answer, top)."""
+    out: dict[str, object] = {"path": r.path, "duration_s": round(r.duration, 3), "answer": r.answer,
+                              "top": _top_json(r.top)}
+    if segmented:
+        out["segments"] = [{"start_s": round(s.start_s, 3), "end_s": round(s.end_s, 3), "answer": s.answer,
+                            "top": _top_json(s.top)} for s in r.segments]
+    return out
+
+
 def cmd_classify(args: argparse.Namespace) -> int:
     _check_model(args.model)
     from infer.predictions import COLUMNS, escape_label
@@ -97,19 +119,22 @@ def cmd_classify(args: argparse.Namespace) -> int:
     classifier = Classifier(args.model, _options(args, progress),
                             batch_overhead_frames=args.batch_overhead_frames, trust_model_code=args.trust_model_code)
     res = classify_files(args.inputs, classifier, topk=args.topk, jobs=args.jobs, progress=progress,
-                         cache=args.cache, unknown_below=args.unknown_below)
+                         cache=args.cache, unknown_below=args.unknown_below, segments=args.segments)
     for f in res.failures:
         print(f"{PROG}: {f.path}: {f.reason}", file=sys.stderr)
     if args.json:  # strict JSON, whole or nothing: classify_files turns non-finite answers into failures
-        print(json.dumps([{"path": r.path, "duration_s": round(r.duration, 3), "answer": r.answer,
-                           "top": [{"label": lab, "prob": round(p, 6)} for lab, p in r.top]} for r in res.results]
+        print(json.dumps([_result_json(r, args.segments is not None) for r in res.results]
                          + [{"path": f.path, "error": f.reason} for f in res.failures], indent=1, allow_nan=False))
     elif args.csv:
         w = csv.writer(sys.stdout)
-        w.writerow(COLUMNS)
+        segmented = args.segments is not None
+        w.writerow(COLUMNS[:1] + SEGMENT_COLUMNS + COLUMNS[1:] if segmented else COLUMNS)
         for r in res.results:
-            pairs = ";".join(f"{escape_label(lab)}:{p:.4f}" for lab, p in r.top)
-            w.writerow([r.path, r.answer, f"{r.top[0][1]:.4f}", pairs, ""])
+            for start, end, said, top in ([(s.start_s, s.end_s, s.answer, s.top) for s in r.segments] if segmented
+                                          else [(None, None, r.answer, r.top)]):
+                pairs = ";".join(f"{escape_label(lab)}:{p:.4f}" for lab, p in top)
+                times = [f"{start:.3f}", f"{end:.3f}"] if segmented else []
+                w.writerow([r.path, *times, said, f"{top[0][1]:.4f}", pairs, ""])
     else:
         width = min(60, max([len(r.path) for r in res.results] + [4]))
         shown = "answer  " if args.unknown_below is not None else ""
@@ -118,6 +143,11 @@ def cmd_classify(args: argparse.Namespace) -> int:
             tops = "  ".join(f"{lab} {p:.3f}" for lab, p in r.top)
             said = f"{r.answer}  " if shown else ""
             print(f"{r.path:<{width}}  {r.duration:>8.1f}  {said}{tops}")
+            for seg in r.segments:
+                span = f"{seg.start_s:.1f}-{seg.end_s:.1f} s"
+                shown_seg = f"{seg.answer}  " if shown else ""
+                tops = "  ".join(f"{lab} {p:.3f}" for lab, p in seg.top)
+                print(f"  {span:<{width - 2}}  {'':>8}  {shown_seg}{tops}")
     if not args.json and not args.csv and sys.stderr.isatty() or args.verbose:
         print(f"{len(res.results)} classified, {len(res.failures)} failed; {res.distinct} distinct clips "
               f"({res.cached} from the cache) in "
