@@ -30,8 +30,8 @@ def error_json(status: int, message: str, *, headers: dict[str, str] | None = No
 
 def file_json(answer: FileAnswer, scale: PictureScale | None = None) -> dict[str, Any]:
     """One file's answer: ``{"file", "duration_s", "frames", "top": [{"label", "prob"}], "picture"?,
-    "picture_axes"?}`` (a PNG data URL; its tick labels by ``scale``, :meth:`PictureScale.axes`) or
-    ``{"file", "error"}``."""
+    "picture_axes"?, "segment_s"?, "segments"?}`` (a PNG data URL; its tick labels by ``scale``,
+    :meth:`PictureScale.axes`; each segment ``{"start_s", "end_s", "top"}``) or ``{"file", "error"}``."""
     if not isinstance(answer, Classified):
         return {"file": answer.file, "error": answer.error}
     out: dict[str, Any] = {
@@ -42,6 +42,11 @@ def file_json(answer: FileAnswer, scale: PictureScale | None = None) -> dict[str
         out["picture"] = "data:image/png;base64," + base64.b64encode(answer.picture).decode("ascii")
         if scale is not None:
             out["picture_axes"] = scale.axes(answer.frames)
+    if answer.segments is not None:
+        out["segment_s"] = answer.segment_s
+        out["segments"] = [{"start_s": round(s.start_s, 3), "end_s": round(s.end_s, 3),
+                            "top": [{"label": label, "prob": round(p, 6)} for label, p in s.top]}
+                           for s in answer.segments]
     return out
 
 

@@ -31,7 +31,20 @@ import numpy as np
 from infer.predictions import answer
 from store import ConfigError
 
-__all__ = ["Segment", "check_segment_length", "check_segments", "parse_segments", "segment_rows", "segment_spans"]
+AUTO = "auto"
+"""The server's ``segments=auto``: the window picked by :func:`auto_seconds` from each file's duration."""
+
+AUTO_STEPS = (1.0, 2.0, 5.0, 10.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0)
+"""Windows (seconds) ``segments=auto`` picks from: the shortest that gives at most :data:`AUTO_CELLS` windows."""
+
+AUTO_CELLS = 24
+"""At most this many windows per file with ``segments=auto`` (files up to 4 hours; longer ones get more)."""
+
+MAX_SEGMENTS = 1000
+"""The most windows the server classifies for one file (a request for more is that file's one-line error)."""
+
+__all__ = ["AUTO", "MAX_SEGMENTS", "Segment", "auto_seconds", "check_segment_length", "check_segments",
+           "parse_segments", "segment_rows", "segment_spans"]
 
 
 @dataclass(frozen=True)
@@ -43,6 +56,12 @@ class Segment:
     end_s: float
     top: list[tuple[str, float]]
     answer: str
+
+
+def auto_seconds(duration: float) -> float:
+    """The window for ``segments=auto``: the shortest of :data:`AUTO_STEPS` giving at most :data:`AUTO_CELLS`
+    windows over ``duration`` seconds (the longest step for longer files)."""
+    return next((s for s in AUTO_STEPS if math.ceil(duration / s - 1e-9) <= AUTO_CELLS), AUTO_STEPS[-1])
 
 
 def check_segments(seconds: float | None) -> float | None:
