@@ -124,10 +124,10 @@ class Routes:
         c = self.service.classifier
         try:
             return check_segment_length(float(text), c.frame_seconds, c.window_align)
+        except ConfigError as e:  # before ValueError, which it is
+            raise Refused(400, str(e)) from None
         except ValueError:
             raise Refused(400, f"segments must be a number of seconds or auto, got {text!r}") from None
-        except ConfigError as e:
-            raise Refused(400, str(e)) from None
 
     def _options(self, request: Request) -> tuple[int, bool]:
         """``topk`` (at most the number of labels) and ``picture`` from the query; 400 when ``topk`` is bad."""

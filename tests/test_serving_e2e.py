@@ -88,8 +88,8 @@ def test_the_page_in_a_real_browser_uploads_a_file_and_shows_the_top_5(served: t
         pytest.skip("no Chromium (apt-get install chromium; `make install` does it)")
     sync_api = pytest.importorskip("playwright.sync_api", reason="playwright not installed (make install)")
     url, files = served
-    expected = httpx.post(f"{url}/classify?picture=1&segments=auto", files={"file": (files[1].name, files[1].read_bytes())},
-                          timeout=60).json()["files"][0]
+    expected = httpx.post(f"{url}/classify?picture=1&segments=auto",
+                          files={"file": (files[1].name, files[1].read_bytes())}, timeout=60).json()["files"][0]
     picked = [files[1], files[0]]
     with sync_api.sync_playwright() as pw:
         # a fresh profile; Playwright adds --headless and takes the profile folder as user_data_dir
