@@ -154,6 +154,23 @@ def _segments(classifier: Classifier, clips: Sequence[DecodedClip], seconds: flo
     return out
 
 
+def _check_args(classifier: Classifier, topk: int, jobs: int, unknown_below: float | None,
+                segments: float | None) -> tuple[float | None, float | None]:
+    """:func:`classify_files`'s arguments checked before any decoding (a bad value is one line at once):
+    ``unknown_below`` and ``segments`` as they will be used."""
+    if not isinstance(topk, int) or topk < 1:
+        raise ConfigError(f"topk must be a positive integer, got {topk!r}")
+    if jobs < 1:
+        raise ConfigError(f"jobs must be at least 1, got {jobs}")
+    try:
+        unknown_below = check_unknown_below(unknown_below)
+    except PredictionsError as e:
+        raise ConfigError(str(e)) from None
+    if segments is not None:
+        segments = check_segment_length(segments, classifier.frame_seconds, classifier.window_align)
+    return unknown_below, segments
+
+
 def classify_files(inputs: Sequence[str | os.PathLike[str]], classifier: Classifier, *, topk: int = 5,
                    jobs: int = 1, progress: bool = True, cache: str | os.PathLike[str] | None = None,
                    unknown_below: float | None = None, segments: float | None = None) -> ClassifyResult:
@@ -174,16 +191,7 @@ def classify_files(inputs: Sequence[str | os.PathLike[str]], classifier: Classif
     :class:`~store.ConfigError` for bad arguments; unreadable or
     undecodable files become failures.
     """
-    if not isinstance(topk, int) or topk < 1:
-        raise ConfigError(f"topk must be a positive integer, got {topk!r}")
-    if jobs < 1:
-        raise ConfigError(f"jobs must be at least 1, got {jobs}")
-    try:
-        unknown_below = check_unknown_below(unknown_below)
-    except PredictionsError as e:
-        raise ConfigError(str(e)) from None
-    if segments is not None:  # before any decoding: a bad value is one line at once
-        segments = check_segment_length(segments, classifier.frame_seconds, classifier.window_align)
+    unknown_below, segments = _check_args(classifier, topk, jobs, unknown_below, segments)
     paths = expand_inputs(inputs)
     hashes: dict[str, str] = {}
     reasons: dict[str, str] = {}
