@@ -5,19 +5,24 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .segments import Segment
+
 __all__ = ["Answer", "Classified", "Failed", "FileAnswer"]
 
 
 @dataclass(frozen=True)
 class Classified:
     """One file classified: its ``duration`` (s), feature ``frames``, the ``top`` (label, probability) pairs,
-    most probable first, and its log-mel ``picture`` (PNG bytes) when one was asked for."""
+    most probable first, its log-mel ``picture`` (PNG bytes) when one was asked for, and its ``segments``
+    (genre over time, windows of ``segment_s`` seconds, :mod:`serving.segments`) when they were asked for."""
 
     file: str
     duration: float
     frames: int
     top: list[tuple[str, float]]
     picture: bytes | None = None
+    segments: list[Segment] | None = None
+    segment_s: float | None = None
 
 
 @dataclass(frozen=True)

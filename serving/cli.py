@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from infer.calibration import Calibration
     from infer.run_options import RunOptions
 
-    from .classify import ClassifyResult
+    from .classify import ClassifyResult, FileResult
 
 __all__ = ["build_parser", "main"]
 
@@ -37,6 +37,7 @@ examples:
   specstore classify song.mp3 --model musicnn-msd             # 50 tags, no training
   specstore classify --list-tags --model musicnn-mtt          # a tagger's vocabulary
   specstore classify ~/music/ --model musicnn-msd --labels rock,jazz,blues
+  specstore classify long.mp3 --model models/genre.pt --segments 10   # genre over time, per 10 s
 
 Shipped models (no training; --model takes their names): musicnn-msd (50
 last.fm tags of the Million Song Dataset: genres, moods, eras, instruments)
@@ -105,6 +106,29 @@ def _check_model(path: str) -> None:
         raise ConfigError(f"no checkpoint at {path} ({no_checkpoint_hint()})")
 
 
+SEGMENT_COLUMNS = ("start_s", "end_s")
+"""With ``--segments``, the CSV's window columns, after ``path``: one row per window, no whole-file row."""
+
+
+def _scores_json(answer: str, top: list[tuple[str, float]], tags: bool) -> dict[str, object]:
+    """A file's or a window's scores: ``answer`` and ``top`` ``[{"label", "prob"}]``, or a tagger's ``tags``
+    ``[{"tag", "score"}]`` (independent scores, no single answer)."""
+    if tags:
+        return {"tags": [{"tag": lab, "score": round(p, 6)} for lab, p in top]}
+    return {"answer": answer, "top": [{"label": lab, "prob": round(p, 6)} for lab, p in top]}
+
+
+def _result_json(r: FileResult, segmented: bool, tags: bool, cal: dict[str, object]) -> dict[str, object]:
+    """One file's JSON: path, duration_s, its scores (:func:`_scores_json`), the calibration keys ``cal`` (none
+    for a tagger), and with ``--segments`` its segments (start_s, end_s, scores and ``cal`` each)."""
+    out: dict[str, object] = {"path": r.path, "duration_s": round(r.duration, 3), **_scores_json(r.answer, r.top, tags),
+                              **cal}
+    if segmented:
+        out["segments"] = [{"start_s": round(s.start_s, 3), "end_s": round(s.end_s, 3),
+                            **_scores_json(s.answer, s.top, tags), **cal} for s in r.segments]
+    return out
+
+
 def cmd_classify(args: argparse.Namespace) -> int:
     _check_model(args.model)
     from store import ConfigError
@@ -126,7 +150,7 @@ def cmd_classify(args: argparse.Namespace) -> int:
     classifier = Classifier(args.model, _options(args, progress), labels=args.labels,
                             batch_overhead_frames=args.batch_overhead_frames, trust_model_code=args.trust_model_code)
     res = classify_files(args.inputs, classifier, topk=args.topk, jobs=args.jobs, progress=progress,
-                         cache=args.cache, unknown_below=args.unknown_below)
+                         cache=args.cache, unknown_below=args.unknown_below, segments=args.segments)
     for f in res.failures:
         print(f"{PROG}: {f.path}: {f.reason}", file=sys.stderr)
     _print_results(res, args, classifier.calibration)
@@ -139,41 +163,58 @@ def cmd_classify(args: argparse.Namespace) -> int:
 
 
 def _print_results(res: ClassifyResult, args: argparse.Namespace, calibration: Calibration) -> None:
-    """The results as JSON, CSV (``make infer``'s columns) or a table.  A single-label model's say how its
-    probabilities were made (``calibration``: JSON ``calibration``/``temperature`` keys, the CSV's
-    ``calibration`` column, the table header).  A tagger's (``res.outputs == "tags"``) say "tags" and nothing of
-    calibration (independent scores take no temperature): JSON ``"tags": [{"tag", "score"}]``, CSV
-    ``path,tags,truth``, a "top N tags" table column."""
+    """The results as JSON, CSV (``make infer``'s columns) or a table, with ``--segments`` each file's windows
+    (JSON ``segments``; CSV one row per window, ``start_s,end_s`` after ``path``; indented table lines).
+
+    A single-label model's say how its probabilities were made (``calibration``: JSON
+    ``calibration``/``temperature`` keys on each file and window, the CSV's ``calibration`` column on every
+    row, the table header).  A tagger's (``res.outputs == "tags"``) say "tags" and nothing of calibration
+    (independent scores take no temperature): JSON ``"tags": [{"tag", "score"}]``, CSV ``path,tags,truth``,
+    a "top N tags" table column; its windows have the same shape.
+    """
     from infer.calibration import UNCALIBRATED
     from infer.predictions import COLUMNS, TAG_COLUMNS, escape_label
 
     tags = res.outputs == "tags"
+    segmented = args.segments is not None
     t = calibration.temperature
     if args.json:  # strict JSON, whole or nothing: classify_files turns non-finite answers into failures
-        cal = {} if tags else {"calibration": UNCALIBRATED if t is None else "temperature", "temperature": t}
-        print(json.dumps([{"path": r.path, "duration_s": round(r.duration, 3),
-                           **({"tags": [{"tag": lab, "score": round(p, 6)} for lab, p in r.top]} if tags else
-                              {"answer": r.answer, "top": [{"label": lab, "prob": round(p, 6)} for lab, p in r.top]}),
-                           **cal}
-                          for r in res.results]
+        cal: dict[str, object] = ({} if tags else
+                                  {"calibration": UNCALIBRATED if t is None else "temperature", "temperature": t})
+        print(json.dumps([_result_json(r, segmented, tags, cal) for r in res.results]
                          + [{"path": f.path, "error": f.reason} for f in res.failures], indent=1, allow_nan=False))
     elif args.csv:
         w = csv.writer(sys.stdout)
-        w.writerow(TAG_COLUMNS if tags else COLUMNS)
+        columns = TAG_COLUMNS if tags else COLUMNS
+        w.writerow(columns[:1] + SEGMENT_COLUMNS + columns[1:] if segmented else columns)
         for r in res.results:
-            pairs = ";".join(f"{escape_label(lab)}:{p:.4f}" for lab, p in r.top)
-            w.writerow([r.path, pairs, ""] if tags else
-                       [r.path, r.answer, f"{r.top[0][1]:.4f}", pairs, "", calibration.label()])
+            for seg in r.segments if segmented else [None]:
+                said, top = (seg.answer, seg.top) if seg is not None else (r.answer, r.top)
+                pairs = ";".join(f"{escape_label(lab)}:{p:.4f}" for lab, p in top)
+                times = [f"{seg.start_s:.3f}", f"{seg.end_s:.3f}"] if seg is not None else []
+                w.writerow([r.path, *times, pairs, ""] if tags else
+                           [r.path, *times, said, f"{top[0][1]:.4f}", pairs, "", calibration.label()])
     else:
-        width = min(60, max([len(r.path) for r in res.results] + [4]))
-        shown = "answer  " if args.unknown_below is not None else ""
         what = (" tags (independent scores)" if tags else f" (probabilities {UNCALIBRATED})" if t is None
                 else f" (probabilities temperature-scaled, T = {t:.2f})")
-        print(f"{'file':<{width}}  {'seconds':>8}  {shown}top {args.topk}{what}")
-        for r in res.results:
-            tops = "  ".join(f"{lab} {p:.3f}" for lab, p in r.top)
-            said = f"{r.answer}  " if shown else ""
-            print(f"{r.path:<{width}}  {r.duration:>8.1f}  {said}{tops}")
+        _print_table(res, args, what)
+
+
+def _print_table(res: ClassifyResult, args: argparse.Namespace, what: str) -> None:
+    """The table: one line per file (``what`` in the header says how its scores were made), one indented line
+    per window under it with ``--segments``."""
+    width = min(60, max([len(r.path) for r in res.results] + [4]))
+    shown = "answer  " if args.unknown_below is not None else ""
+    print(f"{'file':<{width}}  {'seconds':>8}  {shown}top {args.topk}{what}")
+    for r in res.results:
+        tops = "  ".join(f"{lab} {p:.3f}" for lab, p in r.top)
+        said = f"{r.answer}  " if shown else ""
+        print(f"{r.path:<{width}}  {r.duration:>8.1f}  {said}{tops}")
+        for seg in r.segments:
+            span = f"{seg.start_s:.1f}-{seg.end_s:.1f} s"
+            shown_seg = f"{seg.answer}  " if shown else ""
+            tops = "  ".join(f"{lab} {p:.3f}" for lab, p in seg.top)
+            print(f"  {span:<{width - 2}}  {'':>8}  {shown_seg}{tops}")
 
 
 def cmd_serve(args: argparse.Namespace) -> int:

@@ -110,6 +110,12 @@ class Classifier:
         """Seconds of audio per frame."""
         return next(iter(self.specs.values())).frame_seconds
 
+    @property
+    def window_align(self) -> int:
+        """Frames a clip's segments start on (:mod:`serving.segments`): the model's window alignment (its time
+        stride or pooling window, as for ``make infer``'s windows), 1 for a model that does not say."""
+        return int(getattr(self.model, "window_align", 1))
+
     def picture_part(self) -> tuple[str, tuple[float, float]]:
         """The feature part a clip's picture shows (the log-mel if there is one) and its fixed dB colour limits."""
         name = picture_feature(self.specs)
