@@ -55,7 +55,15 @@ def all_real(x: Tensor, lengths: Tensor) -> bool:
     Equal-length training crops are the common case; masking them is a no-op,
     so it is skipped.  Not checked on accelerators (it would synchronise).
     """
+    if exporting():
+        return False
     return x.device.type == "cpu" and bool(lengths.numel()) and int(lengths.min()) >= x.shape[-1]
+
+
+def exporting() -> bool:
+    """True while the model is traced or exported (``torch.jit.trace``, ``torch.export``, the ONNX exporter):
+    no shortcut or check may then read the lengths' values, which would fix them in the exported graph."""
+    return torch.jit.is_tracing() or torch.compiler.is_exporting()
 
 
 def remask(x: Tensor, lengths: Tensor) -> Tensor:
