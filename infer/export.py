@@ -50,6 +50,7 @@ from torch import Tensor, nn
 from store import ConfigError, SpecstoreError, atomic_path, write_atomic
 
 from .checkpoint import Checkpoint, load_checkpoint
+from .contract import masks_padding
 from .export_options import FORMATS, export_path, sidecar_path
 from .trust import Trust
 
@@ -225,6 +226,9 @@ def export_model(checkpoint: str | os.PathLike[str] | Checkpoint, path: str | os
     out.parent.mkdir(parents=True, exist_ok=True)
     model = _build(ckpt, trust_model_code)
     name = ckpt.model.target
+    if not masks_padding(model):
+        raise ExportError(f"the {name} model of {source} does not mask its padding (masks_padding = False): specstore "
+                          "runs it on equal windows, which an exported forward would not do; not exported")
     example = _example(model, ckpt.n_bins, 2, 0)
     try:
         with torch.no_grad():

@@ -151,6 +151,8 @@ class MaskedClassifier(nn.Module):
             h = (x - self.config.input_mean) * (1.0 / self.config.input_std)
         h = remask(h, lengths)
         frames = x.shape[-1]
+        # infer.budget.align_frames' rule, spelled with positive integers only: ONNX divides integers toward
+        # zero, so -(-frames // stride) would export as the wrong size (infer/export.py)
         padded = (frames + self.time_stride - 1) // self.time_stride * self.time_stride
         if exporting() or padded != frames:  # exported: the pad is part of the graph, whatever the frames
             h = F.pad(h, (0, padded - frames))
