@@ -20,7 +20,7 @@ A long clip needs no windowing: its logits on the whole clip equal what
 Either way the written file is run once more on a batch of another size
 and length (onnxruntime for ONNX when it is installed, ``torch.jit.load``
 for TorchScript) and its logits compared with the checkpoint's; a
-difference is an :class:`ExportError`, never a silently wrong file.
+difference is an :class:`ExportError` (and the file is removed), never a silently wrong file.
 
 Beside the model file goes a JSON sidecar (:func:`sidecar`,
 :func:`~infer.export_options.sidecar_path`): the labels, the features (every
@@ -155,8 +155,8 @@ def _trace(model: nn.Module, example: tuple[Tensor, Tensor], path: Path) -> None
     with warnings.catch_warnings():  # the tracer's warnings are about branches the models skip while traced
         warnings.simplefilter("ignore")
         traced = torch.jit.trace(model, example, check_trace=False)
-    with atomic_path(path) as tmp:
-        torch.jit.save(traced, str(tmp))
+        with atomic_path(path) as tmp:  # (torch 2.13 calls TorchScript deprecated, in favour of torch.export)
+            torch.jit.save(traced, str(tmp))
 
 
 def _onnx(model: nn.Module, example: tuple[Tensor, Tensor], path: Path) -> None:
@@ -187,7 +187,8 @@ def _onnx(model: nn.Module, example: tuple[Tensor, Tensor], path: Path) -> None:
 def _run_exported(fmt: str, path: Path, x: Tensor, lengths: Tensor) -> Tensor | None:
     """The written file's logits on ``(x, lengths)``; None when no runtime to check it is installed."""
     if fmt == "torchscript":
-        with torch.no_grad():
+        with torch.no_grad(), warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
             return torch.jit.load(str(path))(x.clone(), lengths)
     if importlib.util.find_spec("onnxruntime") is None:
         log.warning("onnxruntime is not installed: %s was not run to check its logits", path)
@@ -245,8 +246,9 @@ def export_model(checkpoint: str | os.PathLike[str] | Checkpoint, path: str | os
     diff = None if got is None else float((got.float() - expected).abs().max())
     scale = max(1.0, float(expected.abs().max()))
     if diff is not None and not diff <= TOLERANCE * scale:
-        raise ExportError(f"the {format} export of {source} ({out}) gives logits {diff:.3g} away from the "
-                          f"checkpoint's (allowed {TOLERANCE * scale:.3g}); it was written but should not be used")
+        out.unlink(missing_ok=True)
+        raise ExportError(f"the {format} export of {source} gives logits {diff:.3g} away from the checkpoint's "
+                          f"(allowed {TOLERANCE * scale:.3g}); not written")
     side = sidecar_path(out)
     write_atomic(side, json.dumps(sidecar(ckpt, format, out.name), indent=1) + "\n")
     log.info("exported %s to %s (max logit difference %s)", source, out, diff)
