@@ -146,7 +146,8 @@ def read_torch_file(path: str | os.PathLike[str], what: str = "checkpoint") -> d
         raise CheckpointError(f"no {what} at {p}" + (" (train one with `make train`)" if what == "checkpoint" else ""))
     try:
         raw = torch.load(p, map_location="cpu", weights_only=True)
-    except (pickle.UnpicklingError, zipfile.BadZipFile, RuntimeError, EOFError, ValueError, OSError) as e:
+    except (pickle.UnpicklingError, zipfile.BadZipFile, RuntimeError, EOFError, ValueError, OSError, KeyError,
+            IndexError) as e:  # (garbage read as a legacy pickle fails on its memo: KeyError, IndexError)
         if isinstance(e, pickle.UnpicklingError) and "unsupported global" in str(e).lower():
             raise CheckpointError(f"{p} is not a specstore {what}: it holds Python objects that a safe load "
                                   "refuses, and it may be unsafe to open") from None

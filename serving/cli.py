@@ -1,7 +1,9 @@
-"""``specstore classify`` and ``specstore serve``: the console command ``specstore`` and its sub-commands.
+"""``specstore classify``, ``serve`` and ``export``: the console command ``specstore`` and its sub-commands.
 
-Both take a checkpoint (``--model``) and the run options of ``make infer``
-(device, budget, max batch, precision).  User errors print one line,
+``classify`` and ``serve`` take a checkpoint (``--model``) and the run
+options of ``make infer`` (device, budget, max batch, precision); ``export``
+takes a checkpoint and writes it as ONNX or TorchScript
+(:func:`infer.export.export_model`).  User errors print one line,
 ``specstore: error: ...``, and exit 2 (:func:`store.run_cli`);
 ``classify`` exits 1 when some files could not be classified (each named
 on stderr with its reason) and 0 when all were.
@@ -247,6 +249,50 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return 0
 
 
+EXPORT_EPILOG = """\
+examples:
+  specstore export models/genre.pt                        # models/genre.onnx + models/genre.onnx.json
+  specstore export models/genre.pt --format torchscript   # models/genre.torchscript.pt + .json
+
+The exported model takes x (batch x 1 x n_bins x frames, float32 dB, zero-
+padded in time) and lengths (batch, int64 frames) and returns the logits,
+masked exactly as here: any batch size, any number of frames. The JSON
+sidecar says how to compute x (the feature settings), the labels, and how
+logits become probabilities (docs/export.md shows onnxruntime reading it).
+"""
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from infer.export_options import ExportOptions, export_path
+
+    options = ExportOptions(**given(args, ExportOptions))
+    _check_model(args.model)
+    out = export_path(args.model, options.format, options.out)  # a bad --out is one line before torch loads
+    from infer.export import export_model
+
+    res = export_model(args.model, out, format=options.format, trust_model_code=args.trust_model_code)
+    checked = ("not run to check it (no onnxruntime)" if res.max_difference is None else
+               f"checked: logits within {res.max_difference:.2g} of the checkpoint's")
+    print(f"{PROG}: wrote {res.path} and {res.sidecar} ({checked})", file=sys.stderr)
+    return 0
+
+
+def _export_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    from infer.export_options import ExportOptions
+    from infer.trust import add_trust_argument
+
+    e = sub.add_parser("export", help="write the model as ONNX or TorchScript, with a JSON sidecar, for use "
+                                      "outside specstore", epilog=EXPORT_EPILOG,
+                       formatter_class=argparse.RawDescriptionHelpFormatter,
+                       description="Export MODEL's network (the checkpoint's forward: masked, any batch size and "
+                                   "length) and write beside it what a user needs to feed it.")
+    e.add_argument("model", metavar="MODEL", help="checkpoint (.pt) from `make train` or `make init-model`")
+    add_options(e, ExportOptions)
+    add_trust_argument(e, "MODEL")
+    e.add_argument("-v", "--verbose", action="store_true", help="log details")
+    e.set_defaults(func=cmd_export)
+
+
 def _classify_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     from .config import ClassifyOptions
 
@@ -284,18 +330,20 @@ def _serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """``specstore``'s parser: ``classify`` and ``serve``, their options generated from their dataclasses
-    (:mod:`serving.config`, :class:`~infer.run_options.RunOptions`)."""
+    """``specstore``'s parser: ``classify``, ``serve`` and ``export``, their options generated from their
+    dataclasses (:mod:`serving.config`, :class:`~infer.run_options.RunOptions`,
+    :class:`~infer.export_options.ExportOptions`)."""
     parser = argparse.ArgumentParser(prog=PROG, description="Classify audio files by genre, or serve a model over "
-                                     "HTTP, with memory-budgeted batching.")
+                                     "HTTP, with memory-budgeted batching; or export it for use elsewhere.")
     sub = parser.add_subparsers(dest="command", required=True)
     _classify_parser(sub)
     _serve_parser(sub)
+    _export_parser(sub)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``specstore classify ...`` / ``specstore serve ...``."""
+    """``specstore classify ...`` / ``specstore serve ...`` / ``specstore export ...``."""
     # torch's OpenMP threads sleep instead of spinning when idle (set before torch is imported): the model
     # shares the cores with the decode workers, which spinning threads would slow down (as the Makefile does)
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
