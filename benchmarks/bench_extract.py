@@ -74,11 +74,9 @@ def run_speed(work: Path, *, n_files: int, mean_seconds: float, repeats: int, lh
             "melcqt_jN": lambda: runs.ours(jobs, features=("mel", "cqt")),
             "lhotse_j1": lambda: runs.lhotse(1), "lhotse_jN": lambda: runs.lhotse(jobs),
         }
-        if jobs == 1 or not lhotse_pool:
-            variants.pop("lhotse_jN")
-        if jobs == 1:
-            for name in ("ours_jN", "naive_jN", "melcqt_jN"):
-                variants.pop(name)
+        for name in (("ours_jN", "naive_jN", "melcqt_jN", "lhotse_jN") if jobs == 1 else
+                     () if lhotse_pool else ("lhotse_jN",)):
+            variants.pop(name)
         # Warm-up (untimed): imports, librosa's caches, the loky workers, the page cache.
         outs = {name: fn() for name, fn in variants.items()}
         max_diff = _max_db_difference(outs["ours_j1"], outs["naive"], corpus, files)

@@ -171,12 +171,14 @@ def _measure(corpus: Corpus, work: Path, config: Any, train_csv: Path, test_csv:
 
     from .bench_backbone import available, backbone_feature, transfer_figures
 
-    stores = {}
-    missing = available()  # the transfer row needs the backbone and its feature in the stores
+    stores, backbone_stores = {}, {}
+    missing = available()  # the transfer row needs the backbone and stores of its feature
     for split, manifest in (("train", train_csv), ("test", test_csv)):
         stores[split] = work / f"{corpus.name}-{split}.zarr"
-        pipeline.extract(manifest, stores[split], features=("mel", "cqt") + (() if missing else (backbone_feature(),)),
-                         progress=False)
+        pipeline.extract(manifest, stores[split], features=("mel", "cqt"), progress=False)
+        if missing is None:  # the backbone's input has its own frame grid (16 kHz, hop 256): stores of their own
+            backbone_stores[split] = work / f"{corpus.name}-{split}-{backbone_feature()}.zarr"
+            pipeline.extract(manifest, backbone_stores[split], features=(backbone_feature(),), progress=False)
     model = fresh_model_path(work / f"{corpus.name}.pt")
     t0 = time.perf_counter()
     result = train(stores["train"], model, config, progress=False, overwrite=True)
@@ -212,7 +214,7 @@ def _measure(corpus: Corpus, work: Path, config: Any, train_csv: Path, test_csv:
         figures.append(Figure(f"model_{name}_train_minutes", f"{title}: default `make train` wall time",
                               round(minutes, 2), "min", "infer.train with its defaults, 2 cores",
                               target=corpus.minutes, op="<="))
-    figures += (transfer_figures(name, title, stores, work) if missing is None else
+    figures += (transfer_figures(name, title, backbone_stores, work) if missing is None else
                 [Figure(f"model_{name}_transfer_accuracy", f"{title}: a head on musicnn-msd, held-out accuracy",
                         None, "fraction", missing, note=missing)])
     return figures

@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import pytest
 from factories import SPEC16
 
 TAGS = ["rock", "jazz", "ambient", "female vocalists", "80s"]
@@ -45,3 +46,10 @@ def registered() -> Iterator[str]:
         yield NAME
     finally:
         unregister_shipped(NAME)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def stand_in() -> Iterator[str]:
+    """The stand-in tagger registered for the whole test module that imports this fixture."""
+    with registered() as name:
+        yield name

