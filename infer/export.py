@@ -49,7 +49,7 @@ from torch import Tensor, nn
 from store import ConfigError, SpecstoreError, atomic_path, write_atomic
 
 from .calibration import UNCALIBRATED
-from .checkpoint import Checkpoint, load_checkpoint
+from .checkpoint import Checkpoint
 from .contract import masks_padding
 from .export_options import FORMATS, export_path, sidecar_path
 from .trust import Trust
@@ -219,7 +219,9 @@ def export_model(checkpoint: str | os.PathLike[str] | Checkpoint, path: str | os
     """
     if format not in FORMATS:
         raise ConfigError(f"unknown export format {format!r}; expected one of {', '.join(FORMATS)}")
-    ckpt = checkpoint if isinstance(checkpoint, Checkpoint) else load_checkpoint(checkpoint)
+    from .shipped import resolve_checkpoint
+
+    ckpt = checkpoint if isinstance(checkpoint, Checkpoint) else resolve_checkpoint(checkpoint)
     source = ckpt.source or "checkpoint.pt"
     out = export_path(source, format, path) if path is not None or ckpt.source else None
     if out is None:

@@ -253,6 +253,7 @@ EXPORT_EPILOG = """\
 examples:
   specstore export models/genre.pt                        # models/genre.onnx + models/genre.onnx.json
   specstore export models/genre.pt --format torchscript   # models/genre.torchscript.pt + .json
+  specstore export musicnn-msd                            # ./musicnn-msd.onnx + .json (a shipped tagger)
 
 The exported model takes x (batch x 1 x n_bins x frames, float32 dB, zero-
 padded in time) and lengths (batch, int64 frames) and returns the logits,
@@ -286,7 +287,8 @@ def _export_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
                        formatter_class=argparse.RawDescriptionHelpFormatter,
                        description="Export MODEL's network (the checkpoint's forward: masked, any batch size and "
                                    "length) and write beside it what a user needs to feed it.")
-    e.add_argument("model", metavar="MODEL", help="checkpoint (.pt) from `make train` or `make init-model`")
+    e.add_argument("model", metavar="MODEL", help="checkpoint (.pt) from `make train` or `make init-model`, or a "
+                                                  "shipped model's name (written to NAME.onnx here unless --out)")
     add_options(e, ExportOptions)
     add_trust_argument(e, "MODEL")
     e.add_argument("-v", "--verbose", action="store_true", help="log details")

@@ -174,3 +174,23 @@ def test_the_command_writes_the_file_and_bad_input_is_one_line(tmp_path: Path,
         export_model(ckpt, format="tflite")
     with pytest.raises(CheckpointError, match="no checkpoint at"):
         export_model(tmp_path / "none.pt")
+
+
+def test_a_shipped_model_exports_by_its_name_into_the_working_folder(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """``specstore export NAME`` takes a shipped model's name as classify does; the file goes to the working
+    folder (never into the package), and a tagger's sidecar says sigmoid and carries no temperature."""
+    import shipped_stub
+
+    from serving.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    with shipped_stub.registered() as name:
+        assert main(["export", name, "--format", "torchscript"]) == 0
+        side = json.loads((tmp_path / f"{name}.torchscript.pt.json").read_text(encoding="utf-8"))
+        model, tags, _ = shipped_stub.load(name)
+    assert side["labels"] == tags and side["scores"].startswith("sigmoid") and "temperature" not in side
+    scripted = torch.jit.load(str(tmp_path / f"{name}.torchscript.pt"))
+    x, lens = _batch([20, 64], 64)
+    with torch.no_grad():
+        torch.testing.assert_close(scripted(x.clone(), lens), model(x.clone(), lens), atol=1e-5, rtol=0)
