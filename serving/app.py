@@ -48,6 +48,7 @@ from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, R
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from pipeline.audio import readable_extensions
 from store import ConfigError
 
 from .errors import InternalError, Refused, RequestError
@@ -78,7 +79,8 @@ def health_json(service: Service) -> dict[str, Any]:
         "feature": c.feature, "device": str(c.engine.device), "budget_mib": round(c.budget.budget_bytes / 2**20),
         "max_batch": c.budget.max_batch, "batching": k.policy.batching,
         "queue_depth": service.in_flight, "inflight_upload_bytes": service.upload_bytes.used,
-        "open_connections": service.guard.total, "limits": {
+        "open_connections": service.guard.total,
+        "formats": sorted(ext.lstrip(".") for ext in readable_extensions()), "limits": {
             "max_file_mb": k.max_file_mb, "max_files": k.max_files, "max_seconds": k.max_seconds,
             "max_sample_rate": k.max_sample_rate, "max_channels": k.max_channels,
             "max_queue": k.max_queue, "max_client_clips": k.client_clips,

@@ -68,6 +68,10 @@ def swap(server: Server, **changes: Any) -> ServeConfig:
 def test_health_page_and_metrics(server: Server) -> None:
     h = server.client.get("/health").json()
     assert h["status"] == "ok" and h["labels"] == GENRES and h["model"] == "m.pt" and h["device"] == "cpu"
+    from pipeline import decode_av
+
+    assert {"wav", "flac", "ogg", "opus", "mp3", "aiff"} <= set(h["formats"])  # the page lists what it takes
+    assert ("m4a" in h["formats"]) == decode_av.available() == ("wma" in h["formats"])
     page = server.client.get("/")
     assert page.status_code == 200 and 'type="file"' in page.text and "classify?picture=1" in page.text
     m = server.client.get("/metrics")

@@ -101,6 +101,11 @@ def test_the_page_in_a_real_browser_uploads_a_file_and_shows_the_top_5(served: t
             page.goto(url + "/")
             page.wait_for_function("document.getElementById('model').textContent.includes('6 genres')",
                                    timeout=30_000)
+            from pipeline import decode_av
+
+            accept = page.locator("#pick").get_attribute("accept").split(",")  # what this install decodes
+            assert {".wav", ".flac", ".mp3", ".aiff"} <= set(accept) and (".m4a" in accept) == decode_av.available()
+            assert page.locator("#formats").text_content() == ", ".join(a[1:] for a in accept[1:])
             page.set_input_files("#pick", [str(f) for f in picked])
             page.wait_for_selector(".file[data-done='1'] >> nth=1", timeout=60_000)
             page.wait_for_function("[...document.querySelectorAll('img.mel')].every(i => i.complete)")
