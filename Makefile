@@ -63,6 +63,7 @@ RC_APT_ALL  := $(RC_APT_MIN) fluid-soundfont-gm musescore-general-soundfont-smal
 RC_APT      ?= $(RC_APT_MIN)
 # Serving: files to classify, where `make serve` listens, and the Debian browser the page's end-to-end test drives.
 FILES       ?=
+FORMAT      ?=
 HOST        ?= 127.0.0.1
 PORT        ?= 8000
 SERVE_ARGS  ?=
@@ -73,7 +74,7 @@ BROWSER_APT := chromium
 needs = $(foreach v,$(2),$(if $(strip $($(v))),,$(error make $(1) needs $(v)=... (e.g. $(v)=$(if $(filter STORE,$(v)),data/mine.zarr,models/mine.pt)))))
 $(foreach t,features plan,$(if $(filter $(t),$(MAKECMDGOALS)),$(call needs,$(t),STORE)))
 $(foreach t,infer init-model train eval,$(if $(filter $(t),$(MAKECMDGOALS)),$(call needs,$(t),STORE MODEL)))
-$(foreach t,classify serve,$(if $(filter $(t),$(MAKECMDGOALS)),$(call needs,$(t),MODEL)))
+$(foreach t,classify serve export,$(if $(filter $(t),$(MAKECMDGOALS)),$(call needs,$(t),MODEL)))
 $(if $(filter classify,$(MAKECMDGOALS)),$(if $(strip $(FILES)),,$(error make classify needs FILES=... (audio files and/or folders))))
 
 # Yes/no variables have one rule: empty = unset (the command's own default), 1/yes/true/on = on,
@@ -103,6 +104,8 @@ FEATURES_OPTS = $(strip $(call opt,FEATURES,--features) $(call opt,JOBS,--jobs) 
                 $(call opt,BACKEND,--backend) $(call opt,SCHEDULER,--scheduler) $(ARGS))
 INFER_OPTS    = $(strip $(call opt,OUT,--out) $(call opt,TOPK,--topk) $(RUN_OPTS) $(ARGS))
 CLASSIFY_OPTS = $(strip $(call opt,TOPK,--topk) $(call opt,JOBS,--jobs) $(RUN_OPTS) $(ARGS))
+EXPORT_OPTS   = $(strip $(call opt,FORMAT,--format) $(call opt,OUT,--out) $(call flag,TRUST_MODEL_CODE,--trust-model-code) \
+                $(ARGS))
 SERVE_OPTS    = $(strip $(call opt,HOST,--host) $(call opt,PORT,--port) $(RUN_OPTS) $(SERVE_ARGS))
 PLAN_OPTS     = $(strip $(if $(MODEL),$(if $(wildcard $(MODEL)),--model $(call q,$(MODEL)))) $(RUN_OPTS) $(ARGS))
 # The training recipe's options, shared by train and cv (cv trains the same recipe once per fold).
@@ -122,7 +125,7 @@ EVAL_OPTS     = $(strip $(call opt,OUT_DIR,--out-dir) $(call opt,SPLIT,--split) 
 # quiet machine, up to 10x faster training on a busy one.
 export OMP_WAIT_POLICY ?= PASSIVE
 
-.PHONY: help install browser-deps classify serve features test test-fast corpus infer plan init-model train cv eval demo bench realcorpus realcorpus-deps gpu-check gpu-wheels lint
+.PHONY: help install browser-deps classify serve export features test test-fast corpus infer plan init-model train cv eval demo bench realcorpus realcorpus-deps gpu-check gpu-wheels lint
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 16
@@ -153,6 +156,9 @@ classify: install  ## FILES="a.mp3 dir/" MODEL=…|musicnn-msd (required): top-k
 
 serve: install  ## MODEL=… (required) HOST=127.0.0.1 PORT=8000: upload page + JSON API + /metrics (SERVE_ARGS=--workers 4 …)
 	$(PY) -m serving serve --model $(call q,$(MODEL)) $(SERVE_OPTS)
+
+export: install  ## MODEL=… (required) FORMAT=onnx|torchscript OUT=…: the model as ONNX or TorchScript + a JSON sidecar (docs/export.md)
+	$(PY) -m serving export $(call q,$(MODEL)) $(EXPORT_OPTS)
 
 corpus: install  ## generate the synthetic demo corpus into data/demo-corpus (deterministic)
 	@if [ ! -f $(DEMO_CORPUS)/.complete ]; then \

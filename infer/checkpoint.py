@@ -31,6 +31,7 @@ from torch import nn
 
 from store import ConfigError, FeatureSpec, SpecstoreError, Store, atomic_path, spec_differences
 
+from .calibration import Calibration
 from .contract import ModelSpec, spec_of
 from .models import ARCHS, ModelConfig, ModelConfigError
 from .trust import Trust, UntrustedModelError
@@ -82,6 +83,13 @@ class Checkpoint:
     def config(self) -> ModelConfig | None:
         """The architecture's config (None for an import-path model, or an architecture not registered yet)."""
         return self.model.config
+
+    @property
+    def calibration(self) -> Calibration:
+        """How its logits become probabilities: the temperature fitted on the validation clips after training
+        (``extra["calibration"]``), or uncalibrated (:mod:`infer.calibration`); always uncalibrated for a
+        tagger (``outputs == "tags"``: independent sigmoid scores take no temperature)."""
+        return Calibration() if self.outputs == "tags" else Calibration.from_extra(self.extra)
 
     def build(self, device: torch.device | str = "cpu", *, trust_model_code: Trust = False) -> nn.Module:
         """The model with these weights, in eval mode on ``device``.
@@ -138,7 +146,8 @@ def read_torch_file(path: str | os.PathLike[str], what: str = "checkpoint") -> d
         raise CheckpointError(f"no {what} at {p}" + (" (train one with `make train`)" if what == "checkpoint" else ""))
     try:
         raw = torch.load(p, map_location="cpu", weights_only=True)
-    except (pickle.UnpicklingError, zipfile.BadZipFile, RuntimeError, EOFError, ValueError, OSError) as e:
+    except (pickle.UnpicklingError, zipfile.BadZipFile, RuntimeError, EOFError, ValueError, OSError, KeyError,
+            IndexError) as e:  # (garbage read as a legacy pickle fails on its memo: KeyError, IndexError)
         if isinstance(e, pickle.UnpicklingError) and "unsupported global" in str(e).lower():
             raise CheckpointError(f"{p} is not a specstore {what}: it holds Python objects that a safe load "
                                   "refuses, and it may be unsafe to open") from None
@@ -180,6 +189,10 @@ def load_checkpoint(path: str | os.PathLike[str]) -> Checkpoint:
     except (KeyError, TypeError, ValueError, ModelConfigError, ConfigError) as e:
         raise CheckpointError(f"{p} has unreadable checkpoint metadata: {e}") from None
     _check_model_config(model, p)
+    try:
+        Calibration.from_extra(raw.get("extra"))  # a bad temperature is refused here, not at the first softmax
+    except ConfigError as e:
+        raise CheckpointError(f"{p} has unreadable checkpoint metadata: {e}") from None
     try:
         return Checkpoint(
             model=model, label_names=list(raw["label_names"]),

@@ -82,12 +82,19 @@ def cmd_predict(args: argparse.Namespace) -> int:
     options = _run_options(args)
     check_store_present(args.store)
     _check_checkpoint(args.model)
+    from .calibration import UNCALIBRATED
     from .predict import predict
 
     res = predict(args.store, args.model, args.out, topk=args.topk, unknown_below=args.unknown_below,
                   labels=args.labels, options=options,
                   trust_model_code=args.trust_model_code)
     print(res.stats.line())
+    if res.outputs == "tags":  # a tagger's independent sigmoid scores take no temperature
+        print("scores: independent sigmoids (a tagger; not temperature-scaled)")
+    else:
+        print(f"probabilities: {res.calibration}" + (" (the model held out no validation clips to fit a temperature "
+                                                      "on)" if res.calibration == UNCALIBRATED
+                                                      else " (softmax of logits / T)"))
     if args.out:
         print(f"predictions: {args.out}")
     return 0
@@ -199,6 +206,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
                       baseline_store=args.baseline_store, options=options,
                       trust_model_code=args.trust_model_code)
     print(report.summary())
+    print(report.calibration_line())
     if report.n_unlabelled or report.n_unknown_label:
         print(f"skipped {report.n_unlabelled} unlabelled clips; {report.n_unknown_label} clips have labels the "
               f"model does not know ({', '.join(report.unknown_labels) or '-'}), counted as errors")
@@ -212,7 +220,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 def _predict_parser(p: argparse.ArgumentParser) -> None:
     p.description = ("Classify every indexed path of STORE with MODEL in length-binned, memory-budgeted batches; "
-                     "write a CSV path,pred,prob,topk,truth.")
+                     "write a CSV path,pred,prob,topk,truth,calibration (a tagger's: path,tags,truth).")
     p.add_argument("store", help="feature store (path or URL)")
     p.add_argument("model", help="checkpoint (.pt) from `make train` or `init`")
     add_options(p, PredictOptions, absent=False)

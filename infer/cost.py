@@ -17,8 +17,8 @@ running probe batches of the same batch size and two or three lengths ``T``
   the bytes of live tensor storages the forward creates (released when their
   last tensor dies), plus the caller's input batch; its maximum is the peak
   of tensor memory during the forward.  Tensors led by the batch dimension
-  (activations) and the rest (weight-shaped temporaries: folded or autocast
-  copies of weights) are tracked apart: the slope is fitted on the former,
+  or a multiple of it (activations) and the rest (weight-shaped temporaries:
+  folded or autocast copies of weights) are tracked apart: the slope is fitted on the former,
   the latter go into ``fixed_bytes``.  Library scratch space inside an op
   (oneDNN reorders, im2col) is not seen.  For training the forward is run
   with every tensor autograd saves held alive and the largest single op is
@@ -53,7 +53,7 @@ __all__ = ["CostModel", "LiveBytes", "activation_peak_bytes", "live_bytes", "mea
 class LiveBytes:
     """Peak live tensor bytes during a forward, split by kind.
 
-    ``activations``: tensors whose leading dimension is the batch (they grow
+    ``activations``: tensors whose leading dimension is a multiple of the batch (they grow
     with ``B * T``), the input batch included; ``other``: everything else the
     forward creates (weight-shaped temporaries such as folded or autocast
     copies of weights; constant in ``B * T``).
@@ -71,7 +71,8 @@ class _LiveTensorBytes(TorchDispatchMode):
     Python tensor on it is gone (CPython frees at once, and torch's CPU
     allocator returns memory at once).  Storages in ``external`` (the input
     batch, parameters, buffers) are not counted.  Tensors whose leading
-    dimension is ``batch_size`` count as activations, others as "other".
+    dimension is a multiple of ``batch_size`` count as activations (clips,
+    or pieces of clips stacked on the batch dimension), others as "other".
     ``largest_op`` is the largest ``inputs + outputs`` (activations) of one op.
     """
 
@@ -85,7 +86,10 @@ class _LiveTensorBytes(TorchDispatchMode):
         self.largest_op = 0
 
     def _is_activation(self, t: Tensor) -> bool:
-        return t.dim() >= 1 and t.shape[0] == self.batch_size
+        # A multiple of the batch, not only the batch: a model that stacks pieces of each clip on the batch
+        # dimension (musicnn's 3 s patches) grows them with B * T too.  A constant tensor taken for an
+        # activation only moves into the fitted intercept; the other way round, it would hide the slope.
+        return t.dim() >= 1 and t.shape[0] >= self.batch_size and t.shape[0] % self.batch_size == 0
 
     def _release(self, ptr: int) -> None:
         entry = self.entries.get(ptr)
@@ -238,12 +242,18 @@ def _param_bytes(model: nn.Module) -> int:
     return sum(t.numel() * t.element_size() for t in [*model.parameters(), *model.buffers()])
 
 
+_CPU_PROBE_FRAMES = 256
+"""On CPU the shortest probe is 4 time strides, or fewer whole strides when 4 would pass this many frames."""
+
+
 def _probe_frames(model: nn.Module, probe_frames: tuple[int, ...] | None, device: torch.device) -> tuple[int, ...]:
     stride = int(getattr(model, "time_stride", 1))
     if probe_frames is None:
-        # Small on CPU (tensor sizes are exact there); larger on CUDA so the
-        # allocator's rounding is small against the activations.
-        scale = 32 if device.type == "cuda" else 4
+        # Small on CPU (tensor sizes are exact there): 4 strides, fewer when a
+        # stride is long (musicnn's 187-frame patch: one patch per clip is as
+        # exact and 4x cheaper); larger on CUDA so the allocator's rounding is
+        # small against the activations.
+        scale = 32 if device.type == "cuda" else max(1, min(4, _CPU_PROBE_FRAMES // stride))
         probe_frames = (scale * stride, 2 * scale * stride, 3 * scale * stride)
     frames = tuple(sorted({int(t) for t in probe_frames}))
     if len(frames) < 2 or frames[0] < 1:
@@ -277,7 +287,8 @@ def measure_cost_per_frame(
     ``dtype`` is the input batch's dtype, ``autocast`` an optional autocast
     dtype (e.g. ``torch.bfloat16``); ``training`` includes backward.
     ``probe_frames`` default to 4, 8 and 12 times the model's time stride on
-    CPU (32, 64, 96 on CUDA).  On CPU the slope is fitted on the activation
+    CPU (1, 2, 3 times a stride over 128 frames, 2, 4, 6 times one over 64;
+    32, 64, 96 times on CUDA).  On CPU the slope is fitted on the activation
     peaks (tensors led by the batch dimension, exactly proportional to
     ``B * T`` for aligned ``T``) and ``fixed_bytes`` is the intercept plus the
     largest peak of other temporaries plus the parameters.

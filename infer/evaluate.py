@@ -2,7 +2,10 @@
 
 :func:`evaluate` runs a checkpoint over a store's labelled clips with the
 engine (:mod:`infer.runtime`, the loop ``make infer`` uses) and scores them
-with :mod:`infer.metrics` (scikit-learn metrics).  It writes
+with :mod:`infer.metrics` (scikit-learn metrics), and measures how well its
+probabilities are calibrated (top-label expected calibration error, 15
+equal-width bins, before and after the checkpoint's temperature;
+:mod:`infer.calibration`).  It writes
 ``report.json``, ``report.txt``, ``confusion.png`` and ``heldout.csv`` (the
 clips it scored: path, content hash, label, prediction) to an output folder.
 
@@ -33,11 +36,11 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
 
 from store import ConfigError, SpecstoreError, Store, open_store, write_atomic
 
 from .baselines import BaselineResult, bootstrap_ci, fit_baselines
+from .calibration import ECE_BINS, calibration_report, calibration_text, probabilities
 from .defaults import EVAL_SPLITS
 from .metrics import classification_metrics, confusion
 from .plots import PlotError, plot_confusion
@@ -106,6 +109,11 @@ class Report:
     n_trained_on: int | None = None
     accuracy_ci: tuple[float, float] = (0.0, 0.0)
     baselines: list[dict[str, Any]] = field(default_factory=list)
+    calibration: str = "uncalibrated"
+    temperature: float | None = None
+    ece_bins: int = ECE_BINS
+    ece_before: float = 0.0
+    ece_after: float | None = None
     seconds: float = 0.0
     misclassified: list[dict[str, Any]] = field(default_factory=list)
     files: dict[str, str] = field(default_factory=dict)
@@ -142,6 +150,7 @@ class Report:
             f"{f'top-{self.topk} acc.':>{width}}  {'':9}  {'':6}  {self.topk_accuracy:8.3f}  {self.n_clips:7d}",
             f"{'95% CI (acc.)':>{width}}  {self.accuracy_ci[0]:.3f} .. {self.accuracy_ci[1]:.3f} "
             "(bootstrap over clips)",
+            self.calibration_line(),
             "",
             "confusion matrix (rows: true label, columns: predicted label):",
         ]
@@ -163,6 +172,10 @@ class Report:
             best = max(b["accuracy"] for b in self.baselines)
             lines.append(f"  margin over the best baseline: {self.accuracy - best:+.3f}")
         return "\n".join(lines) + "\n"
+
+    def calibration_line(self) -> str:
+        """The temperature and the expected calibration error before and after it, in one line."""
+        return calibration_text(self.to_dict(), fitted_here=self.split == "val" and self.n_trained_on is not None)
 
     def summary(self) -> str:
         """One line for the terminal."""
@@ -268,7 +281,7 @@ def evaluate(
 
     engine = Engine(opts)
     res = engine.logits(engine.prepare(ckpt.module), s, rows, feature=ckpt.feature, desc="evaluating")
-    probs = torch.softmax(torch.from_numpy(res.logits), dim=1).numpy()
+    probs = probabilities(res.logits, ckpt.calibration)
     n_trained_on = None
     if trained_here and rule is not None:
         keys = split_keys(s)
@@ -277,6 +290,8 @@ def evaluate(
     report = _score(probs, truth, names, len(ckpt.label_names), paths,
                     n_unlabelled=n_unlabelled, split=split, store=str(s.location), model=ckpt.name,
                     n_trained_on=n_trained_on)
+    for key, value in calibration_report(res.logits, truth, ckpt.calibration).items():
+        setattr(report, key, value)
     report.clips = _clip_rows(names, probs, truth, paths, [s.hashes[int(r)] for r in rows])
     if baselines:
         report.baselines = [b.to_dict() for b in _baselines(ckpt, s, rows, [names[t] for t in truth], rule,

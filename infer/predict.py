@@ -5,8 +5,8 @@ feature-spec mismatch -> the engine (:mod:`infer.runtime`) measures the
 model's bytes per padded clip-frame, plans length-sorted batches of distinct
 contents under the memory budget, reads and pads them ahead of the model
 from the store's mmap views, and runs clips too long for any batch in
-windows -> softmax -> one CSV row per indexed path
-(:mod:`infer.predictions`).  Raw audio is never involved.
+windows -> softmax with the checkpoint's temperature (a tagger: sigmoids; :mod:`infer.calibration`) -> one CSV row
+per indexed path (:mod:`infer.predictions`).  Raw audio is never involved.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from torch import nn
 
 from store import ConfigError, Store, check_output_path, open_store
 
+from .calibration import Calibration, probabilities
 from .checkpoint import Checkpoint, check_store_matches
 from .contract import ModelSpec
 from .data import feature_specs
@@ -32,7 +33,6 @@ from .predictions import (
     Predictions,
     PredictionsError,
     check_unknown_below,
-    probabilities,
     select_labels,
     write_predictions_csv,
 )
@@ -85,6 +85,12 @@ class LoadedModel:
     extra: dict[str, Any]
     name: str
     outputs: str = "classes"
+
+    @property
+    def calibration(self) -> Calibration:
+        """The checkpoint's calibration (:mod:`infer.calibration`); uncalibrated for a module or import path, and
+        for a tagger (its sigmoid scores take no temperature)."""
+        return Calibration() if self.outputs == "tags" else Calibration.from_extra(self.extra)
 
 
 def load_model(model: ModelLike, store: Store, *, feature: str | None = None,
@@ -183,11 +189,12 @@ def predict(
     stats = PredictStats(**vars(res.run_stats()), clips=len(s), audio_seconds=float(s.durations.sum()),
                          peak_kind="GPU allocated" if engine.device.type == "cuda" else "anonymous RSS",
                          device=str(engine.device))
-    probs = probabilities(res.logits, loaded.outputs) if len(s) else np.zeros((0, len(loaded.label_names)),
-                                                                               dtype=np.float32)
+    probs = probabilities(res.logits, loaded.calibration, loaded.outputs) if len(s) else np.zeros(
+        (0, len(loaded.label_names)), dtype=np.float32)
     truth = [s.label_names[label] if label >= 0 else None for label in s.labels.tolist()]
     stats.wall_seconds = time.perf_counter() - t0
-    result = Predictions(list(s.paths), probs, list(loaded.label_names), truth, stats, loaded.outputs).subset(labels)
+    result = Predictions(list(s.paths), probs, list(loaded.label_names), truth, stats, loaded.outputs,
+                         loaded.calibration.label()).subset(labels)  # labels kept after the (calibrated) softmax
     if out is not None:
         write_predictions_csv(result, out, topk=topk, unknown_below=unknown_below)
     return result

@@ -6,7 +6,7 @@ Core: :func:`infer.predict` writes it, :mod:`infer.explore` reads it (never the 
 one per indexed path) with the run's figures.  :func:`write_predictions_csv`
 and :func:`read_predictions_csv` share one column list, :data:`COLUMNS`:
 
-``path,pred,prob,topk,truth``
+``path,pred,prob,topk,truth,calibration``
 
 * ``pred``/``prob``: the best label and its probability (4 decimals); with
   ``unknown_below=P``, ``pred`` is ``unknown`` where ``prob`` is below P
@@ -15,7 +15,12 @@ and :func:`read_predictions_csv` share one column list, :data:`COLUMNS`:
   written there, ``%``, ``:`` and ``;`` are percent-escaped (``%25``,
   ``%3A``, ``%3B``), so any label round-trips and the column is never
   ambiguous; ``pred`` and ``truth`` hold labels as they are;
-* ``truth``: the store's label for the path when predicting (empty if none).
+* ``truth``: the store's label for the path when predicting (empty if none);
+* ``calibration``: how the probabilities were made, the same on every row:
+  ``temperature=T`` (softmax of the logits divided by the temperature fitted
+  on the model's validation clips) or ``uncalibrated`` (plain softmax; see
+  :mod:`infer.calibration`).  Readers need only the first five columns
+  (:data:`REQUIRED_COLUMNS`), so files written before it still read.
 
 A multi-label tagger (``outputs == "tags"``, e.g. a shipped musicnn, :mod:`infer.shipped`) has no single answer:
 its scores are independent sigmoids, several high per clip.  Its file has the columns :data:`TAG_COLUMNS`,
@@ -42,16 +47,19 @@ import numpy as np
 from store import SpecstoreError, atomic_path
 
 __all__ = [
-    "COLUMNS", "NO_UNKNOWN_FOR_TAGS", "TAG_COLUMNS", "UNKNOWN", "CsvPrediction", "Predictions", "PredictionsError",
-    "answer", "check_unknown_below", "escape_label", "parse_unknown_below", "probabilities", "read_predictions_csv",
+    "COLUMNS", "NO_UNKNOWN_FOR_TAGS", "REQUIRED_COLUMNS", "TAG_COLUMNS", "UNKNOWN", "CsvPrediction", "Predictions",
+    "PredictionsError", "answer", "check_unknown_below", "escape_label", "parse_unknown_below", "read_predictions_csv",
     "select_labels", "unescape_label", "write_predictions_csv",
 ]
 
-COLUMNS = ("path", "pred", "prob", "topk", "truth")
+COLUMNS = ("path", "pred", "prob", "topk", "truth", "calibration")
 """The predictions CSV's header, in order."""
 
+REQUIRED_COLUMNS = COLUMNS[:5]
+"""The columns a predictions CSV must start with (``calibration`` came later: older files lack it)."""
+
 TAG_COLUMNS = ("path", "tags", "truth")
-"""The header of a multi-label tagger's predictions file (see the module docstring)."""
+"""The header of a multi-label tagger's predictions file (see the module docstring): no calibration column."""
 
 UNKNOWN = "unknown"
 """The answer of a single-label output whose top probability is below ``unknown_below``."""
@@ -80,17 +88,6 @@ def unescape_label(text: str) -> str:
     return text
 
 
-def probabilities(logits: np.ndarray, outputs: str = "classes") -> np.ndarray:
-    """``(n, n_labels)`` float32 probabilities of ``logits``: a softmax over the labels (``outputs ==
-    "classes"``), or each label's own sigmoid (``"tags"``: independent scores of a multi-label tagger)."""
-    import torch  # here: reading a predictions file needs no torch
-
-    x = torch.from_numpy(np.ascontiguousarray(logits, dtype=np.float32))
-    if not len(x):
-        return np.zeros(x.shape, dtype=np.float32)
-    return (torch.sigmoid(x) if outputs == "tags" else torch.softmax(x, dim=1)).numpy()
-
-
 def select_labels(label_names: list[str], wanted: str | list[str] | None) -> np.ndarray:
     """Indices into ``label_names`` of ``wanted`` (a comma-separated string or a list; None: all of them), in
     the order given; :class:`PredictionsError` in one line naming any label the model does not have."""
@@ -114,7 +111,9 @@ class Predictions:
 
     ``truth[i]`` is the store's label name of row ``i`` (None if unlabelled);
     ``stats`` are the run's figures (:class:`infer.predict.PredictStats` for
-    :func:`infer.predict`); ``outputs``: ``"classes"`` (a softmax) or ``"tags"`` (independent sigmoid scores).
+    :func:`infer.predict`); ``outputs``: ``"classes"`` (a softmax) or ``"tags"`` (independent sigmoid scores);
+    ``calibration``: the CSV's ``calibration`` cell, ``temperature=T`` or ``uncalibrated``
+    (:meth:`infer.calibration.Calibration.label`; not written for a tagger).
     """
 
     paths: list[str]
@@ -123,6 +122,7 @@ class Predictions:
     truth: list[str | None]
     stats: Any = field(default=None)
     outputs: str = "classes"
+    calibration: str = "uncalibrated"
 
     def subset(self, labels: str | list[str] | None) -> Predictions:
         """These predictions restricted to ``labels`` (:func:`select_labels`; None: all)."""
@@ -130,7 +130,7 @@ class Predictions:
             return self
         idx = select_labels(self.label_names, labels)
         return Predictions(self.paths, self.probs[:, idx], [self.label_names[i] for i in idx], self.truth,
-                           self.stats, self.outputs)
+                           self.stats, self.outputs, self.calibration)
 
     def top(self, k: int) -> tuple[np.ndarray, np.ndarray]:
         """Indices ``(n_rows, k)`` and probabilities of the ``k`` best classes, best first."""
@@ -190,7 +190,7 @@ def write_predictions_csv(pred: Predictions, out: str | os.PathLike[str], *, top
                 w.writerow([path, pairs, pred.truth[i] or ""])
                 continue
             w.writerow([path, answer(names[0], float(pr[i, 0]), unknown_below), f"{pr[i, 0]:.4f}", pairs,
-                        pred.truth[i] or ""])
+                        pred.truth[i] or "", pred.calibration])
     return Path(out)
 
 
@@ -229,15 +229,16 @@ def read_predictions_csv(path: str | os.PathLike[str]) -> list[CsvPrediction]:
     if header is not None and tuple(h.strip() for h in header[:len(TAG_COLUMNS)]) == TAG_COLUMNS:
         raise PredictionsError(f"{p} holds a tagger's scores (path,tags,truth: several tags per clip), not one "
                                "label per clip; it cannot be read as single-label predictions")
-    if header is None or tuple(h.strip() for h in header[:len(COLUMNS)]) != COLUMNS:
-        raise PredictionsError(f"{p} is not a predictions CSV: its header must start with {','.join(COLUMNS)}")
+    if header is None or tuple(h.strip() for h in header[:len(REQUIRED_COLUMNS)]) != REQUIRED_COLUMNS:
+        raise PredictionsError(f"{p} is not a predictions CSV: its header must start with "
+                               f"{','.join(REQUIRED_COLUMNS)}")
     out: list[CsvPrediction] = []
     for rec in reader:
         if not rec:
             continue
         where = f"{p} line {reader.line_num}"
-        if len(rec) < len(COLUMNS):
-            raise PredictionsError(f"{where}: expected {len(COLUMNS)} columns, got {len(rec)}")
+        if len(rec) < len(REQUIRED_COLUMNS):
+            raise PredictionsError(f"{where}: expected at least {len(REQUIRED_COLUMNS)} columns, got {len(rec)}")
         pairs: list[tuple[str, float]] = []
         for item in filter(None, rec[3].split(";")):
             name, sep, prob = item.rpartition(":")

@@ -33,8 +33,8 @@ from . import decode_av
 from .audio_types import AV_EXTENSIONS, SOUNDFILE_EXTENSIONS, AudioError, AudioInfo
 from .integrity import audio_after, mp3_declares_frames, truncation_reason
 
-__all__ = ["AudioError", "AudioInfo", "SOUNDFILE_EXTENSIONS", "StreamResampler", "probe", "stream_mono",
-           "DEFAULT_BLOCK_SAMPLES"]
+__all__ = ["AudioError", "AudioInfo", "SOUNDFILE_EXTENSIONS", "StreamResampler", "probe", "readable_extensions",
+           "stream_mono", "DEFAULT_BLOCK_SAMPLES"]
 
 
 #: Source sample frames decoded per soundfile read (1.5 s at 44.1 kHz; 512 KiB
@@ -104,6 +104,12 @@ def _open(path: str, fd: int | None = None) -> sf.SoundFile:
         raise AudioError("unreadable: permission denied", path) from None
     except OSError as exc:
         raise AudioError(f"unreadable: {exc.strerror or exc}", path) from None
+
+
+def readable_extensions() -> frozenset[str]:
+    """The file extensions this install decodes (lower case, with the dot): soundfile's, and PyAV's when the
+    ``formats`` extra is installed (:mod:`pipeline.decode_av`)."""
+    return SOUNDFILE_EXTENSIONS | (AV_EXTENSIONS if decode_av.available() else frozenset())
 
 
 def _open_any(path: str, fd: int | None = None) -> sf.SoundFile | decode_av.AvReader:

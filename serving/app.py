@@ -3,7 +3,8 @@
 Routes:
 
 * ``GET /``: the upload page (``page.html``): drop or pick files, progress,
-  top-5 genres with probabilities and each clip's log-mel picture.
+  top-5 genres with probabilities, each clip's log-mel picture and its genre over time (a strip of
+  windows, each the colour of its top genre).
 * ``POST /classify``: multipart, one or many files (any field name);
   query ``topk`` (default the server's, at most the number of labels) and ``picture=1`` (a PNG data URL
   per file).  200 ``{"model", "labels", "files": [{"file", "duration_s",
@@ -11,7 +12,9 @@ Routes:
   every file failed: 422 with ``error`` (500 when the server failed); limits: 413 (too large, too many
   files), 400 (no files, malformed), 503 + ``Retry-After`` (busy), 504 (timeout).
   With ``picture=1`` each file also has ``picture_axes``: ``{"time", "frequency", "db": [{"at", "label"}],
-  "colours"}`` (:mod:`serving.picture`).
+  "colours"}`` (:mod:`serving.picture`).  With ``segments=SECONDS`` (or ``segments=auto``: 1, 2, 5, 10...
+  s, at most 24 windows a file) each file also has ``segment_s`` and ``segments``: genre over time,
+  ``[{"start_s", "end_s", "top"}]`` (:mod:`serving.segments`); the page asks for ``auto``.
 * ``GET /favicon.ico``: the page's icon (SVG).
 * ``GET /health``: model, labels, device, budget, queue depth, limits; 503
   ``{"status": "unhealthy", "reason"}`` once the service cannot classify (its batcher stopped).
@@ -45,10 +48,14 @@ from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, R
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from pipeline.audio import readable_extensions
+from store import ConfigError
+
 from .errors import InternalError, Refused, RequestError
 from .metrics import CONTENT_TYPE
 from .picture import PictureScale
 from .responses import CountRequests, answer_json, error_json, handle_request_error
+from .segments import AUTO, check_segment_length
 from .service import Service
 from .uploads import Uploads, receive_uploads
 
@@ -72,7 +79,8 @@ def health_json(service: Service) -> dict[str, Any]:
         "feature": c.feature, "device": str(c.engine.device), "budget_mib": round(c.budget.budget_bytes / 2**20),
         "max_batch": c.budget.max_batch, "batching": k.policy.batching,
         "queue_depth": service.in_flight, "inflight_upload_bytes": service.upload_bytes.used,
-        "open_connections": service.guard.total, "limits": {
+        "open_connections": service.guard.total,
+        "formats": sorted(ext.lstrip(".") for ext in readable_extensions()), "limits": {
             "max_file_mb": k.max_file_mb, "max_files": k.max_files, "max_seconds": k.max_seconds,
             "max_sample_rate": k.max_sample_rate, "max_channels": k.max_channels,
             "max_queue": k.max_queue, "max_client_clips": k.client_clips,
@@ -107,6 +115,22 @@ class Routes:
         service.metrics.inflight_bytes.set(service.upload_bytes.used)
         return PlainTextResponse(service.metrics.render(), media_type=CONTENT_TYPE)
 
+    def _segments(self, request: Request) -> float | str | None:
+        """``segments`` from the query: None (absent), ``auto``, or seconds (400 when not a positive number of
+        at least the model's time step)."""
+        text = request.query_params.get("segments")
+        if text is None:
+            return None
+        if text.strip().lower() == AUTO:
+            return AUTO
+        c = self.service.classifier
+        try:
+            return check_segment_length(float(text), c.frame_seconds, c.window_align)
+        except ConfigError as e:  # before ValueError, which it is
+            raise Refused(400, str(e)) from None
+        except ValueError:
+            raise Refused(400, f"segments must be a number of seconds or auto, got {text!r}") from None
+
     def _options(self, request: Request) -> tuple[int, bool]:
         """``topk`` (at most the number of labels) and ``picture`` from the query; 400 when ``topk`` is bad."""
         q = request.query_params
@@ -126,10 +150,11 @@ class Routes:
         try:
             folder = service.folder
             topk, picture = self._options(request)
+            segments = self._segments(request)
             uploads = await receive_uploads(request, folder, service.config, service.upload_bytes, service.names)
             request.state.files = len(uploads.files)  # for the access log
             client = request.client.host if request.client else ""
-            answer = await service.classify(client, uploads.files, topk, picture)
+            answer = await service.classify(client, uploads.files, topk, picture, segments)
         except RequestError:
             raise
         except Exception as e:

@@ -38,6 +38,7 @@ from store import ConfigError, FeatureSpec
 from .cache import ClipCache
 from .clips import DecodedClip, decode_or_reason
 from .model import Classifier, top_k
+from .segments import Segment, check_segment_length, segment_rows, segment_spans
 
 __all__ = ["ClassifyResult", "FileFailure", "FileResult", "classify_files", "expand_inputs"]
 
@@ -53,6 +54,8 @@ class FileResult:
     top: list[tuple[str, float]]
     probs: np.ndarray = field(repr=False)
     answer: str = ""
+    segments: list[Segment] = field(default_factory=list)
+    """Genre over time, one :class:`~serving.segments.Segment` per window (empty unless asked for)."""
 
 
 @dataclass(frozen=True)
@@ -134,9 +137,48 @@ def _decode_all(todo: dict[str, str], specs: dict[str, FeatureSpec], jobs: int, 
         decoder.add(listener.close())  # after the pool: its workers' last lines are in
 
 
+def _segments(classifier: Classifier, clips: Sequence[DecodedClip], seconds: float | None, topk: int,
+              unknown_below: float | None, progress: bool) -> list[list[Segment] | None] | None:
+    """Each clip's segments of ``seconds`` (None: not asked), all run as clips of their own in one engine run;
+    None for a clip whose segment probabilities are not all finite."""
+    if seconds is None:
+        return None
+    spans = [segment_spans(c.n_frames, c.duration, seconds, classifier.frame_seconds, classifier.window_align)
+             for c in clips]
+    pieces = [c.features[:, a:b] for c, s in zip(clips, spans, strict=True) for _, _, a, b in s]
+    probs = classifier.run(pieces, progress=progress, desc="segments").probs
+    out: list[list[Segment] | None] = []
+    at = 0
+    for s in spans:
+        p = probs[at:at + len(s)]
+        at += len(s)
+        out.append(segment_rows(p, s, classifier.label_names, topk, unknown_below) if np.isfinite(p).all()
+                   else None)
+    return out
+
+
+def _check_args(classifier: Classifier, topk: int, jobs: int, unknown_below: float | None,
+                segments: float | None) -> tuple[float | None, float | None]:
+    """:func:`classify_files`'s arguments checked before any decoding (a bad value is one line at once):
+    ``unknown_below`` and ``segments`` as they will be used."""
+    if not isinstance(topk, int) or topk < 1:
+        raise ConfigError(f"topk must be a positive integer, got {topk!r}")
+    if jobs < 1:
+        raise ConfigError(f"jobs must be at least 1, got {jobs}")
+    try:
+        unknown_below = check_unknown_below(unknown_below)
+    except PredictionsError as e:
+        raise ConfigError(str(e)) from None
+    if classifier.outputs == "tags" and unknown_below is not None:
+        raise ConfigError(NO_UNKNOWN_FOR_TAGS)
+    if segments is not None:
+        segments = check_segment_length(segments, classifier.frame_seconds, classifier.window_align)
+    return unknown_below, segments
+
+
 def classify_files(inputs: Sequence[str | os.PathLike[str]], classifier: Classifier, *, topk: int = 5,
                    jobs: int = 1, progress: bool = True, cache: str | os.PathLike[str] | None = None,
-                   unknown_below: float | None = None) -> ClassifyResult:
+                   unknown_below: float | None = None, segments: float | None = None) -> ClassifyResult:
     """Classify every file of ``inputs`` (files and folders, see :func:`expand_inputs`) with ``classifier``.
 
     ``jobs``: decode worker processes.  Identical contents (same bytes)
@@ -146,22 +188,16 @@ def classify_files(inputs: Sequence[str | os.PathLike[str]], classifier: Classif
     fails its checks is logged, and the file decoded and the entry
     rewritten.  ``unknown_below`` (a probability in (0, 1], None: off):
     each result's ``answer`` is ``unknown`` where the top probability is
-    below it.  A file whose probabilities come out non-finite is a
+    below it (segment rows too).  ``segments`` (seconds, None: off): each
+    result also lists its windows of that many seconds with their own
+    top-k (:mod:`serving.segments`: each window classified alone, masked,
+    so exact under batching).  A file whose probabilities come out non-finite is a
     failure, never a row with NaN in it.  Raises
     :class:`~store.ConfigError` for bad arguments; unreadable or
     undecodable files become failures.
     """
-    if not isinstance(topk, int) or topk < 1:
-        raise ConfigError(f"topk must be a positive integer, got {topk!r}")
-    if jobs < 1:
-        raise ConfigError(f"jobs must be at least 1, got {jobs}")
-    try:
-        unknown_below = check_unknown_below(unknown_below)
-    except PredictionsError as e:
-        raise ConfigError(str(e)) from None
+    unknown_below, segments = _check_args(classifier, topk, jobs, unknown_below, segments)
     tags = classifier.outputs == "tags"
-    if tags and unknown_below is not None:
-        raise ConfigError(NO_UNKNOWN_FOR_TAGS)
     paths = expand_inputs(inputs)
     hashes: dict[str, str] = {}
     reasons: dict[str, str] = {}
@@ -195,8 +231,9 @@ def classify_files(inputs: Sequence[str | os.PathLike[str]], classifier: Classif
     order = [h for h in todo if h in clips]  # input order, whatever order the workers finished in
     res = classifier.run([clips[h].features for h in order], progress=progress)
     row = {h: i for i, h in enumerate(order)}
+    windows = _segments(classifier, [clips[h] for h in order], segments, topk, unknown_below, progress)
     for h in order:  # not expected from finite inputs, but a NaN must never reach a table, a CSV or JSON
-        if not np.isfinite(res.probs[row[h]]).all():
+        if not np.isfinite(res.probs[row[h]]).all() or windows is not None and windows[row[h]] is None:
             failed[h] = "the model gave non-finite probabilities"
     out = ClassifyResult([], [], list(classifier.label_names), classifier.outputs, distinct=len(order),
                          cached=store.hits if store is not None else 0, batches=res.run.batches,
@@ -210,7 +247,8 @@ def classify_files(inputs: Sequence[str | os.PathLike[str]], classifier: Classif
         else:
             p = res.probs[row[hashes[path]]]
             top = top_k(p, classifier.label_names, topk)
+            rows = windows[row[hashes[path]]] if windows is not None else None
             out.results.append(FileResult(path, clips[hashes[path]].duration, top, p,
-                                          "" if tags else answer(top[0][0], top[0][1], unknown_below)))
+                                          "" if tags else answer(top[0][0], top[0][1], unknown_below), rows or []))
     log_summary(decoder)  # the run's one line about the decoders' messages (none when there were none)
     return out

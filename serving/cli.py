@@ -1,7 +1,9 @@
-"""``specstore classify`` and ``specstore serve``: the console command ``specstore`` and its sub-commands.
+"""``specstore classify``, ``serve`` and ``export``: the console command ``specstore`` and its sub-commands.
 
-Both take a checkpoint (``--model``) and the run options of ``make infer``
-(device, budget, max batch, precision).  User errors print one line,
+``classify`` and ``serve`` take a checkpoint (``--model``) and the run
+options of ``make infer`` (device, budget, max batch, precision); ``export``
+takes a checkpoint and writes it as ONNX or TorchScript
+(:func:`infer.export.export_model`).  User errors print one line,
 ``specstore: error: ...``, and exit 2 (:func:`store.run_cli`);
 ``classify`` exits 1 when some files could not be classified (each named
 on stderr with its reason) and 0 when all were.
@@ -22,9 +24,10 @@ from store import PROG, run_cli
 from store.options import add_options, given
 
 if TYPE_CHECKING:
+    from infer.calibration import Calibration
     from infer.run_options import RunOptions
 
-    from .classify import ClassifyResult
+    from .classify import ClassifyResult, FileResult
 
 __all__ = ["build_parser", "main"]
 
@@ -36,6 +39,7 @@ examples:
   specstore classify song.mp3 --model musicnn-msd             # 50 tags, no training
   specstore classify --list-tags --model musicnn-mtt          # a tagger's vocabulary
   specstore classify ~/music/ --model musicnn-msd --labels rock,jazz,blues
+  specstore classify long.mp3 --model models/genre.pt --segments 10   # genre over time, per 10 s
 
 Shipped models (no training; --model takes their names): musicnn-msd (50
 last.fm tags of the Million Song Dataset: genres, moods, eras, instruments)
@@ -104,6 +108,29 @@ def _check_model(path: str) -> None:
         raise ConfigError(f"no checkpoint at {path} ({no_checkpoint_hint()})")
 
 
+SEGMENT_COLUMNS = ("start_s", "end_s")
+"""With ``--segments``, the CSV's window columns, after ``path``: one row per window, no whole-file row."""
+
+
+def _scores_json(answer: str, top: list[tuple[str, float]], tags: bool) -> dict[str, object]:
+    """A file's or a window's scores: ``answer`` and ``top`` ``[{"label", "prob"}]``, or a tagger's ``tags``
+    ``[{"tag", "score"}]`` (independent scores, no single answer)."""
+    if tags:
+        return {"tags": [{"tag": lab, "score": round(p, 6)} for lab, p in top]}
+    return {"answer": answer, "top": [{"label": lab, "prob": round(p, 6)} for lab, p in top]}
+
+
+def _result_json(r: FileResult, segmented: bool, tags: bool, cal: dict[str, object]) -> dict[str, object]:
+    """One file's JSON: path, duration_s, its scores (:func:`_scores_json`), the calibration keys ``cal`` (none
+    for a tagger), and with ``--segments`` its segments (start_s, end_s, scores and ``cal`` each)."""
+    out: dict[str, object] = {"path": r.path, "duration_s": round(r.duration, 3), **_scores_json(r.answer, r.top, tags),
+                              **cal}
+    if segmented:
+        out["segments"] = [{"start_s": round(s.start_s, 3), "end_s": round(s.end_s, 3),
+                            **_scores_json(s.answer, s.top, tags), **cal} for s in r.segments]
+    return out
+
+
 def cmd_classify(args: argparse.Namespace) -> int:
     _check_model(args.model)
     from store import ConfigError
@@ -125,10 +152,10 @@ def cmd_classify(args: argparse.Namespace) -> int:
     classifier = Classifier(args.model, _options(args, progress), labels=args.labels,
                             batch_overhead_frames=args.batch_overhead_frames, trust_model_code=args.trust_model_code)
     res = classify_files(args.inputs, classifier, topk=args.topk, jobs=args.jobs, progress=progress,
-                         cache=args.cache, unknown_below=args.unknown_below)
+                         cache=args.cache, unknown_below=args.unknown_below, segments=args.segments)
     for f in res.failures:
         print(f"{PROG}: {f.path}: {f.reason}", file=sys.stderr)
-    _print_results(res, args)
+    _print_results(res, args, classifier.calibration)
     if not args.json and not args.csv and sys.stderr.isatty() or args.verbose:
         print(f"{len(res.results)} classified, {len(res.failures)} failed; {res.distinct} distinct clips "
               f"({res.cached} from the cache) in "
@@ -137,33 +164,59 @@ def cmd_classify(args: argparse.Namespace) -> int:
     return 1 if res.failures else 0
 
 
-def _print_results(res: ClassifyResult, args: argparse.Namespace) -> None:
-    """The results as JSON, CSV (``make infer``'s columns) or a table.  A tagger's (``res.outputs == "tags"``)
-    say "tags": JSON ``"tags": [{"tag", "score"}]``, CSV ``path,tags,truth``, a "top N tags" table column."""
+def _print_results(res: ClassifyResult, args: argparse.Namespace, calibration: Calibration) -> None:
+    """The results as JSON, CSV (``make infer``'s columns) or a table, with ``--segments`` each file's windows
+    (JSON ``segments``; CSV one row per window, ``start_s,end_s`` after ``path``; indented table lines).
+
+    A single-label model's say how its probabilities were made (``calibration``: JSON
+    ``calibration``/``temperature`` keys on each file and window, the CSV's ``calibration`` column on every
+    row, the table header).  A tagger's (``res.outputs == "tags"``) say "tags" and nothing of calibration
+    (independent scores take no temperature): JSON ``"tags": [{"tag", "score"}]``, CSV ``path,tags,truth``,
+    a "top N tags" table column; its windows have the same shape.
+    """
+    from infer.calibration import UNCALIBRATED
     from infer.predictions import COLUMNS, TAG_COLUMNS, escape_label
 
     tags = res.outputs == "tags"
+    segmented = args.segments is not None
+    t = calibration.temperature
     if args.json:  # strict JSON, whole or nothing: classify_files turns non-finite answers into failures
-        print(json.dumps([{"path": r.path, "duration_s": round(r.duration, 3),
-                           **({"tags": [{"tag": lab, "score": round(p, 6)} for lab, p in r.top]} if tags else
-                              {"answer": r.answer, "top": [{"label": lab, "prob": round(p, 6)} for lab, p in r.top]})}
-                          for r in res.results]
+        cal: dict[str, object] = ({} if tags else
+                                  {"calibration": UNCALIBRATED if t is None else "temperature", "temperature": t})
+        print(json.dumps([_result_json(r, segmented, tags, cal) for r in res.results]
                          + [{"path": f.path, "error": f.reason} for f in res.failures], indent=1, allow_nan=False))
     elif args.csv:
         w = csv.writer(sys.stdout)
-        w.writerow(TAG_COLUMNS if tags else COLUMNS)
+        columns = TAG_COLUMNS if tags else COLUMNS
+        w.writerow(columns[:1] + SEGMENT_COLUMNS + columns[1:] if segmented else columns)
         for r in res.results:
-            pairs = ";".join(f"{escape_label(lab)}:{p:.4f}" for lab, p in r.top)
-            w.writerow([r.path, pairs, ""] if tags else [r.path, r.answer, f"{r.top[0][1]:.4f}", pairs, ""])
+            for seg in r.segments if segmented else [None]:
+                said, top = (seg.answer, seg.top) if seg is not None else (r.answer, r.top)
+                pairs = ";".join(f"{escape_label(lab)}:{p:.4f}" for lab, p in top)
+                times = [f"{seg.start_s:.3f}", f"{seg.end_s:.3f}"] if seg is not None else []
+                w.writerow([r.path, *times, pairs, ""] if tags else
+                           [r.path, *times, said, f"{top[0][1]:.4f}", pairs, "", calibration.label()])
     else:
-        width = min(60, max([len(r.path) for r in res.results] + [4]))
-        shown = "answer  " if args.unknown_below is not None else ""
-        what = " tags (independent scores)" if tags else ""
-        print(f"{'file':<{width}}  {'seconds':>8}  {shown}top {args.topk}{what}")
-        for r in res.results:
-            tops = "  ".join(f"{lab} {p:.3f}" for lab, p in r.top)
-            said = f"{r.answer}  " if shown else ""
-            print(f"{r.path:<{width}}  {r.duration:>8.1f}  {said}{tops}")
+        what = (" tags (independent scores)" if tags else f" (probabilities {UNCALIBRATED})" if t is None
+                else f" (probabilities temperature-scaled, T = {t:.2f})")
+        _print_table(res, args, what)
+
+
+def _print_table(res: ClassifyResult, args: argparse.Namespace, what: str) -> None:
+    """The table: one line per file (``what`` in the header says how its scores were made), one indented line
+    per window under it with ``--segments``."""
+    width = min(60, max([len(r.path) for r in res.results] + [4]))
+    shown = "answer  " if args.unknown_below is not None else ""
+    print(f"{'file':<{width}}  {'seconds':>8}  {shown}top {args.topk}{what}")
+    for r in res.results:
+        tops = "  ".join(f"{lab} {p:.3f}" for lab, p in r.top)
+        said = f"{r.answer}  " if shown else ""
+        print(f"{r.path:<{width}}  {r.duration:>8.1f}  {said}{tops}")
+        for seg in r.segments:
+            span = f"{seg.start_s:.1f}-{seg.end_s:.1f} s"
+            shown_seg = f"{seg.answer}  " if shown else ""
+            tops = "  ".join(f"{lab} {p:.3f}" for lab, p in seg.top)
+            print(f"  {span:<{width - 2}}  {'':>8}  {shown_seg}{tops}")
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -196,6 +249,52 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return 0
 
 
+EXPORT_EPILOG = """\
+examples:
+  specstore export models/genre.pt                        # models/genre.onnx + models/genre.onnx.json
+  specstore export models/genre.pt --format torchscript   # models/genre.torchscript.pt + .json
+  specstore export musicnn-msd                            # ./musicnn-msd.onnx + .json (a shipped tagger)
+
+The exported model takes x (batch x 1 x n_bins x frames, float32 dB, zero-
+padded in time) and lengths (batch, int64 frames) and returns the logits,
+masked exactly as here: any batch size, any number of frames. The JSON
+sidecar says how to compute x (the feature settings), the labels, and how
+logits become probabilities (docs/export.md shows onnxruntime reading it).
+"""
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from infer.export_options import ExportOptions, export_path
+
+    options = ExportOptions(**given(args, ExportOptions))
+    _check_model(args.model)
+    out = export_path(args.model, options.format, options.out)  # a bad --out is one line before torch loads
+    from infer.export import export_model
+
+    res = export_model(args.model, out, format=options.format, trust_model_code=args.trust_model_code)
+    checked = ("not run to check it (no onnxruntime)" if res.max_difference is None else
+               f"checked: logits within {res.max_difference:.2g} of the checkpoint's")
+    print(f"{PROG}: wrote {res.path} and {res.sidecar} ({checked})", file=sys.stderr)
+    return 0
+
+
+def _export_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    from infer.export_options import ExportOptions
+    from infer.trust import add_trust_argument
+
+    e = sub.add_parser("export", help="write the model as ONNX or TorchScript, with a JSON sidecar, for use "
+                                      "outside specstore", epilog=EXPORT_EPILOG,
+                       formatter_class=argparse.RawDescriptionHelpFormatter,
+                       description="Export MODEL's network (the checkpoint's forward: masked, any batch size and "
+                                   "length) and write beside it what a user needs to feed it.")
+    e.add_argument("model", metavar="MODEL", help="checkpoint (.pt) from `make train` or `make init-model`, or a "
+                                                  "shipped model's name (written to NAME.onnx here unless --out)")
+    add_options(e, ExportOptions)
+    add_trust_argument(e, "MODEL")
+    e.add_argument("-v", "--verbose", action="store_true", help="log details")
+    e.set_defaults(func=cmd_export)
+
+
 def _classify_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     from .config import ClassifyOptions
 
@@ -205,10 +304,11 @@ def _classify_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
                                    "length under the memory budget, and print the top-k genres.")
     c.add_argument("inputs", nargs="*", metavar="FILE_OR_DIR", help="audio files and/or folders of them")
     fmt = c.add_mutually_exclusive_group()
-    fmt.add_argument("--csv", action="store_true", help="CSV as `make infer` writes it: path,pred,prob,topk,truth "
-                                                        "(a tagger's: path,tags,truth)")
-    fmt.add_argument("--json", action="store_true", help="a JSON list, one object per file (a tagger's carry "
-                                                         '"tags": [{"tag", "score"}] instead of "answer" and "top")')
+    fmt.add_argument("--csv", action="store_true", help="CSV as `make infer` writes it: "
+                     "path,pred,prob,topk,truth,calibration (a tagger's: path,tags,truth)")
+    fmt.add_argument("--json", action="store_true", help="a JSON list, one object per file, with its calibration "
+                     '(temperature or uncalibrated); a tagger\'s carry "tags": [{"tag", "score"}] instead of '
+                     '"answer" and "top", and no calibration')
     fmt.add_argument("--list-tags", action="store_true", help="print the model's labels (a tagger's vocabulary), "
                                                               "one per line, and exit")
     add_options(c, ClassifyOptions, absent=False)
@@ -232,18 +332,20 @@ def _serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """``specstore``'s parser: ``classify`` and ``serve``, their options generated from their dataclasses
-    (:mod:`serving.config`, :class:`~infer.run_options.RunOptions`)."""
+    """``specstore``'s parser: ``classify``, ``serve`` and ``export``, their options generated from their
+    dataclasses (:mod:`serving.config`, :class:`~infer.run_options.RunOptions`,
+    :class:`~infer.export_options.ExportOptions`)."""
     parser = argparse.ArgumentParser(prog=PROG, description="Classify audio files by genre, or serve a model over "
-                                     "HTTP, with memory-budgeted batching.")
+                                     "HTTP, with memory-budgeted batching; or export it for use elsewhere.")
     sub = parser.add_subparsers(dest="command", required=True)
     _classify_parser(sub)
     _serve_parser(sub)
+    _export_parser(sub)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``specstore classify ...`` / ``specstore serve ...``."""
+    """``specstore classify ...`` / ``specstore serve ...`` / ``specstore export ...``."""
     # torch's OpenMP threads sleep instead of spinning when idle (set before torch is imported): the model
     # shares the cores with the decode workers, which spinning threads would slow down (as the Makefile does)
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")

@@ -33,6 +33,7 @@ from store import ConfigError
 from store.options import borrowed, option
 
 from .policy import BATCHING, BatchPolicy
+from .segments import parse_segments
 
 __all__ = ["DEFAULT_MAX_CHANNELS", "DEFAULT_MAX_SAMPLE_RATE", "LOOPBACK_HOSTS", "MULTIPART_FRAMING_BYTES",
            "BatchingOptions", "ClassifierOptions", "ClassifyOptions", "ServeConfig", "default_workers",
@@ -241,3 +242,9 @@ class ClassifyOptions:
                                                "pred column; table: an answer column)",
                                          parse=parse_unknown_below, metavar="P", shown="off")
     labels: str | None = option(None, LABELS_HELP, metavar="A,B,...", shown="all")
+    segments: float | None = option(None, "genre over time: also classify each window of SECONDS (the last one "
+                                          "shorter; each alone, its real frames only) and list its top-k (JSON: "
+                                          "each file's segments; CSV: one row per window with start_s, end_s; "
+                                          "table: one indented line per window; a tagger's windows list tags); "
+                                          "at least the model's time step",
+                                    parse=parse_segments, metavar="SECONDS", shown="off")

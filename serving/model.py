@@ -22,10 +22,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from infer.budget import CPU_BATCH_OVERHEAD_FRAMES, DEFAULT_BATCH_OVERHEAD_FRAMES, Budget, PlanError
+from infer.calibration import Calibration, probabilities
 from infer.checkpoint import Checkpoint
 from infer.constraints import BatchConstraint
 from infer.data import ArrayDataset
-from infer.predictions import PredictionsError, probabilities, select_labels
+from infer.predictions import PredictionsError, select_labels
 from infer.runtime import Engine, RunOptions, RunStats
 from infer.shipped import resolve_checkpoint
 from infer.trust import Trust
@@ -58,9 +59,11 @@ class Classifier:
 
     ``model``: a checkpoint path or object, or a shipped model's name (``musicnn-msd``, :mod:`infer.shipped`).
     ``outputs``: ``"classes"`` (probabilities are a softmax) or ``"tags"`` (a tagger's independent sigmoid
-    scores, several high per clip).  ``labels`` (comma-separated or a list; None: all): the results keep only
-    these of the model's labels (one line naming any it lacks).  ``options``: device, precision, memory
-    budget, ``max_batch`` (:class:`~infer.runtime.RunOptions`).
+    scores, several high per clip).  ``calibration``: the checkpoint's temperature a softmax is divided by
+    (:mod:`infer.calibration`; uncalibrated for a tagger).  ``labels`` (comma-separated or a list; None: all):
+    the results keep only these of the model's labels (one line naming any it lacks), taken after the
+    (calibrated) probabilities.  ``options``: device, precision, memory budget, ``max_batch``
+    (:class:`~infer.runtime.RunOptions`).
     ``trust_model_code``: build a checkpoint that names a user model class
     (:mod:`infer.trust`; a built-in model needs nothing).
     ``batch_overhead_frames``: the planner's price of one more batch, in
@@ -85,6 +88,7 @@ class Classifier:
         self.outputs = ckpt.outputs
         self.feature = ckpt.feature
         self.specs: dict[str, FeatureSpec] = dict(ckpt.specs)
+        self.calibration: Calibration = ckpt.calibration
         self.engine = Engine(options or RunOptions())
         self.model = self.engine.prepare(ckpt.build(trust_model_code=trust_model_code))
         self.budget = self.engine.budget(self.model, ckpt.n_bins)
@@ -105,6 +109,12 @@ class Classifier:
     def frame_seconds(self) -> float:
         """Seconds of audio per frame."""
         return next(iter(self.specs.values())).frame_seconds
+
+    @property
+    def window_align(self) -> int:
+        """Frames a clip's segments start on (:mod:`serving.segments`): the model's window alignment (its time
+        stride or pooling window, as for ``make infer``'s windows), 1 for a model that does not say."""
+        return int(getattr(self.model, "window_align", 1))
 
     def picture_part(self) -> tuple[str, tuple[float, float]]:
         """The feature part a clip's picture shows (the log-mel if there is one) and its fixed dB colour limits."""
@@ -144,6 +154,7 @@ class Classifier:
                                           progress=progress, desc=desc)
         if len(clips) and res.logits.shape[1] != len(self.all_labels):
             raise ConfigError(f"{self.name} gives {res.logits.shape[1]} classes for {len(self.all_labels)} labels")
-        probs = (probabilities(res.logits, self.outputs)[:, self._columns] if len(clips)
+        # every label's (calibrated) probability first, then the --labels columns: a subset never renormalises
+        probs = (probabilities(res.logits, self.calibration, self.outputs)[:, self._columns] if len(clips)
                  else np.zeros((0, len(self.label_names)), dtype=np.float32))
         return ClipResults(probs, res.run_stats())

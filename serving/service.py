@@ -21,6 +21,8 @@ import time
 from collections import Counter
 from pathlib import Path
 
+import numpy as np
+
 from .answers import Answer, Classified, Failed, FileAnswer
 from .batcher import Batcher
 from .clips import ClipError, DecodedClip, decode_file
@@ -30,6 +32,7 @@ from .decode_pool import DecodePool
 from .errors import FileRefused, NoFileClassified, NotRunning, Refused, ServerFault, TimedOut
 from .metrics import Metrics
 from .model import Classifier, top_k
+from .segments import AUTO, MAX_SEGMENTS, Segment, auto_seconds, segment_rows, segment_spans
 from .tally import ClientTally
 from .uploads import ByteBudget, Upload, make_folder
 
@@ -130,8 +133,23 @@ class Service:
             max_sample_rate=config.max_sample_rate, max_channels=config.max_channels,
             picture=self._picture if picture else None))
 
-    async def classify_one(self, upload: Upload, topk: int, picture: bool) -> FileAnswer:
-        """The answer for one uploaded file; counted in the metrics."""
+    async def segments_of(self, clip: DecodedClip, seconds: float, topk: int) -> list[Segment]:
+        """``clip``'s windows of ``seconds`` with their top-k, each queued on the batcher as a clip of its own
+        (masked in its batch, so exact whatever else runs; :mod:`serving.segments`).  Raises
+        :class:`~serving.clips.ClipError` for more than :data:`~serving.segments.MAX_SEGMENTS` windows."""
+        c = self.classifier
+        spans = segment_spans(clip.n_frames, clip.duration, seconds, c.frame_seconds, c.window_align)
+        if len(spans) > MAX_SEGMENTS:
+            raise ClipError(f"{len(spans)} segments of {seconds:g} s; at most {MAX_SEGMENTS} per file: ask for "
+                            f"longer segments")
+        probs = await asyncio.gather(*(self.batcher.classify(np.ascontiguousarray(clip.features[:, a:b]))
+                                       for _, _, a, b in spans))
+        return segment_rows(np.stack(probs), spans, c.label_names, topk)
+
+    async def classify_one(self, upload: Upload, topk: int, picture: bool,
+                           segments: float | str | None = None) -> FileAnswer:
+        """The answer for one uploaded file; counted in the metrics.  ``segments``: seconds per window of its
+        genre over time, ``"auto"`` (:func:`~serving.segments.auto_seconds`), or None (none)."""
         name = upload.name
         if upload.path is None or upload.error is not None:
             self.metrics.files.inc(1, "bad")
@@ -150,15 +168,20 @@ class Service:
             return Failed(name, str(e), server_fault=True)
         finally:
             self.metrics.decode_seconds.observe(time.perf_counter() - t0)
+        seconds = auto_seconds(clip.duration) if segments == AUTO else segments
         try:
             probs = await self.batcher.classify(clip.features)
+            rows = await self.segments_of(clip, float(seconds), topk) if seconds is not None else None
+        except ClipError as e:
+            self.metrics.files.inc(1, "bad")
+            return Failed(name, str(e))
         except ServerFault as e:
             self.metrics.files.inc(1, "failed")
             return Failed(name, str(e), server_fault=True)
         self.metrics.files.inc(1, "ok")
         self.metrics.audio_seconds.inc(clip.duration)
         return Classified(name, clip.duration, clip.n_frames, top_k(probs, self.classifier.label_names, topk),
-                          clip.picture if picture else None)
+                          clip.picture if picture else None, rows, float(seconds) if seconds is not None else None)
 
     # -- one request --------------------------------------------------------------------------------
     def admit_clips(self, client: str, n: int) -> None:
@@ -178,8 +201,10 @@ class Service:
         self.clips.remove(client, n)
         self.metrics.queue_depth.set(self.in_flight)
 
-    async def classify(self, client: str, files: list[Upload], topk: int, picture: bool) -> Answer:
-        """Classify one request's ``files`` for ``client`` (its address), within the queue's limits and timeout.
+    async def classify(self, client: str, files: list[Upload], topk: int, picture: bool,
+                       segments: float | str | None = None) -> Answer:
+        """Classify one request's ``files`` for ``client`` (its address), within the queue's limits and timeout;
+        ``segments``: see :meth:`classify_one` (a file's windows are not counted against the queue's limits).
 
         Raises :class:`~serving.errors.FileRefused` (the only file refused by a limit as it arrived),
         :class:`~serving.errors.Refused` (the queue is full), :class:`~serving.errors.TimedOut` and
@@ -192,7 +217,7 @@ class Service:
         self.admit_clips(client, n)
         try:
             async with asyncio.timeout(self.config.timeout):
-                answers = await asyncio.gather(*(self.classify_one(f, topk, picture) for f in files))
+                answers = await asyncio.gather(*(self.classify_one(f, topk, picture, segments) for f in files))
         except TimeoutError:
             raise TimedOut(self.config.timeout) from None
         finally:
@@ -201,4 +226,4 @@ class Service:
         if len(failures) == len(answers):
             raise NoFileClassified(failures)
         return Answer(self.model_name, self.classifier.label_names, list(answers),
-                      getattr(self.classifier, "outputs", "classes"))
+                      getattr(self.classifier, "outputs", "classes"), self.classifier.calibration.temperature)

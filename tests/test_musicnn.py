@@ -115,3 +115,22 @@ def test_musicnn_is_a_registered_architecture() -> None:
     assert sum(p.numel() for p in model.parameters()) == config.n_parameters
     with pytest.raises((ConfigError, ModelConfigError), match="96 mel bands"):
         build_model(ModelConfig(arch="musicnn", n_bins=128, n_classes=7, pooling="mean"))
+
+
+def test_the_memory_probe_takes_one_patch_per_stride_and_predicts_longer_batches(
+        models: dict[str, tuple[MusiCNN, list[str], FeatureSpec]]) -> None:
+    """The CPU cost probe uses 1, 2 and 3 patches (not 4, 8, 12: a 187-frame stride made the probe the slow part of
+    classify's start), and its line still bounds the live tensors of a 2 x 7-patch batch, within 1 %."""
+    from infer.budget import Budget
+    from infer.cost import _probe_frames, activation_peak_bytes, measure_cost_per_frame
+
+    model = models[MUSICNN_MODELS[0]][0]
+    assert _probe_frames(model, None, torch.device("cpu")) == (PATCH_FRAMES, 2 * PATCH_FRAMES, 3 * PATCH_FRAMES)
+    cost = measure_cost_per_frame(model, 96)
+    frames = 7 * PATCH_FRAMES
+    x = torch.randn(2, 1, 96, frames) * 20 - 40
+    measured = activation_peak_bytes(model, x, torch.full((2,), frames))
+    params = sum(t.numel() * t.element_size() for t in [*model.parameters(), *model.buffers()])
+    charged = Budget.for_cost(2**62, cost).bytes(2, frames)
+    assert measured + params <= charged * 1.0001
+    assert measured + params == pytest.approx(charged, rel=1e-2)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import dataclasses
+import math
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,7 @@ from serving.config import ServeConfig
 from serving.model import Classifier
 from serving.picture import PictureScale
 from serving.policy import BatchPolicy
+from serving.segments import segment_spans
 from store import FeatureSpec
 
 SPEC = FeatureSpec.mel(n_bins=16)
@@ -66,6 +68,10 @@ def swap(server: Server, **changes: Any) -> ServeConfig:
 def test_health_page_and_metrics(server: Server) -> None:
     h = server.client.get("/health").json()
     assert h["status"] == "ok" and h["labels"] == GENRES and h["model"] == "m.pt" and h["device"] == "cpu"
+    from pipeline import decode_av
+
+    assert {"wav", "flac", "ogg", "opus", "mp3", "aiff"} <= set(h["formats"])  # the page lists what it takes
+    assert ("m4a" in h["formats"]) == decode_av.available() == ("wma" in h["formats"])
     page = server.client.get("/")
     assert page.status_code == 200 and 'type="file"' in page.text and "classify?picture=1" in page.text
     m = server.client.get("/metrics")
@@ -208,3 +214,25 @@ def test_a_decoder_that_kills_its_worker_fails_that_file_only(server: Server, mo
     assert r.status_code == 422 and r.json()["error"] == "the decoder crashed on this file"
     r = server.post(("a.wav", data))  # a new pool took over
     assert r.status_code == 200 and len(r.json()["files"][0]["top"]) == 5
+
+
+def test_segments_are_each_windows_own_answer_and_bad_values_are_400(server: Server) -> None:
+    """``?segments=2``: ceil(duration / 2) windows per file, each the probabilities of its frames run alone (the
+    files' windows shared batches); ``auto`` picks 1 s for these short files; bad values answer 400."""
+    r = server.post(*[(f.name, f.read_bytes()) for f in server.files[:2]], query="?segments=2&topk=2")
+    assert r.status_code == 200, r.text
+    c = server.service.classifier
+    for f, a in zip(server.files[:2], r.json()["files"], strict=True):
+        clip = decode_file(f, {"mel": SPEC})
+        spans = segment_spans(clip.n_frames, clip.duration, 2.0, c.frame_seconds, c.window_align)
+        assert a["segment_s"] == 2.0 and len(a["segments"]) == len(spans) == math.ceil(clip.duration / 2 - 1e-9)
+        solo = c.run([clip.features[:, lo:hi] for _, _, lo, hi in spans]).probs
+        for s, p, (start, end, _, _) in zip(a["segments"], solo, spans, strict=True):
+            assert (s["start_s"], s["end_s"]) == (round(start, 3), round(end, 3))
+            assert [t["label"] for t in s["top"]] == [GENRES[i] for i in np.argsort(-p, kind="stable")[:2]]
+            np.testing.assert_allclose([t["prob"] for t in s["top"]], np.sort(p)[::-1][:2], atol=2e-6)
+    auto = server.post((server.files[2].name, server.files[2].read_bytes()), query="?segments=auto").json()
+    assert auto["files"][0]["segment_s"] == 1.0 and len(auto["files"][0]["segments"]) == 2  # 1.5 s
+    for bad, says in (("0", "positive number"), ("x", "number of seconds or auto"), ("0.01", "time step")):
+        r = server.post(("a.wav", server.files[0].read_bytes()), query=f"?segments={bad}")
+        assert r.status_code == 400 and says in r.json()["error"], r.text

@@ -10,6 +10,7 @@ Traffic goes to 127.0.0.1 only, in a bounded number of requests.
 from __future__ import annotations
 
 import asyncio
+import math
 import os
 import shutil
 import socket
@@ -87,8 +88,8 @@ def test_the_page_in_a_real_browser_uploads_a_file_and_shows_the_top_5(served: t
         pytest.skip("no Chromium (apt-get install chromium; `make install` does it)")
     sync_api = pytest.importorskip("playwright.sync_api", reason="playwright not installed (make install)")
     url, files = served
-    expected = httpx.post(f"{url}/classify?picture=1", files={"file": (files[1].name, files[1].read_bytes())},
-                          timeout=60).json()["files"][0]
+    expected = httpx.post(f"{url}/classify?picture=1&segments=auto",
+                          files={"file": (files[1].name, files[1].read_bytes())}, timeout=60).json()["files"][0]
     picked = [files[1], files[0]]
     with sync_api.sync_playwright() as pw:
         # a fresh profile; Playwright adds --headless and takes the profile folder as user_data_dir
@@ -100,6 +101,11 @@ def test_the_page_in_a_real_browser_uploads_a_file_and_shows_the_top_5(served: t
             page.goto(url + "/")
             page.wait_for_function("document.getElementById('model').textContent.includes('6 genres')",
                                    timeout=30_000)
+            from pipeline import decode_av
+
+            accept = page.locator("#pick").get_attribute("accept").split(",")  # what this install decodes
+            assert {".wav", ".flac", ".mp3", ".aiff"} <= set(accept) and (".m4a" in accept) == decode_av.available()
+            assert page.locator("#formats").text_content() == ", ".join(a[1:] for a in accept[1:])
             page.set_input_files("#pick", [str(f) for f in picked])
             page.wait_for_selector(".file[data-done='1'] >> nth=1", timeout=60_000)
             page.wait_for_function("[...document.querySelectorAll('img.mel')].every(i => i.complete)")
@@ -110,6 +116,7 @@ def test_the_page_in_a_real_browser_uploads_a_file_and_shows_the_top_5(served: t
                                                                            for t in expected["top"]]
             assert box.locator("img.mel").get_attribute("src").startswith("data:image/png;base64,")
             _check_axes(box, expected["picture_axes"])
+            _check_strip(page, box, expected)
             for card in page.locator(".file").all():  # a player of the browser's own copy of the file
                 assert card.locator("audio.player[controls]").count() == 1
                 assert card.locator("audio.player").get_attribute("src").startswith("blob:")
@@ -121,6 +128,22 @@ def test_the_page_in_a_real_browser_uploads_a_file_and_shows_the_top_5(served: t
                 page.screenshot(path=str(Path(__file__).resolve().parents[1] / "docs" / "page.png"), full_page=True)
         finally:
             browser.close()
+
+
+def _check_strip(page: Any, box: Any, expected: dict[str, Any]) -> None:
+    """Genre over time: one cell per window (a 3.5 s upload, ``segments=auto``: 1 s windows, 4 cells), each
+    labelled with its window's top genre, one colour per genre on every card."""
+    cells = box.locator(".overtime .strip .cell")
+    assert expected["segment_s"] == 1.0 and cells.count() == math.ceil(expected["duration_s"]) == 4
+    assert cells.evaluate_all("cs => cs.map(c => c.dataset.genre)") == [s["top"][0]["label"]
+                                                                         for s in expected["segments"]]
+    assert all(t.startswith(f"{s['start_s']:.1f}–{s['end_s']:.1f} s: ")
+               for t, s in zip(cells.evaluate_all("cs => cs.map(c => c.title)"), expected["segments"], strict=True))
+    colours: dict[str, set[str]] = {}
+    for genre, colour in page.locator(".overtime .cell").evaluate_all(
+            "cs => cs.map(c => [c.dataset.genre, getComputedStyle(c).backgroundColor])"):
+        colours.setdefault(genre, set()).add(colour)
+    assert all(len(c) == 1 for c in colours.values()), colours
 
 
 def _check_axes(box: Any, axes: dict[str, Any]) -> None:

@@ -45,7 +45,8 @@ def test_each_error_is_one_response(error: RequestError, status: int, body: dict
 def test_an_answer_is_the_json_it_always_was() -> None:
     answer = Answer("m.pt", ["a", "b"], [Classified("x.wav", 1.23456, 53, [("b", 0.7000004), ("a", 0.2999996)],
                                                     b"\x89PNG"), Failed("y.txt", "not an audio file")])
-    assert answer_json(answer) == {"model": "m.pt", "labels": ["a", "b"], "outputs": "classes", "files": [
+    assert answer_json(answer) == {"model": "m.pt", "labels": ["a", "b"], "outputs": "classes",
+                                   "calibration": "uncalibrated", "temperature": None, "files": [
         {"file": "x.wav", "duration_s": 1.235, "frames": 53, "top": [{"label": "b", "prob": 0.7},
                                                                        {"label": "a", "prob": 0.3}],
          "picture": "data:image/png;base64,iVBORw=="},

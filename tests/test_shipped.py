@@ -93,12 +93,21 @@ def test_classify_says_tags_in_json_csv_and_table(song: Path, capsys: pytest.Cap
     code, out, _ = _classify([str(song), "--json", "--topk", "2"], capsys)
     answer = json.loads(out)[0]
     assert code == 0 and "answer" not in answer and "top" not in answer
+    assert "calibration" not in answer and "temperature" not in answer  # independent scores: no temperature
     assert [t["tag"] for t in answer["tags"]][0] in shipped_stub.TAGS and len(answer["tags"]) == 2
     code, out, _ = _classify([str(song), "--csv", "--labels", "rock,jazz"], capsys)
     rows = list(csv.reader(io.StringIO(out)))
     assert rows[0] == ["path", "tags", "truth"] and {p.split(":")[0] for p in rows[1][1].split(";")} == {"rock", "jazz"}
     code, out, _ = _classify([str(song)], capsys)
     assert "tags (independent scores)" in out.splitlines()[0]
+    # --segments: each window has the tagger's output shape, and no calibration either
+    code, out, _ = _classify([str(song), "--json", "--topk", "2", "--segments", "0.5"], capsys)
+    segs = json.loads(out)[0]["segments"]
+    assert code == 0 and len(segs) == 2 and all(set(s) == {"start_s", "end_s", "tags"} for s in segs)
+    assert all(len(s["tags"]) == 2 and s["tags"][0]["tag"] in shipped_stub.TAGS for s in segs)
+    code, out, _ = _classify([str(song), "--csv", "--segments", "0.5"], capsys)
+    rows = list(csv.reader(io.StringIO(out)))
+    assert rows[0] == ["path", "start_s", "end_s", "tags", "truth"] and len(rows) == 3
 
 
 def test_classify_lists_tags_and_refuses_unknown_labels(song: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -122,11 +131,13 @@ def test_the_server_answers_tags_for_a_shipped_name(song: Path) -> None:
     with TestClient(create_app(service), base_url="http://localhost") as client:
         health = client.get("/health").json()
         assert health["outputs"] == "tags" and health["labels"] == shipped_stub.TAGS and health["model"] == NAME
-        r = client.post("/classify?topk=3", files=[("file", (song.name, song.read_bytes(), "audio/wav"))])
+        r = client.post("/classify?topk=3&segments=0.5", files=[("file", (song.name, song.read_bytes(), "audio/wav"))])
         answer = r.json()
         assert r.status_code == 200 and answer["outputs"] == "tags"
+        assert "calibration" not in answer and "temperature" not in answer
         tags = answer["files"][0]["tags"]
         assert "top" not in answer["files"][0] and len(tags) == 3 and {"tag", "score"} == set(tags[0])
+        assert [set(s) for s in answer["files"][0]["segments"]] == [{"start_s", "end_s", "tags"}] * 2
         assert 'answer.tags' in client.get("/").text
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import logging
 from pathlib import Path
 from typing import Any
@@ -71,15 +73,25 @@ def test_loss_decreases_and_best_checkpoint_reloads_to_same_predictions(store: P
     # normalisation fitted on the training frames (noise around -50 dB with a +15 dB band)
     assert -50.0 < ck.config.input_mean < -44.0 and 6.0 < ck.config.input_std < 10.0
 
-    # The saved weights are the best epoch's: its recorded validation loss and accuracy come back.
+    # The saved weights are the best epoch's: its recorded validation loss and accuracy come back (from the
+    # plain softmax: the checkpoint without its temperature).
     s = open_store(store)
     _, val_rows = training_rows(s, SplitRule(0.25, 0))
-    probs = predict(s, ck, device="cpu", progress=False).probs[val_rows]
+    plain = dataclasses.replace(ck, extra={k: v for k, v in ck.extra.items() if k != "calibration"})
+    raw = predict(s, plain, device="cpu", progress=False).probs[val_rows]
     truth = torch.from_numpy(s.labels[val_rows].astype(np.int64))
     best = res.history[res.best_epoch - 1]
-    val_loss = float(F.nll_loss(torch.log(torch.from_numpy(probs)), truth))
+    val_loss = float(F.nll_loss(torch.log(torch.from_numpy(raw)), truth))
     assert val_loss == pytest.approx(best["val_loss"], rel=1e-4, abs=1e-5)
-    assert float((probs.argmax(1) == truth.numpy()).mean()) == pytest.approx(best["val_accuracy"])
+    assert float((raw.argmax(1) == truth.numpy()).mean()) == pytest.approx(best["val_accuracy"])
+    # The temperature fitted on those validation clips is recorded; predictions are softmax(logits / T).
+    cal = ck.calibration
+    assert cal.temperature is not None and cal.n_clips == len(val_rows) and ck.extra["calibration"]["n_clips"]
+    assert cal.nll_before == pytest.approx(val_loss, rel=1e-4, abs=1e-5)
+    probs = predict(s, ck, device="cpu", progress=False).probs[val_rows]
+    expected = torch.softmax(torch.log(torch.from_numpy(raw).double()) / cal.temperature, dim=1).numpy()
+    np.testing.assert_allclose(probs, expected, atol=1e-5)
+    assert float(F.nll_loss(torch.log(torch.from_numpy(probs)), truth)) == pytest.approx(cal.nll_after, abs=1e-4)
     # and a second load gives identical predictions
     again = predict(s, load_checkpoint(model_path), device="cpu", progress=False).probs[val_rows]
     np.testing.assert_array_equal(probs, again)
@@ -244,11 +256,15 @@ def test_the_default_recipe_trains_on_every_stored_feature(tmp_path: Path) -> No
     res = train(store, tmp_path / "m.pt", config, progress=False)
     ck = load_checkpoint(res.model_path)
     assert ck.feature == "mel+cqt" and ck.n_bins == 28
+    assert ck.calibration.temperature == ck.extra["calibration"]["temperature"] > 0  # fitted on the held-out clips
+    assert "temperature-scaled" in res.summary()
     assert ck.config is not None and ck.config.bin_mean is not None and len(ck.config.bin_mean) == 28
     assert all(np.isfinite(h["loss"]) for h in res.history)
     mel_only = make_store(tmp_path / "m.zarr", lengths=[30, 50, 70, 90] * 3, specs={"mel": specs["mel"]})
-    res = train(mel_only, tmp_path / "mel.pt", config, progress=False)  # pitch_shift: no CQT, logged, ignored
+    # pitch_shift: no CQT, logged, ignored; no validation clips: no temperature, the summary says uncalibrated
+    res = train(mel_only, tmp_path / "mel.pt", dataclasses.replace(config, val_fraction=0.0), progress=False)
     assert load_checkpoint(res.model_path).feature == "mel"
+    assert not load_checkpoint(res.model_path).calibration.calibrated and "uncalibrated" in res.summary()
 
 
 @pytest.mark.slow
@@ -270,6 +286,12 @@ def test_cli_train_then_eval_on_the_held_out_split(store: Path, tmp_path: Path,
     out = capsys.readouterr().out
     assert "accuracy" in out and "split 'val'" in out
     assert {p.name for p in reports.iterdir()} >= {"report.json", "report.txt", "confusion.png"}
+    # the temperature fitted on the validation split, and the ECE before and after it on the clips scored
+    report = json.loads((reports / "report.json").read_text())
+    assert report["temperature"] == load_checkpoint(model).calibration.temperature > 0
+    assert report["calibration"] == "temperature" and report["ece_bins"] == 15
+    assert 0 <= report["ece_before"] <= 1 and 0 <= report["ece_after"] <= 1
+    assert "T was fitted on these very clips" in (reports / "report.txt").read_text()
 
 
 @pytest.mark.slow

@@ -45,7 +45,7 @@ def test_a_head_trains_on_the_backbones_embeddings_and_runs_as_a_checkpoint(trai
     assert "transfer head on tiny-tags" in res.summary()  # type: ignore[attr-defined]
 
 
-def test_embeddings_are_cached_by_content_hash_and_reused(trained: tuple[Path, Path, object]) -> None:
+def test_embeddings_are_cached_by_content_hash_and_reused(trained: tuple[Path, Path, object], tmp_path: Path) -> None:
     store, model, _ = trained
     cache = embeddings_path_for(model)
     with np.load(cache, allow_pickle=False) as z:
@@ -60,6 +60,11 @@ def test_embeddings_are_cached_by_content_hash_and_reused(trained: tuple[Path, P
     np.savez(cache, key=np.array(key.replace(NAME, "another")), hashes=np.array(["x"]), embeddings=np.zeros((1, 8)))
     assert train_transfer(store, model, TrainConfig(backbone=NAME, device="cpu"), progress=False,
                           overwrite=True).embedded == 30
+    assert not load_checkpoint(model).calibration.calibrated  # no validation clips: nothing to fit a temperature on
+    held = tmp_path / "held.pt"  # validation clips (from the cache: no backbone pass): the head gets a temperature
+    train_transfer(store, held, TrainConfig(backbone=NAME, device="cpu", val_fraction=0.3), progress=False,
+                   cache_path=cache)
+    assert load_checkpoint(held).calibration.temperature is not None
 
 
 def test_a_store_without_the_backbones_feature_is_refused(tmp_path: Path) -> None:

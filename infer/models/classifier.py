@@ -37,7 +37,7 @@ from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
 from ..model_config import MIN_FRAMES, ModelConfig, ModelConfigError
-from .masking import recompute_context, remask, strided_lengths
+from .masking import exporting, recompute_context, remask, strided_lengths
 from .pool_window import PoolSpan, Whole, pool_span
 from .pooling import FreqPooling, TimePooling
 from .registry import FREQ_POOLING_REGISTRY, POOLING_REGISTRY
@@ -142,16 +142,20 @@ class MaskedClassifier(nn.Module):
         lengths = torch.as_tensor(lengths, device=x.device).long()
         if lengths.shape != (x.shape[0],):
             raise ValueError(f"lengths must have shape ({x.shape[0]},), got {tuple(lengths.shape)}")
-        if lengths.numel() and (int(lengths.min()) < MIN_FRAMES or int(lengths.max()) > x.shape[-1]):
+        if not exporting() and lengths.numel() and (int(lengths.min()) < MIN_FRAMES
+                                                    or int(lengths.max()) > x.shape[-1]):
             raise ValueError(f"lengths must lie in [{MIN_FRAMES}, {x.shape[-1]}] frames")
         if self.bin_shift is not None and self.bin_scale is not None:
             h = (x - self.bin_shift.to(x.dtype)) * self.bin_scale.to(x.dtype)
         else:
             h = (x - self.config.input_mean) * (1.0 / self.config.input_std)
         h = remask(h, lengths)
-        extra = -x.shape[-1] % self.time_stride
-        if extra:
-            h = F.pad(h, (0, extra))
+        frames = x.shape[-1]
+        # infer.budget.align_frames' rule, spelled with positive integers only: ONNX divides integers toward
+        # zero, so -(-frames // stride) would export as the wrong size (infer/export.py)
+        padded = (frames + self.time_stride - 1) // self.time_stride * self.time_stride
+        if exporting() or padded != frames:  # exported: the pad is part of the graph, whatever the frames
+            h = F.pad(h, (0, padded - frames))
         return h, lengths
 
     def checkpoint_segments(self) -> list[nn.Module]:

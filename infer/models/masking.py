@@ -39,8 +39,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-__all__ = ["MaskedBatchNorm2d", "all_real", "conv_bn", "max_pool", "recompute_context", "relu", "remask",
-           "strided_lengths", "time_mask"]
+__all__ = ["MaskedBatchNorm2d", "all_real", "conv_bn", "exporting", "max_pool", "recompute_context", "relu",
+           "remask", "strided_lengths", "time_mask"]
 
 
 def time_mask(lengths: Tensor, n_frames: int, dtype: torch.dtype) -> Tensor:
@@ -55,7 +55,16 @@ def all_real(x: Tensor, lengths: Tensor) -> bool:
     Equal-length training crops are the common case; masking them is a no-op,
     so it is skipped.  Not checked on accelerators (it would synchronise).
     """
+    if exporting():
+        return False
     return x.device.type == "cpu" and bool(lengths.numel()) and int(lengths.min()) >= x.shape[-1]
+
+
+def exporting() -> bool:
+    """True while the model is traced or exported (``torch.jit.trace``, ``torch.export``, the ONNX exporter):
+    no shortcut or check may then read the lengths' values, which would fix them in the exported graph."""
+    is_exporting = getattr(torch.compiler, "is_exporting", None)  # torch >= 2.5
+    return torch.jit.is_tracing() or bool(is_exporting is not None and is_exporting())
 
 
 def remask(x: Tensor, lengths: Tensor) -> Tensor:

@@ -74,7 +74,7 @@ class Windows(PoolSpan):
         windows without a real frame count for nothing."""
         size = self.frames
         b, c, t = per_frame.shape
-        n = -(-t // size)
+        n = (t + size - 1) // size  # not -(-t // size): ONNX divides integers toward zero, Python floors
         pad = n * size - t
         frames = F.pad(per_frame, (0, pad)).reshape(b, c, n, size).transpose(1, 2)  # (B, J, C, size)
         w = F.pad(weights, (0, pad)).reshape(b, n, size)

@@ -20,7 +20,9 @@ configuration (``<model>.config.json``) beside it.
 Which weights are saved: by default (``select="last"``) those at the end of
 the fixed schedule, so a few validation clips choose nothing; validation
 reports, and at the end :func:`~.report.held_out_report` scores the model and
-each of its experts on the held-out clips with intervals.  ``select="best"``
+each of its experts on the held-out clips with intervals, and a temperature
+is fitted on the kept model's held-out logits and recorded in the checkpoint
+(:mod:`infer.calibration`; none without held-out clips: uncalibrated).  ``select="best"``
 keeps the epoch with the best validation accuracy (then loss).
 
 Resuming: after every epoch ``<model>.resume.pt`` (:mod:`.resume`) is
@@ -52,6 +54,7 @@ from tqdm.auto import tqdm
 
 from store import Store, write_atomic
 
+from ..calibration import Calibration, fit_temperature
 from ..checkpoint import Checkpoint, load_checkpoint, save_checkpoint
 from ..contract import ModelSpec
 from ..models import MaskedClassifier, count_parameters
@@ -141,6 +144,7 @@ class TrainResult:
                          f"{fit['folds']}-fold grouped cross-validation on the training clips (C {fit['C']:g})")
         if self.extra.get("held_out"):
             lines.append("  " + held_out_text(self.extra["held_out"], self.n_val))
+        lines.append("  " + Calibration.from_extra(self.extra).describe())
         return "\n".join(lines)
 
 
@@ -259,7 +263,7 @@ def _write_config(run: Run, learner: Learner, extra: dict[str, Any]) -> None:
     record: dict[str, Any] = {
         "train_config": run.cfg.to_dict(), "model": learner.spec.to_dict(), "split": run.rule.to_dict(),
         "store": str(run.store.location), "feature": run.feature,
-        **{k: extra[k] for k in ("recipe", "stats_head", "stats_weight", "held_out") if k in extra}}
+        **{k: extra[k] for k in ("recipe", "stats_head", "stats_weight", "held_out", "calibration") if k in extra}}
     write_atomic(config_path_for(run.model_path), json.dumps(record, indent=2) + "\n")
 
 
@@ -382,9 +386,11 @@ def _finish(run: Run, learner: Learner, extra: dict[str, Any], last_logits: np.n
             logits = cnn + ckpt.model.kwargs["stats_weight"] * stats
         extra["held_out"] = held_out_report(truth, logits, cnn, stats)
         log.info("%s", held_out_text(extra["held_out"], len(run.val_rows)))
+        extra["calibration"] = fit_temperature(logits, truth).to_dict()  # the kept model's validation logits
+        log.info("%s", Calibration.from_extra(extra).describe())
     elif run.cfg.stats_weight is None and learner.stats_fit is not None:
         _set_weight(ckpt, learner, extra, WeightChoice(DEFAULT_WEIGHT, f"{DEFAULT_WEIGHT:g}: no validation clips"))
-    final: dict[str, Any] = {k: extra[k] for k in ("held_out", "stats_weight") if k in extra}
+    final: dict[str, Any] = {k: extra[k] for k in ("held_out", "stats_weight", "calibration") if k in extra}
     ckpt.extra.update({"history": learner.history, "epochs_done": len(learner.history), "complete": True, **final})
     save_checkpoint(ckpt, run.model_path)
     _write_config(run, learner, extra)

@@ -12,6 +12,9 @@ The head is a logistic regression on the standardised embeddings (the training c
 deviation), its ``C`` chosen by grouped cross-validation on the training clips
 (:func:`~infer.train.stats_head.fit_linear_head`, as the statistics head's), then written into a
 :class:`~infer.models.transfer.TransferClassifier`, saved as any checkpoint (the backbone's weights included).
+With held-out validation clips a temperature is fitted on the head's logits for them and recorded
+(``extra["calibration"]``, :mod:`infer.calibration`), as the training loop does for any model: a head is a
+single-label softmax like any other; without them it is uncalibrated.
 With ``finetune = N`` the backbone's top ``N`` layers train with the head by SGD in the usual training loop
 (:func:`infer.train.train`), the head starting from the closed-form fit; no cache is kept then, since the
 embeddings change as the layers train.
@@ -35,6 +38,7 @@ from torch import Tensor, nn
 
 from store import Store, atomic_path, check_output_path, open_store, write_atomic
 
+from ..calibration import Calibration, fit_temperature
 from ..checkpoint import Checkpoint, check_store_matches, save_checkpoint
 from ..contract import spec_of
 from ..runtime import Engine
@@ -218,11 +222,12 @@ def train_transfer(store: str | os.PathLike[str] | Store, model_path: str | os.P
     with threadpool_limits(limits=1, user_api="blas"):  # small problems: one BLAS thread is several times faster
         fit = fit_linear_head(net.head, (train_emb - shift) * scale, y, [keys[int(r)] for r in train_rows],
                               seed=cfg.seed, what="transfer head")
-    val_acc = None
+    val_acc, calibration = None, Calibration()
     if len(val_rows):
         with torch.no_grad():
-            pred = net.head_logits(torch.from_numpy(val_emb)).argmax(1).numpy()
-        val_acc = float((pred == s.labels[val_rows]).mean())
+            val_logits = net.head_logits(torch.from_numpy(val_emb)).numpy()
+        val_acc = float((val_logits.argmax(1) == s.labels[val_rows]).mean())
+        calibration = fit_temperature(val_logits, s.labels[val_rows].astype(np.int64))  # as the training loop
     rules = {**(rules or {}), **({"val_fraction": val_rule} if val_rule else {})}
     rules["head"] = (f"a logistic regression on the standardised {dim}-value {name} embeddings, C by grouped "
                      "cross-validation on the training clips")
@@ -237,6 +242,9 @@ def train_transfer(store: str | os.PathLike[str] | Store, model_path: str | os.P
     if cfg.finetune:
         return _finetune(s, model_path, cfg, net, shipped.feature, extra, progress=progress, threads=threads,
                          overwrite=overwrite)
+    if calibration.calibrated:  # a fine-tuned head gets the loop's own fit instead
+        extra["calibration"] = ckpt.extra["calibration"] = calibration.to_dict()
+        log.info("%s", calibration.describe())
     save_checkpoint(ckpt, model_path)
     write_atomic(Path(model_path).with_name(Path(model_path).stem + ".config.json"),
                  json.dumps({"train_config": cfg.to_dict(), "model": spec_of(net).to_dict(), **extra}, indent=2) + "\n")

@@ -1,0 +1,89 @@
+"""``specstore classify --segments SECONDS``: genre over time, one row per window, exact under batching."""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+from factories import LABELS, make_checkpoint, make_corpus
+
+from infer.runtime import RunOptions
+from serving.classify import classify_files
+from serving.cli import main as specstore_main
+from serving.model import Classifier
+from serving.segments import parse_segments, segment_spans
+from store import ConfigError, FeatureSpec
+
+CPU = RunOptions(device="cpu", progress=False)
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[Path], Path]:
+    root = tmp_path_factory.mktemp("seg")
+    files = make_corpus(root / "c", n=3, seconds=1.3, step=0.9)  # 1.3, 2.2, 3.1 s
+    return files, make_checkpoint(root / "m.pt", spec=FeatureSpec.mel(n_bins=16))
+
+
+def test_spans_cover_the_clip_in_order_the_last_one_shorter() -> None:
+    spans = segment_spans(100, 2.3, 1.0, 0.023, align=4)
+    assert [(s, e) for s, e, _, _ in spans] == [(0.0, 1.0), (1.0, 2.0), (2.0, 2.3)]
+    assert spans[0][2] == 0 and spans[-1][3] == 100
+    assert all(a[3] == b[2] for a, b in zip(spans, spans[1:], strict=False))
+    assert all(f0 % 4 == 0 and f1 > f0 for _, _, f0, f1 in spans)
+    with pytest.raises(ConfigError, match="shorter than the model's time step"):
+        segment_spans(100, 2.3, 0.05, 0.023, align=4)
+    for bad in ("0", "-1", "nan", "inf", "x"):
+        with pytest.raises(argparse.ArgumentTypeError, match="positive number of seconds"):
+            parse_segments(bad)
+
+
+def test_cli_json_and_csv_rows_one_per_window(setup: tuple[list[Path], Path],
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    files, ckpt = setup
+    args = [str(f) for f in files] + ["--model", str(ckpt), "--device", "cpu", "--no-progress", "--segments", "1"]
+    assert specstore_main(["classify", *args, "--json", "--topk", "2"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    for d in data:
+        segs = d["segments"]
+        assert len(segs) == math.ceil(d["duration_s"] - 1e-6)
+        assert [s["start_s"] for s in segs] == [float(k) for k in range(len(segs))]
+        assert [s["end_s"] for s in segs] == [float(k + 1) for k in range(len(segs) - 1)] + [d["duration_s"]]
+        for s in segs:
+            probs = [t["prob"] for t in s["top"]]
+            assert len(probs) == 2 and probs == sorted(probs, reverse=True) and s["answer"] == s["top"][0]["label"]
+            assert s["answer"] in LABELS
+            assert (s["calibration"], s["temperature"]) == ("uncalibrated", None)  # as its file's
+    assert specstore_main(["classify", *args, "--csv", "--unknown-below", "1"]) == 0
+    rows = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
+    assert list(rows[0])[:3] == ["path", "start_s", "end_s"]
+    assert len(rows) == sum(len(d["segments"]) for d in data) and {r["pred"] for r in rows} == {"unknown"}
+    assert {r["calibration"] for r in rows} == {"uncalibrated"}
+    assert [r["path"] for r in rows] == [d["path"] for d in data for _ in d["segments"]]
+    assert specstore_main(["classify", *args]) == 0  # the table: one line per file, one indented per window
+    lines = capsys.readouterr().out.splitlines()
+    assert sum(line.startswith("  ") for line in lines) == len(rows)
+    assert specstore_main(["classify", *args[:-1], "0.01"]) == 2
+    assert "shorter than the model's time step" in capsys.readouterr().err
+    with pytest.raises(SystemExit):  # argparse's one line
+        specstore_main(["classify", *args[:-2], "--segments=0"])
+    assert "--segments: must be a positive number of seconds, got '0'" in capsys.readouterr().err
+
+
+def test_segments_do_not_depend_on_the_other_files_of_the_run(setup: tuple[list[Path], Path]) -> None:
+    files, ckpt = setup
+    classifier = Classifier(ckpt, CPU, batch_overhead_frames=1e9)  # one padded batch: masking must hold
+    together = classify_files(files, classifier, segments=0.7, progress=False, topk=3)
+    for i, f in enumerate(files):
+        alone = classify_files([f], classifier, segments=0.7, progress=False, topk=3).results[0]
+        got = together.results[i]
+        assert len(got.segments) == len(alone.segments) == math.ceil(got.duration / 0.7 - 1e-9)
+        for a, b in zip(got.segments, alone.segments, strict=True):
+            assert (a.start_s, a.end_s) == (b.start_s, b.end_s) and [x[0] for x in a.top] == [x[0] for x in b.top]
+            np.testing.assert_allclose([x[1] for x in a.top], [x[1] for x in b.top], rtol=1e-5, atol=1e-6)
+    assert len({tuple(s.top[0][1] for s in r.segments) for r in together.results}) == 3  # not one constant
