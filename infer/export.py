@@ -38,6 +38,7 @@ import importlib.util
 import json
 import logging
 import os
+import re
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -85,12 +86,15 @@ class ExportError(SpecstoreError):
 @dataclass(frozen=True)
 class ExportResult:
     """What :func:`export_model` wrote: ``path`` (the model file), ``sidecar`` (its JSON), ``max_difference``
-    (the largest absolute logit difference from the checkpoint on the check batch; None when not checked)."""
+    (the largest absolute logit difference from the checkpoint on the check batch, or score difference for a
+    tagger, whose scores are the sigmoids of its logits; None when not checked)."""
 
     path: Path
     sidecar: Path
     format: str
     max_difference: float | None
+    compared: str = "logits"
+    """What ``max_difference`` compares: ``logits``, or ``scores`` (sigmoids) for a tagger."""
 
 
 def _version() -> str:
@@ -239,19 +243,26 @@ def export_model(checkpoint: str | os.PathLike[str] | Checkpoint, path: str | os
     except ExportError:
         raise
     except Exception as e:  # the exporters raise many kinds; the first line says which op or guard failed
-        first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+        first = (re.sub(r"\x1b\[[0-9;]*m", "", str(e)).strip().splitlines() or [type(e).__name__])[0]
         raise ExportError(f"cannot export the {name} model of {source} to {format}: {first}") from None
-    check = _example(model, ckpt.n_bins, 3, 2 * int(getattr(model, "window_align", 1)) + 5)
+    # Checked on a batch of another size and more strides than the example: a graph that froze a shape
+    # derived from the example's lengths (a count of windows or patches) gives other logits here.
+    align = max(int(getattr(model, "window_align", 1)), int(getattr(model, "time_stride", 1)), 1)
+    check = _example(model, ckpt.n_bins, 3, 2 * align + 5)
     with torch.no_grad():
         expected = model(check[0].clone(), check[1])
     got = _run_exported(format, out, *check)
+    tags = ckpt.outputs == "tags"
+    if tags and got is not None:  # a tagger's logits are logit(mean of patch scores): compared as scores,
+        got, expected = torch.sigmoid(got.float()), torch.sigmoid(expected)  # ill-conditioned near 0 and 1
+    what = "scores" if tags else "logits"
     diff = None if got is None else float((got.float() - expected).abs().max())
     scale = max(1.0, float(expected.abs().max()))
     if diff is not None and not diff <= TOLERANCE * scale:
         out.unlink(missing_ok=True)
-        raise ExportError(f"the {format} export of {source} gives logits {diff:.3g} away from the checkpoint's "
+        raise ExportError(f"the {format} export of {source} gives {what} {diff:.3g} away from the checkpoint's "
                           f"(allowed {TOLERANCE * scale:.3g}); not written")
     side = sidecar_path(out)
     write_atomic(side, json.dumps(sidecar(ckpt, format, out.name), indent=1) + "\n")
-    log.info("exported %s to %s (max logit difference %s)", source, out, diff)
-    return ExportResult(out, side, format, diff)
+    log.info("exported %s to %s (max %s difference %s)", source, out, what, diff)
+    return ExportResult(out, side, format, diff, what)

@@ -273,7 +273,7 @@ def cmd_export(args: argparse.Namespace) -> int:
 
     res = export_model(args.model, out, format=options.format, trust_model_code=args.trust_model_code)
     checked = ("not run to check it (no onnxruntime)" if res.max_difference is None else
-               f"checked: logits within {res.max_difference:.2g} of the checkpoint's")
+               f"checked: {res.compared} within {res.max_difference:.2g} of the checkpoint's")
     print(f"{PROG}: wrote {res.path} and {res.sidecar} ({checked})", file=sys.stderr)
     return 0
 

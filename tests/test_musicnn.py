@@ -134,3 +134,24 @@ def test_the_memory_probe_takes_one_patch_per_stride_and_predicts_longer_batches
     charged = Budget.for_cost(2**62, cost).bytes(2, frames)
     assert measured + params <= charged * 1.0001
     assert measured + params == pytest.approx(charged, rel=1e-2)
+
+
+@pytest.mark.filterwarnings("ignore:`torch.jit.load` is deprecated:DeprecationWarning")
+def test_the_exported_tagger_equals_the_model_for_any_number_of_patches(
+        models: dict[str, tuple[MusiCNN, list[str], FeatureSpec]], tmp_path: Path) -> None:
+    """``specstore export musicnn-msd``: no shape in the graph depends on the example's lengths (a traced patch
+    count once gave other logits on clips of more patches), so the file equals the model on any batch."""
+    from infer.export import export_model
+
+    res = export_model("musicnn-msd", tmp_path / "m.torchscript.pt", format="torchscript")
+    assert res.compared == "scores" and res.max_difference is not None and res.max_difference < 1e-5
+    scripted = torch.jit.load(str(res.path))
+    model = models["musicnn-msd"][0]
+    gen = torch.Generator().manual_seed(3)
+    for frames, lengths in [(900, [900, 400]), (150, [150]), (2000, [2000, 1000, 10, 187])]:
+        lens = torch.tensor(lengths)
+        x = (torch.randn(len(lengths), 1, 96, frames, generator=gen) * 20 - 40) * (
+            torch.arange(frames) < lens[:, None, None, None])
+        with torch.no_grad():
+            torch.testing.assert_close(torch.sigmoid(scripted(x.clone(), lens)), model.tags(x.clone(), lens),
+                                       atol=1e-5, rtol=0)

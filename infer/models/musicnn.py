@@ -24,7 +24,9 @@ to 187 frames (zero is silence in this feature) and every patch is weighted by i
 real frames when patches are averaged: clip tag probabilities are the weighted mean
 of the patches' sigmoid outputs, the clip embedding the weighted mean of their
 penultimate layers.  Each patch is computed on its own frames only, so a clip's
-outputs in a padded batch equal its outputs alone.
+outputs in a padded batch equal its outputs alone: the batch's patches past a
+clip's end are computed, as any model computes its padding, and weigh 0.  No
+shape depends on the values of ``lengths``, so the model traces and exports.
 """
 
 from __future__ import annotations
@@ -152,20 +154,43 @@ class MusiCNN(nn.Module):
         clip = torch.arange(x.shape[0], device=x.device)[:, None].expand(-1, n_max)
         return grid[keep], clip[keep], real[keep]
 
-    def _average(self, values: Tensor, clip: Tensor, real: Tensor, batch: int) -> Tensor:
-        """Per clip, the mean of ``values`` ``(N, D)`` weighted by real frames (equal weights at 0 frames)."""
-        w = real.to(values.dtype).clamp(min=1e-12)
-        sums = values.new_zeros(batch, values.shape[1]).index_add_(0, clip, values * w[:, None])
-        return sums / values.new_zeros(batch).index_add_(0, clip, w)[:, None]
+    def patch_grid(self, x: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor]:
+        """Every clip cut into the batch's number of patches, ``P = ceil(T / 187)``: ``(B * P, 187, 96)`` patches
+        (frames past a clip's length zero) and their weights ``(B, P)``, the real frames of each (0 for a patch
+        past the clip's end; a clip of 0 frames weighs its first, silent patch 1).
+
+        Unlike :meth:`patches` no shape depends on the lengths' values, so the graph traces and exports
+        (``specstore export``) for any batch and length; the patches past a clip's end are computed and given
+        weight 0, as any model computes the padding of a batch (the planner charges the padded frames).
+        """
+        if x.dim() != 4 or x.shape[1] != 1 or x.shape[2] != N_MELS:
+            raise ConfigError(f"musicnn takes (B, 1, {N_MELS}, T) musicnn features, not {tuple(x.shape)}")
+        lengths = lengths.to(device=x.device, dtype=torch.long)
+        def cut(t: Tensor) -> Tensor:  # (B, C, T) -> (B, C, P, 187), the last patch zero-padded
+            return F.pad(t, (0, PATCH_FRAMES - 1)).unfold(2, PATCH_FRAMES, PATCH_FRAMES)
+
+        grid = cut(x[:, 0])  # (B, 96, P, 187)
+        frames = cut(torch.ones_like(x[:1, 0, :1]))[0, 0] > 0  # (P, 187): cells holding one of the T frames
+        index = frames.long().flatten().cumsum(0).reshape(frames.shape) - 1  # each cell's frame index
+        inside = (index[None] < lengths[:, None, None]) & frames[None]  # (B, P, 187): a clip's real frames
+        real = inside.sum(dim=2)  # (B, P)
+        grid = grid * inside[:, None].to(grid.dtype)
+        real[:, 0] = real[:, 0].clamp(min=1)  # a clip of 0 frames: its first patch (silence) stands for it
+        return grid.permute(0, 2, 3, 1).reshape(-1, PATCH_FRAMES, N_MELS), real
 
     def clip_outputs(self, x: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor]:
         """``(tags, embedding)``: per clip, the frame-weighted means of the patches' sigmoid outputs
-        ``(B, n_classes)`` and penultimate layers ``(B, 200)``."""
-        patches, clip, real = self.patches(x, lengths)
+        ``(B, n_classes)`` and penultimate layers ``(B, 200)`` (:meth:`patch_grid`)."""
+        patches, real = self.patch_grid(x, lengths)
         out = self.patch_layers(patches)
-        batch = x.shape[0]
-        return (self._average(torch.sigmoid(out["logits"]), clip, real, batch),
-                self._average(out["penultimate"], clip, real, batch))
+        w = real.to(patches.dtype)
+        w = (w / w.sum(dim=1, keepdim=True)).unsqueeze(2)  # (B, P, 1)
+        batch, n = real.shape
+
+        def mean(values: Tensor) -> Tensor:
+            return (values.reshape(batch, n, -1) * w).sum(dim=1)
+
+        return mean(torch.sigmoid(out["logits"])), mean(out["penultimate"])
 
     def tags(self, x: Tensor, lengths: Tensor) -> Tensor:
         """Tag probabilities ``(B, n_classes)``: independent sigmoid scores averaged over patches."""
