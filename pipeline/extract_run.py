@@ -48,7 +48,8 @@ def plan_tasks(todo: Sequence[tuple[TaskItem, int]], n_jobs: int, *, max_files: 
     Aims at >= 4 tasks per worker so the pool stays busy to the end, while a
     task never exceeds ``max_files`` files or ``max_bytes`` source bytes (a
     lone larger file is a task of its own).  With several workers the last
-    ``n_jobs`` tasks are split in halves, so the workers finish closer together
+    ``n_jobs`` tasks are cut into tasks of halving size (:func:`_shrinking`),
+    so the tasks shrink towards the end and the workers finish together
     (less time with one worker idle while the other ends a long task).
     Order is kept: deterministic.
     """
@@ -66,10 +67,22 @@ def plan_tasks(todo: Sequence[tuple[TaskItem, int]], n_jobs: int, *, max_files: 
         cur_bytes += size
     tasks.append(cur)
     if n_jobs > 1 and len(tasks) > n_jobs:
-        tail = [t[i:i + h] for t in tasks[-n_jobs:] for h in [max(1, math.ceil(len(t) / 2))]
-                for i in range(0, len(t), h)]
-        tasks[-n_jobs:] = tail
+        tail = [it for t in tasks[-n_jobs:] for it in t]
+        tasks[-n_jobs:] = _shrinking(tail, per_task, n_jobs)
     return tasks
+
+
+def _shrinking(items: list[TaskItem], size: int, n_jobs: int) -> list[list[TaskItem]]:
+    """``items`` cut into tasks of halving size, ``n_jobs`` of each size (size 6, 2 jobs, 12 items: 3, 3, 2, 2,
+    1, 1), order kept: the tasks shrink towards the end, so the workers finish together."""
+    pieces: list[list[TaskItem]] = []
+    while items:
+        size = max(1, math.ceil(size / 2))
+        for _ in range(n_jobs):
+            if items:
+                pieces.append(items[:size])
+                items = items[size:]
+    return pieces
 
 
 def owner_of(path: str, corpora: Sequence[Corpus]) -> int:

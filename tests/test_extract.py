@@ -84,7 +84,9 @@ def test_plan_tasks_bounds_and_order() -> None:
     tasks = plan_tasks(items, n_jobs=2)
     assert [it.hash for t in tasks for it in t] == [f"h{k}" for k in range(100)]
     assert len(tasks) >= 8 and max(len(t) for t in tasks) <= 64
-    assert len(tasks[-1]) < len(tasks[0])  # the tail is split finer, so two workers end together
+    # the last two tasks (13 + 9 files) become tasks of halving size, two of each: two workers end together
+    assert [len(t) for t in tasks] == [13] * 6 + [7, 7, 4, 4]
+    assert [len(t) for t in plan_tasks(items[:48], n_jobs=2)] == [6] * 6 + [3, 3, 2, 2, 1, 1]
     big = plan_tasks([(TaskItem("a", "a"), 1 << 30), (TaskItem("b", "b"), 1)], n_jobs=1, max_files=10)
     assert [len(t) for t in big] == [1, 1]
 
