@@ -155,3 +155,28 @@ def test_the_exported_tagger_equals_the_model_for_any_number_of_patches(
         with torch.no_grad():
             torch.testing.assert_close(torch.sigmoid(scripted(x.clone(), lens)), model.tags(x.clone(), lens),
                                        atol=1e-5, rtol=0)
+
+
+def test_a_clip_too_long_for_any_batch_is_windowed_exactly(
+        models: dict[str, tuple[MusiCNN, list[str], FeatureSpec]]) -> None:
+    """Windows cut on patch boundaries, their patch scores summed (``pooled_sum``/``classify``): the clip's
+    logits equal the whole clip's, where the mean of the windows' logits would not (unequal windows)."""
+    from infer.contract import exact_windows
+    from infer.windows import run_windowed, windowed_pooled_sum
+
+    model = models[MUSICNN_MODELS[0]][0]
+    assert exact_windows(model)
+    gen = torch.Generator().manual_seed(5)
+    frames = 7 * PATCH_FRAMES + 40
+    x = (torch.randn(1, 1, 96, frames, generator=gen) * 20 - 40).numpy()[0, 0]
+    with torch.no_grad():
+        whole = model(torch.from_numpy(x)[None, None], torch.tensor([frames]))[0]
+    _, _, n_windows = windowed_pooled_sum(model, x, 3 * PATCH_FRAMES + 10)
+    assert n_windows == 3  # 3 + 3 + 2 patches, no overlap (no context: a patch sees only itself)
+    # (compared as scores: a tagger's logits are logit(mean score), ill-conditioned where a score nears 0 or 1)
+    torch.testing.assert_close(torch.sigmoid(run_windowed(model, x, 3 * PATCH_FRAMES + 10)), torch.sigmoid(whole),
+                               atol=1e-6, rtol=0)
+    with torch.no_grad():
+        sums, counts = model.pooled_sum(torch.from_numpy(x)[None, None], torch.tensor([frames]))
+    torch.testing.assert_close(torch.sigmoid(model.classify(sums, counts))[0], torch.sigmoid(whole), atol=1e-6,
+                               rtol=0)

@@ -192,6 +192,31 @@ class MusiCNN(nn.Module):
 
         return mean(torch.sigmoid(out["logits"])), mean(out["penultimate"])
 
+    receptive_field = 0
+    """Frames of context a patch's outputs need beyond the patch itself: none (windows of a long clip are cut
+    on patch boundaries, :mod:`infer.windows`, so they need no overlap)."""
+
+    def pooled_sum(self, x: Tensor, lengths: Tensor, pool_start: Tensor | None = None,
+                   pool_stop: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        """``(sums (B, n_classes), counts (B,))``: the patches' sigmoid outputs times their real frames, summed
+        over the patches that start in ``[pool_start, pool_stop)`` (frames; default: all), and those frames.
+        Summed over the windows of a clip too long for any batch (cut on patch boundaries), :meth:`classify`
+        gives exactly the whole clip's logits (:func:`infer.windows.run_windowed`)."""
+        patches, real = self.patch_grid(x, lengths)
+        scores = torch.sigmoid(self.patch_layers(patches)["logits"]).reshape(*real.shape, -1)  # (B, P, C)
+        start = (torch.ones_like(real[0]).cumsum(0) - 1) * PATCH_FRAMES  # (P,) first frame of each patch
+        owned = torch.ones_like(real, dtype=torch.bool)
+        if pool_start is not None:
+            owned &= start[None] >= pool_start.to(start.device)[:, None]
+        if pool_stop is not None:
+            owned &= start[None] < pool_stop.to(start.device)[:, None]
+        w = (real * owned).to(scores.dtype)
+        return (scores * w[..., None]).sum(dim=1), w.sum(dim=1)
+
+    def classify(self, sums: Tensor, counts: Tensor) -> Tensor:
+        """Logits ``(B, n_classes)`` of :meth:`pooled_sum`'s sums and counts (summed over windows)."""
+        return torch.logit(sums / counts[:, None], eps=1e-7)
+
     def tags(self, x: Tensor, lengths: Tensor) -> Tensor:
         """Tag probabilities ``(B, n_classes)``: independent sigmoid scores averaged over patches."""
         return self.clip_outputs(x, lengths)[0]
