@@ -76,6 +76,7 @@ def health_json(service: Service) -> dict[str, Any]:
     return {
         "status": "ok" if failure is None else "unhealthy", **({"reason": failure} if failure else {}),
         "model": service.model_name, "labels": c.label_names, "outputs": getattr(c, "outputs", "classes"),
+        **_calibration(c),
         "feature": c.feature, "device": str(c.engine.device), "budget_mib": round(c.budget.budget_bytes / 2**20),
         "max_batch": c.budget.max_batch, "batching": k.policy.batching,
         "queue_depth": service.in_flight, "inflight_upload_bytes": service.upload_bytes.used,
@@ -88,6 +89,15 @@ def health_json(service: Service) -> dict[str, Any]:
             "read_timeout_s": k.read_timeout, "min_upload_kib_s": k.min_upload_kib_s,
             "max_connections": k.max_connections, "max_client_connections": k.max_client_connections},
     }
+
+
+def _calibration(classifier: Any) -> dict[str, Any]:
+    """A single-label model's ``calibration`` and ``temperature`` (as in each answer); nothing for a tagger."""
+    if getattr(classifier, "outputs", "classes") == "tags":
+        return {}
+    calibration = getattr(classifier, "calibration", None)
+    t = None if calibration is None else calibration.temperature
+    return {"calibration": "uncalibrated" if t is None else "temperature", "temperature": t}
 
 
 class Routes:

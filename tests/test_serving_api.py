@@ -72,6 +72,7 @@ def test_health_page_and_metrics(server: Server) -> None:
 
     assert {"wav", "flac", "ogg", "opus", "mp3", "aiff"} <= set(h["formats"])  # the page lists what it takes
     assert ("m4a" in h["formats"]) == decode_av.available() == ("wma" in h["formats"])
+    assert (h["calibration"], h["temperature"]) == ("uncalibrated", None)  # the page says so beside the model
     page = server.client.get("/")
     assert page.status_code == 200 and 'type="file"' in page.text and "classify?picture=1" in page.text
     m = server.client.get("/metrics")
@@ -236,3 +237,16 @@ def test_segments_are_each_windows_own_answer_and_bad_values_are_400(server: Ser
     for bad, says in (("0", "positive number"), ("x", "number of seconds or auto"), ("0.01", "time step")):
         r = server.post(("a.wav", server.files[0].read_bytes()), query=f"?segments={bad}")
         assert r.status_code == 400 and says in r.json()["error"], r.text
+
+
+def test_health_names_the_calibration_of_a_single_label_model_only() -> None:
+    from types import SimpleNamespace
+
+    from infer.calibration import Calibration
+    from serving.app import _calibration
+
+    assert _calibration(SimpleNamespace(outputs="classes", calibration=Calibration(1.7, 20))) == {
+        "calibration": "temperature", "temperature": 1.7}
+    assert _calibration(SimpleNamespace(outputs="classes", calibration=Calibration())) == {
+        "calibration": "uncalibrated", "temperature": None}
+    assert _calibration(SimpleNamespace(outputs="tags", calibration=Calibration())) == {}

@@ -101,6 +101,7 @@ def test_the_page_in_a_real_browser_uploads_a_file_and_shows_the_top_5(served: t
             page.goto(url + "/")
             page.wait_for_function("document.getElementById('model').textContent.includes('6 genres')",
                                    timeout=30_000)
+            assert "percentages uncalibrated" in page.locator("#model").text_content()  # no validation split
             from pipeline import decode_av
 
             accept = page.locator("#pick").get_attribute("accept").split(",")  # what this install decodes

@@ -131,6 +131,7 @@ def test_the_server_answers_tags_for_a_shipped_name(song: Path) -> None:
     with TestClient(create_app(service), base_url="http://localhost") as client:
         health = client.get("/health").json()
         assert health["outputs"] == "tags" and health["labels"] == shipped_stub.TAGS and health["model"] == NAME
+        assert "calibration" not in health and "temperature" not in health  # sigmoid scores take no temperature
         r = client.post("/classify?topk=3&segments=0.5", files=[("file", (song.name, song.read_bytes(), "audio/wav"))])
         answer = r.json()
         assert r.status_code == 200 and answer["outputs"] == "tags"
