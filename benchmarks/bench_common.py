@@ -80,6 +80,9 @@ class GroupResult:
     """When it was measured (UTC), where that differs from the report's run (groups kept by ``--merge``)."""
     run: str = ""
     """The id of the run that measured it, for groups kept by ``--merge`` from an earlier run; empty: this run."""
+    partial: bool = False
+    """Only some of the group's figures were measured (``MODEL_CORPORA=small``): ``--merge`` keeps the earlier
+    run's other figures of the group, each noted with the date it was measured."""
 
 
 def median(xs: Sequence[float]) -> float:

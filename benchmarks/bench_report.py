@@ -151,7 +151,12 @@ def merged(old: dict[str, Any], groups: list[GroupResult]) -> list[GroupResult]:
     for key, f in old.get("figures", {}).items():
         name = f["group"]
         if name in rerun:
-            combined.setdefault(name, rerun[name])
+            group = combined.setdefault(name, rerun[name])
+            if group.partial and key not in {g.key for g in group.figures}:  # a figure this run did not measure
+                when = info.get(name, {}).get("measured") or old.get("started", "")
+                kept = Figure.from_dict(key, f)
+                kept.note = f"measured {when}" + (f"; {kept.note}" if kept.note else "")
+                group.figures.append(kept)
             continue
         g = info.get(name, {})
         group = combined.setdefault(name, GroupResult(

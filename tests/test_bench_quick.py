@@ -259,3 +259,24 @@ def test_group_selection_skips_only_what_cannot_run(tmp_path: Path, monkeypatch:
         monkeypatch.setitem(render.SOUNDFONTS, name, dataclasses.replace(sf, path=str(tmp_path / name)))
     if importlib.util.find_spec("music21") is not None:
         assert select_groups(["plan", "model"], quick=True) == (["plan", "model"], {})
+
+
+def test_a_partial_rerun_of_the_model_grid_keeps_the_corpora_it_did_not_measure() -> None:
+    """``MODEL_CORPORA=small`` measures one corpus: ``--merge`` replaces that corpus's figures and keeps the
+    others of the group, each noted with the date it was measured (a whole-group replace would drop them)."""
+    from benchmarks.bench_common import Figure, GroupResult
+    from benchmarks.bench_report import merged
+
+    def fig(key: str, value: float) -> Figure:
+        return Figure(key, key, value, "fraction", "how")
+
+    old = {"started": "2026-12-03 14:48 UTC", "figures": {
+        "model_full_accuracy": {**fig("model_full_accuracy", 0.94).to_dict(), "group": "Model quality"},
+        "model_small_accuracy": {**fig("model_small_accuracy", 0.86).to_dict(), "group": "Model quality"}},
+        "groups": {"Model quality": {"measured": "2026-12-03 14:48 UTC"}}}
+    new = GroupResult("Model quality", [fig("model_small_accuracy", 0.9)], partial=True)
+    (group,) = merged(old, [new])
+    assert {f.key: f.value for f in group.figures} == {"model_small_accuracy": 0.9, "model_full_accuracy": 0.94}
+    assert next(f for f in group.figures if f.key == "model_full_accuracy").note == "measured 2026-12-03 14:48 UTC"
+    (whole,) = merged(old, [GroupResult("Model quality", [fig("model_small_accuracy", 0.9)])])
+    assert [f.key for f in whole.figures] == ["model_small_accuracy"]  # a whole rerun replaces the group
