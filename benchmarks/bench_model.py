@@ -310,6 +310,6 @@ def run(work: Path, *, quick: bool) -> GroupResult:
               "test clips (2000 resamples). The recipe was fixed by grouped cross-validation on training data "
               "before these runs; no figure here chose anything.")
     if wanted:
-        method += (f" This run measured {', '.join(wanted)} (MODEL_CORPORA); a figure noted 'measured DATE' was "
+        method += (f" This run measured {', '.join(wanted)} (MODEL_CORPORA); a figure noted '(measured DATE)' was "
                    "kept from an earlier run.")
     return GroupResult("Model quality", figures, method=method, partial=bool(wanted))
