@@ -180,3 +180,21 @@ def test_a_clip_too_long_for_any_batch_is_windowed_exactly(
         sums, counts = model.pooled_sum(torch.from_numpy(x)[None, None], torch.tensor([frames]))
     torch.testing.assert_close(torch.sigmoid(model.classify(sums, counts))[0], torch.sigmoid(whole), atol=1e-6,
                                rtol=0)
+
+
+def test_a_head_on_the_backbone_windows_a_long_clip_exactly() -> None:
+    """A transfer head (``make train ARCH=musicnn``) sums the backbone's patch embeddings over the windows
+    (``embedding_sum``): its logits for a clip too long for any batch equal the whole clip's."""
+    from infer.contract import exact_windows
+    from infer.models.transfer import TransferClassifier
+    from infer.windows import run_windowed
+
+    model = TransferClassifier("musicnn-msd", n_classes=3, embedding_dim=EMBEDDING_DIM).eval()
+    torch.nn.init.normal_(model.head.weight, std=0.05)
+    assert exact_windows(model)
+    gen = torch.Generator().manual_seed(6)
+    frames = 5 * PATCH_FRAMES + 90
+    x = (torch.randn(1, 1, 96, frames, generator=gen) * 20 - 40).numpy()[0, 0]
+    with torch.no_grad():
+        whole = model(torch.from_numpy(x)[None, None], torch.tensor([frames]))[0]
+    torch.testing.assert_close(run_windowed(model, x, 2 * PATCH_FRAMES), whole, atol=1e-4, rtol=1e-4)

@@ -196,22 +196,40 @@ class MusiCNN(nn.Module):
     """Frames of context a patch's outputs need beyond the patch itself: none (windows of a long clip are cut
     on patch boundaries, :mod:`infer.windows`, so they need no overlap)."""
 
-    def pooled_sum(self, x: Tensor, lengths: Tensor, pool_start: Tensor | None = None,
-                   pool_stop: Tensor | None = None) -> tuple[Tensor, Tensor]:
-        """``(sums (B, n_classes), counts (B,))``: the patches' sigmoid outputs times their real frames, summed
-        over the patches that start in ``[pool_start, pool_stop)`` (frames; default: all), and those frames.
-        Summed over the windows of a clip too long for any batch (cut on patch boundaries), :meth:`classify`
-        gives exactly the whole clip's logits (:func:`infer.windows.run_windowed`)."""
+    def _owned_sums(self, x: Tensor, lengths: Tensor, pool_start: Tensor | None,
+                    pool_stop: Tensor | None) -> tuple[Tensor, Tensor, Tensor]:
+        """``(score sums (B, n_classes), embedding sums (B, 200), counts (B,))`` over the patches that start in
+        ``[pool_start, pool_stop)`` (frames; default: all), each patch weighted by its real frames."""
         patches, real = self.patch_grid(x, lengths)
-        scores = torch.sigmoid(self.patch_layers(patches)["logits"]).reshape(*real.shape, -1)  # (B, P, C)
+        out = self.patch_layers(patches)
         start = (torch.ones_like(real[0]).cumsum(0) - 1) * PATCH_FRAMES  # (P,) first frame of each patch
         owned = torch.ones_like(real, dtype=torch.bool)
         if pool_start is not None:
             owned &= start[None] >= pool_start.to(start.device)[:, None]
         if pool_stop is not None:
             owned &= start[None] < pool_stop.to(start.device)[:, None]
-        w = (real * owned).to(scores.dtype)
-        return (scores * w[..., None]).sum(dim=1), w.sum(dim=1)
+        w = (real * owned).to(patches.dtype)
+
+        def summed(values: Tensor) -> Tensor:
+            return (values.reshape(*real.shape, -1) * w[..., None]).sum(dim=1)
+
+        return summed(torch.sigmoid(out["logits"])), summed(out["penultimate"]), w.sum(dim=1)
+
+    def pooled_sum(self, x: Tensor, lengths: Tensor, pool_start: Tensor | None = None,
+                   pool_stop: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        """``(sums (B, n_classes), counts (B,))``: the patches' sigmoid outputs times their real frames, summed
+        over the patches that start in ``[pool_start, pool_stop)`` (frames; default: all), and those frames.
+        Summed over the windows of a clip too long for any batch (cut on patch boundaries), :meth:`classify`
+        gives exactly the whole clip's logits (:func:`infer.windows.run_windowed`)."""
+        scores, _, counts = self._owned_sums(x, lengths, pool_start, pool_stop)
+        return scores, counts
+
+    def embedding_sum(self, x: Tensor, lengths: Tensor, pool_start: Tensor | None = None,
+                      pool_stop: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        """As :meth:`pooled_sum`, for the penultimate layer: summed over windows and divided by the counts, the
+        whole clip's :meth:`embed` (a head on this backbone windows exactly too)."""
+        _, embedding, counts = self._owned_sums(x, lengths, pool_start, pool_stop)
+        return embedding, counts
 
     def classify(self, sums: Tensor, counts: Tensor) -> Tensor:
         """Logits ``(B, n_classes)`` of :meth:`pooled_sum`'s sums and counts (summed over windows)."""

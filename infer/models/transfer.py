@@ -72,9 +72,23 @@ class TransferClassifier(nn.Module):
         self._frozen = layers[:len(layers) - finetune]
         for layer in self._frozen:
             layer.requires_grad_(False)
-        for name in ("time_stride", "masks_padding", "window_frames"):  # the model contract, as the backbone says
-            if hasattr(self.backbone, name):
+        for name in ("time_stride", "masks_padding", "window_frames", "receptive_field"):  # the model contract,
+            if hasattr(self.backbone, name):  # as the backbone says
                 setattr(self, name, getattr(self.backbone, name))
+        if callable(getattr(self.backbone, "embedding_sum", None)):  # exact windows of clips too long for a batch
+            self.pooled_sum = self._embedding_sum
+            self.classify = self._classify_sums
+
+    def _embedding_sum(self, x: Tensor, lengths: Tensor | Any, pool_start: Tensor | None = None,
+                       pool_stop: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        """``pooled_sum`` where the backbone has ``embedding_sum``: its embedding's frame-weighted sums over the
+        owned span and their counts (:mod:`infer.windows`)."""
+        fn: Any = self.backbone.embedding_sum
+        return fn(x, lengths, pool_start, pool_stop)
+
+    def _classify_sums(self, sums: Tensor, counts: Tensor) -> Tensor:
+        """``classify``: the head's logits of the summed embedding sums over their counts (the clip's embedding)."""
+        return self.head_logits(sums / counts[:, None])
 
     def train(self, mode: bool = True) -> TransferClassifier:
         """Train mode for the head and the unfrozen layers; frozen layers stay in eval mode."""
