@@ -155,7 +155,8 @@ def merged(old: dict[str, Any], groups: list[GroupResult]) -> list[GroupResult]:
             if group.partial and key not in {g.key for g in group.figures}:  # a figure this run did not measure
                 when = info.get(name, {}).get("measured") or old.get("started", "")
                 kept = Figure.from_dict(key, f)
-                kept.note = f"(measured {when})" + (f" {kept.note}" if kept.note else "")
+                if not kept.note.startswith(("(measured ", "measured ")):  # kept twice: its first date stays
+                    kept.note = f"(measured {when})" + (f" {kept.note}" if kept.note else "")
                 group.figures.append(kept)
             continue
         g = info.get(name, {})

@@ -278,5 +278,9 @@ def test_a_partial_rerun_of_the_model_grid_keeps_the_corpora_it_did_not_measure(
     (group,) = merged(old, [new])
     assert {f.key: f.value for f in group.figures} == {"model_small_accuracy": 0.9, "model_full_accuracy": 0.94}
     assert next(f for f in group.figures if f.key == "model_full_accuracy").note == "(measured 2026-12-03 14:48 UTC)"
+    again = {"started": "2026-12-04 15:35 UTC", "figures": {
+        f.key: {**f.to_dict(), "group": "Model quality"} for f in group.figures}, "groups": {"Model quality": {}}}
+    (twice,) = merged(again, [GroupResult("Model quality", [fig("model_small_accuracy", 0.8)], partial=True)])
+    assert next(f for f in twice.figures if f.key == "model_full_accuracy").note == "(measured 2026-12-03 14:48 UTC)"
     (whole,) = merged(old, [GroupResult("Model quality", [fig("model_small_accuracy", 0.9)])])
     assert [f.key for f in whole.figures] == ["model_small_accuracy"]  # a whole rerun replaces the group
