@@ -39,8 +39,8 @@ import torch.nn.functional as F
 
 from store import ConfigError
 
-__all__ = ["ECE_BINS", "TEMPERATURE_BOUNDS", "UNCALIBRATED", "Calibration", "calibration_report", "calibration_text",
-           "expected_calibration_error", "fit_temperature", "probabilities"]
+__all__ = ["ECE_BINS", "TEMPERATURE_BOUNDS", "UNCALIBRATED", "Calibration", "calibration_fields", "calibration_report",
+           "calibration_text", "expected_calibration_error", "fit_temperature", "probabilities"]
 
 log = logging.getLogger(__name__)
 
@@ -107,6 +107,15 @@ class Calibration:
                        _opt_float(record.get("nll_before")), _opt_float(record.get("nll_after")))
         except (TypeError, ValueError) as e:
             raise ConfigError(f"unreadable calibration record {dict(record)!r}: {e}") from None
+
+
+def calibration_fields(temperature: float | None, outputs: str = "classes") -> dict[str, Any]:
+    """The ``calibration`` (``temperature`` or ``uncalibrated``) and ``temperature`` (None when uncalibrated) keys
+    that classify's JSON, the server's answers and health, and an export's sidecar carry for a single-label model;
+    none for a tagger (``outputs == "tags"``: its independent scores take no temperature)."""
+    if outputs == "tags":
+        return {}
+    return {"calibration": UNCALIBRATED if temperature is None else "temperature", "temperature": temperature}
 
 
 def _opt_float(v: Any) -> float | None:

@@ -49,7 +49,7 @@ from torch import Tensor, nn
 
 from store import ConfigError, SpecstoreError, atomic_path, write_atomic
 
-from .calibration import UNCALIBRATED
+from .calibration import calibration_fields
 from .checkpoint import Checkpoint
 from .contract import masks_padding
 from .export_options import FORMATS, export_path, sidecar_path
@@ -114,8 +114,7 @@ def sidecar(ckpt: Checkpoint, fmt: str, model_file: str) -> dict[str, Any]:
     """
     tags = ckpt.outputs == "tags"
     temperature = ckpt.calibration.temperature  # None for a tagger, whatever its extra says
-    cal = {} if tags else {"temperature": temperature,
-                           "calibration": "temperature" if temperature is not None else UNCALIBRATED}
+    cal = calibration_fields(temperature, ckpt.outputs)
     frame = ckpt.spec.frame_seconds
     return {
         "format": fmt, "file": model_file, "specstore_version": _version(),

@@ -48,6 +48,7 @@ from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, R
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from infer.calibration import calibration_fields
 from pipeline.audio import readable_extensions
 from store import ConfigError
 
@@ -69,8 +70,9 @@ FAVICON = ('<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 16 16"><rect wi
            'height="11" fill="#fc8961"/><rect x="11" y="6" width="3" height="8" fill="#fcfdbf"/></svg>')
 
 
-def health_json(service: Service) -> dict[str, Any]:
-    """What ``GET /health`` says: the model, the device, the queue and every limit."""
+def health_json(service: Service, formats: list[str]) -> dict[str, Any]:
+    """What ``GET /health`` says: the model, the device, the queue, every limit and ``formats`` (the extensions
+    this install decodes, looked up once when the routes are made: ``/health`` is polled)."""
     c, k = service.classifier, service.config
     failure = service.failure
     return {
@@ -81,7 +83,7 @@ def health_json(service: Service) -> dict[str, Any]:
         "max_batch": c.budget.max_batch, "batching": k.policy.batching,
         "queue_depth": service.in_flight, "inflight_upload_bytes": service.upload_bytes.used,
         "open_connections": service.guard.total,
-        "formats": sorted(ext.lstrip(".") for ext in readable_extensions()), "limits": {
+        "formats": formats, "limits": {
             "max_file_mb": k.max_file_mb, "max_files": k.max_files, "max_seconds": k.max_seconds,
             "max_sample_rate": k.max_sample_rate, "max_channels": k.max_channels,
             "max_queue": k.max_queue, "max_client_clips": k.client_clips,
@@ -93,11 +95,9 @@ def health_json(service: Service) -> dict[str, Any]:
 
 def _calibration(classifier: Any) -> dict[str, Any]:
     """A single-label model's ``calibration`` and ``temperature`` (as in each answer); nothing for a tagger."""
-    if getattr(classifier, "outputs", "classes") == "tags":
-        return {}
     calibration = getattr(classifier, "calibration", None)
-    t = None if calibration is None else calibration.temperature
-    return {"calibration": "uncalibrated" if t is None else "temperature", "temperature": t}
+    return calibration_fields(None if calibration is None else calibration.temperature,
+                              getattr(classifier, "outputs", "classes"))
 
 
 class Routes:
@@ -107,6 +107,7 @@ class Routes:
         self.service = service
         name, limits = service.classifier.picture_part()
         self.scale = PictureScale.of(service.classifier.specs[name], limits)
+        self.formats = sorted(ext.lstrip(".") for ext in readable_extensions())
 
     async def page(self, request: Request) -> Response:
         text = resources.files("serving").joinpath("page.html").read_text(encoding="utf-8")
@@ -116,7 +117,7 @@ class Routes:
         return Response(FAVICON, media_type="image/svg+xml", headers={"Cache-Control": "max-age=86400"})
 
     async def health(self, request: Request) -> Response:
-        body = health_json(self.service)
+        body = health_json(self.service, self.formats)
         return JSONResponse(body, status_code=200 if body["status"] == "ok" else 503)
 
     async def metrics(self, request: Request) -> Response:

@@ -174,15 +174,14 @@ def _print_results(res: ClassifyResult, args: argparse.Namespace, calibration: C
     (independent scores take no temperature): JSON ``"tags": [{"tag", "score"}]``, CSV ``path,tags,truth``,
     a "top N tags" table column; its windows have the same shape.
     """
-    from infer.calibration import UNCALIBRATED
+    from infer.calibration import UNCALIBRATED, calibration_fields
     from infer.predictions import COLUMNS, TAG_COLUMNS, escape_label
 
     tags = res.outputs == "tags"
     segmented = args.segments is not None
     t = calibration.temperature
     if args.json:  # strict JSON, whole or nothing: classify_files turns non-finite answers into failures
-        cal: dict[str, object] = ({} if tags else
-                                  {"calibration": UNCALIBRATED if t is None else "temperature", "temperature": t})
+        cal = calibration_fields(t, res.outputs)
         print(json.dumps([_result_json(r, segmented, tags, cal) for r in res.results]
                          + [{"path": f.path, "error": f.reason} for f in res.failures], indent=1, allow_nan=False))
     elif args.csv:

@@ -15,6 +15,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from infer.calibration import calibration_fields
+
 from .answers import Answer, Classified, FileAnswer
 from .errors import FileRefused, NoFileClassified, NotRunning, Refused, RequestError, TimedOut
 from .metrics import Metrics
@@ -62,9 +64,7 @@ def answer_json(answer: Answer, scale: PictureScale | None = None) -> dict[str, 
     """The request's JSON: model, labels, ``outputs`` (``classes`` or ``tags``), for a single-label model its
     ``calibration`` (``temperature`` or ``uncalibrated``) with its ``temperature`` (null when uncalibrated) --
     a tagger's answer has neither key (its independent scores take no temperature) -- and one object per file."""
-    cal = ({} if answer.outputs == "tags" else
-           {"calibration": "uncalibrated" if answer.temperature is None else "temperature",
-            "temperature": answer.temperature})
+    cal = calibration_fields(answer.temperature, answer.outputs)
     return {"model": answer.model, "labels": answer.labels, "outputs": answer.outputs, **cal,
             "files": [file_json(a, scale, answer.outputs) for a in answer.files]}
 

@@ -157,6 +157,14 @@ def test_the_exported_tagger_equals_the_model_for_any_number_of_patches(
                                        atol=1e-5, rtol=0)
 
 
+def _long_clip(model: torch.nn.Module, frames: int, seed: int) -> tuple[np.ndarray, torch.Tensor]:
+    """A random ``(96, frames)`` clip and ``model``'s logits for it run whole."""
+    gen = torch.Generator().manual_seed(seed)
+    x = (torch.randn(1, 1, 96, frames, generator=gen) * 20 - 40).numpy()[0, 0]
+    with torch.no_grad():
+        return x, model(torch.from_numpy(x)[None, None], torch.tensor([frames]))[0]
+
+
 def test_a_clip_too_long_for_any_batch_is_windowed_exactly(
         models: dict[str, tuple[MusiCNN, list[str], FeatureSpec]]) -> None:
     """Windows cut on patch boundaries, their patch scores summed (``pooled_sum``/``classify``): the clip's
@@ -166,11 +174,8 @@ def test_a_clip_too_long_for_any_batch_is_windowed_exactly(
 
     model = models[MUSICNN_MODELS[0]][0]
     assert exact_windows(model)
-    gen = torch.Generator().manual_seed(5)
     frames = 7 * PATCH_FRAMES + 40
-    x = (torch.randn(1, 1, 96, frames, generator=gen) * 20 - 40).numpy()[0, 0]
-    with torch.no_grad():
-        whole = model(torch.from_numpy(x)[None, None], torch.tensor([frames]))[0]
+    x, whole = _long_clip(model, frames, seed=5)
     _, _, n_windows = windowed_pooled_sum(model, x, 3 * PATCH_FRAMES + 10)
     assert n_windows == 3  # 3 + 3 + 2 patches, no overlap (no context: a patch sees only itself)
     # (compared as scores: a tagger's logits are logit(mean score), ill-conditioned where a score nears 0 or 1)
@@ -192,9 +197,5 @@ def test_a_head_on_the_backbone_windows_a_long_clip_exactly() -> None:
     model = TransferClassifier("musicnn-msd", n_classes=3, embedding_dim=EMBEDDING_DIM).eval()
     torch.nn.init.normal_(model.head.weight, std=0.05)
     assert exact_windows(model)
-    gen = torch.Generator().manual_seed(6)
-    frames = 5 * PATCH_FRAMES + 90
-    x = (torch.randn(1, 1, 96, frames, generator=gen) * 20 - 40).numpy()[0, 0]
-    with torch.no_grad():
-        whole = model(torch.from_numpy(x)[None, None], torch.tensor([frames]))[0]
+    x, whole = _long_clip(model, 5 * PATCH_FRAMES + 90, seed=6)
     torch.testing.assert_close(run_windowed(model, x, 2 * PATCH_FRAMES), whole, atol=1e-4, rtol=1e-4)

@@ -136,23 +136,13 @@ class MusiCNN(nn.Module):
                 "max_pool": max_pool}
 
     def patches(self, x: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        """Cut clips into patches: ``(N, 187, 96)`` patches of real frames only (the rest zero), the clip
-        index ``(N,)`` and the real frames ``(N,)`` of each; a clip of 0 frames gives one silent patch."""
-        if x.dim() != 4 or x.shape[1] != 1 or x.shape[2] != N_MELS:
-            raise ConfigError(f"musicnn takes (B, 1, {N_MELS}, T) musicnn features, not {tuple(x.shape)}")
-        lengths = lengths.to(device=x.device, dtype=torch.long).clamp(max=x.shape[3])
-        counts = ((lengths + PATCH_FRAMES - 1) // PATCH_FRAMES).clamp(min=1)
-        n_max = int(counts.max()) if counts.numel() else 0
-        total = n_max * PATCH_FRAMES
-        padded = F.pad(x[:, 0], (0, max(0, total - x.shape[3])))[..., :total]  # (B, 96, n_max * 187)
-        frame = torch.arange(total, device=x.device)
-        padded = padded * (frame[None, :] < lengths[:, None]).to(padded.dtype)[:, None, :]
-        grid = padded.reshape(x.shape[0], N_MELS, n_max, PATCH_FRAMES).permute(0, 2, 3, 1)  # (B, P, 187, 96)
-        starts = torch.arange(n_max, device=x.device) * PATCH_FRAMES
-        real = (lengths[:, None] - starts[None, :]).clamp(0, PATCH_FRAMES)  # (B, P)
-        keep = torch.arange(n_max, device=x.device)[None, :] < counts[:, None]
-        clip = torch.arange(x.shape[0], device=x.device)[:, None].expand(-1, n_max)
-        return grid[keep], clip[keep], real[keep]
+        """A clip's own patches only, as the original cuts them (:meth:`patch_grid` less the patches past each
+        clip's end): ``(N, 187, 96)`` patches, the clip index ``(N,)`` and the real frames ``(N,)`` of each; a
+        clip of 0 frames gives one silent patch (weight 1)."""
+        grid, real = self.patch_grid(x, lengths)
+        keep = real.flatten() > 0
+        clip = torch.arange(real.shape[0], device=real.device)[:, None].expand_as(real).flatten()
+        return grid[keep], clip[keep], real.flatten()[keep]
 
     def patch_grid(self, x: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor]:
         """Every clip cut into the batch's number of patches, ``P = ceil(T / 187)``: ``(B * P, 187, 96)`` patches
@@ -181,16 +171,8 @@ class MusiCNN(nn.Module):
     def clip_outputs(self, x: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor]:
         """``(tags, embedding)``: per clip, the frame-weighted means of the patches' sigmoid outputs
         ``(B, n_classes)`` and penultimate layers ``(B, 200)`` (:meth:`patch_grid`)."""
-        patches, real = self.patch_grid(x, lengths)
-        out = self.patch_layers(patches)
-        w = real.to(patches.dtype)
-        w = (w / w.sum(dim=1, keepdim=True)).unsqueeze(2)  # (B, P, 1)
-        batch, n = real.shape
-
-        def mean(values: Tensor) -> Tensor:
-            return (values.reshape(batch, n, -1) * w).sum(dim=1)
-
-        return mean(torch.sigmoid(out["logits"])), mean(out["penultimate"])
+        scores, embedding, counts = self._owned_sums(x, lengths, None, None)
+        return scores / counts[:, None], embedding / counts[:, None]
 
     receptive_field = 0
     """Frames of context a patch's outputs need beyond the patch itself: none (windows of a long clip are cut
