@@ -97,6 +97,12 @@ class Calibration:
                 "nll_before": self.nll_before, "nll_after": self.nll_after}
 
     @classmethod
+    def of(cls, extra: Mapping[str, Any] | None, outputs: str = "classes") -> Calibration:
+        """A checkpoint's calibration: :meth:`from_extra` for a single-label model; always uncalibrated for a
+        tagger (``outputs == "tags"``: independent sigmoid scores take no temperature, whatever ``extra`` says)."""
+        return cls() if outputs == "tags" else cls.from_extra(extra)
+
+    @classmethod
     def from_extra(cls, extra: Mapping[str, Any] | None) -> Calibration:
         """The calibration a checkpoint's ``extra`` records; uncalibrated when it records none."""
         record = (extra or {}).get("calibration")

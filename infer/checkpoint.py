@@ -89,7 +89,7 @@ class Checkpoint:
         """How its logits become probabilities: the temperature fitted on the validation clips after training
         (``extra["calibration"]``), or uncalibrated (:mod:`infer.calibration`); always uncalibrated for a
         tagger (``outputs == "tags"``: independent sigmoid scores take no temperature)."""
-        return Calibration() if self.outputs == "tags" else Calibration.from_extra(self.extra)
+        return Calibration.of(self.extra, self.outputs)
 
     def build(self, device: torch.device | str = "cpu", *, trust_model_code: Trust = False) -> nn.Module:
         """The model with these weights, in eval mode on ``device``.

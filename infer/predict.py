@@ -90,7 +90,7 @@ class LoadedModel:
     def calibration(self) -> Calibration:
         """The checkpoint's calibration (:mod:`infer.calibration`); uncalibrated for a module or import path, and
         for a tagger (its sigmoid scores take no temperature)."""
-        return Calibration() if self.outputs == "tags" else Calibration.from_extra(self.extra)
+        return Calibration.of(self.extra, self.outputs)
 
 
 def load_model(model: ModelLike, store: Store, *, feature: str | None = None,
