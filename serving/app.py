@@ -48,7 +48,6 @@ from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, R
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from infer.calibration import calibration_fields
 from pipeline.audio import readable_extensions
 from store import ConfigError
 
@@ -95,6 +94,8 @@ def health_json(service: Service, formats: list[str]) -> dict[str, Any]:
 
 def _calibration(classifier: Any) -> dict[str, Any]:
     """A single-label model's ``calibration`` and ``temperature`` (as in each answer); nothing for a tagger."""
+    from infer.calibration import calibration_fields  # here: the server answers its port before torch loads
+
     calibration = getattr(classifier, "calibration", None)
     return calibration_fields(None if calibration is None else calibration.temperature,
                               getattr(classifier, "outputs", "classes"))

@@ -15,8 +15,6 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from infer.calibration import calibration_fields
-
 from .answers import Answer, Classified, FileAnswer
 from .errors import FileRefused, NoFileClassified, NotRunning, Refused, RequestError, TimedOut
 from .metrics import Metrics
@@ -64,6 +62,8 @@ def answer_json(answer: Answer, scale: PictureScale | None = None) -> dict[str, 
     """The request's JSON: model, labels, ``outputs`` (``classes`` or ``tags``), for a single-label model its
     ``calibration`` (``temperature`` or ``uncalibrated``) with its ``temperature`` (null when uncalibrated) --
     a tagger's answer has neither key (its independent scores take no temperature) -- and one object per file."""
+    from infer.calibration import calibration_fields  # here: the server answers its port before torch loads
+
     cal = calibration_fields(answer.temperature, answer.outputs)
     return {"model": answer.model, "labels": answer.labels, "outputs": answer.outputs, **cal,
             "files": [file_json(a, scale, answer.outputs) for a in answer.files]}
