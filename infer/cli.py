@@ -164,6 +164,14 @@ def cmd_train(args: argparse.Namespace) -> int:
     from .train.transfer import train_transfer
 
     choice = choose_backbone(args.store, args.model, config, progress=not args.no_progress)
+    if choice.backbone is not None and choice.combine:
+        from .train.ensemble import train_sum
+
+        both = train_sum(args.store, args.model, config, choice.backbone, progress=not args.no_progress,
+                         **machine, overwrite=args.overwrite)
+        record_choice(args.model, choice)
+        print(both.summary() + f"\n  backbone (auto): {choice.why}")
+        return 0
     if choice.backbone is not None:
         done = train_transfer(args.store, args.model, dataclasses.replace(config, backbone=choice.backbone),
                               progress=not args.no_progress, threads=machine["threads"], overwrite=args.overwrite,

@@ -101,14 +101,17 @@ def test_cross_validation_of_a_head_shares_one_embedding_cache(trained: tuple[Pa
 
 
 def test_the_recipe_chooses_from_training_data_and_records_why(tmp_path: Path) -> None:
-    from infer.train.choice import choose_backbone, record_choice
+    from infer.train.choice import choose_backbone, decide, record_choice
 
     store = make_separable_store(tmp_path / "s.zarr", n=30, lengths=(20, 60))
     auto = choose_backbone(store, tmp_path / "m.pt", TrainConfig(device="cpu"))
     figures = auto.figures
     assert auto.why is not None and figures["backbone"] == NAME and figures["backbone_clips"] == 30
-    expected = NAME if figures["transfer_cv_accuracy"] > figures["band_statistics_cv_accuracy"] + 0.02 else None
-    assert auto.backbone == expected and f"{figures['transfer_cv_accuracy']:.3f}" in auto.why
+    verdict = decide(figures["band_statistics_cv_accuracy"], figures["transfer_cv_accuracy"],
+                     figures["sum_cv_accuracy"])
+    assert auto.backbone == (None if verdict == "scratch" else NAME) and auto.combine == (verdict == "sum")
+    assert f"{figures['transfer_cv_accuracy']:.3f}" in auto.why and f"{figures['sum_cv_accuracy']:.3f}" in auto.why
+    assert 0.0 <= figures["sum_cv_accuracy"] <= 1.0
     assert embeddings_path_for(tmp_path / "m.pt").is_file(), "a transfer chosen here reuses the pass"
     assert choose_backbone(store, tmp_path / "m.pt", TrainConfig(backbone="none")).why is None
     other = make_store(tmp_path / "cqt.zarr", lengths=[20, 30], specs={"cqt": FeatureSpec.cqt(n_bins=16)})

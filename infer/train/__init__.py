@@ -10,6 +10,9 @@
 * :mod:`.steps`: one optimiser step's mechanics (mixup, weight average, OOM split);
 * :mod:`.report`: ``metrics.csv``, TensorBoard scalars, the held-out report;
 * :mod:`.loop`: :func:`train`, the run itself (``make train``).
+* :mod:`.transfer`: a head on a pretrained backbone's cached clip embeddings (``make train ARCH=musicnn``);
+* :mod:`.ensemble`: the sum of the from-scratch model and such a head, saved as one checkpoint;
+* :mod:`.choice`: the recipe's rule between the three, from the training clips alone.
 
 Data come through :mod:`infer.data` (the store dataset with per-item crops
 and :mod:`infer.augment`'s SpecAugment, the budgeted batch sampler, the

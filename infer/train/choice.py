@@ -11,14 +11,19 @@ folds, :func:`~infer.train.stats_head.fit_linear_head`) of two closed-form model
 * the band statistics: a logistic regression on each clip's per-bin mean, standard deviation and change
   (:func:`infer.baselines.clip_stats`) of the from-scratch features.
 
+* their sum: the two regressions' out-of-fold probabilities averaged, as the saved sum averages the two
+  models' (:mod:`infer.train.ensemble`).
+
 Cross-validating the CNN itself would train it once per fold, several times the recipe's time budget, so the
 band-statistics figure stands for it: the default recipe (CNN plus a statistics head) scored at or above that
-logistic regression on every corpus of ``docs/model.md``, so it is a floor of the from-scratch recipe.  The
-transfer head is chosen when its cross-validated accuracy beats that floor by more than :data:`MARGIN`, the
-from-scratch CNN otherwise.  The extra time is the backbone's one pass over the training clips (measured and
-recorded) plus seconds of logistic regressions.  Their sum (averaged probabilities) is not offered: the two
-models read features at different frame rates (musicnn: 16 kHz, hop 256; the mel: 22 050 Hz, hop 512), which
-one checkpoint's input cannot hold.
+logistic regression on every corpus of ``docs/model.md``, so it is a floor of the from-scratch recipe.
+:func:`decide` is the rule: the CNN from scratch unless the transfer head or the sum beats that floor by more
+than :data:`MARGIN`; then the sum when its figure is at least the head's (its from-scratch half is the floor,
+which the CNN it stands for beats), else the head alone.  The extra time is the backbone's one pass over the
+training clips (measured and recorded) plus seconds of logistic regressions; a sum also trains the CNN, the
+recipe's usual time.  A sum needs the backbone's feature and the CNN's on one frame grid, in one store
+(``make features FEATURES=mel,cqt,musicnn`` puts all three on musicnn's 16 kHz / hop 256 grid); a store of
+the default features alone holds no backbone's feature, and the CNN trains from scratch.
 """
 
 from __future__ import annotations
@@ -44,7 +49,7 @@ from .recipe import resolve_validation
 from .stats_head import StatsFit, fit_linear_head
 from .transfer import BACKBONES, EmbeddingCache, _cache_key, clip_embeddings, embeddings_path_for
 
-__all__ = ["MARGIN", "BackboneChoice", "choose_backbone", "record_choice", "store_backbone"]
+__all__ = ["MARGIN", "BackboneChoice", "choose_backbone", "decide", "record_choice", "store_backbone"]
 
 log = logging.getLogger(__name__)
 
@@ -55,13 +60,23 @@ clip in 50, below which the two are a tie and the from-scratch recipe, measured 
 
 @dataclass
 class BackboneChoice:
-    """The backbone to train a head on (None: the CNN from scratch), the rule's sentence (None when the user
-    chose), the figures it compared and its seconds (the backbone's pass included)."""
+    """The backbone to train a head on (None: the CNN from scratch), whether the head is summed with the CNN
+    (``combine``), the rule's sentence (None when the user chose), the figures it compared and its seconds (the
+    backbone's pass included)."""
 
     backbone: str | None
     why: str | None
     figures: dict[str, Any] = field(default_factory=dict)
     seconds: float = 0.0
+    combine: bool = False
+
+
+def decide(scratch: float, transfer: float, both: float, margin: float = MARGIN) -> str:
+    """``"scratch"``, ``"transfer"`` or ``"sum"`` from three cross-validated accuracies: the band statistics
+    (standing for the CNN from scratch), the transfer head and their sum (see the module docstring)."""
+    if not max(transfer, both) > scratch + margin:
+        return "scratch"
+    return "sum" if both >= transfer else "transfer"
 
 
 def store_backbone(store: Store) -> Checkpoint | None:
@@ -117,21 +132,37 @@ def choose_backbone(store: str | os.PathLike[str] | Store, model_path: str | os.
     keys = [every_key[int(r)] for r in rows]
     y = s.labels[rows].astype(np.int64)
     n_classes = len(s.label_names)
-    transfer_acc, _ = _cv_accuracy(emb.astype(np.float64), y, keys, n_classes, cfg.seed)
+    transfer_acc, head_fit = _cv_accuracy(emb.astype(np.float64), y, keys, n_classes, cfg.seed)
     wanted = cfg.feature.split("+") if cfg.feature else list(s.specs)
     own = [f for f in wanted if f != shipped.feature] or wanted  # the CNN's features (the backbone's if alone)
     stats_acc, fit = _cv_accuracy(clip_stats(s, rows, own), y, keys, n_classes, cfg.seed)
+    both_acc = _sum_accuracy(head_fit, fit, y)
     seconds = time.perf_counter() - t0
     figures = {"backbone": name, "transfer_cv_accuracy": transfer_acc, "band_statistics_cv_accuracy": stats_acc,
-               "folds": fit.folds, "clips": int(len(rows)), "backbone_clips": embedded,
+               "sum_cv_accuracy": both_acc, "folds": fit.folds, "clips": int(len(rows)), "backbone_clips": embedded,
                "backbone_seconds": round(backbone_seconds, 2), "seconds": round(seconds, 2)}
     said = (f"grouped {fit.folds}-fold cross-validation on the {len(rows)} training clips: a head on {name} "
             f"{transfer_acc:.3f}, band statistics of {'+'.join(own)} {stats_acc:.3f} (the from-scratch recipe's "
-            f"floor); {seconds:.1f} s, {backbone_seconds:.1f} s of it the backbone's pass over {embedded} clips")
-    if transfer_acc > stats_acc + MARGIN:
-        return BackboneChoice(name, f"{name}: {said}; the head gains more than {MARGIN:.2f}", figures, seconds)
-    return BackboneChoice(None, f"none (the CNN from scratch): {said}; the head does not gain more than "
-                                f"{MARGIN:.2f}", figures, seconds)
+            f"floor), their sum {both_acc:.3f}; {seconds:.1f} s, {backbone_seconds:.1f} s of it the backbone's pass "
+            f"over {embedded} clips")
+    verdict = decide(stats_acc, transfer_acc, both_acc)
+    if verdict == "sum":
+        return BackboneChoice(name, f"{name} summed with the CNN: {said}; the sum gains more than {MARGIN:.2f} "
+                                    "and is at least the head's", figures, seconds, combine=True)
+    if verdict == "transfer":
+        return BackboneChoice(name, f"{name}: {said}; the head gains more than {MARGIN:.2f} and beats the sum",
+                              figures, seconds)
+    return BackboneChoice(None, f"none (the CNN from scratch): {said}; neither the head nor the sum gains more "
+                                f"than {MARGIN:.2f}", figures, seconds)
+
+
+def _sum_accuracy(a: StatsFit, b: StatsFit, y: np.ndarray) -> float:
+    """Accuracy of two cross-validated fits' averaged out-of-fold probabilities (same rows, same folds); NaN
+    when either had too few works to cross-validate."""
+    if a.oof_log_proba is None or b.oof_log_proba is None:
+        return float("nan")
+    classes = np.unique(y)  # the out-of-fold columns (fit_linear_head)
+    return float((classes[(np.exp(a.oof_log_proba) + np.exp(b.oof_log_proba)).argmax(1)] == y).mean())
 
 
 def record_choice(model_path: str | os.PathLike[str], choice: BackboneChoice) -> None:

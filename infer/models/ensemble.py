@@ -1,0 +1,119 @@
+"""The sum of models: several trained models reading parts of one input, their probabilities averaged.
+
+:class:`SumClassifier` is what the default recipe saves when it chooses the sum of the from-scratch CNN and a
+head on a pretrained backbone (:mod:`infer.train.ensemble`).  Each member reads its own rows of the input
+(its feature's bins: the CNN ``mel+cqt``, the head ``musicnn``, all on one frame grid in one store), its logits
+are divided by its own temperature (fitted on the validation clips when it trained), and the sum's logits are
+``log(mean of the members' softmax probabilities)``: a softmax of them gives the averaged probabilities.
+
+A member is rebuilt from its :class:`~infer.contract.ModelSpec` with no trust granted, so only the built-in
+architectures and the models under ``infer.models.`` (the transfer head) can be members of a saved sum; a
+checkpoint naming other code as a member is refused as any untrusted import path is.
+
+The model contract (:mod:`infer.contract`) holds for the sum when it holds for every member: it masks
+padding when each member does; its time stride and window alignment are the least common multiple of theirs,
+its receptive field the largest; clips too long for any batch window exactly (``pooled_sum``/``classify``)
+when every member does.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from store import ConfigError
+
+__all__ = ["SumClassifier"]
+
+
+def _align(model: nn.Module) -> int:
+    return int(getattr(model, "window_align", getattr(model, "time_stride", 1)))
+
+
+class SumClassifier(nn.Module):
+    """Averaged probabilities of ``members``: ``[{"model": ModelSpec dict, "rows": [start, stop],
+    "temperature": T}, ...]`` (input rows ``[start, stop)`` of ``n_bins``; ``T`` > 0 divides the member's logits).
+    """
+
+    def __init__(self, members: list[dict[str, Any]], n_classes: int, n_bins: int) -> None:
+        super().__init__()
+        from ..contract import ModelSpec, exact_windows, masks_padding, time_stride
+
+        if len(members) < 2:
+            raise ConfigError(f"a sum of models needs at least two members, got {len(members)}")
+        self.members = nn.ModuleList()
+        self.rows: list[tuple[int, int]] = []
+        temperatures = []
+        for i, m in enumerate(members):
+            try:
+                start, stop = (int(v) for v in m["rows"])
+                temperature = float(m.get("temperature", 1.0))
+                spec = ModelSpec.from_dict(m["model"])
+            except (KeyError, TypeError, ValueError) as e:
+                raise ConfigError(f"member {i} of the sum is unreadable ({type(e).__name__}: {e})") from None
+            if not 0 <= start < stop <= n_bins:
+                raise ConfigError(f"member {i} reads rows [{start}, {stop}) of a {n_bins}-row input")
+            if not 0.0 < temperature < math.inf:
+                raise ConfigError(f"member {i}'s temperature must be a positive number, got {temperature!r}")
+            model = spec.build(False, source=f"member {i} of a sum of models")
+            if not masks_padding(model):
+                raise ConfigError(f"member {i} ({spec.target}) does not mask padding; a sum needs members that do")
+            self.members.append(model)
+            self.rows.append((start, stop))
+            temperatures.append(temperature)
+        self.temperature: Tensor
+        self.register_buffer("temperature", torch.tensor(temperatures, dtype=torch.float32), persistent=False)
+        self.init_kwargs: dict[str, Any] = {"members": [dict(m) for m in members], "n_classes": n_classes,
+                                            "n_bins": n_bins}
+        self.time_stride = math.lcm(*(time_stride(m) for m in self.members))
+        self.window_align = math.lcm(*(_align(m) for m in self.members))
+        self.receptive_field = max(int(getattr(m, "receptive_field", 1)) for m in self.members)
+        self._widths: tuple[int, ...] | None = None
+        if all(exact_windows(m) for m in self.members):
+            self.pooled_sum = self._pooled_sum
+            self.classify = self._classify
+
+    def _parts(self, x: Tensor) -> list[Tensor]:
+        return [x[:, :, a:b] for a, b in self.rows]
+
+    def combine(self, logits: list[Tensor]) -> Tensor:
+        """``log(mean_i softmax(logits_i / T_i))``, ``(B, n_classes)`` float32."""
+        logp = torch.stack([torch.log_softmax(z.float() / t, dim=1) for z, t in zip(logits, self.temperature,
+                                                                                     strict=True)])
+        return torch.logsumexp(logp, dim=0) - math.log(len(logits))
+
+    def member_logits(self, x: Tensor, lengths: Tensor | Any) -> list[Tensor]:
+        """Each member's own logits ``(B, n_classes)`` (before its temperature)."""
+        return [m(part, lengths) for m, part in zip(self.members, self._parts(x), strict=True)]
+
+    def forward(self, x: Tensor, lengths: Tensor | Any) -> Tensor:
+        """Logits ``(B, n_classes)``: log of the members' averaged probabilities."""
+        return self.combine(self.member_logits(x, lengths))
+
+    def _pooled_sum(self, x: Tensor, lengths: Tensor | Any, pool_start: Tensor | None = None,
+                    pool_stop: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        """``pooled_sum`` (:mod:`infer.windows`): every member's sums side by side, then their counts as columns
+        (summed over windows like the sums); the count returned is the first member's."""
+        sums, counts = [], []
+        for m, part in zip(self.members, self._parts(x), strict=True):
+            fn: Any = m.pooled_sum  # present on every member (checked when the sum was built)
+            s, c = fn(part, lengths, pool_start, pool_stop)
+            sums.append(s.float())
+            counts.append(c.float())
+        self._widths = tuple(int(s.shape[1]) for s in sums)
+        return torch.cat([*sums, torch.stack(counts, dim=1)], dim=1), counts[0]
+
+    def _classify(self, sums: Tensor, counts: Tensor) -> Tensor:
+        """``classify``: each member's logits from its own summed sums and counts, combined as :meth:`forward`."""
+        if self._widths is None or sums.shape[1] != sum(self._widths) + len(self._widths):
+            raise ValueError("classify() reads the sums of this model's pooled_sum(); call that first")
+        logits, at = [], 0
+        own = sums[:, sum(self._widths):]
+        for i, (m, w) in enumerate(zip(self.members, self._widths, strict=True)):
+            classify: Any = m.classify
+            logits.append(classify(sums[:, at:at + w], own[:, i]))
+            at += w
+        return self.combine(logits)
