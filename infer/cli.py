@@ -180,7 +180,9 @@ def cmd_train(args: argparse.Namespace) -> int:
         return 0
     from .train.loop import train
 
-    result = train(args.store, args.model, dataclasses.replace(config, backbone=None), progress=not args.no_progress,
+    result = train(args.store, args.model, dataclasses.replace(config, backbone=None,
+                                                                feature=config.feature or choice.feature),
+                   progress=not args.no_progress,
                    **machine, overwrite=args.overwrite, trust_model_code=trust)
     record_choice(args.model, choice)
     print(result.summary() + (f"\n  backbone (auto): {choice.why}" if choice.why else ""))

@@ -106,17 +106,26 @@ def test_the_recipe_rule_between_scratch_transfer_and_their_sum(scratch: float, 
     assert decide(scratch, transfer, both) == verdict
 
 
-def test_train_sum_saves_the_sum_and_its_members(tmp_path: Path) -> None:
-    from infer.train.ensemble import member_paths, train_sum
+@pytest.mark.parametrize("features", ["mel", "cqt+mel"])
+def test_train_sum_saves_the_sum_and_its_members(tmp_path: Path, features: str) -> None:
+    from factories import SPEC16, make_store
 
-    store = make_separable_store(tmp_path / "s.zarr", n=40, lengths=(20, 60))
+    from infer.train.ensemble import member_paths, train_sum
+    from store import FeatureSpec
+
+    if features == "mel":  # the backbone's feature is the store's only one: both members read it
+        store = make_separable_store(tmp_path / "s.zarr", n=40, lengths=(20, 60))
+    else:  # the CNN reads the cqt, the head the mel: the sum stacks cqt then mel
+        cqt = FeatureSpec.cqt(n_bins=12, sample_rate=SPEC16.sample_rate, hop_length=SPEC16.hop_length)
+        store = make_store(tmp_path / "s.zarr", lengths=[20 + 3 * k for k in range(40)],
+                           specs={"cqt": cqt, "mel": SPEC16})
     model = tmp_path / "sum.pt"
     cfg = TrainConfig(device="cpu", epochs=2, width=4, depth=2, val_fraction=0.3, crop_seconds=None)
     res = train_sum(store, model, cfg, NAME, progress=False, rules={"backbone": "test: forced"})
     scratch, head = member_paths(model)
     assert res.members == (scratch, head) and scratch.is_file() and head.is_file()
     ckpt = load_checkpoint(model)
-    assert ckpt.feature == "mel" and ckpt.extra["recipe"]["rules"]["backbone"] == "test: forced"
+    assert ckpt.feature == features and ckpt.extra["recipe"]["rules"]["backbone"] == "test: forced"
     assert res.n_val > 0 and all(v is not None for v in res.val_accuracy.values())
     assert "probabilities averaged" in res.summary() and str(head) in res.summary()
     # The saved sum = the members' calibrated probabilities averaged (then its own temperature), on every clip.

@@ -112,6 +112,7 @@ def test_the_recipe_chooses_from_training_data_and_records_why(tmp_path: Path) -
     assert auto.backbone == (None if verdict == "scratch" else NAME) and auto.combine == (verdict == "sum")
     assert f"{figures['transfer_cv_accuracy']:.3f}" in auto.why and f"{figures['sum_cv_accuracy']:.3f}" in auto.why
     assert 0.0 <= figures["sum_cv_accuracy"] <= 1.0
+    assert auto.feature == "mel", "the backbone's feature alone: the CNN reads it too (no other to read)"
     assert embeddings_path_for(tmp_path / "m.pt").is_file(), "a transfer chosen here reuses the pass"
     assert choose_backbone(store, tmp_path / "m.pt", TrainConfig(backbone="none")).why is None
     other = make_store(tmp_path / "cqt.zarr", lengths=[20, 30], specs={"cqt": FeatureSpec.cqt(n_bins=16)})

@@ -61,14 +61,16 @@ clip in 50, below which the two are a tie and the from-scratch recipe, measured 
 @dataclass
 class BackboneChoice:
     """The backbone to train a head on (None: the CNN from scratch), whether the head is summed with the CNN
-    (``combine``), the rule's sentence (None when the user chose), the figures it compared and its seconds (the
-    backbone's pass included)."""
+    (``combine``), the rule's sentence (None when the user chose), the figures it compared, its seconds (the
+    backbone's pass included) and, when the rule ran, the feature the CNN reads (the store's less the
+    backbone's, whose band statistics stood for it; None: the config's)."""
 
     backbone: str | None
     why: str | None
     figures: dict[str, Any] = field(default_factory=dict)
     seconds: float = 0.0
     combine: bool = False
+    feature: str | None = None
 
 
 def decide(scratch: float, transfer: float, both: float, margin: float = MARGIN) -> str:
@@ -148,12 +150,13 @@ def choose_backbone(store: str | os.PathLike[str] | Store, model_path: str | os.
     verdict = decide(stats_acc, transfer_acc, both_acc)
     if verdict == "sum":
         return BackboneChoice(name, f"{name} summed with the CNN: {said}; the sum gains more than {MARGIN:.2f} "
-                                    "and is at least the head's", figures, seconds, combine=True)
+                                    "and is at least the head's", figures, seconds, combine=True,
+                              feature="+".join(own))
     if verdict == "transfer":
         return BackboneChoice(name, f"{name}: {said}; the head gains more than {MARGIN:.2f} and beats the sum",
                               figures, seconds)
     return BackboneChoice(None, f"none (the CNN from scratch): {said}; neither the head nor the sum gains more "
-                                f"than {MARGIN:.2f}", figures, seconds)
+                                f"than {MARGIN:.2f}", figures, seconds, feature="+".join(own))
 
 
 def _sum_accuracy(a: StatsFit, b: StatsFit, y: np.ndarray) -> float:
