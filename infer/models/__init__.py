@@ -13,6 +13,9 @@
   :mod:`infer.models.stats_head`: the parts a config chooses.
 * :mod:`infer.models.cnn`, :mod:`infer.models.resnet`: the built-in
   architectures; :func:`build_model` builds any registered one.
+* :mod:`infer.models.musicnn`, :mod:`infer.models.transfer`,
+  :mod:`infer.models.ensemble`: the pretrained musicnn, a head on a
+  pretrained backbone, and the sum of models (probabilities averaged).
 
 Exports load lazily (:mod:`store.lazy`), so importing the registry costs no
 torch.
