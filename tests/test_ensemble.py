@@ -29,10 +29,10 @@ stand_in = shipped_stub.stand_in  # the module's autouse fixture: the stand-in t
 Summed = tuple[SumClassifier, list[torch.nn.Module]]
 
 
-def _member(seed: int, n_bins: int, depth: int = 2) -> torch.nn.Module:
+def _member(seed: int, n_bins: int, depth: int = 2, **config: object) -> torch.nn.Module:
     torch.manual_seed(seed)
     model = build_model(ModelConfig(**{**PLAIN_MODEL, "width": 4, "depth": depth, "n_bins": n_bins,
-                                       "n_classes": 3}))
+                                       "n_classes": 3, **config}))
     for m in model.modules():  # BatchNorm statistics that are not the identity, so eval mode is exercised
         if isinstance(m, torch.nn.BatchNorm2d):
             m.running_mean.uniform_(-0.5, 0.5)
@@ -77,6 +77,20 @@ def test_a_clip_too_long_for_any_batch_windows_exactly(summed: Summed) -> None:
     windowed = run_windowed(net, clip, max_window=128, device="cpu")
     assert whole.shape == windowed.shape
     torch.testing.assert_close(windowed, whole, rtol=1e-4, atol=1e-4)
+
+
+def test_members_whose_window_alignments_do_not_divide_average_their_windows() -> None:
+    from infer.windows import mean_of_windows
+
+    a, b = _member(1, 16, pool_window=12), _member(2, 8, depth=3)  # windows on 12 frames and on 8: none exact
+    net = SumClassifier([{"model": spec_of(a).to_dict(), "rows": [0, 16]},
+                         {"model": spec_of(b).to_dict(), "rows": [16, 24]}], n_classes=3, n_bins=24).eval()
+    net.load_state_dict({**{f"members.0.{k}": v for k, v in a.state_dict().items()},
+                         **{f"members.1.{k}": v for k, v in b.state_dict().items()}})
+    assert getattr(net, "pooled_sum", None) is None and net.time_stride == max(a.time_stride, b.time_stride)
+    clip = np.random.default_rng(3).normal(-40, 8, size=(24, 300)).astype(np.float32)
+    logits = mean_of_windows(net, clip, 128, align=net.time_stride, device="cpu")
+    assert logits.shape == (3,) and torch.isfinite(logits).all()
 
 
 def test_members_are_checked_and_only_builtin_code_builds(summed: Summed) -> None:

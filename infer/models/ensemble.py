@@ -11,9 +11,12 @@ architectures and the models under ``infer.models.`` (the transfer head) can be 
 checkpoint naming other code as a member is refused as any untrusted import path is.
 
 The model contract (:mod:`infer.contract`) holds for the sum when it holds for every member: it masks
-padding when each member does; its time stride and window alignment are the least common multiple of theirs,
-its receptive field the largest; clips too long for any batch window exactly (``pooled_sum``/``classify``)
-when every member does.
+padding when each member does (so each pads its own input to its own stride, and the sum's time stride is
+the members' largest, which the engine pads batches to and probes the cost with); its receptive field is the
+largest.  A clip too long for any batch windows exactly (``pooled_sum``/``classify``) when every member does
+and their window alignments divide one another (the windows then start on the largest); otherwise (musicnn's
+187-frame patches beside a CNN's 640-frame pooling windows: a common multiple of half an hour) its windows'
+logits are averaged, as for any masked model without ``pooled_sum``.
 """
 
 from __future__ import annotations
@@ -68,11 +71,12 @@ class SumClassifier(nn.Module):
         self.register_buffer("temperature", torch.tensor(temperatures, dtype=torch.float32), persistent=False)
         self.init_kwargs: dict[str, Any] = {"members": [dict(m) for m in members], "n_classes": n_classes,
                                             "n_bins": n_bins}
-        self.time_stride = math.lcm(*(time_stride(m) for m in self.members))
-        self.window_align = math.lcm(*(_align(m) for m in self.members))
+        self.time_stride = max(time_stride(m) for m in self.members)
+        aligns = [_align(m) for m in self.members]
+        self.window_align = max(aligns)
         self.receptive_field = max(int(getattr(m, "receptive_field", 1)) for m in self.members)
         self._widths: tuple[int, ...] | None = None
-        if all(exact_windows(m) for m in self.members):
+        if all(exact_windows(m) for m in self.members) and math.lcm(*aligns) == self.window_align:
             self.pooled_sum = self._pooled_sum
             self.classify = self._classify
 
