@@ -60,7 +60,16 @@ from ..contract import ModelSpec
 from ..models import MaskedClassifier, count_parameters
 from ..trust import Trust, with_named
 from .config import TrainConfig, TrainError
-from .prepare import Learner, Run, TrainData, default_training_feature, prepare_data, prepare_model, prepare_run
+from .prepare import (
+    Learner,
+    Run,
+    TrainData,
+    default_training_feature,
+    prepare_data,
+    prepare_model,
+    prepare_run,
+    release_freed_memory,
+)
 from .report import Scalars, held_out_report, held_out_text, macro_f1, metrics_csv
 from .resume import ResumeState, save_resume
 from .schedule import lr_at
@@ -230,6 +239,8 @@ def train(
     finally:
         bar.close()
         scalars.close()
+        if run.engine.device.type == "cpu":
+            release_freed_memory()  # prepare_run kept freed memory for the steps; not beyond them
     if epochs_run:
         _finish(run, learner, extra, val_logits, trust)
     else:
