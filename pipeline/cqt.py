@@ -6,18 +6,8 @@ filter basis.  Here that cascade streams: each decimation stage is a
 streaming soxr resampler (:class:`pipeline.audio.StreamResampler`), which
 is sample-identical to the one-shot resampling librosa does, and each
 octave's frames are computed from its decimated signal with the same
-filter basis.  The values are :mod:`pipeline.features`'
+filter basis and the same FFT.  The values are :mod:`pipeline.features`'
 CQT contract, with no recomputed overlap.
-
-Where librosa takes an FFT of every frame and multiplies the FFT bins the
-filters use by the sparse basis, this module folds the two linear maps into
-one real kernel per octave (``n_fft`` samples by two columns per filter:
-the real and imaginary parts of each filter's response, divided by
-librosa's ``scale`` norm) and multiplies the frames by it in float64: the
-same response, without the FFT's work on the bins no filter reads.  The
-arithmetic differs from librosa's (its complex64 product) by float32
-rounding, about 1e-6 dB (compute version 3; ``tests/test_features.py``
-holds it to 1e-5 dB of librosa's values).
 """
 
 from __future__ import annotations
@@ -52,7 +42,10 @@ class _Octave:
     level: int  # which decimated signal it reads (0 = after early downsampling)
     n_fft: int  # its STFT size, samples at its level's rate
     hop: int  # its hop, samples at its level's rate
-    kernel: np.ndarray  # (n_fft, 2 * n_rows) float64: each filter's response to a frame, real then imaginary
+    basis: scipy.sparse.csr_matrix  # (n_rows, hi - lo) complex64: librosa's filter basis, FFT bins [lo, hi)
+    lo: int  # first FFT bin the basis uses
+    hi: int  # one past the last
+    norm: np.ndarray  # (n_rows, 1) float64: sqrt(filter lengths), librosa's ``scale=True`` division
     cols: slice  # its rows in the (frames, n_bins) output
 
 
@@ -94,24 +87,6 @@ def _num_twos(x: int) -> int:
         x //= 2
         k += 1
     return k
-
-
-def _kernel(basis: scipy.sparse.csr_matrix, n_fft: int, norm: np.ndarray) -> np.ndarray:
-    """The ``(n_fft, 2 * rows)`` real kernel of one octave: ``frame @ kernel`` gives each filter's response to a
-    frame (real parts, then imaginary), what librosa's ``basis @ rfft(frame)`` gives, divided by ``norm``.
-
-    ``rfft(frame)[k] = sum_n frame[n] exp(-2 pi i k n / n_fft)``, so filter ``j``'s response is ``sum_n
-    frame[n] K[j, n]`` with ``K = basis @ exp(-2 pi i k n / n_fft)`` over the FFT bins ``k`` the basis uses.
-    """
-    dense = basis.toarray().astype(np.complex128)  # (rows, n_fft // 2 + 1)
-    used = np.flatnonzero(np.any(dense != 0, axis=0))
-    k = used[:, None].astype(np.int64)
-    n = np.arange(n_fft, dtype=np.int64)[None, :]
-    phase = np.exp(-2j * np.pi * ((k * n) % n_fft) / n_fft)  # (used, n_fft); the modulo keeps the angle exact
-    kernel = (dense[:, used] @ phase) / norm  # (rows, n_fft)
-    out = np.ascontiguousarray(np.concatenate([kernel.real, kernel.imag]).T)
-    out.setflags(write=False)
-    return out
 
 
 @functools.lru_cache(maxsize=16)
@@ -163,7 +138,13 @@ def _cqt_plan(spec: FeatureSpec) -> _CqtPlan:
         fft_basis = librosa.util.sparsify_rows(fft_basis, quantile=0.01, dtype=np.complex64)
         fft_basis[:] *= np.sqrt(sr_e / my_sr)
         norm = np.sqrt(lengths_e[start:stop])[:, np.newaxis]
-        octaves.append(_Octave(level, n_fft, my_hop, _kernel(fft_basis, n_fft, norm), slice(start, stop)))
+        norm.setflags(write=False)
+        # Only the FFT bins some filter uses (a third of them by default) are cast and multiplied:
+        # the same nonzeros in the same order, so the same sums as librosa's full product.
+        used = np.unique(fft_basis.indices)
+        lo, hi = (int(used[0]), int(used[-1]) + 1) if used.size else (0, 1)
+        octaves.append(_Octave(level, n_fft, my_hop, fft_basis[:, lo:hi].tocsr(), lo, hi, norm,
+                               slice(start, stop)))
         # librosa zero-pads a signal shorter than an octave's window (its STFT warns and pads),
         # and so do the streamed frames: one frame of the shortest window is the minimum.
         window = int(round(n_fft * sr / my_sr))
@@ -232,10 +213,14 @@ class _CqtStream:
             for f0 in range(self.done[j], f1, _CQT_BATCH):
                 fb = min(f1, f0 + _CQT_BATCH)
                 frames = centered_frames(sig, f0, fb, octv.hop, octv.n_fft, final_len)
-                resp = frames.astype(np.float64) @ octv.kernel  # (frames, 2 * rows): real parts, imaginary parts
-                rows = resp.shape[1] // 2
-                mag = (np.square(resp[:, :rows]) + np.square(resp[:, rows:])).astype(np.float32)  # |C|^2
-                to_db(mag, p.amin_sq, p.db_offset)  # as amplitudeto_db: |C| squared, then powerto_db
+                # librosa.stft(window="ones"): float64 frames, FFT, stored as complex64 (the bins used)
+                spec = scipy.fft.rfft(frames.astype(np.float64), axis=1, overwrite_x=True)
+                d = spec[:, octv.lo : octv.hi].astype(np.complex64)
+                resp = octv.basis.dot(d.T)  # (rows, frames) complex64
+                resp /= octv.norm
+                mag = np.abs(resp.T)
+                np.square(mag, out=mag)  # amplitudeto_db squares |C| then powerto_db
+                to_db(mag, p.amin_sq, p.db_offset)
                 self.out.rows(f0, fb)[:, octv.cols] = mag
             self.done[j] = max(self.done[j], f1)
             need = self.done[j] * octv.hop - octv.n_fft // 2

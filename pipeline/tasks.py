@@ -21,8 +21,6 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from threadpoolctl import threadpool_limits
-
 from store import FeatureSpec, ShardInfo, ShardWriter
 
 from .audio import AudioError
@@ -156,11 +154,7 @@ def run_task(
     result = TaskResult(shard=None, files=len(items))
     if multiprocessing.parent_process() is not None or driver_pid not in (None, os.getpid()):
         divert_stderr()
-    # One BLAS thread, whatever the backend: the CQT's and the mel's float64 products are small, a second thread
-    # only contends with the other workers (or with the driver at jobs=1), and one thread gives the same bits in
-    # every process (docs/features.md).
-    with ShardWriter(store_url, storage_options=storage_options) as shard, captured_stderr(result.decoder), \
-            threadpool_limits(limits=1, user_api="blas"):
+    with ShardWriter(store_url, storage_options=storage_options) as shard, captured_stderr(result.decoder):
         for item in items:
             outcome = _decode_one(item, shard, feature_specs, block_seconds, tries)
             if isinstance(outcome[0], str):

@@ -21,15 +21,14 @@ __all__ = ["COMPUTE_VERSION", "FeatureSpec", "default_specs", "spec_differences"
 
 #: Version of the computation that turns a spec into values (``pipeline``'s mel and CQT code), recorded in
 #: every spec a store or checkpoint holds.  1: the computation before issue 34 (a spec recorded without the
-#: field is version 1); 2: the cheaper one of issue 34 (bit-identical CQT, the same mel); 3: the CQT's FFT and
-#: filter basis folded into one float64 kernel per octave (values within 1e-2 dB of version 2's, measured
-#: <= 5e-3).  Bump it when a change to the computation could move a stored value, and say below whether the
-#: new values still equal the old within the 0.05 dB equality promise (docs/features.md).
-COMPUTE_VERSION = 3
+#: field is version 1); 2: the cheaper one of issue 34.  Bump it when a change to the computation could
+#: move a stored value, and say below whether the new values still equal the old within the 0.05 dB
+#: equality promise (docs/features.md).
+COMPUTE_VERSION = 2
 
 #: Groups of compute versions whose values are equal within the equality promise (tested in
 #: tests/test_features.py): a store written by one can be resumed, grown or read by a checkpoint of another.
-_SAME_VALUES: tuple[frozenset[int], ...] = (frozenset({1, 2, 3}),)
+_SAME_VALUES: tuple[frozenset[int], ...] = (frozenset({1, 2}),)
 
 
 @dataclass(frozen=True)
