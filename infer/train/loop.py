@@ -215,9 +215,7 @@ def train(
                       overwrite=overwrite)
     learner = prepare_model(run, model, model_args, trust)
     data = prepare_data(run, learner)
-    log.info("training %s (%d parameters) on %d clips, validating on %d; %s; %s", learner.spec.target,
-             count_parameters(learner.net), len(run.train_rows), len(run.val_rows), run.device,
-             data.budget.describe())
+    _log_start(run, learner, data)
     extra = _base_extra(run, learner)
     _write_config(run, learner, extra)
     scalars = Scalars(run.model_path)
@@ -253,6 +251,12 @@ def train(
         n_val=len(run.val_rows), seconds=time.perf_counter() - t0, config=run.cfg, model_spec=learner.spec,
         extra=extra,
     )
+
+
+def _log_start(run: Run, learner: Learner, data: TrainData) -> None:
+    log.info("training %s (%d parameters) on %d clips, validating on %d; %s; %s", learner.spec.target,
+             count_parameters(learner.net), len(run.train_rows), len(run.val_rows), run.device,
+             data.budget.describe())
 
 
 def _base_extra(run: Run, learner: Learner) -> dict[str, Any]:
