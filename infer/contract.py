@@ -67,7 +67,7 @@ from .trust import Trust, check_trusted
 
 __all__ = [
     "DEFAULT_WINDOW_FRAMES", "ModelSpec", "exact_windows", "masks_padding", "resolve_class", "spec_of",
-    "time_stride", "window_frames",
+    "time_stride", "window_align", "window_frames",
 ]
 
 DEFAULT_WINDOW_FRAMES = 431
@@ -85,6 +85,12 @@ def time_stride(model: nn.Module) -> int:
 def masks_padding(model: nn.Module) -> bool:
     """Whether ``model`` ignores padded frames (its ``masks_padding``; True if it does not say)."""
     return bool(getattr(model, "masks_padding", True))
+
+
+def window_align(model: nn.Module) -> int:
+    """Frames a long clip's windows start and split on (:mod:`infer.windows`): the model's ``window_align`` (its
+    time stride or pooling window), else its ``time_stride`` (musicnn: its 187-frame patch)."""
+    return int(getattr(model, "window_align", getattr(model, "time_stride", 1)))
 
 
 def window_frames(model: nn.Module) -> int:

@@ -48,6 +48,7 @@ from store import ConfigError
 from .budget import align_frames
 from .clip_source import ClipSource, Item
 from .collate import collate
+from .contract import window_align
 from .device import amp
 from .models import MaskedClassifier
 
@@ -121,16 +122,10 @@ def owned_spans(windows: list[tuple[int, int]], *, align: int = 1) -> list[tuple
     return owned
 
 
-def _align(model: MaskedClassifier) -> int:
-    """Where windows start and split: the model's ``window_align`` (its time stride or pooling window), else its
-    ``time_stride`` (musicnn: its 187-frame patch)."""
-    return int(getattr(model, "window_align", getattr(model, "time_stride", 1)))
-
-
 def default_context(model: MaskedClassifier, max_window: int) -> int:
     """Context frames per side: the receptive field rounded up to the model's window alignment (its time
     stride, or its pooling window), capped at a quarter window."""
-    stride = _align(model)
+    stride = window_align(model)
     wanted = int(align_frames(model.receptive_field, stride))
     cap = (max_window // stride * stride) // 4 // stride * stride
     return min(wanted, cap)
@@ -156,7 +151,7 @@ def windowed_pooled_sum(
     """
     if array.ndim != 2:
         raise WindowError(f"expected a (n_bins, n_frames) array, got shape {array.shape}")
-    stride = _align(model)  # windows start and split on it, so each pooling window is owned whole
+    stride = window_align(model)  # windows start and split on it, so each pooling window is owned whole
     window = max_window // stride * stride
     if context is None:
         context = default_context(model, max_window)

@@ -29,11 +29,14 @@ from torch import Tensor, nn
 
 from store import ConfigError
 
-__all__ = ["SumClassifier"]
+__all__ = ["SumClassifier", "average_probabilities"]
 
 
-def _align(model: nn.Module) -> int:
-    return int(getattr(model, "window_align", getattr(model, "time_stride", 1)))
+def average_probabilities(logits: list[Tensor], temperatures: list[float] | Tensor) -> Tensor:
+    """``log(mean_i softmax(logits_i / T_i))``, ``(B, n_classes)`` float32: logits whose softmax is the members'
+    averaged probabilities (what :class:`SumClassifier` returns, computed from its members' logits)."""
+    logp = torch.stack([torch.log_softmax(z.float() / t, dim=1) for z, t in zip(logits, temperatures, strict=True)])
+    return torch.logsumexp(logp, dim=0) - math.log(len(logits))
 
 
 class SumClassifier(nn.Module):
@@ -43,7 +46,7 @@ class SumClassifier(nn.Module):
 
     def __init__(self, members: list[dict[str, Any]], n_classes: int, n_bins: int) -> None:
         super().__init__()
-        from ..contract import ModelSpec, exact_windows, masks_padding, time_stride
+        from ..contract import ModelSpec, exact_windows, masks_padding, time_stride, window_align
 
         if len(members) < 2:
             raise ConfigError(f"a sum of models needs at least two members, got {len(members)}")
@@ -72,7 +75,7 @@ class SumClassifier(nn.Module):
         self.init_kwargs: dict[str, Any] = {"members": [dict(m) for m in members], "n_classes": n_classes,
                                             "n_bins": n_bins}
         self.time_stride = max(time_stride(m) for m in self.members)
-        aligns = [_align(m) for m in self.members]
+        aligns = [window_align(m) for m in self.members]
         self.window_align = max(aligns)
         self.receptive_field = max(int(getattr(m, "receptive_field", 1)) for m in self.members)
         self._widths: tuple[int, ...] | None = None
@@ -84,10 +87,8 @@ class SumClassifier(nn.Module):
         return [x[:, :, a:b] for a, b in self.rows]
 
     def combine(self, logits: list[Tensor]) -> Tensor:
-        """``log(mean_i softmax(logits_i / T_i))``, ``(B, n_classes)`` float32."""
-        logp = torch.stack([torch.log_softmax(z.float() / t, dim=1) for z, t in zip(logits, self.temperature,
-                                                                                     strict=True)])
-        return torch.logsumexp(logp, dim=0) - math.log(len(logits))
+        """The members' ``logits`` combined after their temperatures (:func:`average_probabilities`)."""
+        return average_probabilities(logits, self.temperature)
 
     def member_logits(self, x: Tensor, lengths: Tensor | Any) -> list[Tensor]:
         """Each member's own logits ``(B, n_classes)`` (before its temperature)."""

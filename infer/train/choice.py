@@ -45,6 +45,7 @@ from ..runtime import Engine
 from ..shipped import SHIPPED, load_shipped
 from ..split import SplitRule, split_keys, training_rows
 from .config import TrainConfig
+from .ensemble import sum_feature
 from .recipe import resolve_validation
 from .stats_head import StatsFit, fit_linear_head
 from .transfer import BACKBONES, EmbeddingCache, _cache_key, clip_embeddings, embeddings_path_for
@@ -135,28 +136,27 @@ def choose_backbone(store: str | os.PathLike[str] | Store, model_path: str | os.
     y = s.labels[rows].astype(np.int64)
     n_classes = len(s.label_names)
     transfer_acc, head_fit = _cv_accuracy(emb.astype(np.float64), y, keys, n_classes, cfg.seed)
-    wanted = cfg.feature.split("+") if cfg.feature else list(s.specs)
-    own = [f for f in wanted if f != shipped.feature] or wanted  # the CNN's features (the backbone's if alone)
-    stats_acc, fit = _cv_accuracy(clip_stats(s, rows, own), y, keys, n_classes, cfg.seed)
+    own, _ = sum_feature(s, shipped.feature, cfg.feature)  # the CNN's features (the backbone's if alone)
+    stats_acc, fit = _cv_accuracy(clip_stats(s, rows, own.split("+")), y, keys, n_classes, cfg.seed)
     both_acc = _sum_accuracy(head_fit, fit, y)
     seconds = time.perf_counter() - t0
     figures = {"backbone": name, "transfer_cv_accuracy": transfer_acc, "band_statistics_cv_accuracy": stats_acc,
                "sum_cv_accuracy": both_acc, "folds": fit.folds, "clips": int(len(rows)), "backbone_clips": embedded,
                "backbone_seconds": round(backbone_seconds, 2), "seconds": round(seconds, 2)}
     said = (f"grouped {fit.folds}-fold cross-validation on the {len(rows)} training clips: a head on {name} "
-            f"{transfer_acc:.3f}, band statistics of {'+'.join(own)} {stats_acc:.3f} (the from-scratch recipe's "
+            f"{transfer_acc:.3f}, band statistics of {own} {stats_acc:.3f} (the from-scratch recipe's "
             f"floor), their sum {both_acc:.3f}; {seconds:.1f} s, {backbone_seconds:.1f} s of it the backbone's pass "
             f"over {embedded} clips")
     verdict = decide(stats_acc, transfer_acc, both_acc)
     if verdict == "sum":
         return BackboneChoice(name, f"{name} summed with the CNN: {said}; the sum gains more than {MARGIN:.2f} "
                                     "and is at least the head's", figures, seconds, combine=True,
-                              feature="+".join(own))
+                              feature=own)
     if verdict == "transfer":
         return BackboneChoice(name, f"{name}: {said}; the head gains more than {MARGIN:.2f} and beats the sum",
                               figures, seconds)
     return BackboneChoice(None, f"none (the CNN from scratch): {said}; neither the head nor the sum gains more "
-                                f"than {MARGIN:.2f}", figures, seconds, feature="+".join(own))
+                                f"than {MARGIN:.2f}", figures, seconds, feature=own)
 
 
 def _sum_accuracy(a: StatsFit, b: StatsFit, y: np.ndarray) -> float:

@@ -29,6 +29,7 @@ from store import Store, check_output_path, open_store, write_atomic
 from ..calibration import Calibration, fit_temperature
 from ..checkpoint import Checkpoint, load_checkpoint, save_checkpoint
 from ..contract import spec_of
+from ..models.ensemble import average_probabilities
 from ..runtime import Engine
 from ..shipped import load_shipped
 from ..split import SplitRule, training_rows
@@ -66,6 +67,11 @@ def _rows_of(feature: str, part: str, specs: dict[str, Any]) -> list[int]:
     raise TrainError(f"{part!r} is not part of {feature!r}")
 
 
+def _temperature(member: Checkpoint) -> float:
+    """What divides a member's logits in the sum: its fitted temperature, 1 when uncalibrated."""
+    return member.calibration.temperature or 1.0
+
+
 def sum_checkpoint(members: list[Checkpoint], feature: str, specs: dict[str, Any],
                    extra: dict[str, Any] | None = None) -> Checkpoint:
     """One checkpoint of the :class:`~infer.models.ensemble.SumClassifier` of ``members`` (trained checkpoints
@@ -78,7 +84,7 @@ def sum_checkpoint(members: list[Checkpoint], feature: str, specs: dict[str, Any
         raise TrainError("the members of a sum must have the same labels in the same order")
     n_bins = sum(specs[p].n_bins for p in feature.split("+"))
     described = [{"model": m.model.to_dict(), "rows": _rows_of(feature, m.feature, specs),
-                  "temperature": m.calibration.temperature or 1.0} for m in members]
+                  "temperature": _temperature(m)} for m in members]
     net = SumClassifier(described, len(labels), n_bins)
     state = {f"members.{i}.{k}": v for i, m in enumerate(members) for k, v in m.state_dict.items()}
     net.load_state_dict(state)
@@ -150,9 +156,8 @@ def train_sum(store: str | os.PathLike[str] | Store, model_path: str | os.PathLi
         z_head = cached_logits(head_path, s, val_rows, cache)
         if z_head is None:  # not cached (a fine-tuned head): one pass of the backbone over the validation clips
             z_head = engine.logits(engine.prepare(members[1].build()), s, val_rows, feature=shipped.feature).logits
-        net: Any = ckpt.build()
-        with torch.no_grad():
-            z_sum = net.combine([torch.from_numpy(np.asarray(z, dtype=np.float32)) for z in (z_scratch, z_head)])
+        z_sum = average_probabilities([torch.from_numpy(np.asarray(z, dtype=np.float32)) for z in (z_scratch, z_head)],
+                                      [_temperature(m) for m in members])
         truth = s.labels[val_rows].astype(np.int64)
         for name, z in (("sum", z_sum.numpy()), ("scratch", z_scratch), ("transfer", z_head)):
             accuracy[name] = float((np.asarray(z).argmax(1) == truth).mean())

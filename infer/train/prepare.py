@@ -62,6 +62,22 @@ def default_training_feature(store: Store) -> str:
     return "+".join(store.specs)
 
 
+def _malloc_thresholds(mmap_bytes: int, trim_bytes: int, *, trim: bool = False) -> bool:
+    """Set glibc's ``M_MMAP_THRESHOLD`` and ``M_TRIM_THRESHOLD`` (then ``malloc_trim(0)`` if ``trim``); False
+    where the C library is not glibc."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        m_trim_threshold, m_mmap_threshold = -1, -3
+        ok = bool(libc.mallopt(m_mmap_threshold, mmap_bytes)) and bool(libc.mallopt(m_trim_threshold, trim_bytes))
+        if trim:
+            libc.malloc_trim(0)
+        return ok
+    except (OSError, AttributeError):
+        return False
+
+
 def keep_freed_memory() -> bool:
     """Ask glibc's malloc to keep freed memory for reuse instead of returning it to the system.
 
@@ -72,14 +88,7 @@ def keep_freed_memory() -> bool:
     Raising the mmap and trim thresholds keeps them in the heap; the values
     are the same.  A no-op (False) where the C library is not glibc.
     """
-    if not sys.platform.startswith("linux"):
-        return False
-    try:
-        libc = ctypes.CDLL("libc.so.6")
-        m_trim_threshold, m_mmap_threshold = -1, -3
-        return bool(libc.mallopt(m_mmap_threshold, 1 << 30)) and bool(libc.mallopt(m_trim_threshold, (1 << 31) - 1))
-    except (OSError, AttributeError):
-        return False
+    return _malloc_thresholds(1 << 30, (1 << 31) - 1)
 
 
 def release_freed_memory() -> bool:
@@ -91,16 +100,7 @@ def release_freed_memory() -> bool:
     freed activations instead of mapping and unmapping them (measured: 10 GB resident after a CNN training
     and a musicnn pass in one process).  A no-op (False) where the C library is not glibc.
     """
-    if not sys.platform.startswith("linux"):
-        return False
-    try:
-        libc = ctypes.CDLL("libc.so.6")
-        m_trim_threshold, m_mmap_threshold = -1, -3
-        ok = bool(libc.mallopt(m_mmap_threshold, 128 * 1024)) and bool(libc.mallopt(m_trim_threshold, 128 * 1024))
-        libc.malloc_trim(0)
-        return ok
-    except (OSError, AttributeError):
-        return False
+    return _malloc_thresholds(128 * 1024, 128 * 1024, trim=True)
 
 
 # -- the run ---------------------------------------------------------------------------------------
