@@ -29,12 +29,14 @@ from __future__ import annotations
 import os
 import shutil
 import time
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
 from .bench_common import CpuWindow, Figure, GroupResult, log, median, rotated, run_probe
 from .bench_extract_runs import (
     SR,
+    Isolated,
     _bare_scaling,
     _checksum_share,
     _max_db_difference,
@@ -58,7 +60,7 @@ def run_speed(work: Path, *, n_files: int, mean_seconds: float, repeats: int, lh
     t0 = time.perf_counter()
     # One joblib configuration for the whole group (as extract() sets it), so the loky
     # executor and its workers are started once and stay warm.
-    with parallel_config(backend="loky", n_jobs=jobs, inner_max_num_threads=1):
+    with parallel_config(backend="loky", n_jobs=jobs, inner_max_num_threads=1), ExitStack() as stack:
         files = make_corpus(corpus, n_files, mean_seconds, jobs)
         gen_seconds = time.perf_counter() - t0
         import soundfile as sf
@@ -66,17 +68,7 @@ def run_speed(work: Path, *, n_files: int, mean_seconds: float, repeats: int, lh
         audio = float(sum(sf.info(str(f)).duration for f in files))
         size = sum(f.stat().st_size for f in files)
         runs = _Runs(corpus, files, work / "out", jobs)
-        variants: dict[str, Any] = {
-            "naive": runs.naive, "ours_j1": lambda: runs.ours(1), "floor": runs.floor,
-            "ours_jN": lambda: runs.ours(jobs), "naive_jN": runs.naive_parallel,
-            "ours_j1_nosum": lambda: runs.ours(1, checksums=False),
-            "melcqt_j1": lambda: runs.ours(1, features=("mel", "cqt")),
-            "melcqt_jN": lambda: runs.ours(jobs, features=("mel", "cqt")),
-            "lhotse_j1": lambda: runs.lhotse(1), "lhotse_jN": lambda: runs.lhotse(jobs),
-        }
-        for name in (("ours_jN", "naive_jN", "melcqt_jN", "lhotse_jN") if jobs == 1 else
-                     () if lhotse_pool else ("lhotse_jN",)):
-            variants.pop(name)
+        variants = _variants(runs, jobs, lhotse_pool, stack)
         # Warm-up (untimed): imports, librosa's caches, the loky workers, the page cache.
         outs = {name: fn() for name, fn in variants.items()}
         max_diff = _max_db_difference(outs["ours_j1"], outs["naive"], corpus, files)
@@ -92,13 +84,14 @@ def run_speed(work: Path, *, n_files: int, mean_seconds: float, repeats: int, lh
         times: dict[str, list[float]] = {k: [] for k in variants}
         own: dict[str, list[float]] = {k: [] for k in variants}
         foreign: dict[str, list[float]] = {k: [] for k in variants}
-        pcpu: dict[str, list[float]] = {k: [] for k in variants}  # CPU s of this process
+        pcpu: dict[str, list[float]] = {k: [] for k in variants}  # CPU s of the process running the variant
         for r in range(repeats):
             for name in rotated(list(variants), r):
                 c0 = time.process_time()
                 with CpuWindow() as w:
                     out = variants[name]()
-                pcpu[name].append(time.process_time() - c0)
+                v = variants[name]
+                pcpu[name].append(v.cpu if isinstance(v, Isolated) else time.process_time() - c0)
                 times[name].append(w.wall)
                 own[name].append(w.own_cores)
                 foreign[name].append(w.foreign_cores)
@@ -124,10 +117,32 @@ def run_speed(work: Path, *, n_files: int, mean_seconds: float, repeats: int, lh
         f"{len(files)} generated files ({audio / 60:.1f} min of audio, {size / 2**20:.0f} MiB: "
         f"wav/flac/ogg/mp3 x mono/stereo x 22.05/44.1 kHz), in the page cache (written just before). "
         f"Warm: every variant ran once untimed first, so imports, librosa's caches and the loky "
-        f"worker pool ({jobs} workers, reused by joblib across calls) are warm; each timed "
-        f"extraction writes a fresh store. {repeats} interleaved repeats, variant order rotated."
+        f"worker pool ({jobs} workers, reused by joblib across calls) are warm; each single-process "
+        f"variant (naive, ours_j1, floor, melcqt_j1, lhotse_j1) runs in a warm child process of its own, "
+        f"so none inherits another's heap settings (what the naive loop's whole-file arrays make glibc "
+        f"keep, or the extraction's own setting); each timed extraction writes a fresh store. "
+        f"{repeats} interleaved repeats, variant order rotated."
     )
     return GroupResult("extraction speed", figures, method=method, profile=profile.strip())
+
+
+def _variants(runs: _Runs, jobs: int, lhotse_pool: bool, stack: ExitStack) -> dict[str, Any]:
+    """The timed variants by name: the single-process ones each in a warm child of its own (:class:`Isolated`:
+    none inherits another's heap settings), closed with ``stack``; the jobs=N ones from here, on the shared
+    loky pool (left out on one core, and lhotse's when ``lhotse_pool`` is False)."""
+    isolated = [Isolated(runs, "naive", "naive"), Isolated(runs, "ours_j1", "ours", 1),
+                Isolated(runs, "floor", "floor"), Isolated(runs, "ours_j1_nosum", "ours", 1, checksums=False),
+                Isolated(runs, "melcqt_j1", "ours", 1, features=("mel", "cqt")),
+                Isolated(runs, "lhotse_j1", "lhotse", 1)]
+    for v in isolated:
+        stack.callback(v.close)
+    variants: dict[str, Any] = {v.name: v for v in isolated}
+    if jobs > 1:
+        variants.update({"ours_jN": lambda: runs.ours(jobs), "naive_jN": runs.naive_parallel,
+                         "melcqt_jN": lambda: runs.ours(jobs, features=("mel", "cqt"))})
+        if lhotse_pool:
+            variants["lhotse_jN"] = lambda: runs.lhotse(jobs)
+    return variants
 
 
 def _jobs1_figures(runs: _Runs, files: list[Path], times: Series, own: Series, foreign: Series, audio: float,
@@ -179,8 +194,8 @@ def _jobs1_figures(runs: _Runs, files: list[Path], times: Series, own: Series, f
 
 
 def _cpu_ratio(cpu: Series, a: str, b: str) -> float:
-    """Median per-repeat ratio of the CPU seconds of this process (the jobs=1 variants do all their work
-    here) in variants ``a`` and ``b``: on a shared machine steadier than the wall-time ratio."""
+    """Median per-repeat ratio of the CPU seconds of the process each jobs=1 variant runs in (all its work is
+    there) in variants ``a`` and ``b``: on a shared machine steadier than the wall-time ratio."""
     return round(median([x / max(y, 1e-9) for x, y in zip(cpu[a], cpu[b], strict=False)]), 3)
 
 

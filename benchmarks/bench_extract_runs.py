@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import cProfile
 import io
+import multiprocessing
 import os
 import pstats
 import shutil
@@ -17,7 +18,7 @@ import numpy as np
 
 from .bench_common import median
 
-__all__ = ["COMBOS", "SR", "decode_only", "features_of", "make_corpus", "naive_one", "timed_run_task"]
+__all__ = ["COMBOS", "SR", "Isolated", "decode_only", "features_of", "make_corpus", "naive_one", "timed_run_task"]
 
 
 SR = 22050
@@ -148,6 +149,59 @@ class _Runs:
             decode_only(str(f))
 
 
+def _serve(conn: Any, runs: _Runs) -> None:
+    """The loop of an :class:`Isolated` child: call the method asked for, answer (status, result, CPU seconds)."""
+    while True:
+        msg = conn.recv()
+        if msg is None:
+            return
+        method, args, kwargs = msg
+        c0 = time.process_time()
+        try:
+            out = getattr(runs, method)(*args, **kwargs)
+            conn.send(("ok", out, time.process_time() - c0))
+        except Exception as e:  # the bench process raises it
+            conn.send(("error", f"{type(e).__name__}: {e}", 0.0))
+
+
+class Isolated:
+    """One variant run in a persistent child process of its own, warm across repeats.
+
+    What one variant does to its process shapes the next one's if they share it: glibc raises its heap
+    thresholds after the naive loop frees whole decoded files (17 MB), which spared every later variant the
+    page faults a new process pays, and the extraction's own setting (``store.heap``) would in turn be
+    inherited by the floor and the naive loop.  Each single-process variant therefore runs in its own child
+    (the benchmark's process tree, so :class:`CpuWindow` still counts it); ``cpu`` is the child's CPU seconds
+    in the last call.
+    """
+
+    def __init__(self, runs: _Runs, name: str, method: str, *args: Any, **kwargs: Any) -> None:
+        ctx = multiprocessing.get_context("spawn")
+        self.conn, child = ctx.Pipe()
+        own = _Runs(runs.corpus, runs.files, runs.work / name, runs.jobs)  # output paths of its own
+        self.proc = ctx.Process(target=_serve, args=(child, own), daemon=True, name=f"bench-{name}")
+        self.proc.start()
+        child.close()
+        self.name, self.call, self.cpu = name, (method, args, kwargs), 0.0
+
+    def __call__(self) -> Any:
+        self.conn.send(self.call)
+        status, out, cpu = self.conn.recv()
+        if status != "ok":
+            raise RuntimeError(f"variant {self.name}: {out}")
+        self.cpu = cpu
+        return out
+
+    def close(self) -> None:
+        try:
+            self.conn.send(None)
+        except OSError:
+            pass
+        self.proc.join(30)
+        if self.proc.is_alive():
+            self.proc.kill()
+
+
 def _max_db_difference(store: Path, naive_dir: Path, corpus: Path, files: list[Path]) -> float:
     """Largest |ours - naive| in dB over one file of each format (ours is stored float16)."""
     from store import open_store
@@ -167,9 +221,16 @@ def _max_db_difference(store: Path, naive_dir: Path, corpus: Path, files: list[P
 
 
 def features_of(paths: list[str]) -> float:
-    """compute_features (log-mel, float16 out) on ``paths`` in this process; returns its CPU seconds."""
+    """compute_features (log-mel, float16 out) on ``paths`` in this process; returns its CPU seconds.
+
+    Under the heap setting an extraction task makes (``store.heap.keep_freed_blocks``), wherever it runs: the
+    bare work of one process and of several must not differ in what their processes did before.
+    """
     from pipeline.features import compute_features
     from store import FeatureSpec
+    from store.heap import keep_freed_blocks
+
+    keep_freed_blocks()
 
     specs = {"mel": FeatureSpec.mel()}
     t0 = time.process_time()

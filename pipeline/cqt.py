@@ -178,7 +178,9 @@ class _CqtStream:
         self.plan = plan
         self.out = Output(plan.n_bins, frames_hint, dtype, sink)  # float32 octave results cast on assignment
         self.early = StreamResampler(plan.early_factor, 1, scale=True) if plan.early_factor > 1 else None
-        self.levels = [Signal() for _ in range(plan.n_levels)]
+        # Each level holds the zeros its octaves' first frames reach before sample 0 (views, not copies).
+        self.levels = [Signal(lead=max((o.n_fft // 2 for o in plan.octaves if o.level == k), default=0))
+                       for k in range(plan.n_levels)]
         self.down = [StreamResampler(2, 1, scale=True) for _ in range(plan.n_levels - 1)]
         self.done = [0] * len(plan.octaves)
 

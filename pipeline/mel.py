@@ -192,22 +192,25 @@ class _MelStream:
     def __init__(self, plan: _MelPlan, frames_hint: int, dtype: npt.DTypeLike = np.float32,
                  sink: Callable[[np.ndarray], None] | None = None) -> None:
         self.plan = plan
-        self.sig = Signal()
+        self.sig = Signal(lead=plan.n_fft // 2)
         self.out = Output(plan.n_bins, frames_hint, dtype, sink)
         self.done = 0  # frames computed
 
     def feed(self, x: np.ndarray) -> None:
         self.sig.append(x)
-        self._emit(ready_frames(self.sig, self.plan.hop, self.plan.n_fft), None)
+        self._emit(ready_frames(self.sig, self.plan.hop, self.plan.n_fft))
 
     def finish(self, n: int, n_frames: int) -> np.ndarray:
-        self._emit(n_frames, n)
+        # The zeros after sample n that the last frames reach (librosa's centred padding) are held like
+        # samples, so those frames are a view as well.
+        self.sig.append(np.zeros(max(0, n + self.plan.n_fft // 2 - self.sig.end), dtype=np.float32))
+        self._emit(n_frames)
         return self.out.finish(n_frames)
 
-    def _emit(self, f1: int, n: int | None) -> None:
+    def _emit(self, f1: int) -> None:
         p = self.plan
         if f1 > self.done:
-            frames = centered_frames(self.sig, self.done, f1, p.hop, p.n_fft, n)
+            frames = centered_frames(self.sig, self.done, f1, p.hop, p.n_fft, None)
             rows = self.out.rows(self.done, f1)
             if rows.dtype == np.float32:
                 p.compute(frames, rows)

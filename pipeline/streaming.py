@@ -23,12 +23,15 @@ class Signal:
 
     ``get(a, b, n)`` returns samples ``[a, b)`` with zeros outside ``[0, n)``
     (``n`` = final length, ``None`` while the stream is running): a view when
-    the range is held, a small zero-padded copy at the signal's two ends.
+    the range is held, a zero-padded copy at the signal's two ends.  A
+    signal made with ``lead`` zeros holds them before sample 0 like samples
+    (``start == -lead``), so centred frames that reach before the start are
+    views too instead of a padded copy of the whole first block.
     """
 
-    def __init__(self) -> None:
-        self.data = np.zeros(0, dtype=np.float32)
-        self.start = 0
+    def __init__(self, lead: int = 0) -> None:
+        self.data = np.zeros(lead, dtype=np.float32)
+        self.start = -lead
         self._pending: list[np.ndarray] = []
         self._pending_len = 0
 

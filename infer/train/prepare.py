@@ -12,11 +12,9 @@ return.
 
 from __future__ import annotations
 
-import ctypes
 import dataclasses
 import logging
 import os
-import sys
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,6 +26,7 @@ from torch import nn
 from torch.utils.data import DataLoader
 
 from store import ConfigError, FeatureSpec, Store, check_output_path, open_store
+from store.heap import KEPT_THRESHOLDS, set_malloc_thresholds
 
 from ..augment import Augment, SpecAugment
 from ..budget import Budget
@@ -62,22 +61,6 @@ def default_training_feature(store: Store) -> str:
     return "+".join(store.specs)
 
 
-def _malloc_thresholds(mmap_bytes: int, trim_bytes: int, *, trim: bool = False) -> bool:
-    """Set glibc's ``M_MMAP_THRESHOLD`` and ``M_TRIM_THRESHOLD`` (then ``malloc_trim(0)`` if ``trim``); False
-    where the C library is not glibc."""
-    if not sys.platform.startswith("linux"):
-        return False
-    try:
-        libc = ctypes.CDLL("libc.so.6")
-        m_trim_threshold, m_mmap_threshold = -1, -3
-        ok = bool(libc.mallopt(m_mmap_threshold, mmap_bytes)) and bool(libc.mallopt(m_trim_threshold, trim_bytes))
-        if trim:
-            libc.malloc_trim(0)
-        return ok
-    except (OSError, AttributeError):
-        return False
-
-
 def keep_freed_memory() -> bool:
     """Ask glibc's malloc to keep freed memory for reuse instead of returning it to the system.
 
@@ -88,19 +71,22 @@ def keep_freed_memory() -> bool:
     Raising the mmap and trim thresholds keeps them in the heap; the values
     are the same.  A no-op (False) where the C library is not glibc.
     """
-    return _malloc_thresholds(1 << 30, (1 << 31) - 1)
+    return set_malloc_thresholds(1 << 30, (1 << 31) - 1)
 
 
 def release_freed_memory() -> bool:
-    """Undo :func:`keep_freed_memory` when training ends: glibc's default thresholds (128 KiB) again, and the
-    memory the heap kept handed back (``malloc_trim``).
+    """Undo :func:`keep_freed_memory` when training ends: the ceiling glibc's own adjustment reaches
+    (``store.heap.KEPT_THRESHOLDS``: 32 MiB, 64 MiB) again, and the memory the heap kept handed back
+    (``malloc_trim``).
 
     Kept, the raised thresholds would outlive the run in the caller's process: a notebook or ``make train``
     that goes on to run a large model (musicnn's patch activations) would then grow its heap by fragments of
     freed activations instead of mapping and unmapping them (measured: 10 GB resident after a CNN training
-    and a musicnn pass in one process).  A no-op (False) where the C library is not glibc.
+    and a musicnn pass in one process).  Not glibc's initial 128 KiB: set explicitly, that value would also end
+    glibc's own adjustment and leave the process slower than it found it (``store.heap``).  A no-op (False)
+    where the C library is not glibc.
     """
-    return _malloc_thresholds(128 * 1024, 128 * 1024, trim=True)
+    return set_malloc_thresholds(*KEPT_THRESHOLDS, trim=True)
 
 
 # -- the run ---------------------------------------------------------------------------------------

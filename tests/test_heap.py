@@ -1,0 +1,102 @@
+"""store.heap: after :func:`keep_freed_blocks` a freed multi-MiB block stays in the heap for reuse, one above
+the 32 MiB ceiling still goes back to the system; an extraction task sets it, and training comes back to it.
+
+Each test runs in a fresh interpreter: the setting is the whole process's and is not undone.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's malloc settings")
+
+_PRELUDE = """
+import numpy as np
+
+def rss():
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * 4096
+
+def kept_after_free(nbytes):
+    # bytes of a touched block still resident right after it is freed (what the free did not return)
+    block = np.ones(nbytes // 8)
+    held = rss()
+    del block
+    return nbytes - (held - rss())
+
+MiB = 2 ** 20
+"""
+
+
+def _run(body: str, cwd: Path) -> str:
+    code = _PRELUDE + textwrap.dedent(body)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=cwd, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done.stdout
+
+
+def test_freed_blocks_kept_up_to_the_ceiling(tmp_path: Path) -> None:
+    out = _run("""
+        from store.heap import keep_freed_blocks
+        before = kept_after_free(16 * MiB)   # a new process: glibc maps and unmaps a 16 MiB block
+        assert keep_freed_blocks()
+        after = kept_after_free(16 * MiB)
+        above = kept_after_free(48 * MiB)    # above the 32 MiB ceiling: still mapped and unmapped
+        print(before, after, above)
+    """, tmp_path)
+    before, after, above = (int(x) for x in out.split())
+    assert before < 4 * 2**20, "a new process should return a freed 16 MiB block"
+    assert after > 12 * 2**20, "after keep_freed_blocks the freed 16 MiB block should stay in the heap"
+    assert above < 8 * 2**20, "a block above the 32 MiB ceiling should still go back"
+
+
+def test_every_extraction_task_keeps_freed_blocks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The worker function sets it (in the driver's process with one job, in each worker otherwise). Whether
+    glibc's own adjustment already got there depends on what the process freed before, so this checks the call;
+    the first test checks what the call does."""
+    import pipeline.tasks
+    from pipeline.extract import extract
+    from pipeline.testing import write_music_like
+
+    calls: list[int] = []
+    monkeypatch.setattr(pipeline.tasks, "keep_freed_blocks", lambda: calls.append(1) or True)
+    corpus = tmp_path / "corpus" / "rock"
+    corpus.mkdir(parents=True)
+    for k in range(3):
+        write_music_like(corpus / f"t{k}.wav", 2.0, seed=k, sr=22050, channels=1)
+    summary = extract(tmp_path / "corpus", str(tmp_path / "s.zarr"), features=("mel",), jobs=1, progress=False)
+    assert summary.decoded == 3
+    assert calls, "no extraction task kept freed blocks"
+
+
+def test_every_decoded_clip_keeps_freed_blocks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``specstore classify`` and the server decode through serving.clips.decode_file, in any process."""
+    import serving.clips
+    from pipeline.testing import write_music_like
+    from store import default_specs
+
+    calls: list[int] = []
+    monkeypatch.setattr(serving.clips, "keep_freed_blocks", lambda: calls.append(1) or True)
+    clip = serving.clips.decode_file(write_music_like(tmp_path / "a.wav", 2.0, seed=1, sr=22050, channels=1),
+                                     default_specs(("mel",)))
+    assert clip.duration > 1.9
+    assert calls, "decoding a clip did not keep freed blocks"
+
+
+def test_training_comes_back_to_the_ceiling(tmp_path: Path) -> None:
+    out = _run("""
+        from infer.train.prepare import keep_freed_memory, release_freed_memory
+        keep_freed_memory()
+        during = kept_after_free(64 * MiB)   # training's steps keep even 64 MiB blocks
+        release_freed_memory()
+        print(during, kept_after_free(64 * MiB), kept_after_free(16 * MiB))
+    """, tmp_path)
+    during, big, small = (int(x) for x in out.split())
+    assert during > 48 * 2**20
+    assert big < 16 * 2**20, "after training a freed 64 MiB block should go back"
+    assert small > 12 * 2**20, "after training the extraction ceiling should hold (not glibc's 128 KiB)"
