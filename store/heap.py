@@ -12,9 +12,9 @@ process spent a third of its CPU time in the kernel doing so, and ran 17%
 faster with :func:`keep_freed_blocks`.
 
 :func:`keep_freed_blocks` sets both thresholds to that ceiling
-(:data:`KEPT_THRESHOLDS`) for the rest of the process: values glibc's own
-adjustment reaches in any process that frees a 32 MiB block, so nothing is
-kept that a long-lived process would not keep anyway.  Setting them
+(:data:`KEPT_THRESHOLDS`: 32 MiB each) for the rest of the process: values
+glibc's own adjustment reaches or passes in any process that frees a 32 MiB
+block, so nothing is kept that a long-lived process would not keep anyway.  Setting them
 explicitly ends glibc's adjustment, which is why it is not undone (setting
 the 128 KiB values again would leave the process slower than it found it).
 CPU training raises them much further for its steps
@@ -30,10 +30,11 @@ import sys
 
 __all__ = ["KEPT_THRESHOLDS", "keep_freed_blocks", "set_malloc_thresholds"]
 
-#: ``(M_MMAP_THRESHOLD, M_TRIM_THRESHOLD)`` in bytes: the highest values glibc's dynamic adjustment sets
-#: (``DEFAULT_MMAP_THRESHOLD_MAX`` on 64-bit systems, and twice that).  Measured: a 16 MiB trim threshold
-#: kept none of the gain; 64 MiB and 1 GiB the same.
-KEPT_THRESHOLDS = (32 << 20, 64 << 20)
+#: ``(M_MMAP_THRESHOLD, M_TRIM_THRESHOLD)`` in bytes: the highest mmap threshold glibc's dynamic adjustment
+#: sets (``DEFAULT_MMAP_THRESHOLD_MAX`` on 64-bit systems; it would set the trim threshold to twice that).
+#: Measured on extraction: a 16 MiB trim threshold kept none of the gain, 32 MiB, 64 MiB and 1 GiB all of it;
+#: the lowest of those keeps the least freed memory resident.
+KEPT_THRESHOLDS = (32 << 20, 32 << 20)
 
 
 def set_malloc_thresholds(mmap_bytes: int, trim_bytes: int, *, trim: bool = False) -> bool:
@@ -55,7 +56,7 @@ def set_malloc_thresholds(mmap_bytes: int, trim_bytes: int, *, trim: bool = Fals
 
 
 def keep_freed_blocks() -> bool:
-    """Keep freed blocks up to 32 MiB, and up to 64 MiB of free heap top, for reuse (:data:`KEPT_THRESHOLDS`).
+    """Keep freed blocks up to 32 MiB, and up to 32 MiB of free heap top, for reuse (:data:`KEPT_THRESHOLDS`).
 
     For the rest of the process (see the module docstring for why it is not undone).  Called where a loop of
     multi-MiB allocations begins: every extraction task (``pipeline.tasks.run_task``) and every clip the

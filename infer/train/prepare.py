@@ -76,7 +76,7 @@ def keep_freed_memory() -> bool:
 
 def release_freed_memory() -> bool:
     """Undo :func:`keep_freed_memory` when training ends: the ceiling glibc's own adjustment reaches
-    (``store.heap.KEPT_THRESHOLDS``: 32 MiB, 64 MiB) again, and the memory the heap kept handed back
+    (``store.heap.KEPT_THRESHOLDS``: 32 MiB each) again, and the memory the heap kept handed back
     (``malloc_trim``).
 
     Kept, the raised thresholds would outlive the run in the caller's process: a notebook or ``make train``
