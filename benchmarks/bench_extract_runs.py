@@ -223,14 +223,11 @@ def _max_db_difference(store: Path, naive_dir: Path, corpus: Path, files: list[P
 def features_of(paths: list[str]) -> float:
     """compute_features (log-mel, float16 out) on ``paths`` in this process; returns its CPU seconds.
 
-    Under the heap setting an extraction task makes (``store.heap.keep_freed_blocks``), wherever it runs: the
-    bare work of one process and of several must not differ in what their processes did before.
+    compute_features sets the heap as an extraction does (``store.heap.keep_freed_blocks``), wherever it runs:
+    the bare work of one process and of several does not depend on what their processes did before.
     """
     from pipeline.features import compute_features
     from store import FeatureSpec
-    from store.heap import keep_freed_blocks
-
-    keep_freed_blocks()
 
     specs = {"mel": FeatureSpec.mel()}
     t0 = time.process_time()

@@ -32,6 +32,7 @@ import numpy as np
 
 from pipeline.audio import AudioError, probe, stream_mono
 from store import ConfigError
+from store.heap import keep_freed_blocks
 from store.spec import FeatureSpec
 
 from .kinds import FeaturePlan, FeatureStream, plan_for
@@ -130,6 +131,10 @@ def compute_features(
     grow with the file's length at all.  A file that fails part-way has
     already handed over some rows: the caller drops them.
 
+    Sets glibc's heap thresholds for the rest of the process
+    (:func:`store.heap.keep_freed_blocks`: freed blocks up to 32 MiB are
+    kept for reuse), what every extraction worker and decoded upload needs.
+
     Raises ValueError for inconsistent or unsupported specs (different
     sample_rate or hop_length, odd n_fft, CQT above Nyquist) and
     :class:`AudioError` for files that do not decode or hold fewer than
@@ -147,6 +152,9 @@ def compute_features(
     out = dict(sinks or {})
     streams: dict[str, FeatureStream] = {name: p.stream(hint, dtypes[name], out.get(name))
                                          for name, p in plans.items()}
+    # Decoded blocks and each batch of frames are freed and allocated again every step: kept in the heap
+    # instead of unmapped and page-faulted in again (store.heap: 17% of a run's time in a new process).
+    keep_freed_blocks()
     n = 0  # samples fed so far
     for block in _blocks(path, sr, block_seconds):
         for s in streams.values():

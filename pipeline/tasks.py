@@ -22,7 +22,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from store import FeatureSpec, ShardInfo, ShardWriter
-from store.heap import keep_freed_blocks
 
 from .audio import AudioError
 from .decoder_log import DecoderWarnings, captured_stderr, divert_stderr
@@ -155,9 +154,6 @@ def run_task(
     result = TaskResult(shard=None, files=len(items))
     if multiprocessing.parent_process() is not None or driver_pid not in (None, os.getpid()):
         divert_stderr()
-    # Freed blocks (decoded audio, each batch of frames) stay in the heap for the next step instead of being
-    # unmapped and page-faulted in again (store.heap: 17% of a run's time in a new process).
-    keep_freed_blocks()
     with ShardWriter(store_url, storage_options=storage_options) as shard, captured_stderr(result.decoder):
         for item in items:
             outcome = _decode_one(item, shard, feature_specs, block_seconds, tries)

@@ -40,7 +40,6 @@ from pipeline.audio import AudioError, AudioInfo, probe
 from pipeline.features import stored_features
 from pipeline.hashing import content_hash, digest_bytes
 from store import FeatureSpec, SpecstoreError, stack_parts
-from store.heap import keep_freed_blocks
 
 from .config import DEFAULT_MAX_CHANNELS, DEFAULT_MAX_SAMPLE_RATE  # the server's defaults, re-exported
 
@@ -125,7 +124,6 @@ def decode_file(path: str | os.PathLike[str], specs: Mapping[str, FeatureSpec], 
     ``digest``: the content hash if the caller has it.  Raises
     :class:`ClipError` with the reason.
     """
-    keep_freed_blocks()  # its decoded blocks and frame batches reuse the heap, as an extraction worker's (store.heap)
     try:
         if max_seconds is not None or max_sample_rate is not None or max_channels is not None:
             check_header(probe(path), max_seconds=max_seconds, max_sample_rate=max_sample_rate,

@@ -26,7 +26,9 @@ say so (False).
 from __future__ import annotations
 
 import ctypes
+import functools
 import sys
+from typing import Any
 
 __all__ = ["KEPT_THRESHOLDS", "keep_freed_blocks", "set_malloc_thresholds"]
 
@@ -42,24 +44,35 @@ def set_malloc_thresholds(mmap_bytes: int, trim_bytes: int, *, trim: bool = Fals
 
     False where the C library is not glibc (nothing is changed there).
     """
-    if not sys.platform.startswith("linux"):
+    libc = _libc()
+    if libc is None:
         return False
     try:
-        libc = ctypes.CDLL("libc.so.6")
         m_trim_threshold, m_mmap_threshold = -1, -3
         ok = bool(libc.mallopt(m_mmap_threshold, mmap_bytes)) and bool(libc.mallopt(m_trim_threshold, trim_bytes))
         if trim:
             libc.malloc_trim(0)
         return ok
-    except (OSError, AttributeError):
+    except AttributeError:
         return False
+
+
+@functools.cache
+def _libc() -> Any:
+    """glibc, loaded once (every decoded file sets the thresholds); None where it is not the C library."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        return ctypes.CDLL("libc.so.6")
+    except OSError:
+        return None
 
 
 def keep_freed_blocks() -> bool:
     """Keep freed blocks up to 32 MiB, and up to 32 MiB of free heap top, for reuse (:data:`KEPT_THRESHOLDS`).
 
     For the rest of the process (see the module docstring for why it is not undone).  Called where a loop of
-    multi-MiB allocations begins: every extraction task (``pipeline.tasks.run_task``) and every clip the
-    classifier and the server decode (``serving.clips.decode_file``).
+    multi-MiB allocations begins: every file :func:`pipeline.features.compute_features` decodes (an extraction
+    task's, ``specstore classify``'s and the server's).  Two ``mallopt`` calls; idempotent.
     """
     return set_malloc_thresholds(*KEPT_THRESHOLDS)

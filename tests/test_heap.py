@@ -1,7 +1,11 @@
 """store.heap: after :func:`keep_freed_blocks` a freed multi-MiB block stays in the heap for reuse, one above
-the 32 MiB ceiling still goes back to the system; an extraction task sets it, and training comes back to it.
+the 32 MiB ceiling still goes back to the system; every decoded file sets it; CPU training keeps freed memory for
+its steps (:func:`infer.train.prepare.keep_freed_memory`) and comes back to it when it ends, so the caller's
+process does not keep growing its heap afterwards.
 
-Each test runs in a fresh interpreter: the setting is the whole process's and is not undone.
+The checks of resident memory run in a fresh interpreter: the setting is the whole process's and is not undone,
+and in a process that ran other tests a block can be carved from a free hole their arrays left in the heap,
+which no threshold returns on free.
 """
 
 from __future__ import annotations
@@ -56,15 +60,15 @@ def test_freed_blocks_kept_up_to_the_ceiling(tmp_path: Path) -> None:
 
 
 def test_every_extraction_task_keeps_freed_blocks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The worker function sets it (in the driver's process with one job, in each worker otherwise). Whether
-    glibc's own adjustment already got there depends on what the process freed before, so this checks the call;
-    the first test checks what the call does."""
-    import pipeline.tasks
+    """compute_features sets it for every file (in the driver's process with one job, in each worker otherwise).
+    Whether glibc's own adjustment already got there depends on what the process freed before, so this checks
+    the call; the first test checks what the call does."""
+    import pipeline.features
     from pipeline.extract import extract
     from pipeline.testing import write_music_like
 
     calls: list[int] = []
-    monkeypatch.setattr(pipeline.tasks, "keep_freed_blocks", lambda: calls.append(1) or True)
+    monkeypatch.setattr(pipeline.features, "keep_freed_blocks", lambda: calls.append(1) or True)
     corpus = tmp_path / "corpus" / "rock"
     corpus.mkdir(parents=True)
     for k in range(3):
@@ -76,12 +80,13 @@ def test_every_extraction_task_keeps_freed_blocks(tmp_path: Path, monkeypatch: p
 
 def test_every_decoded_clip_keeps_freed_blocks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """``specstore classify`` and the server decode through serving.clips.decode_file, in any process."""
+    import pipeline.features
     import serving.clips
     from pipeline.testing import write_music_like
     from store import default_specs
 
     calls: list[int] = []
-    monkeypatch.setattr(serving.clips, "keep_freed_blocks", lambda: calls.append(1) or True)
+    monkeypatch.setattr(pipeline.features, "keep_freed_blocks", lambda: calls.append(1) or True)
     clip = serving.clips.decode_file(write_music_like(tmp_path / "a.wav", 2.0, seed=1, sr=22050, channels=1),
                                      default_specs(("mel",)))
     assert clip.duration > 1.9
@@ -100,3 +105,22 @@ def test_training_comes_back_to_the_ceiling(tmp_path: Path) -> None:
     assert during > 48 * 2**20
     assert big < 16 * 2**20, "after training a freed 64 MiB block should go back"
     assert small > 12 * 2**20, "after training the extraction ceiling should hold (not glibc's 128 KiB)"
+
+
+def test_after_training_a_freed_block_goes_back_to_the_system(tmp_path: Path) -> None:
+    out = _run(f"""
+        import sys
+        sys.path.insert(0, {str(Path(__file__).parent)!r})
+        from factories import make_separable_store
+        from infer.train import TrainConfig, train
+        store = make_separable_store({str(tmp_path / "s.zarr")!r}, n=12, lengths=(20, 40))
+        train(store, {str(tmp_path / "m.pt")!r}, TrainConfig(device="cpu", epochs=1, width=4, depth=2), progress=False)
+        before = rss()
+        block = np.ones(64 * MiB // 8)  # 64 MiB, touched
+        grown = rss() - before
+        del block
+        print(grown, rss() - before)
+    """, tmp_path)
+    grown, left = (int(x) for x in out.split()[-2:])
+    assert grown > 48 * 2**20
+    assert left < 16 * 2**20, "the freed 64 MiB stayed in the heap: training's setting outlived it"
