@@ -57,7 +57,7 @@ FULL: dict[str, dict[str, Any]] = {
     "decode-formats": dict(seconds=60.0, repeats=3),
 }
 QUICK: dict[str, dict[str, Any]] = {
-    "extract": dict(n_files=8, mean_seconds=3.0, repeats=1, lhotse_pool=False),
+    "extract": dict(n_files=8, mean_seconds=3.0, repeats=1, lhotse_pool=False, longer=2),
     "extract-mem": dict(short_seconds=5.0, long_seconds=30.0, repeats=1),
     "plan": dict(n_clips=300, repeats=1),
     "infer": dict(n_clips={"uniform": 3, "lognormal": 3}, repeats=1, model=dict(width=8, depth=2)),

@@ -18,7 +18,8 @@ import numpy as np
 
 from .bench_common import median
 
-__all__ = ["COMBOS", "SR", "Isolated", "decode_only", "features_of", "make_corpus", "naive_one", "timed_run_task"]
+__all__ = ["COMBOS", "SR", "Isolated", "decode_only", "features_of", "make_corpus", "naive_one", "scaling_on",
+           "timed_run_task"]
 
 
 SR = 22050
@@ -148,6 +149,14 @@ class _Runs:
         for f in self.files:
             decode_only(str(f))
 
+    def floor_load(self) -> None:
+        """Loading the audio as a user's loop does before any feature: ``librosa.load`` at the features' rate
+        (decoding, downmix, soxr_hq resampling of the 44.1 kHz files), nothing else."""
+        import librosa
+
+        for f in self.files:
+            librosa.load(str(f), sr=SR, mono=True)
+
 
 def _serve(conn: Any, runs: _Runs) -> None:
     """The loop of an :class:`Isolated` child: call the method asked for, answer (status, result, CPU seconds)."""
@@ -268,6 +277,32 @@ def _bare_scaling(files: list[Path], jobs: int, repeats: int) -> dict[str, Any]:
     return {"speedup": round(median([a / b for a, b in zip(one, many, strict=False)]), 3),
             "one_process_s": round(median(one), 3), f"{jobs}_processes_s": round(median(many), 3),
             "cpu_s_in_workers": round(median(cpu), 3), "group_balance_s": [round(x, 3) for x in load]}
+
+
+def scaling_on(work: Path, n_files: int, mean_seconds: float, jobs: int, repeats: int) -> dict[str, Any]:
+    """jobs=1 against jobs=``jobs`` extraction (interleaved, fresh stores) and the bare work's scaling, on a
+    corpus of its own: how the speed-up behaves once the driver's per-run costs weigh less."""
+    corpus = work / "corpus"
+    files = make_corpus(corpus, n_files, mean_seconds, jobs)
+    runs = _Runs(corpus, files, work / "out", jobs)
+    shutil.rmtree(runs.ours(1), ignore_errors=True)  # warm-up: the page cache, this process's imports
+    one: list[float] = []
+    many: list[float] = []
+    for r in range(repeats):
+        for n, acc in (((1, one), (jobs, many)) if r % 2 == 0 else ((jobs, many), (1, one))):
+            t0 = time.perf_counter()
+            out = runs.ours(n)
+            acc.append(time.perf_counter() - t0)
+            shutil.rmtree(out, ignore_errors=True)
+    bare = _bare_scaling(files, jobs, repeats)
+    speedup = median([a / b for a, b in zip(one, many, strict=False)])
+    import soundfile as sf
+
+    return {"files": len(files), "audio_seconds": round(sum(sf.info(str(f)).duration for f in files), 1),
+            "speedup": round(speedup, 3), "bare_speedup": bare["speedup"],
+            "fraction_of_bare": round(speedup / bare["speedup"], 3),
+            "times_s": {"jobs1": [round(x, 3) for x in one], f"jobs{jobs}": [round(x, 3) for x in many]},
+            "bare_work_scaling": bare, "timeline": _timeline(runs, jobs)}
 
 
 def timed_run_task(*args: Any, **kwargs: Any) -> Any:

@@ -8,6 +8,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 from tqdm.auto import tqdm
 
+from store.layout import CONTENT_HASH
+
 from .corpus import CorpusItem
 from .hashing import Fingerprint, SourceChanged, fingerprint
 
@@ -17,8 +19,8 @@ __all__ = ["HASH_BATCH", "hash_batch", "hash_files"]
 HASH_BATCH = 64
 
 
-def hash_batch(sources: list[str]) -> list[tuple[Fingerprint | None, str | None]]:
-    """``(fingerprint, None)`` or ``(None, reason)`` for each source file."""
+def hash_batch(sources: list[str], algorithm: str = CONTENT_HASH) -> list[tuple[Fingerprint | None, str | None]]:
+    """``(fingerprint, None)`` or ``(None, reason)`` for each source file (``algorithm``: the store's content hash)."""
     out: list[tuple[Fingerprint | None, str | None]] = []
     for src in sources:
         try:
@@ -31,7 +33,7 @@ def hash_batch(sources: list[str]) -> list[tuple[Fingerprint | None, str | None]
             elif st.st_size == 0:
                 out.append((None, "empty file"))
             else:
-                out.append((fingerprint(src), None))
+                out.append((fingerprint(src, algorithm=algorithm), None))
         except SourceChanged as e:
             out.append((None, e.strerror or "changed while being read"))
         except PermissionError:
@@ -43,8 +45,10 @@ def hash_batch(sources: list[str]) -> list[tuple[Fingerprint | None, str | None]
     return out
 
 
-def hash_files(items: list[CorpusItem], progress: bool) -> tuple[dict[str, Fingerprint], dict[str, str]]:
-    """Fingerprint every file on local threads (hashlib releases the GIL on large buffers).
+def hash_files(items: list[CorpusItem], progress: bool,
+                algorithm: str = CONTENT_HASH) -> tuple[dict[str, Fingerprint], dict[str, str]]:
+    """Fingerprint every file on local threads (hashlib releases the GIL on large buffers) with ``algorithm``,
+    the store's content hash.
 
     Hashing is I/O-bound and happens where the driver runs, whatever the
     extraction backend, so it needs no worker processes.
@@ -59,7 +63,7 @@ def hash_files(items: list[CorpusItem], progress: bool) -> tuple[dict[str, Finge
     errors: dict[str, str] = {}
     with ThreadPoolExecutor(max_workers=threads) as pool, \
             tqdm(total=len(items), unit="file", desc="hashing", disable=not progress, leave=False) as bar:
-        results = pool.map(hash_batch, ([str(it.source) for it in b] for b in batches))
+        results = pool.map(hash_batch, ([str(it.source) for it in b] for b in batches), [algorithm] * len(batches))
         for batch, res in zip(batches, results, strict=False):
             for it, (fp, reason) in zip(batch, res, strict=False):
                 if fp is not None:

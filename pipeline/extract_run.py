@@ -37,8 +37,9 @@ MAX_TASK_BYTES = 256 << 20
 #: Rounds of decoding for the copies of a file that changed while it was decoded.
 MAX_ROUNDS = 3
 
-HashFiles = Callable[[list[CorpusItem], bool], tuple[dict[str, Fingerprint], dict[str, str]]]
-"""Fingerprints of corpus items (``items, progress -> (path -> fingerprint, path -> reason)``)."""
+HashFiles = Callable[[list[CorpusItem], bool, str], tuple[dict[str, Fingerprint], dict[str, str]]]
+"""Fingerprints of corpus items (``items, progress, the store's content hash -> (path -> fingerprint, path ->
+reason)``)."""
 
 
 def plan_tasks(todo: Sequence[tuple[TaskItem, int]], n_jobs: int, *, max_files: int = MAX_TASK_FILES,
@@ -127,7 +128,7 @@ class ExtractRun:
         """Hash the corpus (with ``hash_files``), index what needs no decoding, and collect what does in ``todo``."""
         w, summary = self.writer, self.summary
         scanned = [it for it in items if it.problem is None]
-        self.fps, errors = hash_files(scanned, self.progress)
+        self.fps, errors = hash_files(scanned, self.progress, w.metadata.content_hash)
         errors.update({it.path: it.problem for it in items if it.problem is not None})
         committed = w.committed_rows()
         known = w.committed_hashes()

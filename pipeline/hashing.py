@@ -1,7 +1,8 @@
 """Content hashes of source files, and proof that the bytes hashed are the bytes decoded.
 
-The store keys deduplication and resuming on a file's content hash
-(BLAKE2b-128 of its bytes), so the hash recorded for a clip must be the hash
+The store keys deduplication and resuming on a file's content hash (the
+hex digest of its bytes; the algorithm is the store's ``content_hash``:
+SHA-256 for new stores, BLAKE2b-128 for stores that record none), so the hash recorded for a clip must be the hash
 of the bytes that were decoded.  The driver hashes every file first; a
 worker decodes it later, and the file may change in between or meanwhile.
 A :class:`Fingerprint` is a hash together with the file's :class:`Stamp`
@@ -23,14 +24,17 @@ before and after decoding:
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import stat
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from store import SpecstoreError
+from store.layout import CONTENT_HASH, LEGACY_CONTENT_HASH
 
 __all__ = [
     "Fingerprint", "RECENT_SECONDS", "SourceChanged", "Stamp", "content_hash", "digest_bytes", "digest_fd",
@@ -78,25 +82,35 @@ class Fingerprint:
         return not self.stamp.recent(self.taken_ns)
 
 
-def _new_hash() -> Any:
-    return hashlib.blake2b(digest_size=16)
+#: hashlib constructors by a store's ``content_hash`` name (:data:`store.layout.CONTENT_HASHES`).
+_HASHERS: dict[str, Callable[[], Any]] = {
+    "sha256": hashlib.sha256,
+    LEGACY_CONTENT_HASH: functools.partial(hashlib.blake2b, digest_size=16),
+}
 
 
-def digest_bytes(data: bytes) -> str:
-    """BLAKE2b-128 hex digest of ``data``: the hash :func:`content_hash` gives a file holding these bytes."""
-    h = _new_hash()
+def _hasher(algorithm: str) -> Callable[[], Any]:
+    try:
+        return _HASHERS[algorithm]
+    except KeyError:
+        raise ValueError(f"unknown content hash {algorithm!r}; known: {', '.join(_HASHERS)}") from None
+
+
+def digest_bytes(data: bytes, algorithm: str = CONTENT_HASH) -> str:
+    """Hex digest of ``data``: the hash :func:`content_hash` gives a file holding these bytes."""
+    h = _hasher(algorithm)()
     h.update(data)
     return str(h.hexdigest())
 
 
-def digest_fd(fd: int) -> str:
-    """BLAKE2b-128 hex digest of the whole open file ``fd`` (read from its start; the offset is not used)."""
+def digest_fd(fd: int, algorithm: str = CONTENT_HASH) -> str:
+    """Hex digest of the whole open file ``fd`` (read from its start; the offset is not used)."""
     with os.fdopen(os.dup(fd), "rb") as f:
         f.seek(0)
-        return hashlib.file_digest(f, _new_hash).hexdigest()
+        return hashlib.file_digest(f, _hasher(algorithm)).hexdigest()
 
 
-def fingerprint(path: str | os.PathLike[str], *, tries: int = 3) -> Fingerprint:
+def fingerprint(path: str | os.PathLike[str], *, algorithm: str = CONTENT_HASH, tries: int = 3) -> Fingerprint:
     """Hash a regular file and stamp it, retrying while it changes under the read.
 
     Raises ``OSError`` for unreadable files and broken links,
@@ -110,7 +124,7 @@ def fingerprint(path: str | os.PathLike[str], *, tries: int = 3) -> Fingerprint:
             before = os.fstat(fd)
             if not stat.S_ISREG(before.st_mode):
                 raise OSError(0, "not a regular file")
-            h = digest_fd(fd)
+            h = digest_fd(fd, algorithm)
             after = os.fstat(fd)
             taken = time.time_ns()
         finally:
@@ -120,10 +134,13 @@ def fingerprint(path: str | os.PathLike[str], *, tries: int = 3) -> Fingerprint:
     raise SourceChanged(0, f"changed while being read ({tries} tries)")
 
 
-def content_hash(path: str | os.PathLike[str]) -> str:
-    """BLAKE2b-128 hex digest of the file's bytes (``hashlib.file_digest``; memory does not grow with size).
+def content_hash(path: str | os.PathLike[str], algorithm: str = CONTENT_HASH) -> str:
+    """Hex digest of the file's bytes (``hashlib.file_digest``; memory does not grow with size).
+
+    ``algorithm`` is a store's ``content_hash`` (:data:`store.layout.CONTENT_HASHES`); the default,
+    SHA-256, is what new stores, ``specstore classify`` and the server (identical uploads, the cache) use.
 
     Raises ``OSError`` for unreadable files and broken links (the caller records the reason).
     """
     with open(path, "rb") as f:
-        return hashlib.file_digest(f, _new_hash).hexdigest()
+        return hashlib.file_digest(f, _hasher(algorithm)).hexdigest()

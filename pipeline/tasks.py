@@ -118,7 +118,7 @@ def _decode_one(item: TaskItem, shard: ShardWriter, specs: dict[str, FeatureSpec
             if failure is not None:
                 shard.drop_clip()
                 return failure, False
-            digest = fp.hash if known and fp is not None else digest_fd(fd)
+            digest = fp.hash if known and fp is not None else digest_fd(fd, shard.metadata.content_hash)
             if Stamp.of(os.fstat(fd)) != before:
                 shard.drop_clip()
                 continue

@@ -71,7 +71,8 @@ MAX_SECONDS = 24 * 3600.0
 _HEADER_BYTES = 1024
 #: Zip headers and directory around the members, bytes (per member about 150; generous).
 _ZIP_OVERHEAD = 4096
-#: Longest string a ``hash`` / ``specs_key`` member may hold, characters (BLAKE2b hex digests are 32 / 16).
+#: Longest string a ``hash`` / ``specs_key`` member may hold, characters (SHA-256 hex digests are 64, BLAKE2b-128
+#: ones 32, specs keys 16).
 _MAX_TEXT = 128
 
 

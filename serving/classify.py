@@ -2,7 +2,7 @@
 
 Flow: expand the arguments (folders: their audio files, recursively, by
 extension; files named on the command line are all tried, whatever their
-name) -> hash each file (BLAKE2b, the store's content hash) so identical
+name) -> hash each file (SHA-256, the content hash of new stores) so identical
 contents decode and run once -> decode the distinct contents with the
 checkpoint's FeatureSpecs in ``jobs`` worker processes
 (:func:`serving.clips.decode_file`, the values a store would hold) ->

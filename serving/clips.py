@@ -59,7 +59,7 @@ class ClipError(SpecstoreError):
 @dataclass
 class DecodedClip:
     """One decoded file: ``features`` ``(n_bins, n_frames)`` float32 (store values), ``duration`` in seconds,
-    ``hash`` the BLAKE2b-128 of its bytes (the store's content hash), ``picture`` a PNG of its log-mel or None."""
+    ``hash`` the SHA-256 of its bytes (the content hash of new stores), ``picture`` a PNG of its log-mel or None."""
 
     features: np.ndarray
     duration: float

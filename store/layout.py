@@ -47,6 +47,14 @@ ZSTD_LEVEL = 3
 KEEP_GENERATIONS = 3
 #: The writer lock, a plain file (local) or object (fsspec) beside the root zarr.json.
 LOCK_NAME = ".specstore-lock"
+#: Content hashes a store may key its clips on (``metadata["content_hash"]``): the hex digest of a source
+#: file's bytes, the key of deduplication, resuming and the train/validation split.
+CONTENT_HASHES = ("sha256", "blake2b-128")
+#: What new stores use: SHA-256 (what ``sha256sum`` prints), twice as fast as BLAKE2b on CPUs with SHA
+#: instructions (docs/features.md), and hashing the corpus is work no extraction worker can share.
+CONTENT_HASH = "sha256"
+#: What a store that records no ``content_hash`` was written with (stores from before 2026-12-05).
+LEGACY_CONTENT_HASH = "blake2b-128"
 #: Checksum algorithm of shard chunks (of the chunk's values as little-endian C-order bytes).
 CHECKSUM_ALGORITHM = "crc32c"
 

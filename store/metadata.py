@@ -3,13 +3,25 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 import zarr
 
 from .errors import StoreCorrupt, StoreError, StoreNotFound
-from .layout import ATTR_KEY, FORMAT_NAME, FORMAT_VERSION, INDEX_GROUP, INDEX_NAME, LAYOUTS, SAFE_NAME, empty_commit
+from .layout import (
+    ATTR_KEY,
+    CONTENT_HASH,
+    CONTENT_HASHES,
+    FORMAT_NAME,
+    FORMAT_VERSION,
+    INDEX_GROUP,
+    INDEX_NAME,
+    LAYOUTS,
+    LEGACY_CONTENT_HASH,
+    SAFE_NAME,
+    empty_commit,
+)
 from .location import Location
 from .spec import FeatureSpec
 
@@ -86,17 +98,23 @@ class Commit:
 
 @dataclass(frozen=True)
 class StoreMetadata:
-    """Everything in the root attributes: format, layout, feature specs, the current commit."""
+    """Everything in the root attributes: format, layout, feature specs, the current commit, and the content
+    hash its clips are keyed on (``content_hash``: new stores :data:`~store.layout.CONTENT_HASH`; a store
+    that records none is :data:`~store.layout.LEGACY_CONTENT_HASH`, and keeps it as it grows)."""
 
     layout: str
     features: dict[str, FeatureSpec]
     default_feature: str
     commit: Commit = field(default_factory=lambda: Commit.from_dict(empty_commit()))
     format_version: int = FORMAT_VERSION
+    content_hash: str = CONTENT_HASH
 
     def __post_init__(self) -> None:
         if self.layout not in LAYOUTS:
             raise StoreError(f"unknown store layout {self.layout!r}; choose from {', '.join(LAYOUTS)}")
+        if self.content_hash not in CONTENT_HASHES:
+            raise StoreError(f"unknown content hash {self.content_hash!r}; this specstore knows "
+                             f"{', '.join(CONTENT_HASHES)}")
         if not self.features:
             raise StoreError("a store needs at least one feature")
         if self.default_feature not in self.features:
@@ -119,6 +137,7 @@ class StoreMetadata:
             "format": FORMAT_NAME,
             "format_version": self.format_version,
             "layout": self.layout,
+            "content_hash": self.content_hash,
             "default_feature": self.default_feature,
             "features": {k: v.to_dict() for k, v in self.features.items()},
             "commit": self.commit.to_dict(),
@@ -145,6 +164,7 @@ class StoreMetadata:
                 default_feature=doc["default_feature"],
                 commit=commit,
                 format_version=version,
+                content_hash=doc.get("content_hash", LEGACY_CONTENT_HASH),
             )
         except (KeyError, TypeError, ValueError) as e:
             raise StoreCorrupt(f"{where} has unreadable store metadata: {e}") from None
@@ -152,7 +172,7 @@ class StoreMetadata:
             raise StoreCorrupt(f"{where} has unreadable store metadata: {e}") from None
 
     def with_commit(self, commit: Commit) -> StoreMetadata:
-        return StoreMetadata(self.layout, self.features, self.default_feature, commit, self.format_version)
+        return replace(self, commit=commit)
 
 
 def load_metadata(loc: Location) -> StoreMetadata:
