@@ -15,6 +15,8 @@ driver commits it (:meth:`store.StoreWriter.commit`).
 
 from __future__ import annotations
 
+import functools
+import json
 import logging
 import os
 import tempfile
@@ -28,7 +30,9 @@ from typing import Any
 import numpy as np
 import zarr
 import zarr.codecs
+import zarr.storage
 
+from .atomic import write_atomic
 from .checksum import ChunkSums, crc32c, values_bytes
 from .errors import ConfigError
 from .layout import SHARDS_GROUP, ZSTD_CHUNK_FRAMES, ZSTD_LEVEL, shard_path
@@ -80,6 +84,32 @@ def array_options(layout: str, n_frames: int, n_bins: int) -> dict[str, Any]:
         return dict(chunks=(max(n_frames, 1), n_bins), compressors=None, **common)
     return dict(chunks=(ZSTD_CHUNK_FRAMES, n_bins),
                 compressors=zarr.codecs.ZstdCodec(level=ZSTD_LEVEL, checksum=True), **common)
+
+
+@functools.lru_cache(maxsize=32)
+def _raw_array_template(n_bins: int, dtype: str) -> str:
+    """The ``zarr.json`` zarr writes for a raw-layout ``(1, n_bins)`` array of ``dtype`` (made once per process)."""
+    with tempfile.TemporaryDirectory(prefix="specstore-template-") as d:
+        zarr.create_array(zarr.storage.LocalStore(d), shape=(1, n_bins), dtype=dtype,
+                          **array_options("raw", 1, n_bins))
+        return Path(d, "zarr.json").read_text(encoding="utf-8")
+
+
+def _write_raw_array_doc(directory: Path, n_frames: int, n_bins: int, dtype: str) -> None:
+    """Write the ``zarr.json`` of a raw-layout ``(n_frames, n_bins)`` shard array as a file: zarr's own document
+    for these options (:func:`_raw_array_template`) with its shape and chunk shape set."""
+    doc = json.loads(_raw_array_template(n_bins, dtype))
+    grid = doc["chunk_grid"]["configuration"]
+    if doc["shape"] != [1, n_bins] or grid["chunk_shape"] != [1, n_bins]:
+        raise RuntimeError(f"zarr wrote an unexpected array document: {doc}")
+    doc["shape"], grid["chunk_shape"] = [n_frames, n_bins], [max(n_frames, 1), n_bins]
+    write_atomic(directory / "zarr.json", json.dumps(doc, indent=2))
+
+
+def _write_group_doc(directory: Path, attributes: dict[str, Any]) -> None:
+    """Write a zarr v3 group's ``zarr.json`` with ``attributes`` as a file."""
+    write_atomic(directory / "zarr.json",
+                 json.dumps({"attributes": attributes, "zarr_format": 3, "node_type": "group"}, indent=2))
 
 
 class _RawSink:
@@ -203,9 +233,16 @@ class ShardWriter:
             _, metadata = open_root(loc, "r")
         self.metadata = metadata
         self.name = uuid.uuid4().hex[:16]
-        store = loc.zarr_store(read_only=False)
-        self._group = zarr.create_group(store, path=shard_path(self.name), zarr_format=3,
-                                        attributes={"complete": False, "created": time.time()})
+        self._attrs: dict[str, Any] = {"complete": False, "created": time.time()}
+        # A raw shard on a local disk writes its zarr documents as files: zarr takes 2-3 ms of CPU per group
+        # or array it creates, one shard per extraction task (docs/features.md); elsewhere through zarr.
+        self._dir = loc.local / shard_path(self.name) if loc.local is not None and metadata.layout == "raw" else None
+        self._group: zarr.Group | None = None
+        if self._dir is not None:
+            _write_group_doc(self._dir, self._attrs)
+        else:
+            self._group = zarr.create_group(loc.zarr_store(read_only=False), path=shard_path(self.name),
+                                            zarr_format=3, attributes=self._attrs)
         self._tmp: tempfile.TemporaryDirectory[str] | None = None
         self._sinks: dict[str, _RawSink | _ChunkedSink] = {}
         for feat, spec in metadata.features.items():
@@ -218,6 +255,7 @@ class ShardWriter:
                     path = Path(self._tmp.name, feat)
                 self._sinks[feat] = _RawSink(path, spec)
             else:
+                assert self._group is not None  # the zstd layout never takes the local raw path
                 self._sinks[feat] = _ChunkedSink(loc, self._group, self.name, feat, spec)
         self._clips: list[StoredClip] = []
         self._start = 0
@@ -278,14 +316,23 @@ class ShardWriter:
             if isinstance(sink, _RawSink):
                 if self.location.local is None:
                     self.location.upload(sink.path, chunk_key(self.name, feat, 0))
-                self._group.create_array(feat, shape=(total, sink.spec.n_bins), dtype=sink.spec.dtype,
-                                         **array_options("raw", total, sink.spec.n_bins))
+                if self._dir is not None:
+                    _write_raw_array_doc(self._dir / feat, total, sink.spec.n_bins, str(sink.spec.dtype))
+                else:
+                    assert self._group is not None
+                    self._group.create_array(feat, shape=(total, sink.spec.n_bins), dtype=sink.spec.dtype,
+                                             **array_options("raw", total, sink.spec.n_bins))
         if self._tmp is not None:
             self._tmp.cleanup()
             self._tmp = None
         # Written last: a shard without this marker was interrupted.
-        self._group.attrs.update({"clips": [vars(c) for c in self._clips], "n_frames": total, "complete": True,
-                                  "checksums": {f: s.to_dict() for f, s in sums.items()}})
+        self._attrs.update({"clips": [vars(c) for c in self._clips], "n_frames": total, "complete": True,
+                            "checksums": {f: s.to_dict() for f, s in sums.items()}})
+        if self._dir is not None:
+            _write_group_doc(self._dir, self._attrs)
+        else:
+            assert self._group is not None
+            self._group.attrs.update(self._attrs)
         self._closed = True
         return ShardInfo(self.name, tuple(self._clips))
 

@@ -95,3 +95,35 @@ def test_raw_chunk_file_is_plain_c_order_floats(tmp_path: Path) -> None:
         -1, 8
     )
     np.testing.assert_array_equal(raw, a.astype(np.float16))
+
+
+@pytest.mark.parametrize("n_frames", [1, 33, 70_000])
+def test_a_local_raw_shards_documents_are_the_ones_zarr_writes(tmp_path: Path, n_frames: int) -> None:
+    """A raw shard on a local disk writes its zarr.json files itself (store.shard_writer): they must be the
+    documents zarr writes for the same group and arrays, so plain zarr and any zarr v3 reader see no difference."""
+    import zarr
+
+    from store import ShardWriter
+    from store.shard_writer import array_options
+
+    specs = {"mel": FeatureSpec.mel(n_bins=8), "cqt": FeatureSpec.cqt(n_bins=12)}
+    create_store(tmp_path / "s.zarr", specs).close()
+    with ShardWriter(tmp_path / "s.zarr") as w:
+        for name, spec in specs.items():
+            w.append(name, np.full((n_frames, spec.n_bins), -20.0, dtype=np.float32))
+        w.end_clip("h", 1.0)
+        info = w.close()
+    assert info is not None
+    shard = tmp_path / "s.zarr" / "shards" / info.name
+    for name, spec in specs.items():
+        ref = tmp_path / f"ref-{name}"
+        zarr.create_array(zarr.storage.LocalStore(ref), shape=(n_frames, spec.n_bins), dtype=spec.dtype,
+                          **array_options("raw", n_frames, spec.n_bins))
+        assert json.loads((shard / name / "zarr.json").read_text()) == json.loads((ref / "zarr.json").read_text())
+        arr = zarr.open_array(zarr.storage.LocalStore(shard / name), mode="r")
+        assert arr.shape == (n_frames, spec.n_bins) and float(arr[n_frames - 1, 0]) == -20.0
+    ref_group = tmp_path / "ref-group"
+    attrs = json.loads((shard / "zarr.json").read_text())["attributes"]
+    zarr.create_group(zarr.storage.LocalStore(ref_group), zarr_format=3, attributes=attrs)
+    assert json.loads((shard / "zarr.json").read_text()) == json.loads((ref_group / "zarr.json").read_text())
+    assert attrs["complete"] is True and attrs["n_frames"] == n_frames and list(attrs)[:2] == ["complete", "created"]
