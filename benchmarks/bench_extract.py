@@ -283,15 +283,16 @@ def _parallel_figures(runs: _Runs, files: list[Path], times: Series, common: dic
                           f"pipeline.extract(jobs={jobs}) time", details={"speed_x_realtime": speed}))
     bare = _bare_scaling(files, jobs, repeats=max(1, min(3, repeats)))
     fig.details["bare_work_scaling"] = bare
-    figures.append(Figure(f"extract_jobs{jobs}_vs_bare_scaling",
-                          f"Extraction jobs={jobs}: speed-up as a fraction of the machine's bare scaling",
-                          round(fig.value / bare["speedup"], 3), "fraction",
-                          f"the jobs=1 -> jobs={jobs} speed-up above / the speed-up of the bare per-file work "
-                          f"(decode + log-mel in {jobs} processes on groups of equal single-core time, no driver, "
-                          f"no store), measured in the same run", target=0.95, op=">=", details=bare))
-    if not fig.met:
+    scaled = Figure(f"extract_jobs{jobs}_vs_bare_scaling",
+                    f"Extraction jobs={jobs}: speed-up as a fraction of the machine's bare scaling",
+                    round(fig.value / bare["speedup"], 3), "fraction",
+                    f"the jobs=1 -> jobs={jobs} speed-up above / the speed-up of the bare per-file work "
+                    f"(decode + log-mel in {jobs} processes on groups of equal single-core time, no driver, "
+                    f"no store), measured in the same run", target=0.95, op=">=", details=bare)
+    figures.append(scaled)
+    if not (fig.met and scaled.met):
         timeline = _timeline(runs, jobs)
-        profile = (f"jobs={jobs} missed its target. The bare per-file work (decode + log-mel in "
+        profile = (f"jobs={jobs} missed a target. The bare per-file work (decode + log-mel in "
                    f"{jobs} processes on groups of equal single-core time, no driver, no store) scales "
                    f"{bare['speedup']:.2f}x here: that is what these {jobs} cores give this workload. "
                    f"During the jobs={jobs} runs this process tree used "
