@@ -16,7 +16,6 @@ driver commits it (:meth:`store.StoreWriter.commit`).
 from __future__ import annotations
 
 import functools
-import json
 import logging
 import os
 import tempfile
@@ -30,9 +29,7 @@ from typing import Any
 import numpy as np
 import zarr
 import zarr.codecs
-import zarr.storage
 
-from .atomic import write_atomic
 from .checksum import ChunkSums, crc32c, values_bytes
 from .errors import ConfigError
 from .layout import SHARDS_GROUP, ZSTD_CHUNK_FRAMES, ZSTD_LEVEL, shard_path
@@ -40,6 +37,7 @@ from .location import Location, as_location
 from .metadata import StoreMetadata, open_root
 from .shards import chunk_key
 from .spec import FeatureSpec
+from .zarr_files import write_array_document, write_group_document, zarr_document
 
 __all__ = ["ShardInfo", "ShardWriter", "StoredClip", "array_options", "write_shard"]
 
@@ -89,27 +87,8 @@ def array_options(layout: str, n_frames: int, n_bins: int) -> dict[str, Any]:
 @functools.lru_cache(maxsize=32)
 def _raw_array_template(n_bins: int, dtype: str) -> str:
     """The ``zarr.json`` zarr writes for a raw-layout ``(1, n_bins)`` array of ``dtype`` (made once per process)."""
-    with tempfile.TemporaryDirectory(prefix="specstore-template-") as d:
-        zarr.create_array(zarr.storage.LocalStore(d), shape=(1, n_bins), dtype=dtype,
-                          **array_options("raw", 1, n_bins))
-        return Path(d, "zarr.json").read_text(encoding="utf-8")
-
-
-def _write_raw_array_doc(directory: Path, n_frames: int, n_bins: int, dtype: str) -> None:
-    """Write the ``zarr.json`` of a raw-layout ``(n_frames, n_bins)`` shard array as a file: zarr's own document
-    for these options (:func:`_raw_array_template`) with its shape and chunk shape set."""
-    doc = json.loads(_raw_array_template(n_bins, dtype))
-    grid = doc["chunk_grid"]["configuration"]
-    if doc["shape"] != [1, n_bins] or grid["chunk_shape"] != [1, n_bins]:
-        raise RuntimeError(f"zarr wrote an unexpected array document: {doc}")
-    doc["shape"], grid["chunk_shape"] = [n_frames, n_bins], [max(n_frames, 1), n_bins]
-    write_atomic(directory / "zarr.json", json.dumps(doc, indent=2))
-
-
-def _write_group_doc(directory: Path, attributes: dict[str, Any]) -> None:
-    """Write a zarr v3 group's ``zarr.json`` with ``attributes`` as a file."""
-    write_atomic(directory / "zarr.json",
-                 json.dumps({"attributes": attributes, "zarr_format": 3, "node_type": "group"}, indent=2))
+    return zarr_document(lambda store: zarr.create_array(store, shape=(1, n_bins), dtype=dtype,
+                                                         **array_options("raw", 1, n_bins)))
 
 
 class _RawSink:
@@ -239,7 +218,7 @@ class ShardWriter:
         self._dir = loc.local / shard_path(self.name) if loc.local is not None and metadata.layout == "raw" else None
         self._group: zarr.Group | None = None
         if self._dir is not None:
-            _write_group_doc(self._dir, self._attrs)
+            write_group_document(self._dir, self._attrs)
         else:
             self._group = zarr.create_group(loc.zarr_store(read_only=False), path=shard_path(self.name),
                                             zarr_format=3, attributes=self._attrs)
@@ -317,7 +296,9 @@ class ShardWriter:
                 if self.location.local is None:
                     self.location.upload(sink.path, chunk_key(self.name, feat, 0))
                 if self._dir is not None:
-                    _write_raw_array_doc(self._dir / feat, total, sink.spec.n_bins, str(sink.spec.dtype))
+                    n_bins = sink.spec.n_bins
+                    write_array_document(self._dir / feat, _raw_array_template(n_bins, str(sink.spec.dtype)),
+                                         (total, n_bins), (max(total, 1), n_bins))
                 else:
                     assert self._group is not None
                     self._group.create_array(feat, shape=(total, sink.spec.n_bins), dtype=sink.spec.dtype,
@@ -329,7 +310,7 @@ class ShardWriter:
         self._attrs.update({"clips": [vars(c) for c in self._clips], "n_frames": total, "complete": True,
                             "checksums": {f: s.to_dict() for f, s in sums.items()}})
         if self._dir is not None:
-            _write_group_doc(self._dir, self._attrs)
+            write_group_document(self._dir, self._attrs)
         else:
             assert self._group is not None
             self._group.attrs.update(self._attrs)

@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+import functools
+import shutil
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
+import numcodecs
 import numpy as np
 import zarr
 import zarr.codecs
 
+from .atomic import write_atomic
 from .errors import StoreCorrupt
+from .zarr_files import write_array_document, write_group_document, zarr_document
 
 __all__ = ["read_columns", "write_columns", "empty_column"]
 
@@ -22,16 +28,52 @@ def empty_column(dtype: str) -> np.ndarray:
     return np.array([], dtype=np.dtypes.StringDType() if dtype == "str" else dtype)
 
 
-def write_columns(root: zarr.Group, path: str, columns: Mapping[str, np.ndarray], schema: Mapping[str, str]) -> None:
-    """Write ``columns`` as arrays of a new group at ``path`` (one chunk each, zstd)."""
+def _options(dtype: str, n: int) -> dict[str, Any]:
+    """zarr ``create_array`` options of an ``n``-row column of ``dtype`` (one chunk, zstd level 3)."""
+    return dict(shape=(n,), chunks=(max(n, 1),), dtype=str if dtype == "str" else dtype,
+                compressors=zarr.codecs.ZstdCodec(level=3), config={"write_empty_chunks": True})
+
+
+@functools.lru_cache(maxsize=8)
+def _template(dtype: str) -> str:
+    """The ``zarr.json`` zarr writes for a one-row column of ``dtype`` (made once per process)."""
+    return zarr_document(lambda store: zarr.create_array(store, **_options(dtype, 1)))
+
+
+def _chunk_bytes(values: np.ndarray, dtype: str) -> bytes:
+    """The one chunk of a column as zarr encodes it: its codecs (``vlen-utf8`` or little-endian ``bytes``,
+    then ``zstd`` level 3 without checksum) are the numcodecs ones zarr calls."""
+    if dtype == "str":
+        raw = bytes(numcodecs.VLenUTF8().encode(np.asarray(values, dtype=object)))
+    else:
+        raw = np.ascontiguousarray(values, dtype=np.dtype(dtype).newbyteorder("<")).tobytes()
+    return bytes(numcodecs.Zstd(level=3, checksum=False).encode(raw))
+
+
+def write_columns(root: zarr.Group, path: str, columns: Mapping[str, np.ndarray], schema: Mapping[str, str],
+                  local: Path | None = None) -> None:
+    """Write ``columns`` as arrays of a new group at ``path`` (one chunk each, zstd), replacing what was there.
+
+    ``local``: the store's folder when it is on a local disk; the group and its arrays are then written
+    as the files zarr would write (:mod:`store.zarr_files`; a commit's two tables cost ~4 ms instead of
+    ~45 ms of zarr calls), otherwise through zarr.
+    """
+    if local is not None:
+        directory = local / path
+        if directory.exists():
+            shutil.rmtree(directory)
+        write_group_document(directory, {})
+        for name, dtype in schema.items():
+            values = columns[name]
+            n = len(values)
+            write_array_document(directory / name, _template(dtype), (n,), (max(n, 1),))
+            if n:
+                write_atomic(directory / name / "c" / "0", _chunk_bytes(values, dtype))
+        return
     group = root.create_group(path, overwrite=True)
     for name, dtype in schema.items():
         values = columns[name]
-        arr = group.create_array(
-            name, shape=values.shape, chunks=(max(len(values), 1),),
-            dtype=str if dtype == "str" else dtype,
-            compressors=zarr.codecs.ZstdCodec(level=3), config={"write_empty_chunks": True},
-        )
+        arr = group.create_array(name, **_options(dtype, len(values)))
         if len(values):
             arr[...] = values
 

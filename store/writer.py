@@ -245,8 +245,9 @@ class StoreWriter:
 
         self._check_not_overtaken(old)
         gen = old.generation + 1
-        write_columns(self._root, index_path(gen), columns, INDEX_COLUMNS)
-        write_columns(self._root, f"{index_path(gen)}/{ERRORS_GROUP}", err_cols, ERROR_COLUMNS)
+        local = self.location.local
+        write_columns(self._root, index_path(gen), columns, INDEX_COLUMNS, local)
+        write_columns(self._root, f"{index_path(gen)}/{ERRORS_GROUP}", err_cols, ERROR_COLUMNS, local)
         new = Commit(
             gen,
             index_path(gen),

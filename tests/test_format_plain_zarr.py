@@ -127,3 +127,36 @@ def test_a_local_raw_shards_documents_are_the_ones_zarr_writes(tmp_path: Path, n
     zarr.create_group(zarr.storage.LocalStore(ref_group), zarr_format=3, attributes=attrs)
     assert json.loads((shard / "zarr.json").read_text()) == json.loads((ref_group / "zarr.json").read_text())
     assert attrs["complete"] is True and attrs["n_frames"] == n_frames and list(attrs)[:2] == ["complete", "created"]
+
+
+def _files(root: Path) -> dict[str, object]:
+    """Every file under ``root``: parsed JSON for ``zarr.json``, bytes for chunks."""
+    return {str(p.relative_to(root)): json.loads(p.read_text()) if p.name == "zarr.json" else p.read_bytes()
+            for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+@pytest.mark.parametrize("n_rows", [0, 1, 257])
+def test_a_local_commits_index_files_are_the_ones_zarr_writes(tmp_path: Path, n_rows: int) -> None:
+    """A commit on a local disk writes its index tables as files (store.table, store.zarr_files): every
+    document and every compressed chunk must be what zarr writes for the same columns."""
+    import zarr
+
+    from store.layout import ERROR_COLUMNS, INDEX_COLUMNS
+    from store.table import read_columns, write_columns
+
+    rng = np.random.default_rng(n_rows)
+    names = ["rock/t\u00e9st \\xff.wav", "", "jazz/\u4e2d.flac", "a" * 300]
+    columns = {name: (np.array([names[i % 4] + str(i) for i in range(n_rows)], dtype=np.dtypes.StringDType())
+                      if dt == "str" else (rng.normal(size=n_rows) * 1e6).astype(dt))
+               for name, dt in INDEX_COLUMNS.items()}
+    errors = {"path": columns["path"][: n_rows // 2], "reason": columns["group"][: n_rows // 2]}
+    for where, local in (("ours", True), ("zarr", False)):
+        root = zarr.open_group(zarr.storage.LocalStore(tmp_path / where), mode="w")
+        root.create_group("index")  # a store has it from its creation on
+        (tmp_path / where / "index" / "g000001" / "stale").mkdir(parents=True)  # replaced, as zarr's overwrite does
+        write_columns(root, "index/g000001", columns, INDEX_COLUMNS, tmp_path / where if local else None)
+        write_columns(root, "index/g000001/errors", errors, ERROR_COLUMNS, tmp_path / where if local else None)
+    assert _files(tmp_path / "ours" / "index") == _files(tmp_path / "zarr" / "index")
+    back = read_columns(zarr.open_group(tmp_path / "ours", mode="r"), "index/g000001", INDEX_COLUMNS)
+    for name, values in columns.items():
+        assert back[name].tolist() == values.tolist()
