@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import json
 import shutil
 from collections.abc import Mapping
 from pathlib import Path
@@ -40,6 +41,23 @@ def _template(dtype: str) -> str:
     return zarr_document(lambda store: zarr.create_array(store, **_options(dtype, 1)))
 
 
+#: What :func:`_chunk_bytes` encodes as, in a column document: its codecs and chunk key (``c/0``).
+_ENCODING = {
+    "chunk_key_encoding": {"name": "default", "configuration": {"separator": "/"}},
+    "codecs": [{"name": "zstd", "configuration": {"level": 3, "checksum": False}}],
+}
+
+
+def _as_files(dtype: str) -> bool:
+    """Whether this zarr's column document for ``dtype`` is one :func:`_chunk_bytes` encodes for (else the
+    column goes through zarr: another zarr version may choose other codecs)."""
+    doc = json.loads(_template(dtype))
+    first = {"name": "vlen-utf8", "configuration": {}} if dtype == "str" else \
+        {"name": "bytes", "configuration": {"endian": "little"}}
+    return (doc.get("chunk_key_encoding") == _ENCODING["chunk_key_encoding"]
+            and doc.get("codecs") == [first, *_ENCODING["codecs"]])
+
+
 def _chunk_bytes(values: np.ndarray, dtype: str) -> bytes:
     """The one chunk of a column as zarr encodes it: its codecs (``vlen-utf8`` or little-endian ``bytes``,
     then ``zstd`` level 3 without checksum) are the numcodecs ones zarr calls."""
@@ -58,7 +76,7 @@ def write_columns(root: zarr.Group, path: str, columns: Mapping[str, np.ndarray]
     as the files zarr would write (:mod:`store.zarr_files`; a commit's two tables cost ~4 ms instead of
     ~45 ms of zarr calls), otherwise through zarr.
     """
-    if local is not None:
+    if local is not None and all(_as_files(dtype) for dtype in schema.values()):
         directory = local / path
         if directory.exists():
             shutil.rmtree(directory)

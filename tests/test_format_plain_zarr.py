@@ -160,3 +160,23 @@ def test_a_local_commits_index_files_are_the_ones_zarr_writes(tmp_path: Path, n_
     back = read_columns(zarr.open_group(tmp_path / "ours", mode="r"), "index/g000001", INDEX_COLUMNS)
     for name, values in columns.items():
         assert back[name].tolist() == values.tolist()
+
+
+def test_index_columns_go_through_zarr_when_its_documents_differ(tmp_path: Path, monkeypatch) -> None:
+    """Another zarr version may choose other codecs for a column: the table is then written by zarr itself."""
+    import zarr
+
+    import store.table as table
+    from store.layout import ERROR_COLUMNS
+
+    real = table._template
+    monkeypatch.setattr(table, "_template", lambda dtype: real(dtype).replace('"level": 3', '"level": 5'))
+    columns = {"path": np.array(["a.wav", "b.wav"], dtype=np.dtypes.StringDType()),
+               "reason": np.array(["empty file", "broken symlink"], dtype=np.dtypes.StringDType())}
+    calls = []
+    monkeypatch.setattr(table, "write_group_document", lambda *a: calls.append(a))
+    root = zarr.open_group(zarr.storage.LocalStore(tmp_path / "s"), mode="w")
+    table.write_columns(root, "t", columns, ERROR_COLUMNS, tmp_path / "s")
+    assert calls == []  # not as files
+    back = table.read_columns(zarr.open_group(tmp_path / "s", mode="r"), "t", ERROR_COLUMNS)
+    assert back["reason"].tolist() == ["empty file", "broken symlink"]
