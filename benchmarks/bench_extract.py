@@ -46,6 +46,7 @@ from .bench_extract_runs import (
     _profile_extract,
     _Runs,
     _timeline,
+    audio_seconds,
     make_corpus,
     scaling_on,
 )
@@ -69,9 +70,7 @@ def run_speed(work: Path, *, n_files: int, mean_seconds: float, repeats: int, lh
     with parallel_config(backend="loky", n_jobs=jobs, inner_max_num_threads=1), ExitStack() as stack:
         files = make_corpus(corpus, n_files, mean_seconds, jobs)
         gen_seconds = time.perf_counter() - t0
-        import soundfile as sf
-
-        audio = float(sum(sf.info(str(f)).duration for f in files))
+        audio = audio_seconds(files)
         size = sum(f.stat().st_size for f in files)
         runs = _Runs(corpus, files, work / "out", jobs)
         variants = _variants(runs, jobs, lhotse_pool, stack)

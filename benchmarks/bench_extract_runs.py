@@ -18,8 +18,8 @@ import numpy as np
 
 from .bench_common import median
 
-__all__ = ["COMBOS", "SR", "Isolated", "decode_only", "features_of", "make_corpus", "naive_one", "scaling_on",
-           "timed_run_task"]
+__all__ = ["COMBOS", "SR", "Isolated", "audio_seconds", "decode_only", "features_of", "make_corpus", "naive_one",
+           "scaling_on", "timed_run_task"]
 
 
 SR = 22050
@@ -64,6 +64,13 @@ def naive_one(src: str, out: str) -> float:
                                          n_mels=s.n_bins, fmin=s.fmin, fmax=s.fmax, power=s.power)
     np.save(out, librosa.power_to_db(mel, ref=s.db_ref, amin=s.amin, top_db=None))
     return len(y) / sr
+
+
+def audio_seconds(files: list[Path]) -> float:
+    """Seconds of audio in ``files`` (their headers)."""
+    import soundfile as sf
+
+    return float(sum(sf.info(str(f)).duration for f in files))
 
 
 def decode_only(src: str) -> int:
@@ -296,9 +303,7 @@ def scaling_on(work: Path, n_files: int, mean_seconds: float, jobs: int, repeats
             shutil.rmtree(out, ignore_errors=True)
     bare = _bare_scaling(files, jobs, repeats)
     speedup = median([a / b for a, b in zip(one, many, strict=False)])
-    import soundfile as sf
-
-    return {"files": len(files), "audio_seconds": round(sum(sf.info(str(f)).duration for f in files), 1),
+    return {"files": len(files), "audio_seconds": round(audio_seconds(files), 1),
             "speedup": round(speedup, 3), "bare_speedup": bare["speedup"],
             "fraction_of_bare": round(speedup / bare["speedup"], 3),
             "times_s": {"jobs1": [round(x, 3) for x in one], f"jobs{jobs}": [round(x, 3) for x in many]},

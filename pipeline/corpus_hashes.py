@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import stat
 from concurrent.futures import ThreadPoolExecutor
 
 from tqdm.auto import tqdm
-
-from store.layout import CONTENT_HASH
 
 from .corpus import CorpusItem
 from .hashing import Fingerprint, SourceChanged, fingerprint
@@ -19,7 +18,7 @@ __all__ = ["HASH_BATCH", "hash_batch", "hash_files"]
 HASH_BATCH = 64
 
 
-def hash_batch(sources: list[str], algorithm: str = CONTENT_HASH) -> list[tuple[Fingerprint | None, str | None]]:
+def hash_batch(sources: list[str], algorithm: str) -> list[tuple[Fingerprint | None, str | None]]:
     """``(fingerprint, None)`` or ``(None, reason)`` for each source file (``algorithm``: the store's content hash)."""
     out: list[tuple[Fingerprint | None, str | None]] = []
     for src in sources:
@@ -46,7 +45,7 @@ def hash_batch(sources: list[str], algorithm: str = CONTENT_HASH) -> list[tuple[
 
 
 def hash_files(items: list[CorpusItem], progress: bool,
-                algorithm: str = CONTENT_HASH) -> tuple[dict[str, Fingerprint], dict[str, str]]:
+                algorithm: str) -> tuple[dict[str, Fingerprint], dict[str, str]]:
     """Fingerprint every file on local threads (hashlib releases the GIL on large buffers) with ``algorithm``,
     the store's content hash.
 
@@ -63,7 +62,8 @@ def hash_files(items: list[CorpusItem], progress: bool,
     errors: dict[str, str] = {}
     with ThreadPoolExecutor(max_workers=threads) as pool, \
             tqdm(total=len(items), unit="file", desc="hashing", disable=not progress, leave=False) as bar:
-        results = pool.map(hash_batch, ([str(it.source) for it in b] for b in batches), [algorithm] * len(batches))
+        results = pool.map(functools.partial(hash_batch, algorithm=algorithm),
+                           ([str(it.source) for it in b] for b in batches))
         for batch, res in zip(batches, results, strict=False):
             for it, (fp, reason) in zip(batch, res, strict=False):
                 if fp is not None:

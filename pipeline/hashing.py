@@ -103,15 +103,17 @@ def digest_bytes(data: bytes, algorithm: str = CONTENT_HASH) -> str:
     return str(h.hexdigest())
 
 
-def digest_fd(fd: int, algorithm: str = CONTENT_HASH) -> str:
-    """Hex digest of the whole open file ``fd`` (read from its start; the offset is not used)."""
+def digest_fd(fd: int, algorithm: str) -> str:
+    """Hex digest with ``algorithm`` (a store's ``content_hash``) of the whole open file ``fd`` (read from its
+    start; the offset is not used)."""
     with os.fdopen(os.dup(fd), "rb") as f:
         f.seek(0)
         return hashlib.file_digest(f, _hasher(algorithm)).hexdigest()
 
 
-def fingerprint(path: str | os.PathLike[str], *, algorithm: str = CONTENT_HASH, tries: int = 3) -> Fingerprint:
-    """Hash a regular file and stamp it, retrying while it changes under the read.
+def fingerprint(path: str | os.PathLike[str], *, algorithm: str, tries: int = 3) -> Fingerprint:
+    """Hash a regular file with ``algorithm`` (the store's ``content_hash``) and stamp it, retrying while it
+    changes under the read.
 
     Raises ``OSError`` for unreadable files and broken links,
     :class:`SourceChanged` when it kept changing for ``tries`` reads, and

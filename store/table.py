@@ -29,10 +29,14 @@ def empty_column(dtype: str) -> np.ndarray:
     return np.array([], dtype=np.dtypes.StringDType() if dtype == "str" else dtype)
 
 
+#: zstd level of every column's one chunk.
+_LEVEL = 3
+
+
 def _options(dtype: str, n: int) -> dict[str, Any]:
-    """zarr ``create_array`` options of an ``n``-row column of ``dtype`` (one chunk, zstd level 3)."""
+    """zarr ``create_array`` options of an ``n``-row column of ``dtype`` (one chunk, zstd :data:`_LEVEL`)."""
     return dict(shape=(n,), chunks=(max(n, 1),), dtype=str if dtype == "str" else dtype,
-                compressors=zarr.codecs.ZstdCodec(level=3), config={"write_empty_chunks": True})
+                compressors=zarr.codecs.ZstdCodec(level=_LEVEL), config={"write_empty_chunks": True})
 
 
 @functools.lru_cache(maxsize=8)
@@ -41,31 +45,27 @@ def _template(dtype: str) -> str:
     return zarr_document(lambda store: zarr.create_array(store, **_options(dtype, 1)))
 
 
-#: What :func:`_chunk_bytes` encodes as, in a column document: its codecs and chunk key (``c/0``).
-_ENCODING = {
-    "chunk_key_encoding": {"name": "default", "configuration": {"separator": "/"}},
-    "codecs": [{"name": "zstd", "configuration": {"level": 3, "checksum": False}}],
-}
-
-
-def _as_files(dtype: str) -> bool:
-    """Whether this zarr's column document for ``dtype`` is one :func:`_chunk_bytes` encodes for (else the
-    column goes through zarr: another zarr version may choose other codecs)."""
-    doc = json.loads(_template(dtype))
+@functools.lru_cache(maxsize=8)
+def _as_files(template: str, dtype: str) -> bool:
+    """Whether zarr's column document ``template`` for ``dtype`` names the codecs :func:`_chunk_bytes` encodes
+    with and the chunk key it is written under (``c/0``); else the column goes through zarr (another zarr
+    version may choose others).  Parsed once per document."""
+    doc = json.loads(template)
     first = {"name": "vlen-utf8", "configuration": {}} if dtype == "str" else \
         {"name": "bytes", "configuration": {"endian": "little"}}
-    return (doc.get("chunk_key_encoding") == _ENCODING["chunk_key_encoding"]
-            and doc.get("codecs") == [first, *_ENCODING["codecs"]])
+    zstd = {"name": "zstd", "configuration": {"level": _LEVEL, "checksum": False}}
+    return (doc.get("chunk_key_encoding") == {"name": "default", "configuration": {"separator": "/"}}
+            and doc.get("codecs") == [first, zstd])
 
 
 def _chunk_bytes(values: np.ndarray, dtype: str) -> bytes:
     """The one chunk of a column as zarr encodes it: its codecs (``vlen-utf8`` or little-endian ``bytes``,
-    then ``zstd`` level 3 without checksum) are the numcodecs ones zarr calls."""
+    then ``zstd`` without checksum) are the numcodecs ones zarr calls."""
     if dtype == "str":
         raw = bytes(numcodecs.VLenUTF8().encode(np.asarray(values, dtype=object)))
     else:
         raw = np.ascontiguousarray(values, dtype=np.dtype(dtype).newbyteorder("<")).tobytes()
-    return bytes(numcodecs.Zstd(level=3, checksum=False).encode(raw))
+    return bytes(numcodecs.Zstd(level=_LEVEL, checksum=False).encode(raw))
 
 
 def write_columns(root: zarr.Group, path: str, columns: Mapping[str, np.ndarray], schema: Mapping[str, str],
@@ -76,7 +76,7 @@ def write_columns(root: zarr.Group, path: str, columns: Mapping[str, np.ndarray]
     as the files zarr would write (:mod:`store.zarr_files`; a commit's two tables cost ~4 ms instead of
     ~45 ms of zarr calls), otherwise through zarr.
     """
-    if local is not None and all(_as_files(dtype) for dtype in schema.values()):
+    if local is not None and all(_as_files(_template(dtype), dtype) for dtype in schema.values()):
         directory = local / path
         if directory.exists():
             shutil.rmtree(directory)

@@ -30,6 +30,7 @@ from pipeline.testing import (
     write_zero_length_wav,
 )
 from store import FeatureSpec, open_store, validate
+from store.layout import CONTENT_HASH
 
 ROOT = Path(__file__).resolve().parents[1]
 SMALL = SMALL_SPECS
@@ -189,7 +190,7 @@ def test_unreadable_files_are_recorded(tmp_path: Path, monkeypatch) -> None:
         return real_open(path, *a, **kw)
 
     monkeypatch.setattr(os, "open", deny)
-    assert _hash_batch([str(f)]) == [(None, "unreadable: permission denied")]
+    assert _hash_batch([str(f)], CONTENT_HASH) == [(None, "unreadable: permission denied")]
 
 
 def test_write_failure_stops_with_one_line_and_keeps_last_commit(tmp_path: Path, monkeypatch) -> None:
