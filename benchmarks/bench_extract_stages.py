@@ -66,6 +66,7 @@ def _hooks(clock: _Clock) -> Iterator[None]:
     import pipeline.audio as audio
     import pipeline.cqt as cqt
     import pipeline.mel as mel
+    import pipeline.mixdown as mixdown
     import store.shard_writer as sw
 
     def fmt_of(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -81,7 +82,8 @@ def _hooks(clock: _Clock) -> Iterator[None]:
         return "FFT (CQT)" if _in_cqt(stack) else "FFT (mel)"
 
     targets: list[tuple[Any, str, str | Callable[[list[str]], str]]] = [
-        (sf.SoundFile, "read", "decode"), (audio, "_downmix", "downmix + checks"),
+        (sf.SoundFile, "read", "decode"), (mixdown, "downmix", "downmix + checks"),
+        (mixdown, "read_pcm16", "downmix + checks"),  # its int16 reads are "decode" (nested)
         (audio, "truncation_reason", "downmix + checks"), (audio, "_length_reason", "downmix + checks"),
         (audio.StreamResampler, "push", resample), (audio.StreamResampler, "finish", resample),
         (mel, "centered_frames", "framing"), (cqt, "centered_frames", "framing"),

@@ -1,7 +1,8 @@
 """Streaming audio decode: one file, block by block, to mono float32 at a target rate.
 
 The pipeline never holds a whole decoded file: :func:`stream_mono` reads a
-bounded block of sample frames with soundfile, averages the channels, and
+bounded block of sample frames with soundfile, averages the channels
+(:mod:`pipeline.mixdown`), and
 pushes the block through a streaming soxr resampler, so memory stays constant
 however long the file is.  The concatenated output equals
 ``librosa.load(path, sr=target_sr, mono=True)`` (librosa 0.11, default
@@ -29,7 +30,7 @@ import numpy as np
 import soundfile as sf
 import soxr
 
-from . import decode_av
+from . import decode_av, mixdown
 from .audio_types import AV_EXTENSIONS, SOUNDFILE_EXTENSIONS, AudioError, AudioInfo
 from .integrity import audio_after, mp3_declares_frames, truncation_reason
 
@@ -164,25 +165,8 @@ def probe(path: str | os.PathLike[str]) -> AudioInfo:
         )
 
 
-def _downmix(block: np.ndarray) -> np.ndarray:
-    """Mono float32 from a ``(frames, channels)`` float32 block, as ``np.mean(axis=1)``.
-
-    For one and two channels this is a view or one add: bit-identical to
-    librosa's ``to_mono`` (a float32 mean), without its full-buffer checks.
-    """
-    ch = block.shape[1]
-    if ch == 1:
-        return block[:, 0]
-    if ch == 2:
-        mono = np.add(block[:, 0], block[:, 1])
-        mono *= np.float32(0.5)  # == / 2 exactly
-        return mono
-    return block.mean(axis=1, dtype=np.float32)
-
-
 _EMPTY = np.zeros(0, dtype=np.float32)
 _EMPTY.setflags(write=False)
-
 
 class StreamResampler:
     """Streaming soxr resampler whose total output is ``librosa.resample``'s.
@@ -308,7 +292,7 @@ class _Mono:
 
     def push(self, block: np.ndarray) -> np.ndarray:
         """Mix ``block`` down, check it is finite, resample; the output now ready (may be empty)."""
-        mono = _downmix(block)
+        mono = mixdown.downmix(block)
         if not np.isfinite(np.add.reduce(mono)):
             raise AudioError(f"non-finite samples (NaN or inf) in frames {self.n_in}..{self.n_in + len(mono)}",
                              self.path)
@@ -338,9 +322,11 @@ def _stream_fd(p: str, fd: int, target_sr: int, block_samples: int) -> Iterator[
             raise AudioError(truncated, p)
         declared = int(f.frames)
         mono = _Mono(p, int(f.samplerate), target_sr)
+        piece = mixdown.pcm16_buffer(f, block_samples)
         while True:
             try:
-                block = f.read(block_samples, dtype="float32", always_2d=True)
+                block = (f.read(block_samples, dtype="float32", always_2d=True) if piece is None
+                         else mixdown.read_pcm16(f, block_samples, piece))
             except (sf.SoundFileError, RuntimeError) as exc:
                 raise AudioError(f"decode failed at frame {mono.n_in}: {_sf_message(exc)}", p) from None
             if block.shape[0] == 0:

@@ -110,7 +110,7 @@ class _MelPlan:
         band = sq[:, 2 * self.lo : 2 * self.hi]
         self._apply_filters(band[:, 0::2] + band[:, 1::2], out)
         # Frames with a bin near float32 rounding noise: redo them like librosa.
-        total = sq.sum(axis=1)
+        total = np.einsum("ij->i", sq)  # a plain row sum, a third of sum()'s pairwise cost here
         risky = np.flatnonzero((out < self.guard[None, :] * total[:, None]).any(axis=1))
         if risky.size:
             redo = np.empty((risky.size, self.n_bins), dtype=np.float32)

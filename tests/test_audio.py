@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import soundfile as sf
 
+from pipeline import mixdown
 from pipeline.audio import AudioError, StreamResampler, probe, stream_mono
 from pipeline.testing import (
     write_corrupt_flac,
@@ -62,6 +63,32 @@ def test_stream_equals_librosa_load(tmp_path: Path, fmt: str, sr: int, channels:
     else:
         assert np.abs(got - ref).max() <= 1e-6
         assert np.abs(got - ref).mean() <= 1e-7
+
+
+@pytest.mark.parametrize("fmt", ["WAV", "AIFF", "AU"])
+@pytest.mark.parametrize("channels", [1, 2, 3])
+def test_pcm16_read_as_int16_is_libsndfiles_float_read(tmp_path: Path, fmt: str, channels: int) -> None:
+    # 16-bit PCM is read as int16 and scaled here (faster than libsndfile's own conversion); the samples must
+    # be the bits of its float32 read and of librosa.load, extremes of the int16 range included.
+    rng = np.random.default_rng(channels)
+    x = rng.integers(-32768, 32768, size=(9001, channels), dtype=np.int16)
+    x[:4] = [[-32768], [32767], [0], [-1]]
+    p = tmp_path / f"x.{fmt.lower()}"
+    sf.write(p, x, SR, format=fmt, subtype="PCM_16")
+    with sf.SoundFile(p) as f:
+        assert mixdown.reads_pcm16(f)
+    ref = sf.read(p, dtype="float32", always_2d=True)[0].mean(axis=1, dtype=np.float32)
+    got = _cat(p, block_samples=1000)
+    np.testing.assert_array_equal(got, ref)
+    np.testing.assert_array_equal(got, librosa.load(p, sr=SR, mono=True)[0])
+
+
+def test_compressed_and_wider_pcm_keep_the_float_read(tmp_path: Path) -> None:
+    x = np.zeros((100, 1), dtype=np.float32)
+    for name, subtype in [("a.flac", "PCM_16"), ("b.wav", "PCM_24"), ("c.wav", "FLOAT")]:
+        sf.write(tmp_path / name, x, SR, subtype=subtype)
+        with sf.SoundFile(tmp_path / name) as f:
+            assert not mixdown.reads_pcm16(f), name
 
 
 def test_block_size_does_not_change_samples(tmp_path: Path) -> None:
