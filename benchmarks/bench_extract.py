@@ -8,7 +8,8 @@ goes through five variants, interleaved in every repeat:
 * ``naive_jN``: the same loop spread over all cores with joblib;
 * ``ours_j1`` / ``ours_jN``: :func:`pipeline.extract.extract` (log-mel only)
   into a fresh store with ``jobs=1`` / all cores;
-* ``floor``: decoding the same files with soundfile and nothing else;
+* ``floor``: decoding the same files with soundfile (its float32 read; the
+  pipeline reads 16-bit PCM WAV faster, as int16) and nothing else;
 * ``floor_load``: ``librosa.load`` of the same files at 22 050 Hz, mono (what
   a loop pays to have the audio at the features' rate: decoding, downmix and
   resampling), nothing else.
@@ -196,7 +197,8 @@ def _jobs1_figures(runs: _Runs, files: list[Path], times: Series, own: Series, f
                         "times_s": {k: [round(x, 3) for x in times[k]] for k in ("ours_j1", "ours_j1_nosum")}}),
         Figure("extract_jobs1_vs_decode_floor", "Extraction jobs=1: speed as a fraction of decode-only",
                round(median(floor_frac), 3), "fraction",
-               "decode-only (soundfile, same files, one process) time / pipeline.extract(jobs=1) time: "
+               "decode-only (soundfile's float32 read in the pipeline's block size, same files, one process) "
+               "time / pipeline.extract(jobs=1) time: "
                "1.0 would mean features cost nothing beyond decoding",
                details={"speed_x_realtime": speed, "cpu_fraction": _cpu_ratio(own_cpu, "floor", "ours_j1")}),
     ]
