@@ -168,6 +168,7 @@ def probe(path: str | os.PathLike[str]) -> AudioInfo:
 _EMPTY = np.zeros(0, dtype=np.float32)
 _EMPTY.setflags(write=False)
 
+
 class StreamResampler:
     """Streaming soxr resampler whose total output is ``librosa.resample``'s.
 
@@ -322,11 +323,10 @@ def _stream_fd(p: str, fd: int, target_sr: int, block_samples: int) -> Iterator[
             raise AudioError(truncated, p)
         declared = int(f.frames)
         mono = _Mono(p, int(f.samplerate), target_sr)
-        piece = mixdown.pcm16_buffer(f, block_samples)
+        read = mixdown.block_reader(f, block_samples)
         while True:
             try:
-                block = (f.read(block_samples, dtype="float32", always_2d=True) if piece is None
-                         else mixdown.read_pcm16(f, block_samples, piece))
+                block = read()
             except (sf.SoundFileError, RuntimeError) as exc:
                 raise AudioError(f"decode failed at frame {mono.n_in}: {_sf_message(exc)}", p) from None
             if block.shape[0] == 0:

@@ -11,10 +11,13 @@ bits of a float32 read (``tests/test_audio.py``).
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
+
 import numpy as np
 import soundfile as sf
 
-__all__ = ["downmix", "pcm16_buffer", "read_pcm16", "reads_pcm16"]
+__all__ = ["block_reader", "downmix", "read_pcm16", "reads_pcm16"]
 
 
 def downmix(block: np.ndarray) -> np.ndarray:
@@ -81,8 +84,14 @@ def read_pcm16(f: sf.SoundFile, frames: int, piece: np.ndarray) -> np.ndarray:
     return out[:n]
 
 
-def pcm16_buffer(f: sf.SoundFile, block_frames: int) -> np.ndarray | None:
-    """The int16 buffer :func:`read_pcm16` reads ``f`` through, or None when ``f`` is not read that way."""
+def block_reader(f: sf.SoundFile, block_frames: int) -> Callable[[], np.ndarray]:
+    """A function reading ``f``'s next block of up to ``block_frames`` frames (no frames: the end).
+
+    16-bit PCM in an uncompressed container comes mixed down already, ``(n, 1)``, through
+    :func:`read_pcm16` and an int16 buffer of its own; any other file is soundfile's float32 read,
+    ``(n, channels)``, for :func:`downmix`.
+    """
     if not reads_pcm16(f):
-        return None
-    return np.empty((min(block_frames, _PCM16_PIECE), f.channels), dtype=np.int16)
+        return functools.partial(f.read, block_frames, dtype="float32", always_2d=True)
+    piece = np.empty((min(block_frames, _PCM16_PIECE), f.channels), dtype=np.int16)
+    return functools.partial(read_pcm16, f, block_frames, piece)
