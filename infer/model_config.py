@@ -19,7 +19,7 @@ from store import ConfigError
 from store.options import described, option
 from store.records import from_record
 
-from .limits import Limit, bounded, check_fields, field_limit
+from store.limits import Limit, bounded, check_fields, field_limit
 from .models.registry import ARCH_REGISTRY, FREQ_POOLING_REGISTRY, POOLING_REGISTRY
 
 __all__ = [
@@ -95,7 +95,7 @@ class ModelConfig:
     windows' logits, weighted by their real frames, so a long clip is judged
     as the training crops of that length were.
 
-    Every numeric field is bounded (its :class:`~infer.limits.Limit`, stated
+    Every numeric field is bounded (its :class:`~store.limits.Limit`, stated
     beside it with the reason), the total time stride is at most
     :data:`MAX_TIME_STRIDE` and the parameter count (:attr:`n_parameters`,
     computed from the config) at most :data:`MAX_PARAMETERS`: a config is

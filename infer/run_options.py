@@ -17,7 +17,7 @@ from store.options import described, option
 
 from . import defaults
 from .defaults import PRECISIONS
-from .limits import bounded, check_fields, field_limit, usable_cores
+from store.limits import bounded, check_fields, field_limit, usable_cores
 
 __all__ = ["RunOptions", "check_run_option", "optional_mb"]
 
@@ -44,7 +44,7 @@ class RunOptions:
     fastest for mmap-backed stores on a few cores) or by that many
     DataLoader worker processes (for a GPU that one thread cannot keep
     busy).  ``progress``: tqdm bars.
-    Every number is bounded (the :class:`~infer.limits.Limit` beside it, the
+    Every number is bounded (the :class:`~store.limits.Limit` beside it, the
     reason with it) and checked when the options are made, so every command
     that runs a model refuses a value out of range in one line.
     """

@@ -53,7 +53,7 @@ def option(default: Any = _MISSING, help: str = "", *, default_factory: Callable
 
 
 def described(f: Any, help: str, **meta: Any) -> Any:
-    """Field ``f`` (e.g. a bounded one, :func:`infer.limits.bounded`) with option metadata added."""
+    """Field ``f`` (e.g. a bounded one, :func:`store.limits.bounded`) with option metadata added."""
     field: dataclasses.Field[Any] = f
     metadata = {**field.metadata, "help": help, **meta}
     if field.default_factory is not dataclasses.MISSING:

@@ -202,7 +202,7 @@ def test_training_options_that_become_the_model_config_are_checked_up_front() ->
 
 
 def test_threads_up_to_the_cores_this_process_may_use() -> None:
-    from infer.limits import usable_cores
+    from store.limits import usable_cores
 
     assert usable_cores() == CORES
     assert RunOptions(threads=CORES).threads == CORES

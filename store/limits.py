@@ -8,8 +8,10 @@ line, a config file or a checkpoint) is refused with one line naming the
 field, the value, the bound and why, before anything is sized by it.
 :class:`~infer.models.ModelConfig` and :class:`~infer.runtime.RunOptions`
 use it; a setting copied elsewhere (the training config's copies of them) is
-checked against the same :class:`Limit` with :func:`field_limit`.  Pure: no
-torch.
+checked against the same :class:`Limit` with :func:`field_limit`.  It lives
+in ``store``, the floor every package shares, so the feature specs, the
+pipeline's and the server's options are bounded by the same rule.  Pure:
+stdlib only.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from store import ConfigError
+from .errors import ConfigError
 
 __all__ = ["Limit", "bounded", "check_fields", "field_limit", "usable_cores"]
 
