@@ -16,10 +16,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from store import ConfigError
+from store.limits import Limit, bounded, check_fields, field_limit
 from store.options import described, option
 from store.records import from_record
 
-from store.limits import Limit, bounded, check_fields, field_limit
 from .models.registry import ARCH_REGISTRY, FREQ_POOLING_REGISTRY, POOLING_REGISTRY
 
 __all__ = [

@@ -13,11 +13,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from store import ConfigError
+from store.limits import bounded, check_fields, field_limit, usable_cores
 from store.options import described, option
 
 from . import defaults
 from .defaults import PRECISIONS
-from store.limits import bounded, check_fields, field_limit, usable_cores
 
 __all__ = ["RunOptions", "check_run_option", "optional_mb"]
 
