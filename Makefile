@@ -44,6 +44,25 @@ FOLDS       ?=
 BASELINES   ?=
 BASELINE_STORE ?=
 GPU_OUT     ?= reports/gpu-check
+# torch: the build that fits this machine (README, "Set up"). TORCH=cpu|cuda chooses; left empty, a CPU wheel of
+# TORCH_VERSION that pip's own configuration already offers (a local wheel in find-links, as on CI) is used and no
+# other index is asked; else the registry's default (CUDA) build where an NVIDIA GPU answers `nvidia-smi -L`; else
+# the CPU build from PyTorch's CPU wheel index. Probed only when .venv is (re)built; TORCH_PIP=... skips the probe.
+TORCH       ?=
+TORCH_VERSION := 2.13.0
+TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
+NVIDIA_SMI  ?= nvidia-smi
+$(if $(filter-out cpu cuda,$(strip $(TORCH))),$(error TORCH=$(strip $(TORCH)) is not a torch build: use cpu or cuda, \
+	or leave it empty to choose by this machine))
+torch_offered = $(shell $(PYTHON) -m pip install --dry-run --quiet --no-index --no-deps --ignore-installed \
+	'torch==$(TORCH_VERSION)+cpu' >/dev/null 2>&1 && echo yes)
+torch_gpu   = $(shell $(NVIDIA_SMI) -L 2>/dev/null | grep -q '^GPU' && echo yes)
+torch_local = 'torch==$(TORCH_VERSION)+cpu'
+torch_index = --extra-index-url $(TORCH_CPU_INDEX) 'torch==$(TORCH_VERSION)+cpu'
+# (=== is exact: a local CPU wheel of the same version, 2.13.0+cpu, would otherwise win over the CUDA build)
+torch_cuda  = 'torch===$(TORCH_VERSION)'
+TORCH_PIP   ?= $(if $(filter cuda,$(TORCH)),$(torch_cuda),$(if $(torch_offered),$(torch_local),$(if \
+	$(filter cpu,$(TORCH)),$(torch_index),$(if $(torch_gpu),$(torch_cuda),$(torch_index)))))
 # What `import store, infer` needs that the GPU machine's image lacks (it has torch, numpy, scipy, scikit-learn,
 # pytest, fsspec, tqdm, pyyaml, joblib, numba, prometheus-client); the decoder and feature stack that the serving
 # step needs (soundfile, soxr, librosa) too; pinned to what `make install` resolves here.
@@ -130,13 +149,13 @@ export OMP_WAIT_POLICY ?= PASSIVE
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 16
 
-install: $(VENV)/.installed  ## create .venv with everything pinned (torch 2.13.0 CPU); prints the line that activates it
+install: $(VENV)/.installed  ## create .venv with everything pinned; torch 2.13.0 as fits the machine (TORCH=cpu|cuda chooses); prints the line that activates it
 	@$(if $(filter install,$(MAKECMDGOALS)),echo ". $(VENV)/bin/activate    # run this in your shell: the specstore commands and the project's python")
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install --quiet --upgrade pip
-	$(VENV)/bin/pip install --quiet torch==2.13.0
+	$(VENV)/bin/pip install --quiet $(TORCH_PIP)
 	$(VENV)/bin/pip install --quiet -e ".[dev]"
 	@$(MAKE) --no-print-directory browser-deps || echo "note: no Chromium; the browser test of the upload page will be skipped"
 	touch $@

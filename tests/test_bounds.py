@@ -171,11 +171,13 @@ def test_a_checkpoint_out_of_bounds_is_refused_on_load_before_building(
 
 def test_width_60000_through_predict_is_one_line_and_no_allocation(tmp_path: Path) -> None:
     """Before: a 129.6 GB request reached the allocator (39-line traceback, status 1).  The command runs under an
-    address-space limit 2 GiB above what the imports took, so a regression fails here instead of allocating."""
+    address-space limit 2 GiB above what the imports took, so a regression fails here instead of allocating.
+    torch is imported before the limit is measured: a CUDA build maps GBs of libraries when it loads."""
     store = make_store(tmp_path / "s.zarr", lengths=[40] * 4)
     path = _big_checkpoint(tmp_path, width=60000, max_width=60000)
     limit = textwrap.dedent("""
         import resource
+        import torch
         import infer.cli
         size = next(int(x.split()[1]) * 1024 for x in open("/proc/self/status") if x.startswith("VmSize:"))
         resource.setrlimit(resource.RLIMIT_AS, (size + (2 << 30), size + (2 << 30)))

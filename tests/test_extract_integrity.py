@@ -310,7 +310,7 @@ def test_makefile_requires_store_and_model_and_quotes_values(tmp_path: Path) -> 
 
     def dry(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            ["make", "-n", "--no-print-directory", "-C", str(ROOT), *args, "VENV=/nonexistent"],
+            ["make", "-n", "--no-print-directory", "-C", str(ROOT), *args, "VENV=/nonexistent", "TORCH_PIP=torch"],
             capture_output=True,
             text=True,
             timeout=60,
