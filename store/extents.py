@@ -9,16 +9,19 @@ once), that:
 
 * every shard number is one of the commit's shards;
 * every length is at least one frame and every offset is not negative (and
-  neither beyond :data:`MAX_FRAMES`, so ``offset + n_frames`` cannot overflow);
+  neither beyond :data:`MAX_FRAMES`);
 * every label is -1 (none) or an index into the label names;
+* every extent ends inside its shard, where the commit records each shard's
+  frame count, and in any case at most at frame :data:`MAX_FRAMES`, checked
+  as ``n_frames > end - offset`` so that nothing wraps in int64 (the sum of
+  two values of 2**62 would); every ``offset + n_frames`` computed after
+  these checks fits in int64;
 * no two extents overlap, except rows that share one extent exactly and
-  hold the same content hash (identical files are stored once);
-* where the commit records each shard's frame count, every extent ends
-  inside its shard.
+  hold the same content hash (identical files are stored once).
 
 Where the commit does not record frame counts (stores written before it
-did), the reader does the last check for one shard from its own record
-when it first opens it, against :func:`shard_ends`.
+did), the reader checks one shard's ends against its own record when it
+first opens it, against :func:`shard_ends`.
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ import numpy as np
 
 __all__ = ["MAX_FRAMES", "Problem", "index_problems", "shard_ends"]
 
-#: No offset or length may exceed this many frames (2**62: ``offset + n_frames`` then fits in int64).
+#: No extent may end beyond this frame (2**62: ``offset + n_frames`` then fits in int64 with room to spare).
 MAX_FRAMES = 1 << 62
 
 
@@ -136,13 +139,34 @@ def index_problems(shard: np.ndarray, offset: np.ndarray, n_frames: np.ndarray, 
     ids = np.flatnonzero((shard >= 0) & (shard < len(shard_names)) & (n_frames >= 1) & (n_frames <= MAX_FRAMES)
                          & (offset >= 0) & (offset <= MAX_FRAMES))
     sh, off, n = (shard, offset, n_frames) if len(ids) == len(shard) else (shard[ids], offset[ids], n_frames[ids])
-    if shard_frames is not None and len(ids):
-        held = np.asarray(shard_frames, dtype=np.int64)[sh]
-        over = _first(off + n > held, lambda k: (
-            f"claims frames {off[k]}..{off[k] + n[k]} of shard {shard_names[sh[k]]}, which holds {held[k]} frames"))
-        if over is not None:
-            problems.append(Problem(int(ids[over.row]), over.what, over.count))
+    past = _past_the_end(sh, off, n, shard_names, shard_frames)
+    if past is not None:
+        problems.append(Problem(int(ids[past[0].row]), past[0].what, past[0].count))
+        inside = ~past[1]
+        ids, sh, off, n = ids[inside], sh[inside], off[inside], n[inside]
     return problems + _overlap_problems(ids, sh, off, n, hashes, shard_names)
+
+
+def _past_the_end(shard: np.ndarray, offset: np.ndarray, n_frames: np.ndarray, shard_names: Sequence[str],
+                  shard_frames: Sequence[int] | None) -> tuple[Problem, np.ndarray] | None:
+    """Extents (values in range) that end past their shard's recorded end, or past :data:`MAX_FRAMES`.
+
+    Compared as ``n_frames > end - offset``: both sides lie in [-2**62, 2**62], so nothing wraps.  The
+    problem's rows are positions in these arrays; the mask says which.
+    """
+    end: int | np.ndarray = MAX_FRAMES
+    if shard_frames is not None:  # a recorded count beyond MAX_FRAMES is a lie the shard's record refuses at open
+        end = np.asarray([min(int(f), MAX_FRAMES) for f in shard_frames], dtype=np.int64)[shard]
+    over = n_frames > end - offset
+
+    def describe(k: int) -> str:
+        span = f"claims frames {offset[k]}..{int(offset[k]) + int(n_frames[k])}"
+        if shard_frames is None:
+            return f"{span}, past frame {MAX_FRAMES} (2**62), beyond any shard's end"
+        return f"{span} of shard {shard_names[shard[k]]}, which holds {shard_frames[shard[k]]} frames"
+
+    found = _first(over, describe)
+    return None if found is None else (found, over)
 
 
 def shard_ends(shard: np.ndarray, offset: np.ndarray, n_frames: np.ndarray,

@@ -13,9 +13,12 @@ naming the shard (see :mod:`store.shards`).
 
 Opening also checks that the index tells the truth about where clips lie
 (:mod:`store.extents`: shard numbers, offsets, lengths and labels in range,
-no two clips sharing frames, every extent inside its shard) and refuses a
+no two clips sharing frames, every extent inside its shard, nothing that
+wraps in int64) and about its rows (:mod:`store.index_rows`: as many as the
+commit records, no path twice, finite positive durations), and refuses a
 store whose index lies with one line (:class:`IndexCorrupt`), so a read can
-never return another clip's frames.  Where the commit does not record its
+never return another clip's frames.  These are the checks ``python -m store
+validate`` reports, from the same code.  Where the commit does not record its
 shards' frame counts (older stores), each shard's end is checked when the
 shard is first opened, before any of its frames are returned.
 """
@@ -31,6 +34,7 @@ import zarr
 
 from .errors import IndexCorrupt, StoreCorrupt
 from .extents import Problem, index_problems, shard_ends
+from .index_rows import row_problems
 from .layout import ERROR_COLUMNS, ERRORS_GROUP, INDEX_COLUMNS
 from .location import Location, as_location
 from .metadata import StoreMetadata, load_metadata, open_root
@@ -117,22 +121,29 @@ class Store:
         self.errors: list[tuple[str, str]] = list(zip(err["path"].tolist(), err["reason"].tolist(), strict=False))
         self._shard = idx["shard"].astype(np.int64)
         self._offset = idx["offset"].astype(np.int64)
-        self._check_index(idx["hash"], idx["label"])
+        self._check_index(idx)
         self._ends, self._end_rows = shard_ends(self._shard, self._offset, self.lengths, len(self.shards))
         for name in ("lengths", "durations", "labels", "_shard", "_offset", "_ends", "_end_rows"):
             getattr(self, name).setflags(write=False)
         self._views: dict[str, FeatureView] = {}
 
-    def _check_index(self, hashes: np.ndarray, labels: np.ndarray) -> None:
-        """Refuse an index that lies about where its clips are: :class:`IndexCorrupt`, one line per kind."""
-        found = index_problems(self._shard, self._offset, self.lengths, labels, hashes, shard_names=self.shards,
-                               n_labels=len(self.label_names), shard_frames=self.metadata.commit.shard_frames)
+    def _check_index(self, idx: dict[str, np.ndarray]) -> None:
+        """Refuse an index that lies about where its clips are or about its rows: :class:`IndexCorrupt`,
+        one line per kind of problem."""
+        commit = self.metadata.commit
+        found = index_problems(self._shard, self._offset, self.lengths, idx["label"], idx["hash"],
+                               shard_names=self.shards, n_labels=len(self.label_names),
+                               shard_frames=commit.shard_frames)
+        found += row_problems(idx["path"], self.durations, n_errors=len(self.errors), n_clips=commit.n_clips,
+                              n_errors_recorded=commit.n_errors)
         if found:
             lines = [self._problem_line(p) for p in found]
             more = f" (and {len(lines) - 1} more kind(s) of problem)" if len(lines) > 1 else ""
             raise IndexCorrupt(f"{lines[0]}{more}; {self._index_hint()}", lines)
 
     def _problem_line(self, p: Problem) -> str:
+        if p.row < 0:  # the whole index
+            return f"store {self.location}: {p.what}"
         more = f" ({p.count - 1} more clips too)" if p.count > 1 else ""
         return f"store {self.location}: clip {p.row} ({self.paths[p.row]}) {p.what}{more}"
 
@@ -184,13 +195,21 @@ class Store:
         return view
 
     def _open_shard_array(self, shard: int, feature: str) -> Any:
+        return open_feature(self.location, self._root, self.layout, self.shard_record(shard), feature,
+                            self.metadata.features[feature], verify=self._verify)
+
+    def shard_record(self, shard: int) -> ShardRecord:
+        """Shard number ``shard``'s record, checked against the commit and the index when first loaded.
+
+        :class:`StoreCorrupt` when it disagrees with the frame count the commit records, or ends before a
+        clip pointing into it.
+        """
         record = self._records.get(shard)
         if record is None:
             record = ShardRecord.load(self.location, self.shards[shard], self.metadata.features)
             self._check_shard_end(shard, record)
             self._records[shard] = record
-        return open_feature(self.location, self._root, self.layout, record, feature,
-                            self.metadata.features[feature], verify=self._verify)
+        return record
 
     def _check_shard_end(self, shard: int, record: ShardRecord) -> None:
         """Refuse a shard whose record disagrees with the commit, or that ends before a clip pointing into it."""
@@ -200,7 +219,7 @@ class Store:
                                f"commit {self.generation} records {recorded[shard]}; {self._index_hint()}")
         if self._ends[shard] > record.n_frames:
             row = int(self._end_rows[shard])
-            stop = int(self._offset[row] + self.lengths[row])
+            stop = int(self._offset[row]) + int(self.lengths[row])
             raise IndexCorrupt(self._problem_line(Problem(row, (
                 f"claims frames {self._offset[row]}..{stop} of shard {record.name}, which holds "
                 f"{record.n_frames} frames"))) + f"; {self._index_hint()}", [])

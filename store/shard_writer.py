@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import math
 import os
 import tempfile
 import time
@@ -270,6 +271,8 @@ class ShardWriter:
         counts = {f: s.frames - self._start for f, s in self._sinks.items()}
         if len(set(counts.values())) != 1:
             raise ConfigError(f"features of one clip must have the same number of frames, got {counts}")
+        if not 0 < float(duration) < math.inf:  # what a reader requires of every row (store.index_rows)
+            raise ConfigError(f"a clip lasts a finite number of seconds above 0, got {duration!r}")
         clip = StoredClip(content_hash, self._start, next(iter(counts.values())), float(duration))
         self._clips.append(clip)
         self._start += clip.n_frames

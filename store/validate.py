@@ -19,15 +19,17 @@ def validate(where: str | os.PathLike[str], *, deep: bool = False,
     """Return a list of problems (empty = valid) with the committed state at ``where``.
 
     Checks the metadata; that the index tells the truth (what
-    :func:`open_store` refuses: shard numbers, offsets, lengths and labels
-    in range, no two clips sharing frames, every extent inside its shard;
-    one line per kind of problem); that index columns agree, paths are
-    unique and one content hash always maps to one place; and that every
-    committed shard is complete, its arrays have its record's frames and
-    the spec's bins, and every chunk exists with the size its record
-    implies.  ``deep`` also reads every chunk, checks its CRC-32C and that
-    its values are finite.  Uncommitted shards are not problems (the next
-    writer removes them).
+    :func:`open_store` refuses, from the same code, :mod:`store.extents` and
+    :mod:`store.index_rows`: shard numbers, offsets, lengths and labels in
+    range, no two clips sharing frames, every extent inside its shard,
+    row counts as the commit records, paths unique, durations finite and
+    positive; one line per kind of problem); that one content hash always
+    maps to one place; and that every committed shard is complete, holds
+    the frames the commit records for it, its arrays have its record's
+    frames and the spec's bins, and every chunk exists with the size its
+    record implies.  ``deep`` also reads every chunk, checks its CRC-32C
+    and that its values are finite.  Uncommitted shards are not problems
+    (the next writer removes them).
     """
     try:
         s = open_store(where, storage_options)
@@ -37,14 +39,6 @@ def validate(where: str | os.PathLike[str], *, deep: bool = False,
         return [str(e)]
     problems: list[str] = []
     n = len(s)
-    if n != s.metadata.commit.n_clips:
-        problems.append(f"index has {n} rows but the commit records {s.metadata.commit.n_clips}")
-    if len(s.errors) != s.metadata.commit.n_errors:
-        problems.append(f"error table has {len(s.errors)} rows but the commit records {s.metadata.commit.n_errors}")
-    if len(set(s.paths)) != n:
-        problems.append("index paths are not unique")
-    if n and not (s.durations > 0).all():
-        problems.append("a clip has no duration")
     place: dict[str, tuple[int, int, int]] = {}
     for h, sh, off, ln in zip(s.hashes, s._shard.tolist(), s._offset.tolist(), s.lengths.tolist(), strict=False):
         if place.setdefault(h, (sh, off, ln)) != (sh, off, ln):
@@ -52,8 +46,13 @@ def validate(where: str | os.PathLike[str], *, deep: bool = False,
     for sh, name in enumerate(s.shards):
         row = int(s._end_rows[sh])
         needed_by = f"clip {row}, {s.paths[row]}" if row >= 0 else ""
-        problems += shard_problems(s.location, s._root, s.layout, name, s.specs, deep=deep,
-                                   needed_frames=int(s._ends[sh]), needed_by=needed_by)
+        found = shard_problems(s.location, s._root, s.layout, name, s.specs, deep=deep,
+                               needed_frames=int(s._ends[sh]), needed_by=needed_by)
+        try:
+            s.shard_record(sh)  # what a read checks first: the commit's frame count for it
+        except StoreError as e:
+            found = found or [str(e)]
+        problems += found
     if deep and not problems:
         for feat in s.specs:
             view = s.feature(feat)
