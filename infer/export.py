@@ -258,7 +258,7 @@ def export_model(checkpoint: str | os.PathLike[str] | Checkpoint, path: str | os
     diff = None if got is None else float((got.float() - expected).abs().max())
     scale = max(1.0, float(expected.abs().max()))
     if diff is not None and not diff <= TOLERANCE * scale:
-        out.unlink(missing_ok=True)
+        Path(os.path.realpath(out)).unlink(missing_ok=True)  # the file written: a link's target, not the link
         raise ExportError(f"the {format} export of {source} gives {what} {diff:.3g} away from the checkpoint's "
                           f"(allowed {TOLERANCE * scale:.3g}); not written")
     side = sidecar_path(out)

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from .lazy import lazy_package
 
 __all__ = lazy_package(__name__, {
-    "atomic": ("atomic_path", "check_output_path", "write_atomic"),
+    "atomic": ("atomic_path", "check_output_path", "open_output", "write_atomic"),
     "errors": ("PROG", "ConfigError", "OutputPathError", "SpecMismatch", "SpecstoreError", "StoreCorrupt",
                "StoreError", "StoreLocked", "StoreNotFound", "run_cli"),
     "layout": ("FORMAT_VERSION", "escape_path", "unescape_path"),
@@ -23,7 +23,7 @@ __all__ = lazy_package(__name__, {
 })
 
 if TYPE_CHECKING:
-    from .atomic import atomic_path, check_output_path, write_atomic
+    from .atomic import atomic_path, check_output_path, open_output, write_atomic
     from .errors import (
         PROG,
         ConfigError,

@@ -75,7 +75,7 @@ class SpecMismatch(StoreError):
 
 
 class OutputPathError(SpecstoreError, ValueError):
-    """An output path cannot be written (it is a directory, or lies under a file)."""
+    """An output path cannot be written: a directory, under a file, a socket or block device, a closed descriptor."""
 
 
 def one_line(err: BaseException) -> str:

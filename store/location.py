@@ -70,7 +70,7 @@ class Location:
         if self.local is not None:
             from .atomic import write_atomic
 
-            write_atomic(self.local / key, data)
+            write_atomic(self.local / key, data, stream=False)
             return
         from zarr.core.buffer import cpu
 

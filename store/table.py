@@ -86,7 +86,7 @@ def write_columns(root: zarr.Group, path: str, columns: Mapping[str, np.ndarray]
             n = len(values)
             write_array_document(directory / name, _template(dtype), (n,), (max(n, 1),))
             if n:
-                write_atomic(directory / name / "c" / "0", _chunk_bytes(values, dtype))
+                write_atomic(directory / name / "c" / "0", _chunk_bytes(values, dtype), stream=False)
         return
     group = root.create_group(path, overwrite=True)
     for name, dtype in schema.items():

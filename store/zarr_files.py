@@ -37,7 +37,8 @@ def zarr_document(create: Callable[[zarr.storage.LocalStore], object]) -> str:
 def write_group_document(directory: Path, attributes: dict[str, Any]) -> None:
     """Write a zarr v3 group's ``zarr.json`` holding ``attributes`` (atomically; folders created)."""
     write_atomic(directory / "zarr.json",
-                 json.dumps({"attributes": attributes, "zarr_format": 3, "node_type": "group"}, indent=2))
+                 json.dumps({"attributes": attributes, "zarr_format": 3, "node_type": "group"}, indent=2),
+                 stream=False)
 
 
 def write_array_document(directory: Path, template: str, shape: tuple[int, ...], chunks: tuple[int, ...]) -> None:
@@ -48,4 +49,4 @@ def write_array_document(directory: Path, template: str, shape: tuple[int, ...],
     if doc.get("node_type") != "array" or grid.get("name") != "regular" or len(doc.get("shape", ())) != len(shape):
         raise RuntimeError(f"zarr wrote an array document this module does not know: {template[:200]}")
     doc["shape"], grid["configuration"]["chunk_shape"] = list(shape), list(chunks)
-    write_atomic(directory / "zarr.json", json.dumps(doc, indent=2))
+    write_atomic(directory / "zarr.json", json.dumps(doc, indent=2), stream=False)
