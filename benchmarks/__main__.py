@@ -51,7 +51,7 @@ FULL: dict[str, dict[str, Any]] = {
     "model": dict(quick=False),
     "serve": dict(n_files=64, clients=(8, 32), repeats=3, seconds=(15.0, 240.0), workers=2, max_delay_ms=50.0,
                   ramp_s=4.0, model={}),
-    "serve-limits": dict(n_slow=300, n_normal=16, seconds=(5.0, 15.0), read_timeout=10.0,
+    "serve-limits": dict(n_slow=300, n_normal=16, seconds=(5.0, 15.0), read_timeout=10.0, max_connections=512,
                          model=dict(width=8, depth=2)),
     "startup": dict(repeats=7),
     "decode-formats": dict(seconds=60.0, repeats=3),
@@ -71,7 +71,8 @@ QUICK: dict[str, dict[str, Any]] = {
     "model": dict(quick=True),
     "serve": dict(n_files=4, clients=(2, 4), repeats=1, seconds=(2.0, 6.0), workers=1, max_delay_ms=50.0,
                   ramp_s=0.2, model=dict(width=8, depth=2)),
-    "serve-limits": dict(n_slow=24, n_normal=4, seconds=(2.0, 4.0), read_timeout=2.0, model=dict(width=8, depth=2)),
+    "serve-limits": dict(n_slow=24, n_normal=4, seconds=(2.0, 4.0), read_timeout=2.0, max_connections=48,
+                         model=dict(width=8, depth=2)),
     "startup": dict(repeats=1),
     "decode-formats": dict(seconds=3.0, repeats=1),
 }

@@ -86,8 +86,9 @@ def health_json(service: Service, formats: list[str]) -> dict[str, Any]:
             "max_file_mb": k.max_file_mb, "max_files": k.max_files, "max_seconds": k.max_seconds,
             "max_sample_rate": k.max_sample_rate, "max_channels": k.max_channels,
             "max_queue": k.max_queue, "max_client_clips": k.client_clips,
-            "max_inflight_mb": k.max_inflight_bytes / 2**20, "timeout_s": k.timeout,
-            "read_timeout_s": k.read_timeout, "min_upload_kib_s": k.min_upload_kib_s,
+            "max_inflight_mb": k.max_inflight_bytes / 2**20,
+            "max_client_inflight_mb": k.client_inflight_bytes / 2**20, "timeout_s": k.timeout,
+            "read_timeout_s": k.read_timeout, "min_upload_kib_s": k.min_upload_kib_s, "max_upload_s": k.max_upload_s,
             "max_connections": k.max_connections, "max_client_connections": k.max_client_connections},
     }
 
@@ -163,7 +164,8 @@ class Routes:
             folder = service.folder
             topk, picture = self._options(request)
             segments = self._segments(request)
-            uploads = await receive_uploads(request, folder, service.config, service.upload_bytes, service.names)
+            uploads = await receive_uploads(request, folder, service.config, service.upload_bytes, service.names,
+                                            cut=service.guard.cut)
             request.state.files = len(uploads.files)  # for the access log
             client = request.client.host if request.client else ""
             answer = await service.classify(client, uploads.files, topk, picture, segments)

@@ -130,8 +130,10 @@ class Metrics:
                                            "connections closed at once: too many in all or from one client",
                                            ("reason",))
         self.dropped_connections = Counter(r, f"{p}dropped_connections_total",
-                                           "connections dropped for sending too slowly, by what was late",
-                                           ("phase",))
+                                           "connections dropped by the server, by why: idle, headers, body "
+                                           "(below the minimum rate), upload_time, stalled, cut (an upload "
+                                           "that gave way to another client's share), unread (an answer the "
+                                           "client did not take)", ("phase",))
         self.inflight_bytes = Gauge(r, f"{p}inflight_upload_bytes", "upload bytes reserved by requests in progress")
         self.audio_seconds = Counter(r, f"{p}audio_seconds_total", "seconds of audio classified")
         self.decoder_warnings = Counter(r, f"{p}decoder_warnings_total", "messages the audio decoders printed "

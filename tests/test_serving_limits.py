@@ -263,70 +263,169 @@ def _head(length: int | None, boundary: str = "B0undary") -> bytes:
             f"\r\n{size}\r\n").encode()
 
 
-def test_uploads_are_admitted_by_bytes_before_their_bodies_are_read(live: Live) -> None:
-    # two held-open uploads reserve 1.5 MiB of the 2 MiB budget from their headers alone
+def _settle(live: Live, used: int = 0) -> None:
+    """Wait (up to 5 s) until the uploads in progress hold ``used`` bytes."""
+    deadline = time.monotonic() + 5
+    while live.service.upload_bytes.used != used and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
+def test_uploads_hold_what_arrived_plus_a_window_from_their_headers(live: Live) -> None:
+    config = live.service.config
+    window = config.upload_window_bytes
     declared = 768 << 10
-    held = []
-    for _ in range(2):
-        s = connect(live.port)
-        s.sendall(_head(declared) + _multipart([("a.wav", b"RIFF")])[:40])
-        held.append(s)
+    body = _multipart([("a.wav", b"\0" * (declared - 300))])[:declared]
+    s = connect(live.port)
+    s.sendall(_head(declared) + body[:40])  # before the body: a window of it is reserved, not all 768 KiB
     time.sleep(0.3)
     health = httpx.get(live.url("/health"), headers={"host": "localhost"}, timeout=60).json()
-    assert health["inflight_upload_bytes"] == 2 * declared
-    # a third is refused at once, from its headers: 503 + Retry-After, its body never read
-    s = connect(live.port)
-    s.sendall(_head(declared))
-    answer = read_all(s, 5)
-    assert answer.startswith(b"HTTP/1.1 503") and b"retry-after: 1" in answer.lower()
-    assert live.folder_bytes() < 1024  # only the two held uploads' first bytes are on disk
-    for s in held:
-        s.close()
-    deadline = time.monotonic() + 5
-    while live.service.upload_bytes.used and time.monotonic() < deadline:
-        time.sleep(0.05)
+    assert health["inflight_upload_bytes"] == window < declared
+    s.sendall(body[40:400 << 10])  # the reservation grows with what arrives, a window ahead of it
+    time.sleep(0.3)
+    assert (400 << 10) <= live.service.upload_bytes.used <= (400 << 10) + window
+    assert live.folder_bytes() < (400 << 10)  # what is on disk is within what is held
+    s.close()
+    _settle(live)
     assert live.service.upload_bytes.used == 0 and live.folder_files() == []
-    # a request that no budget could hold is 413, also before its body
+    # a request that no client may send is 413, before its body
     s = connect(live.port)
-    s.sendall(_head(3 << 20))
+    s.sendall(_head(config.max_request_bytes + 1))
     assert read_all(s, 5).startswith(b"HTTP/1.1 413")
+
+
+class Uploader(threading.Thread):
+    """A client uploading from ``source``: headers declaring ``declared`` bytes and ``first`` bytes of body at
+    once, then ``piece`` bytes every ``every`` seconds until stopped or dropped; ``answer``: what it was told."""
+
+    def __init__(self, port: int, source: str, declared: int, first: int, piece: int, every: float) -> None:
+        super().__init__(daemon=True)
+        self.sock = connect(port, source)
+        self.body = _multipart([("big.wav", b"\0" * declared)])[:declared]
+        self.sock.sendall(_head(declared) + self.body[:first])
+        self.sent, self.piece, self.every = first, piece, every
+        self.stop = threading.Event()
+        self.answer = b""
+
+    def run(self) -> None:
+        with contextlib.suppress(OSError):
+            while not self.stop.wait(self.every) and self.sent < len(self.body):
+                self.sock.sendall(self.body[self.sent:self.sent + self.piece])
+                self.sent += self.piece
+        self.answer = read_all(self.sock, 0.5)
+
+    def close(self) -> None:
+        self.stop.set()
+        self.join(10)
+        self.sock.close()
+
+
+def _post_with_retries(live: Live, tries: int) -> list[int]:
+    """A normal client's upload, retried after each 503's Retry-After up to ``tries`` times; the statuses."""
+    statuses = []
+    for _ in range(tries):
+        r = httpx.post(live.url("/classify"), files={"file": ("a.wav", live.audio)}, headers={"host": "localhost"},
+                       timeout=60)
+        statuses.append(r.status_code)
+        if r.status_code != 503:
+            break
+        time.sleep(float(r.headers["retry-after"]))
+    return statuses
+
+
+def test_one_slow_upload_that_declared_the_whole_budget_cannot_starve_another_client(live: Live) -> None:
+    # legal and slow: the largest request the server takes, sent at 40 KiB/s (over the 16 KiB/s floor, never
+    # stalled), which would take it most of a minute
+    slow = Uploader(live.port, "127.0.0.2", live.service.config.max_request_bytes, 20 << 10, 10 << 10, 0.25)
+    slow.start()
+    try:
+        time.sleep(0.5)
+        statuses = _post_with_retries(live, 3)
+        assert statuses[-1] == 200, statuses  # answered, at worst on a retry after its Retry-After
+        assert slow.is_alive()  # the slow upload goes on: it was never the one to give way
+    finally:
+        slow.close()
+    _settle(live)
+    assert live.service.upload_bytes.used == 0 and live.folder_files() == []
+
+
+def test_a_group_of_clients_from_few_addresses_cannot_hold_the_budget(live: Live) -> None:
+    config = live.service.config
+    # four uploads from two addresses send 480 KiB at once, then 1 KiB every 0.25 s (fast enough on average,
+    # never stalled): between them they hold 2000 KiB of the 2048 KiB budget
+    group = [Uploader(live.port, f"127.0.0.{2 + k % 2}", 500 << 10, 480 << 10, 1 << 10, 0.25) for k in range(4)]
+    for u in group:
+        u.start()
+    try:
+        time.sleep(0.5)
+        assert live.service.upload_bytes.used >= config.max_inflight_bytes - (64 << 10)
+        cut_before = live.service.metrics.dropped_connections.get("cut")
+        statuses = _post_with_retries(live, 3)
+        assert statuses[-1] == 200, statuses  # another address still gets its share
+        assert live.service.metrics.dropped_connections.get("cut") > cut_before
+    finally:
+        for u in group:
+            u.close()
+    told = [u.answer for u in group if u.answer]
+    assert told and all(a.startswith(b"HTTP/1.1 503") and b"retry-after" in a.lower() for a in told), told
+    _settle(live)
+    assert live.service.upload_bytes.used == 0 and live.folder_files() == []
+
+
+def test_one_client_holds_at_most_its_share_of_the_budget(live: Live) -> None:
+    config = live.service.config
+    share = config.client_inflight_bytes
+    assert share < config.max_inflight_bytes
+    first = Uploader(live.port, "127.0.0.2", 700 << 10, 690 << 10, 1 << 10, 0.25)
+    first.start()
+    try:
+        time.sleep(0.3)
+        second = connect(live.port, "127.0.0.2")  # the same address: together over its share
+        body = _multipart([("b.wav", b"\0" * (700 << 10))])[:700 << 10]
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+            second.sendall(_head(700 << 10) + body)
+        answer = read_all(second, 5)
+        assert answer.startswith(b"HTTP/1.1 503") and b"--max-client-inflight-mb" in answer, answer[:300]
+        assert live.service.upload_bytes.held.by_client["127.0.0.2"] <= share
+        statuses = _post_with_retries(live, 1)  # another address is not held up by it
+        assert statuses == [200]
+    finally:
+        first.close()
+    _settle(live)
+    assert live.service.upload_bytes.used == 0
 
 
 def test_when_the_budget_is_full_a_stalled_upload_gives_way_to_a_ready_one(live: Live) -> None:
     from serving.connections import STALLED_S
 
-    held = connect(live.port)  # reserves the whole 2 MiB budget, sends a little, then stalls
-    held.sendall(_head(2 << 20) + _multipart([("a.wav", b"RIFF")])[:60])
+    held = []  # two uploads that hold the whole 2 MiB budget with bytes sent, then stall
+    for source in ("127.0.0.2", "127.0.0.3"):
+        s = connect(live.port, source)
+        body = _multipart([("a.wav", b"\0" * (1 << 20))])[:1 << 20]
+        s.sendall(_head(1 << 20) + body[:1000 << 10])
+        held.append(s)
     time.sleep(STALLED_S + 0.3)
-    files = {"file": ("a.wav", live.audio)}
-    r = httpx.post(live.url("/classify"), files=files, headers={"host": "localhost"}, timeout=60)
-    assert r.status_code == 503 and r.headers["retry-after"] == "1"
-    assert closed_within(held, 2)  # the stalled upload was dropped to make room
-    assert live.service.metrics.dropped_connections.get("stalled") == 1
-    time.sleep(float(r.headers["retry-after"]))
-    r = httpx.post(live.url("/classify"), files=files, headers={"host": "localhost"}, timeout=60)
-    assert r.status_code == 200, r.text
+    assert live.service.upload_bytes.used == 2 << 20
+    r = httpx.post(live.url("/classify"), files={"file": ("a.wav", live.audio)}, headers={"host": "localhost"},
+                   timeout=60)
+    assert r.status_code == 200, r.text  # the stalled uploads were dropped and their bytes freed at once
+    assert all(closed_within(s, 2) for s in held)
+    assert live.service.metrics.dropped_connections.get("stalled") == 2
+    _settle(live)
     assert live.service.upload_bytes.used == 0 and live.folder_files() == []
 
 
-def test_a_chunked_body_is_cut_off_at_the_budget(live: Live) -> None:
-    held = connect(live.port)  # holds 1.5 MiB of the 2 MiB budget
-    held.sendall(_head(1536 << 10))
-    time.sleep(0.2)
+def test_a_chunked_body_is_held_as_it_arrives_and_cut_off_at_the_limit(live: Live) -> None:
+    window = live.service.config.upload_window_bytes
     s = connect(live.port)
     s.sendall(_head(None))
-    part = _multipart([("big.wav", b"\0" * (900 << 10))])
-    with contextlib.suppress(BrokenPipeError, ConnectionResetError):
-        for k in range(0, len(part), 64 << 10):
-            chunk = part[k:k + (64 << 10)]
-            s.sendall(f"{len(chunk):x}\r\n".encode() + chunk + b"\r\n")
-    answer = read_all(s, 5)
-    assert answer.startswith(b"HTTP/1.1 503") and b"retry-after" in answer.lower(), answer[:200]
-    assert live.service.upload_bytes.used == 1536 << 10  # only the held request's reservation is left
-    held.close()
-    deadline = time.monotonic() + 5
-    while live.service.upload_bytes.used and time.monotonic() < deadline:
-        time.sleep(0.05)
+    part = _multipart([("big.wav", b"\0" * (600 << 10))])
+    for k in range(0, 300 << 10, 64 << 10):
+        chunk = part[k:k + (64 << 10)]
+        s.sendall(f"{len(chunk):x}\r\n".encode() + chunk + b"\r\n")
+    time.sleep(0.3)
+    assert (300 << 10) <= live.service.upload_bytes.used <= (320 << 10) + window
+    s.close()
+    _settle(live)
     assert live.service.upload_bytes.used == 0 and live.folder_files() == []
     s = connect(live.port)  # over the request limit: 413, chunked or not
     s.sendall(_head(None))
@@ -363,7 +462,7 @@ def test_a_client_gone_mid_body_frees_its_bytes_and_files(live: Live) -> None:
     s = connect(live.port)
     s.sendall(_head(len(body)) + body[: len(body) // 2])
     time.sleep(0.3)
-    assert live.service.upload_bytes.used == len(body)
+    assert len(body) // 2 <= live.service.upload_bytes.used <= len(body)
     s.close()
     deadline = time.monotonic() + 5
     while (live.service.upload_bytes.used or live.folder_files()) and time.monotonic() < deadline:
