@@ -8,6 +8,8 @@ import sys
 from collections.abc import Sequence
 
 from store import run_cli
+from store.limits import Limit
+from store.options import bounded_argument
 
 from .generate import generate_corpus
 from .plan import FORMATS, MAX_SECONDS, MEDIAN_SECONDS, MIN_SECONDS, STYLES, DemoCorpusError
@@ -18,6 +20,13 @@ logger = logging.getLogger(__name__)
 
 
 COMMAND = "python -m democorpus"
+
+PER_STYLE = Limit(1, 100_000, "files per style; 100 000 files of each of the 7 styles is some 3 000 hours of audio")
+SEED = Limit(0, 2**32 - 1, "a 32-bit seed, as the other commands take")
+SECONDS = Limit(0.1, 600.0, "seconds per file; a file is synthesised whole, in several float64 arrays of its "
+                            "length: 600 s of 44.1 kHz stereo is 420 MB each", kind=float)
+JOBS = Limit(1, 256, "worker processes on this machine, each synthesising one file; beyond the cores they only "
+                     "compete", optional=True)
 
 
 def _csv_list(text: str) -> list[str]:
@@ -38,22 +47,13 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=f"Example: {COMMAND} data/demo --per-style 10 --max-seconds 30. Installed as specstore-demo-corpus too.",
     )
     p.add_argument("out_dir", metavar="OUT_DIR", help="output directory (created if missing)")
-    p.add_argument("--per-style", type=int, default=40, metavar="N", help="files per style (default: 40)")
-    p.add_argument("--seed", type=int, default=0, metavar="S", help="corpus seed; same seed -> same bytes (default: 0)")
-    p.add_argument(
-        "--min-seconds",
-        type=float,
-        default=None,
-        metavar="X",
-        help=f"shortest file, s (default: min({MIN_SECONDS:g}, --max-seconds))",
-    )
-    p.add_argument(
-        "--max-seconds",
-        type=float,
-        default=MAX_SECONDS,
-        metavar="X",
-        help=f"longest file, s (default: {MAX_SECONDS:g})",
-    )
+    bounded_argument(p, "--per-style", limit=PER_STYLE, default=40, metavar="N", help="files per style (default: 40)")
+    bounded_argument(p, "--seed", limit=SEED, default=0, metavar="S",
+                     help="corpus seed; same seed -> same bytes (default: 0)")
+    bounded_argument(p, "--min-seconds", limit=SECONDS, default=None, metavar="X",
+                     help=f"shortest file, s (default: min({MIN_SECONDS:g}, --max-seconds))")
+    bounded_argument(p, "--max-seconds", limit=SECONDS, default=MAX_SECONDS, metavar="X",
+                     help=f"longest file, s (default: {MAX_SECONDS:g})")
     p.add_argument(
         "--formats",
         type=_csv_list,
@@ -68,7 +68,8 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="LIST",
         help="comma-separated subset of styles (default: all)",
     )
-    p.add_argument("--jobs", "-j", type=int, default=None, metavar="N", help="worker processes (default: all CPUs)")
+    bounded_argument(p, "--jobs", "-j", limit=JOBS, default=None, metavar="N",
+                     help="worker processes (default: all CPUs)")
     p.add_argument(
         "--prune", action="store_true", help="delete stale <style>_<nnn>.<ext> files left by a larger corpus"
     )
@@ -84,8 +85,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
 
     def body() -> int:
-        if args.jobs is not None and args.jobs < 1:
-            raise DemoCorpusError(f"--jobs must be >= 1, got {args.jobs}")
         try:
             summary = generate_corpus(
                 args.out_dir,

@@ -11,10 +11,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from store.options import option
+from store.limits import bounded, field_limit
+from store.options import described, option
 
-from .defaults import EVAL_SPLITS
-from .model_config import ARCHS
+from .defaults import EVAL_SPLITS, MAX_SEED
+from .model_config import ARCHS, ModelConfig
 from .predictions import parse_unknown_below
 
 UNKNOWN_BELOW_HELP = ("answer `unknown` when the top probability is below P (0 < P <= 1); the top-k list is kept "
@@ -27,13 +28,19 @@ LABELS_HELP = ("list only these of the model's labels (comma-separated, e.g. roc
 
 __all__ = ["CvOptions", "EvalOptions", "InitOptions", "PlanOptions", "PredictOptions"]
 
+MAX_TOPK = field_limit(ModelConfig, "n_classes").upper
+"""Most labels a clip lists: as many as a model may have (:class:`~infer.model_config.ModelConfig`'s
+``n_classes``)."""
+
 
 @dataclass(frozen=True)
 class PredictOptions:
     """``predict``: where the predictions go and how many labels each clip lists."""
 
-    out: str = option("predictions.csv", "CSV to write")
-    topk: int = option(5, "labels listed per clip")
+    out: str = option("predictions.csv", "CSV to write, replaced atomically; a FIFO or /dev/stdout is written "
+                                         "straight through (to /dev/stdout, the summary goes to stderr)")
+    topk: int = described(bounded(5, 1, MAX_TOPK, "labels listed per clip, at most as many as a model may have"),
+                          "labels listed per clip")
     unknown_below: float | None = option(None, UNKNOWN_BELOW_HELP + " (the CSV's pred column carries it)",
                                          parse=parse_unknown_below, metavar="P", shown="off")
     labels: str | None = option(None, LABELS_HELP, metavar="A,B,...", shown="all")
@@ -44,7 +51,8 @@ class PlanOptions:
     """``plan``: the model whose memory cost to plan for, and how many of the largest batches to list."""
 
     model: str | None = option(None, "checkpoint whose memory cost to plan for", shown="the default CNN")
-    top: int = option(5, "largest batches to list")
+    top: int = described(bounded(5, 0, 10_000, "lines of the plan printed, one per batch"),
+                         "largest batches to list")
 
 
 @dataclass(frozen=True)
@@ -53,7 +61,7 @@ class InitOptions:
 
     arch: str = option("cnn", "architecture", choices=ARCHS)
     feature: str | None = option(None, "feature to classify", shown="the store's default")
-    seed: int = option(0, "weight initialisation seed")
+    seed: int = described(bounded(0, 0, MAX_SEED, "a 32-bit seed, as training's"), "weight initialisation seed")
 
 
 @dataclass(frozen=True)
@@ -71,4 +79,6 @@ class CvOptions:
     """``cv``: where the fold models and figures go, and how many folds."""
 
     out_dir: str = option("reports/cv", "folder for the fold models, cv.csv and cv.json")
-    folds: int = option(5, "number of folds")
+    folds: int = described(bounded(5, 2, 1000, "each fold trains a model on the other folds: 1000 trainings is "
+                                               "days of work, and fewer groups than folds is refused anyway"),
+                           "number of folds")

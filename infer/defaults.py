@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import Final, TypedDict
 
 __all__ = ["CPU_BUDGET_MB", "CUDA_MARGIN_MB", "DEVICE", "EVAL_SPLITS", "MAX_BATCH", "MAX_BATCH_LIMIT",
-           "MAX_BUDGET_MB", "MAX_LOADER_WORKERS", "PLAIN_MODEL", "PRECISION", "PRECISIONS"]
+           "MAX_BUDGET_MB", "MAX_LOADER_WORKERS", "MAX_SEED", "PLAIN_MODEL", "PRECISION", "PRECISIONS"]
 
 DEVICE = "auto"
 """``auto`` (CUDA when available, else CPU), ``cpu``, ``cuda`` or ``cuda:N``."""
@@ -39,6 +39,10 @@ MAX_BUDGET_MB = float(2**20)
 ``B * T * cost_per_frame + overhead`` bytes in float64 and compares it with the budget; up to 2**40 bytes
 these figures stay 2**13 times below 2**53, where float64 stops counting single bytes, and frame counts
 stay far inside int64.  1 TiB per batch is beyond any machine's RAM or GPU today."""
+
+MAX_SEED = 2**32 - 1
+"""The largest seed ``train``, ``cv`` and ``init`` take: training passes its seed to scikit-learn's
+``random_state`` (the statistics head's logistic regression), which takes no more."""
 
 MAX_LOADER_WORKERS = 64
 """The most DataLoader worker processes accepted: each holds its own reader of the store, and beyond the

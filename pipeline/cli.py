@@ -7,10 +7,13 @@ import logging
 import sys
 from pathlib import Path
 
-from store import ConfigError, run_cli
+from store import ConfigError, FeatureSpec, run_cli
 from store.kinds import kind_names
+from store.limits import field_limit
+from store.options import bounded_argument
 
 from .corpus import CorpusError
+from .extract_options import BLOCK_SECONDS, COMMIT_SECONDS, JOBS
 from .spec_options import parse_fmax, specs_from_options
 
 EPILOG = """\
@@ -67,17 +70,21 @@ def build_parser() -> argparse.ArgumentParser:
     spec = p.add_argument_group("feature parameters (recorded in the store)")
     spec.add_argument("--spec", default=None, metavar="FILE.toml",
                       help="feature specs from a TOML file: a [mel] and/or [cqt] table of spec fields")
-    spec.add_argument("--sample-rate", type=int, default=None, metavar="HZ",
-                      help="decode to this sample rate, Hz (every feature; default 22050)")
-    spec.add_argument("--hop", type=int, default=None, metavar="SAMPLES",
-                      help="hop between frames, samples (every feature; default 512)")
-    spec.add_argument("--n-mels", type=int, default=None, metavar="N", help="mel bands (default 128)")
-    spec.add_argument("--n-fft", type=int, default=None, metavar="SAMPLES", help="mel FFT size, samples (default 2048)")
-    spec.add_argument("--fmax", type=parse_fmax, default=argparse.SUPPRESS, metavar="HZ",
-                      help="highest mel frequency, Hz, or none for half the sample rate (default 8000)")
-    spec.add_argument("--cqt-bins", type=int, default=None, metavar="N",
-                      help="CQT bins, 12 per octave from C1 (default 84)")
-    p.add_argument("--jobs", type=int, default=None, help="worker processes (default: all cores)")
+    # each checked as it is parsed against the bound of the FeatureSpec field it sets
+    bounded_argument(spec, "--sample-rate", limit=field_limit(FeatureSpec, "sample_rate"), default=None,
+                     metavar="HZ", help="decode to this sample rate, Hz (every feature; default 22050)")
+    bounded_argument(spec, "--hop", limit=field_limit(FeatureSpec, "hop_length"), default=None, metavar="SAMPLES",
+                     help="hop between frames, samples (every feature; default 512)")
+    bounded_argument(spec, "--n-mels", limit=field_limit(FeatureSpec, "n_bins"), default=None, metavar="N",
+                     help="mel bands (default 128)")
+    bounded_argument(spec, "--n-fft", limit=field_limit(FeatureSpec, "n_fft"), default=None, metavar="SAMPLES",
+                     help="mel FFT size, samples (default 2048)")
+    bounded_argument(spec, "--fmax", limit=field_limit(FeatureSpec, "fmax"), parse=parse_fmax,
+                     default=argparse.SUPPRESS, metavar="HZ",
+                     help="highest mel frequency, Hz, or none for half the sample rate (default 8000)")
+    bounded_argument(spec, "--cqt-bins", limit=field_limit(FeatureSpec, "n_bins"), default=None, metavar="N",
+                     help="CQT bins, 12 per octave from C1 (default 84)")
+    bounded_argument(p, "--jobs", limit=JOBS, default=None, help="worker processes (default: all cores)")
     p.add_argument(
         "--layout",
         choices=("raw", "zstd"),
@@ -91,19 +98,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="cluster to use: a dask scheduler (tcp://host:8786) with --backend dask, "
         "or a ray address (auto, ray://host:10001) with --backend ray; default: a local one",
     )
-    p.add_argument(
-        "--block-seconds",
-        type=float,
-        default=60.0,
-        help="decode long files in blocks of this many seconds (memory per worker; default 60)",
-    )
-    p.add_argument(
-        "--commit-seconds",
-        type=float,
-        default=2.0,
-        help="commit finished shards at most this often (default 2; 0 = after every task): "
-        "an interruption loses at most this much work",
-    )
+    bounded_argument(p, "--block-seconds", limit=BLOCK_SECONDS, default=60.0,
+                     help="decode long files in blocks of this many seconds (memory per worker; default 60)")
+    bounded_argument(p, "--commit-seconds", limit=COMMIT_SECONDS, default=2.0,
+                     help="commit finished shards at most this often (default 2; 0 = after every task): "
+                          "an interruption loses at most this much work")
     p.add_argument(
         "--add-corpus",
         action="store_true",

@@ -37,6 +37,8 @@ from typing import Any
 from tqdm import tqdm
 
 from store import run_cli
+from store.limits import Limit
+from store.options import bounded_argument
 
 from .catalogue import CLASSES, SIZES, Clip, RealCorpusError, music21_version, per_class, plan_corpus, rng_for
 from .render import SOUNDFONTS, check_renderer, encode, render_clip
@@ -321,6 +323,13 @@ rendered again. Same arguments and versions give byte-identical files.
 """
 
 
+SEED = Limit(0, 2**32 - 1, "a 32-bit seed, as the other commands take")
+JOBS = Limit(1, 256, "worker processes on this machine, each running FluidSynth on one clip; beyond the cores they "
+                     "only compete", optional=True)
+TRAIN_CLIPS = Limit(1, 64, "clips rendered from each training work, each about half a minute of FluidSynth work: "
+                           "the full corpus takes 16 min on 2 cores with 3", optional=True)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="specstore-realcorpus",
@@ -344,14 +353,14 @@ def build_parser() -> argparse.ArgumentParser:
         "small SoundFont",
     )
     p.add_argument("--tiny", action="store_const", const="tiny", dest="size", help="same as --size tiny")
-    p.add_argument(
-        "--seed", type=int, default=0, help="corpus seed: which works, split, every rendering choice (default 0)"
-    )
-    p.add_argument("--jobs", "-j", type=int, default=None, help="worker processes (default: all cores)")
+    bounded_argument(p, "--seed", limit=SEED, default=0,
+                     help="corpus seed: which works, split, every rendering choice (default 0)")
+    bounded_argument(p, "--jobs", "-j", limit=JOBS, default=None, help="worker processes (default: all cores)")
     p.add_argument("--classes", default=",".join(CLASSES), help="comma-separated subset of the classes (default: all)")
-    p.add_argument(
+    bounded_argument(
+        p,
         "--train-clips",
-        type=int,
+        limit=TRAIN_CLIPS,
         default=None,
         metavar="N",
         help="clips from each training work per clip of a test work (default: the size's, 3 for full; 1 gives the "

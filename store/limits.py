@@ -100,11 +100,16 @@ class Limit:
         below = x < high if self.high_open else x <= high
         return bool(above and below and (not self.odd or int(x) % 2 == 1))
 
+    def refusal(self, name: str, value: Any) -> str:
+        """The one line that refuses ``value`` for setting ``name``: the setting (and how commands spell it),
+        the value, the bound and why."""
+        spelled = f" ({self.spelled})" if self.spelled else ""
+        return f"{name}{spelled} must be {self.describe()}, got {_shown(value)} ({self.why})"
+
     def check(self, name: str, value: Any, error: type[ConfigError] = ConfigError) -> None:
         """Raise ``error`` (one line: the setting, the value, the bound and why) unless :meth:`allows`."""
         if not self.allows(value):
-            spelled = f" ({self.spelled})" if self.spelled else ""
-            raise error(f"{name}{spelled} must be {self.describe()}, got {_shown(value)} ({self.why})")
+            raise error(self.refusal(name, value))
 
 
 def bounded(default: Any, low: float, high: float | Callable[[], float], why: str, *,

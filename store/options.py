@@ -20,6 +20,13 @@ type comes from the field's annotation, resolved with
 such, ``bool`` becomes ``--name/--no-name``, ``tuple[X, ...]`` a repeatable
 option, and ``X | None`` parses as ``X``.  Stdlib only, so every package
 (``store``, ``pipeline``, ``infer``, ``serving``) can use it.
+
+A field with a :class:`~store.limits.Limit` (:func:`store.limits.bounded`)
+is checked as the command line is parsed: a value out of its bounds, or text
+that is no number at all (``nan``, ``1e30`` for an integer), ends the parse
+with one line, ``specstore: error: NAME (--flag) must be ..., got X (why)``,
+and exit status 2, before the command imports anything heavy.  An option
+written by hand gets the same check from :func:`bounded_argument`.
 """
 
 from __future__ import annotations
@@ -32,7 +39,11 @@ import typing
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-__all__ = ["add_options", "borrowed", "described", "flag_of", "given", "option", "option_fields", "shown_default"]
+from .errors import PROG
+from .limits import Limit
+
+__all__ = ["BoundedType", "add_options", "borrowed", "bounded_argument", "described", "flag_of", "given", "option",
+           "option_fields", "shown_default"]
 
 _MISSING: Any = dataclasses.MISSING
 
@@ -107,13 +118,72 @@ def flag_of(f: dataclasses.Field[Any]) -> str:
     return str(f.metadata.get("flag") or "--" + f.name.replace("_", "-"))
 
 
+@dataclasses.dataclass(frozen=True)
+class _Refused:
+    """What :class:`BoundedType` returns for a value its limit refuses: the one line that says why."""
+
+    line: str
+
+
+class BoundedType:
+    """The ``type`` of a numeric option with a :class:`~store.limits.Limit`: the text parsed by ``parse``
+    (``int``, ``float`` or the field's own parser), then checked against ``limit``.
+
+    Text ``parse`` cannot read is checked as it is (and refused: it is no number), so an integer option given
+    ``nan`` or ``1e30`` is told its rule too.  A refused value comes back as a refusal, not an exception, for
+    :class:`_BoundedStore` to end the parse with one line (argparse would print its usage above an exception's
+    message).  ``name``: the setting as the line names it (a field name, or the flag).
+    """
+
+    def __init__(self, parse: Callable[[str], Any], limit: Limit, name: str) -> None:
+        self.parse, self.limit, self.name = parse, limit, name
+        self.__name__ = getattr(parse, "__name__", "value")  # what argparse calls the type in its messages
+
+    def __call__(self, text: str) -> Any:
+        try:
+            value = self.parse(text)
+        except (ValueError, TypeError, argparse.ArgumentTypeError):
+            value = text
+        return value if self.limit.allows(value) else _Refused(self.limit.refusal(self.name, value))
+
+    def __repr__(self) -> str:
+        return f"BoundedType({self.name}: {self.limit.describe()})"
+
+
+class _BoundedStore(argparse.Action):
+    """Stores what :class:`BoundedType` accepted; a refused value ends the parse: one line and status 2, as a
+    bad value found by a command's body is (:func:`store.run_cli`)."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        if isinstance(values, _Refused):
+            parser.exit(2, f"{PROG}: error: {values.line}\n")
+        setattr(namespace, self.dest, values)
+
+
+def _spelled_with(spelled: str, flag: str) -> str:
+    """``spelled`` (how commands spell a setting, e.g. ``BUDGET_MB, --budget-mb``) with ``flag`` among them."""
+    return spelled if flag in spelled.split(", ") else ", ".join(s for s in (spelled, flag) if s)
+
+
+def bounded_argument(parser: argparse.ArgumentParser | argparse._ArgumentGroup, *flags: str, limit: Limit,
+                     parse: Callable[[str], Any] | None = None, **kwargs: Any) -> argparse.Action:
+    """A numeric option written by hand (``parser.add_argument(*flags, **kwargs)``) whose value is checked
+    against ``limit`` as the command line is parsed (:class:`BoundedType`); ``parse`` reads the text (default:
+    ``limit``'s kind).  The refusal names the option by its long flag."""
+    name = next((f for f in flags if f.startswith("--")), flags[0])
+    kind = BoundedType(parse or limit.kind, limit, name)
+    return parser.add_argument(*flags, type=kind, action=_BoundedStore, **kwargs)
+
+
 def add_options(parser: argparse.ArgumentParser | argparse._ArgumentGroup, cls: type,
                 names: Iterable[str] | None = None, *, help_of: Mapping[str, str] | None = None,
                 absent: bool = True) -> None:
     """One option per option field of ``cls`` (only ``names`` when given), absent from the parsed namespace
     unless given (``absent=False``: present with the field's default); its help ends with the default
     (``(default X)``, or ``(default: a phrase)``, :func:`shown_default`).  ``help_of`` replaces a field's
-    help for this command."""
+    help for this command.  A field with a :class:`~store.limits.Limit` is checked as the command line is
+    parsed (:class:`BoundedType`), its refusal naming the field and the flag."""
     for f in option_fields(cls, names):
         text = (help_of or {}).get(f.name, f.metadata["help"])
         shown = shown_default(f)
@@ -124,10 +194,17 @@ def add_options(parser: argparse.ArgumentParser | argparse._ArgumentGroup, cls: 
         common: dict[str, Any] = {"dest": f.name, "default": default, "help": help_text}
         if "metavar" in f.metadata:
             common["metavar"] = f.metadata["metavar"]
+        limit: Limit | None = f.metadata.get("limit")
+        if limit is not None and (kind is bool or typing.get_origin(kind) is tuple):
+            raise TypeError(f"{cls.__name__}.{f.name}: a limit on a switch or a repeatable option is not checked")
         if kind is bool:
             parser.add_argument(flag_of(f), action=argparse.BooleanOptionalAction, **common)
         elif typing.get_origin(kind) is tuple:
             parser.add_argument(flag_of(f), action="append", type=typing.get_args(kind)[0], **common)
+        elif limit is not None:
+            checked = dataclasses.replace(limit, spelled=_spelled_with(limit.spelled, flag_of(f)))
+            parser.add_argument(flag_of(f), type=BoundedType(f.metadata.get("parse", kind), checked, f.name),
+                                action=_BoundedStore, choices=f.metadata.get("choices"), **common)
         else:
             parser.add_argument(flag_of(f), type=f.metadata.get("parse", kind), choices=f.metadata.get("choices"),
                                 **common)

@@ -127,8 +127,9 @@ def test_bad_budget_is_refused_before_work(budget: str, tmp_path: Path, capsys: 
     store = make_store(tmp_path / "s.zarr", lengths=[30, 40])
     ckpt = make_checkpoint(tmp_path / "m.pt")
     out = tmp_path / "p.csv"
-    assert infer_main(["predict", str(store), str(ckpt), "--out", str(out), "--budget-mb", budget,
-                       "--no-progress"]) == 2
+    with pytest.raises(SystemExit) as done:  # refused as the command line is parsed
+        infer_main(["predict", str(store), str(ckpt), "--out", str(out), "--budget-mb", budget, "--no-progress"])
+    assert done.value.code == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "BUDGET_MB" in err and err.startswith("specstore: error:")
     assert not out.exists()

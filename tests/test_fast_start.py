@@ -107,8 +107,8 @@ BAD_VALUES: list[tuple[str, list[str], str]] = [
     ("specstore-infer", ["STORE", "NOMODEL", "--budget-mb", "nan"], "budget_mb (BUDGET_MB, --budget-mb) must be"),
     ("specstore-eval", ["STORE", "NOMODEL", "--margin-mb", "-1"], "margin_mb (--margin-mb) must be"),
     ("specstore-plan", ["STORE", "--max-batch", "0"], "max_batch (MAX_BATCH, --max-batch) must be"),
-    ("specstore-train", ["STORE", "OUT/m.pt", "--epochs", "0"], "epochs must be a positive integer"),
-    ("specstore-train", ["STORE", "OUT/m.pt", "--width", "100000"], "width must be an integer in"),
+    ("specstore-train", ["STORE", "OUT/m.pt", "--epochs", "0"], "epochs (--epochs) must be an integer in"),
+    ("specstore-train", ["STORE", "OUT/m.pt", "--width", "100000"], "width (--width) must be an integer in"),
     ("specstore-cv", ["STORE", "--threads", "100000"], "threads (--threads) must be an integer in"),
 ]
 """Option values refused before anything is read: (command, arguments, the start of the message)."""

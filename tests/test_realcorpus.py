@@ -315,11 +315,16 @@ def test_cli_help_and_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     assert r.returncode == 0 and "--tiny" in r.stdout and "--jobs" in r.stdout and "manifest.csv" in r.stdout
     assert "--train-clips" in r.stdout
     r = _cli(str(tmp_path / "out"), "--tiny", "--jobs", "0")
-    assert r.returncode == 2 and r.stderr.strip() == "specstore: error: jobs must be at least 1, got 0", r.stderr
+    assert r.returncode == 2 and r.stderr.startswith("specstore: error: --jobs must be an integer in [1, "), r.stderr
+    assert len(r.stderr.splitlines()) == 1, r.stderr
     f = tmp_path / "file"
     f.write_text("x")
     for args in (["--classes", "jazz"], ["--seed", "-1"], ["--classes", ""], ["--train-clips", "0"]):
-        assert main([str(tmp_path / "out"), "--tiny", "-q", *args]) == 2, args
+        try:
+            status = main([str(tmp_path / "out"), "--tiny", "-q", *args])
+        except SystemExit as e:  # a number out of its bounds is refused as the command line is parsed
+            status = e.code
+        assert status == 2, args
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and err[0].startswith("specstore: error: "), (args, err)
     assert main([str(f), "--tiny", "-q"]) == 2

@@ -33,7 +33,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import math
 import tomllib
 from dataclasses import dataclass
 from functools import cached_property
@@ -41,9 +40,11 @@ from pathlib import Path
 from typing import Any
 
 from store import ConfigError
-from store.options import add_options, borrowed, given, option
+from store.limits import Limit, bounded, field_limit
+from store.options import add_options, borrowed, described, given, option
 from store.records import from_record
 
+from ..defaults import MAX_SEED
 from ..model_config import ARCHS, ModelConfig
 from ..run_options import RunOptions
 
@@ -95,14 +96,25 @@ def _json_object(text: str) -> dict[str, Any]:
     return value
 
 
-def _opt(default: Any, help: str, **meta: Any) -> Any:
-    """A recipe field with its command-line help (``meta``: ``parse``, ``choices``, ``metavar``)."""
-    return option(default, help, **meta)
+_RULE = ("kind", "low_open", "high_open", "optional")
+"""The keywords of :func:`_opt` and :func:`_auto` that are the bound's rule (:class:`~store.limits.Limit`)."""
 
 
-def _auto(help: str, **meta: Any) -> Any:
-    """A recipe field whose default (None) is auto: derived from the training data (:mod:`.recipe`)."""
-    return option(None, help, shown="auto", **meta)
+def _opt(default: Any, help: str, bound: tuple[float, float, str] | None = None, **meta: Any) -> Any:
+    """A recipe field with its command-line help (``meta``: ``parse``, ``choices``, ``metavar``) and, for a
+    number, its ``bound``: ``(low, high, why)``, with ``kind``, ``low_open``, ``high_open``, ``optional`` in
+    ``meta`` (:func:`store.limits.bounded`), checked when the config is made and as the command line is
+    parsed."""
+    if bound is None:
+        return option(default, help, **meta)
+    rule = {k: meta.pop(k) for k in _RULE if k in meta}
+    return described(bounded(default, *bound, **rule), help, **meta)
+
+
+def _auto(help: str, bound: tuple[float, float, str] | None = None, **meta: Any) -> Any:
+    """A recipe field whose default (None) is auto: derived from the training data (:mod:`.recipe`); a number's
+    ``bound`` as :func:`_opt`'s."""
+    return _opt(None, help, bound, shown="auto", **({"optional": True} if bound else {}), **meta)
 
 
 def _of(cls: type, name: str) -> Any:
@@ -123,53 +135,80 @@ class TrainConfig:
     :class:`ModelConfig` and :class:`RunOptions`.
     """
 
-    epochs: int = _opt(15, "passes over the training clips")
-    lr: float = _opt(3e-3, "peak learning rate of AdamW (after warm-up, then cosine decay)")
-    weight_decay: float = _opt(1e-2, "AdamW weight decay (not applied to BatchNorm weights and biases)")
-    warmup_fraction: float = _opt(0.1, "share of the epochs spent warming the learning rate up from lr/25")
-    final_lr_ratio: float = _opt(0.01, "learning rate at the end, as a share of lr")
+    epochs: int = _opt(15, "passes over the training clips",
+                       (1, 10_000, "passes over the training clips; the recipe's 15 take minutes, 10 000 would take "
+                                       "days"))
+    lr: float = _opt(3e-3, "peak learning rate of AdamW (after warm-up, then cosine decay)",
+                     (0.0, 10.0, "AdamW's step size; above 1 every model here diverges"), low_open=True)
+    weight_decay: float = _opt(1e-2, "AdamW weight decay (not applied to BatchNorm weights and biases)",
+                               (0.0, 10.0, "decoupled: each step shrinks the weights by lr times it; the recipe's "
+                                           "is 0.01"))
+    warmup_fraction: float = _opt(0.1, "share of the epochs spent warming the learning rate up from lr/25",
+                                  (0.0, 1.0, "a share of the epochs"), high_open=True)
+    final_lr_ratio: float = _opt(0.01, "learning rate at the end, as a share of lr", (0.0, 1.0, "a share of lr"),
+                                 low_open=True)
     ema: float = _opt(0.0, "validate and save an exponential moving average of the weights, with this decay per "
-                           "step (e.g. 0.99; 0 disables)")
-    label_smoothing: float = _opt(0.0, "cross-entropy label smoothing")
+                           "step (e.g. 0.99; 0 disables)", (0.0, 1.0, "a decay per step; 1 would never move"),
+                      high_open=True)
+    label_smoothing: float = _opt(0.0, "cross-entropy label smoothing",
+                                  (0.0, 1.0, "a share of the target; 1 would leave no label"), high_open=True)
     class_weighted: bool = _opt(False, "weight the loss by inverse class frequency")
     max_batch: int = _of(RunOptions, "max_batch")
     budget_mb: float | None = _of(RunOptions, "budget_mb")
     crop_seconds: float | None = _opt(10.0, "random crop per clip and epoch, seconds; 0 = whole clips",
-                                      parse=_optional_seconds, metavar="SECONDS")
+                                      (0.0, 3600.0, "seconds; an hour is longer than a crop needs to be, and 0 "
+                                                    "means whole clips"),
+                                      kind=float, low_open=True, optional=True, parse=_optional_seconds,
+                                      metavar="SECONDS")
     crops_per_clip: int | None = _auto("random crops of every training clip an epoch may draw from (each with "
                                             "its own crop and augmentation); auto: enough for crops_per_epoch, 1-8 "
-                                            "per clip (infer/train/recipe.py)", parse=_optional_count,
-                                      metavar="N|auto")
+                                            "per clip (infer/train/recipe.py)",
+                                      (1, 1024, "crops of each clip the sampler draws from; auto takes 1-8"),
+                                      kind=int, parse=_optional_count, metavar="N|auto")
     crops_per_epoch: int | None = _auto("crops trained per epoch, a fresh random subset each epoch of the "
                                              "crops_per_clip crops of every clip; auto: 480 (30 batches of 16), or "
                                              "every clip once when there are more clips, or all crops when "
                                              "crops_per_clip is set; whole clips (no crop): each clip once",
-                                     parse=_optional_count, metavar="N|auto")
-    time_masks: int = _opt(2, "SpecAugment time masks per clip (0 disables)")
-    time_mask_frames: int = _opt(24, "widest time mask, frames")
-    freq_masks: int = _opt(2, "SpecAugment frequency masks per clip (0 disables)")
-    freq_mask_bins: int = _opt(12, "widest frequency mask, bins")
-    gain_db: float = _opt(6.0, "random gain per clip and epoch, uniform in +-this many dB (0 disables)")
+                                     (1, 10**7, "crops trained per epoch; ten million is days per epoch"),
+                                     kind=int, parse=_optional_count, metavar="N|auto")
+    time_masks: int = _opt(2, "SpecAugment time masks per clip (0 disables)",
+                           (0, 64, "masks per clip, each a pass over the crop; the recipe uses 2"))
+    time_mask_frames: int = _opt(24, "widest time mask, frames",
+                                 (0, 2**16, "frames; 65 536 is 25 min at 43 frames/s, longer than any crop"))
+    freq_masks: int = _opt(2, "SpecAugment frequency masks per clip (0 disables)",
+                           (0, 64, "masks per clip, each a pass over the crop; the recipe uses 2"))
+    freq_mask_bins: int = _opt(12, "widest frequency mask, bins",
+                               (0, field_limit(ModelConfig, "n_bins").upper, "bins; no model's input has more"))
+    gain_db: float = _opt(6.0, "random gain per clip and epoch, uniform in +-this many dB (0 disables)",
+                          (0.0, 120.0, "dB; 120 dB spans hearing's whole range"))
     tilt_db: float = _opt(0.0, "random spectral tilt per clip and epoch: a ramp across each feature's bins between "
-                               "two gains uniform in +-this many dB (an equaliser; 0 disables)")
+                               "two gains uniform in +-this many dB (an equaliser; 0 disables)",
+                          (0.0, 120.0, "dB; 120 dB spans hearing's whole range"))
     pitch_shift: int = _opt(2, "random pitch shift per clip and epoch, uniform in +-this many semitones, as a "
-                               "roll of the CQT bins (stores with a CQT; 0 disables)")
-    mixup: float = _opt(0.0, "mixup: mix each batch with itself shuffled, weight ~ Beta(a, a) (0 disables)")
+                               "roll of the CQT bins (stores with a CQT; 0 disables)",
+                            (0, 48, "semitones: 4 octaves of CQT bins; the default CQT spans 7"))
+    mixup: float = _opt(0.0, "mixup: mix each batch with itself shuffled, weight ~ Beta(a, a) (0 disables)",
+                        (0.0, 100.0, "Beta(a, a)'s parameter; at 100 every mix is already within a few % of half "
+                                     "and half"))
     val_fraction: float | None = _auto("share of works (groups) or contents held out for validation (they "
                                             "do not train); auto: 10 % when that is 60 clips or more (enough to "
                                             "measure and to choose stats_weight), else none: every clip trains "
-                                            "(judge such a corpus with specstore-cv)", parse=_optional_float,
-                                      metavar="FRACTION|auto")
+                                            "(judge such a corpus with specstore-cv)",
+                                      (0.0, 1.0, "a share of the works"), kind=float, high_open=True,
+                                      parse=_optional_float, metavar="FRACTION|auto")
     val_offset: float = _opt(0.0, "start of the held-out interval of split scores (cross-validation folds hold out "
-                                  "[k/K, (k+1)/K); 0 for a plain validation split)")
+                                  "[k/K, (k+1)/K); 0 for a plain validation split)",
+                             (0.0, 1.0, "a split score"), high_open=True)
     val_every: int | None = _auto("validate every this many epochs, and after the last; auto: every epoch with "
                                        "select=best (it chooses), else every third of the schedule (validation "
                                        "then only reports, and a pass over the held-out clips costs many "
-                                       "training steps)", parse=_optional_count, metavar="N|auto")
+                                       "training steps)", (1, 10_000, "epochs, as many as a run may have"),
+                                  kind=int, parse=_optional_count, metavar="N|auto")
     select: str = _opt("last", "which weights are saved: last (the end of the schedule: validation only reports) or "
                                "best (the epoch with the best validation accuracy, then loss: noisy on few "
                                "validation clips)", choices=SELECTS)
-    seed: int = _opt(0, "split and training seed (every random draw derives from it)")
+    seed: int = _opt(0, "split and training seed (every random draw derives from it)",
+                     (0, MAX_SEED, "scikit-learn's random_state, the statistics head's, takes at most 2**32 - 1"))
     arch: str = _opt("cnn", "model: cnn, resnet, or an import path package.module:Class of any nn.Module with "
                             "forward(x, lengths) (see infer/contract.py)", metavar="ARCH")
     backbone: str | None = _auto("a shipped model (e.g. musicnn-msd, musicnn-mtt) whose clip embeddings a "
@@ -180,7 +219,8 @@ class TrainConfig:
                                  parse=_optional_name, metavar="NAME|none|auto")
     finetune: int = _opt(0, "with a backbone: also train its top N layers (SGD through the backbone, no embedding "
                             "cache); 0: a head on the frozen backbone, fitted in seconds on cached clip embeddings",
-                         metavar="LAYERS")
+                         (0, 256, "layers from the backbone's top; a shipped backbone has a few dozen, and more "
+                                  "than it has is refused once it is loaded"), metavar="LAYERS")
     model_args: dict[str, Any] | None = _opt(None, "keyword arguments (a JSON object) for an import-path model; "
                                                    "n_bins/n_classes/input_mean/input_std are filled in when its "
                                                    "constructor takes them", parse=_json_object, metavar="JSON")
@@ -197,7 +237,9 @@ class TrainConfig:
     pool_seconds: float | None = _auto("classify a clip window by window, each this many seconds long (from "
                                             "its start), averaging the windows' logits (built-in models); 0 = pool "
                                             "the whole clip at once; auto: the training crop's length (so a long "
-                                            "clip is judged as training saw it)", parse=_optional_float,
+                                            "clip is judged as training saw it)",
+                                      (0.0, 3600.0, "seconds; an hour's window is the whole of any music clip (0 "
+                                                    "says so)"), kind=float, parse=_optional_float,
                                       metavar="SECONDS|auto")
     stats_head: bool | None = _auto("a statistics head beside the CNN (built-in models): a logistic "
                                          "regression on each clip's per-bin mean, std and frame-to-frame change, "
@@ -206,7 +248,9 @@ class TrainConfig:
                                          "logits to the CNN's; auto: on for the built-in models")
     stats_weight: float | None = _auto("weight of the statistics head's logits in the model's output; auto: "
                                             "the least log-loss on the validation split when it holds 60 clips or "
-                                            "more, else 1", parse=_optional_float, metavar="W|auto")
+                                            "more, else 1",
+                                      (0.0, field_limit(ModelConfig, "stats_weight").upper, "a weight on logits, as "
+                                       "the model's"), kind=float, parse=_optional_float, metavar="W|auto")
     grad_checkpoint: bool = _opt(False, "gradient checkpointing: recompute activations in backward, so the "
                                         "memory budget packs larger batches (slower steps)")
     loader_workers: int = _of(RunOptions, "loader_workers")
@@ -248,51 +292,19 @@ class TrainConfig:
         return RunOptions(**_taken(self, RunOptions), progress=False)
 
     def _check_recipe(self) -> None:
-        """The recipe's own fields (the model's and the run's are checked by the :class:`ModelConfig` and
-        :class:`RunOptions` this config holds)."""
-        if not isinstance(self.epochs, int) or self.epochs < 1:
-            raise TrainError(f"epochs must be a positive integer, got {self.epochs!r}")
-        if not isinstance(self.finetune, int) or isinstance(self.finetune, bool) or self.finetune < 0:
-            raise TrainError(f"finetune must be a whole number of layers >= 0, got {self.finetune!r}")
-        if not self.lr > 0 or not math.isfinite(self.lr):
-            raise TrainError(f"lr must be positive, got {self.lr!r}")
-        if not (self.weight_decay >= 0 and math.isfinite(self.weight_decay)) or not 0 <= self.warmup_fraction < 1 \
-                or not 0 < self.final_lr_ratio <= 1:
-            raise TrainError("weight_decay must be a finite number >= 0, warmup_fraction in [0, 1), final_lr_ratio in "
-                             "(0, 1]")
-        if not 0 <= self.ema < 1:
-            raise TrainError(f"ema must be in [0, 1) (0 disables), got {self.ema!r}")
-        if not 0 <= self.label_smoothing < 1:
-            raise TrainError(f"label_smoothing must be in [0, 1), got {self.label_smoothing!r}")
-        if self.crops_per_clip is not None and self.crops_per_clip < 1:
-            raise TrainError(f"crops_per_clip must be >= 1, got {self.crops_per_clip}")
-        if self.crops_per_epoch is not None and self.crops_per_epoch < 1:
-            raise TrainError(f"crops_per_epoch must be >= 1, got {self.crops_per_epoch}")
-        if self.val_every is not None and (not isinstance(self.val_every, int) or self.val_every < 1):
-            raise TrainError(f"val_every must be a positive integer (or auto), got {self.val_every!r}")
-        if self.crop_seconds is not None and not (self.crop_seconds > 0 and math.isfinite(self.crop_seconds)):
-            raise TrainError(f"crop_seconds must be positive (or None for whole clips), got {self.crop_seconds}")
-        if min(self.time_masks, self.time_mask_frames, self.freq_masks, self.freq_mask_bins) < 0:
-            raise TrainError("SpecAugment mask counts and widths must be >= 0")
-        if not (self.gain_db >= 0 and math.isfinite(self.gain_db)) or self.pitch_shift < 0 or not (
-                self.tilt_db >= 0 and math.isfinite(self.tilt_db)):
-            raise TrainError("gain_db, tilt_db and pitch_shift must be >= 0")
-        if not (self.mixup >= 0 and math.isfinite(self.mixup)):
-            raise TrainError(f"mixup must be >= 0 (0 disables), got {self.mixup!r}")
-        if self.pool_seconds is not None and not (self.pool_seconds >= 0 and math.isfinite(self.pool_seconds)):
-            raise TrainError(f"pool_seconds must be >= 0 (0 = the whole clip; or auto), got {self.pool_seconds!r}")
-        if self.stats_weight is not None and not (self.stats_weight >= 0 and math.isfinite(self.stats_weight)):
-            raise TrainError(f"stats_weight must be a number >= 0 (or auto), got {self.stats_weight!r}")
+        """The recipe's own fields: each number against its bound (the model's and the run's fields are checked
+        by the :class:`ModelConfig` and :class:`RunOptions` this config holds: a user model's width is its own
+        business), then what the bounds do not say."""
+        for f in dataclasses.fields(self):
+            limit: Limit | None = f.metadata.get("limit")
+            if limit is not None and "of" not in f.metadata:
+                limit.check(f.name, getattr(self, f.name), TrainError)
         if self.normalization not in NORMALIZATIONS:
             raise TrainError(f"normalization must be global or bin, not {self.normalization!r}")
-        if self.val_fraction is not None and not 0 <= self.val_fraction < 1:
-            raise TrainError(f"val_fraction must be in [0, 1) (or auto), got {self.val_fraction!r}")
-        if not 0 <= self.val_offset < 1 or self.val_offset + (self.val_fraction or 0.0) > 1 + 1e-12:
+        if self.val_offset + (self.val_fraction or 0.0) > 1 + 1e-12:
             raise TrainError(f"val_offset must be in [0, 1 - val_fraction], got {self.val_offset!r}")
         if self.select not in SELECTS:
             raise TrainError(f"select must be best or last, not {self.select!r}")
-        if self.seed < 0:
-            raise TrainError(f"seed must be >= 0, got {self.seed}")
         if self.arch not in ARCHS and ":" not in self.arch:
             raise TrainError(f"arch must be one of {', '.join(ARCHS)} or an import path package.module:Class, "
                              f"not {self.arch!r}")
