@@ -38,9 +38,10 @@ import torch
 import torch.nn.functional as F
 
 from store import ConfigError
+from store.limits import Limit
 
-__all__ = ["ECE_BINS", "TEMPERATURE_BOUNDS", "UNCALIBRATED", "Calibration", "calibration_fields", "calibration_report",
-           "calibration_text", "expected_calibration_error", "fit_temperature", "probabilities"]
+__all__ = ["ECE_BINS", "TEMPERATURE_BOUNDS", "TEMPERATURE_LIMIT", "UNCALIBRATED", "Calibration", "calibration_fields",
+           "calibration_report", "calibration_text", "expected_calibration_error", "fit_temperature", "probabilities"]
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +54,12 @@ ECE_BINS = 15
 TEMPERATURE_BOUNDS = (0.05, 20.0)
 """The range :func:`fit_temperature` searches: a fit at a bound means the validation clips pull it further
 (e.g. every one right with a wide margin), which a few clips cannot support."""
+
+TEMPERATURE_LIMIT = Limit(0.01, 100.0, "a positive scale dividing the logits: a tiny one makes them infinite and "
+                                       "the probabilities NaN, below 0.01 every answer is a certainty, above 100 a "
+                                       "uniform guess; fits search 0.05-20", float)
+"""The temperatures a checkpoint may record (its own, and each member's of a sum of models), checked when it is
+read: one line naming the value and the bound, never NaN probabilities later."""
 
 
 @dataclass(frozen=True)
@@ -71,9 +78,8 @@ class Calibration:
     nll_after: float | None = None
 
     def __post_init__(self) -> None:
-        t = self.temperature
-        if t is not None and (isinstance(t, bool) or not isinstance(t, (int, float)) or not 0.0 < t < float("inf")):
-            raise ConfigError(f"a calibration temperature must be a positive finite number, got {t!r}")
+        if self.temperature is not None:
+            TEMPERATURE_LIMIT.check("the calibration temperature", self.temperature)
 
     @property
     def calibrated(self) -> bool:
@@ -111,6 +117,8 @@ class Calibration:
         try:
             return cls(float(record["temperature"]), int(record.get("n_clips") or 0),
                        _opt_float(record.get("nll_before")), _opt_float(record.get("nll_after")))
+        except ConfigError:
+            raise
         except (TypeError, ValueError) as e:
             raise ConfigError(f"unreadable calibration record {dict(record)!r}: {e}") from None
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 import os
 import pickle
 import zipfile
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,11 +31,12 @@ import torch
 from torch import nn
 
 from store import ConfigError, FeatureSpec, SpecstoreError, Store, atomic_path, spec_differences
+from store.spec_command import extraction_command
 
 from .calibration import Calibration
 from .contract import ModelSpec, spec_of
 from .models import ARCHS, ModelConfig, ModelConfigError
-from .trust import Trust, UntrustedModelError
+from .trust import Trust, UntrustedModelError, check_import_path
 
 __all__ = ["Checkpoint", "CheckpointError", "check_store_matches", "load_checkpoint", "read_torch_file",
            "save_checkpoint", "save_torch_file"]
@@ -106,6 +108,10 @@ class Checkpoint:
             raise
         except ConfigError as e:
             raise CheckpointError(f"cannot build the checkpoint's model: {e}") from None
+        rows = getattr(model, "n_bins", None)  # (a shipped model class states its input rows here)
+        if isinstance(rows, int) and not isinstance(rows, bool) and rows != self.n_bins:
+            raise CheckpointError(f"{self.source or 'the checkpoint'}: its model reads {rows} input rows, but its "
+                                  f"feature {self.feature!r} has {self.n_bins} bins")
         try:
             model.load_state_dict(self.state_dict)
         except RuntimeError as e:
@@ -192,17 +198,48 @@ def load_checkpoint(path: str | os.PathLike[str]) -> Checkpoint:
     try:
         Calibration.from_extra(raw.get("extra"))  # a bad temperature is refused here, not at the first softmax
     except ConfigError as e:
+        raise CheckpointError(f"{p} has a bad calibration: {e}") from None
+    try:
+        specs = ({k: FeatureSpec.from_dict(v) for k, v in raw["feature_specs"].items()} if "feature_specs" in raw
+                 else {str(raw["feature"]): FeatureSpec.from_dict(raw["feature_spec"])})
+    except ConfigError as e:
+        raise CheckpointError(f"{p} has a bad feature spec: {e}") from None
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
         raise CheckpointError(f"{p} has unreadable checkpoint metadata: {e}") from None
     try:
-        return Checkpoint(
-            model=model, label_names=list(raw["label_names"]),
-            feature=str(raw["feature"]),
-            specs=({k: FeatureSpec.from_dict(v) for k, v in raw["feature_specs"].items()} if "feature_specs" in raw
-                   else {str(raw["feature"]): FeatureSpec.from_dict(raw["feature_spec"])}),
-            state_dict=dict(raw["state_dict"]), extra=dict(raw.get("extra") or {}), source=str(p),
-        )
+        ckpt = Checkpoint(model=model, label_names=_label_names(raw["label_names"], p), feature=str(raw["feature"]),
+                          specs=specs, state_dict=dict(raw["state_dict"]), extra=dict(raw.get("extra") or {}),
+                          source=str(p))
     except (KeyError, TypeError, ValueError, ModelConfigError, ConfigError) as e:
         raise CheckpointError(f"{p} has unreadable checkpoint metadata: {e}") from None
+    _check_model_input(ckpt, p)
+    return ckpt
+
+
+def _label_names(names: Any, path: Path) -> list[str]:
+    """A checkpoint's label names: a non-empty list of distinct strings (one line naming the file otherwise)."""
+    if not isinstance(names, (list, tuple)) or not names or not all(isinstance(n, str) for n in names):
+        raise CheckpointError(f"{path}: its label names must be a non-empty list of names")
+    twice = sorted(n for n, k in Counter(names).items() if k > 1)
+    if twice:
+        raise CheckpointError(f"{path}: its label names hold {', '.join(map(repr, twice[:5]))} more than once; each "
+                              "label is one output of the model, named once")
+    return list(names)
+
+
+def _check_model_input(ckpt: Checkpoint, path: Path) -> None:
+    """The model's input rows and outputs, as its config or keyword arguments state them, against the features'
+    bins and the labels: a mismatch is one line when the checkpoint is read, not a traceback at the first batch.
+    (A model that states neither is checked when it is built, :meth:`Checkpoint.build`.)"""
+    config = ckpt.config
+    stated = config.to_dict() if config is not None else ckpt.model.kwargs
+    rows, outputs = stated.get("n_bins"), stated.get("n_classes")
+    if isinstance(rows, int) and rows != ckpt.n_bins:
+        raise CheckpointError(f"{path}: its model reads {rows} input rows, but its feature {ckpt.feature!r} has "
+                              f"{ckpt.n_bins} bins; the file is damaged or was put together by hand")
+    if isinstance(outputs, int) and outputs != len(ckpt.label_names):
+        raise CheckpointError(f"{path}: its model gives {outputs} outputs, but it names {len(ckpt.label_names)} "
+                              "labels; the file is damaged or was put together by hand")
 
 
 def _check_model_config(model: ModelSpec, path: Path) -> None:
@@ -210,8 +247,12 @@ def _check_model_config(model: ModelSpec, path: Path) -> None:
     field, the time stride and the parameter count) when the checkpoint is read, before any tensor of the
     model is allocated; one line naming the field, the value and the bound.  (An architecture registered from
     user code that this process has not registered is checked when it is built, after its module is trusted
-    and imported.)"""
-    if not model.builtin:
+    and imported; a shipped model class counts its own parameters when it is built, before it allocates.)"""
+    if not model.builtin:  # an import path: a class named directly, no attribute chain (checked again, with
+        try:  # the class's own module, when it is built)
+            check_import_path(model.target, source=f"checkpoint {path}")
+        except ConfigError as e:
+            raise CheckpointError(str(e)) from None
         return
     try:
         model.config  # noqa: B018 -- constructing the config is the check
@@ -220,14 +261,30 @@ def _check_model_config(model: ModelSpec, path: Path) -> None:
 
 
 def check_store_matches(ckpt: Checkpoint, store: Store) -> None:
-    """Refuse a store whose features differ from the ones the checkpoint was trained on."""
-    missing = [name for name in ckpt.specs if name not in store.specs]
-    if missing:
-        raise CheckpointError(f"the model needs feature {ckpt.feature!r}; the store has {', '.join(store.specs)} "
-                              f"(extract a store that holds it: `make features FEATURES={','.join(missing)} "
-                              "CORPUS=... STORE=...`)")
+    """Refuse a store whose features differ from the ones the checkpoint was trained on: one line naming every
+    difference (a feature the store lacks, every field that differs) and the ``make features`` line that extracts
+    the model's features, with its settings, into a new store (:func:`store.spec_command.extraction_command`)."""
+    problems = []
     for name, spec in ckpt.specs.items():
-        diff = spec_differences(spec, store.specs[name])
-        if diff:
-            raise CheckpointError(f"store feature {name!r} differs from the checkpoint's "
-                                  f"(checkpoint != store): {'; '.join(diff)}")
+        have = store.specs.get(name)
+        if have is None:
+            problems.append(f"{name}: not in the store (it holds {', '.join(store.specs) or 'none'})")
+        else:
+            problems += [f"{name}.{d}" for d in spec_differences(spec, have)]
+    if not problems:
+        return
+    corpora = store.metadata.commit.corpora
+    command = extraction_command(ckpt.specs, corpus=corpora[0].root if corpora else None,
+                                 store=_new_store(str(store.location), ckpt.source))
+    raise CheckpointError(f"the model{' ' + ckpt.source if ckpt.source else ''} needs feature {ckpt.feature!r} as it "
+                          f"was trained on it, and store {store.location} differs (model != store): "
+                          f"{'; '.join(problems)}; extract a new store with the model's settings: `{command}`")
+
+
+def _new_store(location: str, model: str) -> str | None:
+    """A path for a new store beside a local ``location``, named for ``model`` (None for a remote store)."""
+    if "://" in location:
+        return None
+    base = location.rstrip("/")
+    base = base[:-len(".zarr")] if base.endswith(".zarr") else base
+    return f"{base}-{Path(model).stem if model else 'model'}.zarr"

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from store import ConfigError, StoreError, run_cli
-from store.atomic import check_output_path
+from store.atomic import check_output_path, output_target
 from store.options import add_options, given
 from store.presence import check_store_present
 
@@ -88,15 +88,16 @@ def cmd_predict(args: argparse.Namespace) -> int:
     res = predict(args.store, args.model, args.out, topk=args.topk, unknown_below=args.unknown_below,
                   labels=args.labels, options=options,
                   trust_model_code=args.trust_model_code)
-    print(res.stats.line())
+    say = sys.stderr if args.out and output_target(args.out).fd == 1 else sys.stdout  # --out /dev/stdout: CSV only
+    print(res.stats.line(), file=say)
     if res.outputs == "tags":  # a tagger's independent sigmoid scores take no temperature
-        print("scores: independent sigmoids (a tagger; not temperature-scaled)")
+        print("scores: independent sigmoids (a tagger; not temperature-scaled)", file=say)
     else:
         print(f"probabilities: {res.calibration}" + (" (the model held out no validation clips to fit a temperature "
                                                       "on)" if res.calibration == UNCALIBRATED
-                                                      else " (softmax of logits / T)"))
+                                                      else " (softmax of logits / T)"), file=say)
     if args.out:
-        print(f"predictions: {args.out}")
+        print(f"predictions: {args.out}", file=say)
     return 0
 
 
@@ -156,7 +157,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     config = config_from_args(args, base)
     # --arch on the command line is the user naming the code; an arch from --config FILE needs the flag.
     trust: Trust = True if args.trust_model_code else [args.arch] if hasattr(args, "arch") else False
-    check_output_path(args.model, what="MODEL")
+    check_output_path(args.model, what="MODEL", stream=False)
     check_store_present(args.store)
     import dataclasses
 

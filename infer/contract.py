@@ -63,7 +63,7 @@ from store import ConfigError
 
 from .models import ARCHS, MaskedClassifier, ModelConfig, build_model
 from .models.registry import ARCH_REGISTRY
-from .trust import Trust, check_trusted
+from .trust import Trust, check_defined, check_trusted
 
 __all__ = [
     "DEFAULT_WINDOW_FRAMES", "ModelSpec", "exact_windows", "masks_padding", "resolve_class", "spec_of",
@@ -130,18 +130,17 @@ def resolve_class(target: str, trust_model_code: Trust = False, *, source: str =
     if not sep or not module_name or not qualname:
         raise ConfigError(f"a model is named by an import path 'package.module:Class' (or {', '.join(ARCHS)}), "
                           f"not {target!r}")
-    check_trusted(target, trust_model_code, source=source)
+    check_trusted(target, trust_model_code, source=source)  # (an attribute chain is refused here, trusted or not)
     try:
-        obj: Any = importlib.import_module(module_name)
+        module: Any = importlib.import_module(module_name)
     except ImportError as e:
         raise _import_error(module_name, target, e) from None
-    for part in qualname.split("."):
-        try:
-            obj = getattr(obj, part)
-        except AttributeError:
-            raise ConfigError(f"{module_name!r} has no {qualname!r} (model {target!r})") from None
+    obj = getattr(module, qualname, None)
+    if obj is None:
+        raise ConfigError(f"{module_name!r} has no {qualname!r} (model {target!r})")
     if not (inspect.isclass(obj) and issubclass(obj, nn.Module)):
         raise ConfigError(f"{target!r} is not a torch.nn.Module subclass; refusing to build it")
+    check_defined(target, obj)
     return obj
 
 
@@ -243,8 +242,8 @@ def spec_of(model: nn.Module, kwargs: dict[str, Any] | None = None) -> ModelSpec
         arch = config.pop("arch")
         return ModelSpec(arch, config)
     cls = type(model)
-    if "<locals>" in cls.__qualname__:
-        raise ConfigError(f"{cls.__qualname__} is defined inside a function; a checkpoint needs an importable "
-                          "class (define it at module level)")
+    if not cls.__qualname__.isidentifier():  # (a class inside a function or a class: no import path names it)
+        raise ConfigError(f"{cls.__qualname__} is defined inside a function or a class; a checkpoint needs an "
+                          "importable class (define it at module level)")
     return ModelSpec(f"{cls.__module__}:{cls.__qualname__}", dict(kwargs if kwargs is not None
                                                                    else getattr(model, "init_kwargs", {}) or {}))

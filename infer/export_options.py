@@ -13,7 +13,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from store import ConfigError
+from store import ConfigError, check_output_path
 from store.options import option
 
 __all__ = ["FORMATS", "SUFFIXES", "ExportOptions", "export_path", "sidecar_path"]
@@ -38,13 +38,16 @@ class ExportOptions:
 
 def export_path(checkpoint: str | os.PathLike[str], fmt: str, out: str | os.PathLike[str] | None = None) -> Path:
     """Where an export of ``checkpoint`` to ``fmt`` goes: ``out``, or the checkpoint's name with the format's
-    suffix (:data:`SUFFIXES`) beside it.  Refuses an unknown format and the checkpoint's own path."""
+    suffix (:data:`SUFFIXES`) beside it.  Refuses an unknown format, the checkpoint's own path and, in one line
+    before any work, a path that cannot be written as a regular file (a FIFO or ``/dev/stdout`` included: the file is
+    read back to check it and its sidecar goes beside it; :func:`store.check_output_path`)."""
     if fmt not in FORMATS:
         raise ConfigError(f"unknown export format {fmt!r}; expected one of {', '.join(FORMATS)}")
     src = Path(checkpoint)
     path = Path(out) if out is not None else src.with_name(src.name.removesuffix(".pt") + SUFFIXES[fmt])
     if path.resolve() == src.resolve():
         raise ConfigError(f"the export would overwrite the checkpoint {src}; give another --out")
+    check_output_path(path, what="export", stream=False)
     return path
 
 

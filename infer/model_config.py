@@ -32,6 +32,7 @@ __all__ = [
     "POOLINGS",
     "ModelConfig",
     "ModelConfigError",
+    "check_parameter_count",
 ]
 
 ARCHS = ARCH_REGISTRY.names
@@ -52,8 +53,20 @@ class ModelConfigError(ConfigError):
 
 
 MAX_PARAMETERS = 10**9
-"""Most parameters a built-in model config may ask for (4 GB of float32 weights, checked from the config
-before anything is built); the recipe's CNN has under 1 M, the default ResNet 2.8 M."""
+"""Most parameters a model that a file may build without trust may ask for (4 GB of float32 weights), counted from
+its settings before anything is built: a built-in model's config, a shipped model class's keyword arguments, a sum
+of models' members together; the recipe's CNN has under 1 M, the default ResNet 2.8 M, musicnn 0.8 M."""
+
+
+def check_parameter_count(n: int, what: str, fix: str = "") -> None:
+    """Refuse (:class:`ModelConfigError`, one line) a model that ``what`` describes with ``n`` parameters, counted
+    from its settings before anything is built, when ``n`` is above :data:`MAX_PARAMETERS`; ``fix``: what to
+    lower.  Every model a file may build without trust passes here (a sum of models with its members' total)."""
+    if n > MAX_PARAMETERS:
+        raise ModelConfigError(f"{what} asks for {n:,} parameters, above the bound of {MAX_PARAMETERS:,} (4 GB of "
+                               f"float32 weights){'; ' + fix if fix else ''}")
+
+
 MAX_TIME_STRIDE = 2**16
 """Largest total time stride (frames) a config may give: every batch is padded to a multiple of it, and
 65 536 frames is 25 min at 43 frames/s."""
@@ -173,10 +186,8 @@ class ModelConfig:
             raise ModelConfigError(f"the model's time stride (input_time_pool x 2**depth = {self.time_stride} "
                                    f"frames) is above its bound {MAX_TIME_STRIDE}: every clip would be padded to "
                                    "a multiple of it")
-        if self.n_parameters > MAX_PARAMETERS:
-            raise ModelConfigError(f"the model config asks for {self.n_parameters:,} parameters, above the bound "
-                                   f"of {MAX_PARAMETERS:,} (4 GB of float32 weights); lower width, max_width, "
-                                   "depth or the kernel sizes")
+        check_parameter_count(self.n_parameters, "the model config", "lower width, max_width, depth or the kernel "
+                                                                     "sizes")
 
     def _check_bin_normalisation(self) -> None:
         """``bin_mean``/``bin_std``: both or neither, ``n_bins`` finite values each within the bounds of

@@ -139,6 +139,16 @@ def open_inputs(store: str | os.PathLike[str] | Store, model: ModelLike, options
     return opts, s, load_model(model, s, model_args=model_args, trust_model_code=trust_model_code)
 
 
+def _check_finite(probs: np.ndarray, paths: list[str], name: str) -> None:
+    """Refuse (one line, nothing written) probabilities that are not all finite, as ``specstore classify`` refuses
+    them for a file: a NaN never reaches a CSV (NaN weights in a checkpoint give NaN logits)."""
+    bad = np.flatnonzero(~np.isfinite(probs).all(axis=1))
+    if len(bad):
+        raise PredictionsError(f"the model gave non-finite probabilities for {len(bad)} of {len(paths)} clips "
+                               f"(the first: {paths[int(bad[0])]}) with {name}; no predictions are written (NaN "
+                               "or infinite weights in the model, or values in the store)")
+
+
 def predict(
     store: str | os.PathLike[str] | Store,
     checkpoint: ModelLike,
@@ -166,9 +176,9 @@ def predict(
     ``labels`` (comma-separated or a list; None: all): the CSV lists only these of the model's labels
     (unknown ones refused in one line).  A tagger (``outputs == "tags"``, e.g. ``musicnn-msd``) gives sigmoid
     scores and writes ``path,tags,truth`` (:mod:`infer.predictions`).
-    ``out`` is checked before any work.  Raises ``StoreError``,
-    ``CheckpointError`` (spec mismatch included), ``DeviceError`` and
-    ``ConfigError`` with one-line messages.
+    ``out`` is checked before any work; probabilities that are not all finite are refused, nothing written.
+    Raises ``StoreError``, ``CheckpointError`` (spec mismatch included), ``DeviceError``, ``PredictionsError``
+    and ``ConfigError`` with one-line messages.
     """
     t0 = time.perf_counter()
     if not isinstance(topk, int) or topk < 1:
@@ -191,6 +201,7 @@ def predict(
                          device=str(engine.device))
     probs = probabilities(res.logits, loaded.calibration, loaded.outputs) if len(s) else np.zeros(
         (0, len(loaded.label_names)), dtype=np.float32)
+    _check_finite(probs, s.paths, loaded.name)
     truth = [s.label_names[label] if label >= 0 else None for label in s.labels.tolist()]
     stats.wall_seconds = time.perf_counter() - t0
     result = Predictions(list(s.paths), probs, list(loaded.label_names), truth, stats, loaded.outputs,

@@ -28,7 +28,8 @@ its scores are independent sigmoids, several high per clip.  Its file has the co
 ``prob`` and no ``unknown``.  ``labels`` (:func:`select_labels`) restricts either file to a subset of the
 model's labels.
 
-The file is standard CSV (RFC 4180 quoting), UTF-8, written atomically.
+The file is standard CSV (RFC 4180 quoting), UTF-8, written atomically, or straight through a FIFO or
+``/dev/stdout`` (:func:`store.atomic.open_output`).
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ from typing import Any
 
 import numpy as np
 
-from store import SpecstoreError, atomic_path
+from store import SpecstoreError, open_output
 
 __all__ = [
     "COLUMNS", "NO_UNKNOWN_FOR_TAGS", "REQUIRED_COLUMNS", "TAG_COLUMNS", "UNKNOWN", "CsvPrediction", "Predictions",
@@ -171,7 +172,8 @@ def answer(label: str, prob: float, unknown_below: float | None) -> str:
 
 def write_predictions_csv(pred: Predictions, out: str | os.PathLike[str], *, topk: int = 5,
                           unknown_below: float | None = None) -> Path:
-    """Write the predictions CSV (see the module docstring) to ``out`` atomically; return its path.
+    """Write the predictions CSV (see the module docstring) to ``out`` (atomically, or straight through a FIFO or
+    ``/dev/stdout``: :func:`store.atomic.open_output`); return its path.
 
     ``unknown_below``: ``pred`` is ``unknown`` where the top probability is below it (None: off).
     """
@@ -180,7 +182,7 @@ def write_predictions_csv(pred: Predictions, out: str | os.PathLike[str], *, top
     if tags and unknown_below is not None:
         raise PredictionsError(NO_UNKNOWN_FOR_TAGS)
     idx, pr = pred.top(topk)
-    with atomic_path(out) as tmp, open(tmp, "w", newline="", encoding="utf-8") as f:
+    with open_output(out, "w", newline="", encoding="utf-8") as f:
         w = csv.writer(f)
         w.writerow(TAG_COLUMNS if tags else COLUMNS)
         for i, path in enumerate(pred.paths):

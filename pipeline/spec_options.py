@@ -35,6 +35,7 @@ from typing import Any
 
 from store import ConfigError, FeatureSpec, default_specs
 from store.kinds import DEFAULT_KINDS, feature_kind, kind_names
+from store.limits import field_limit
 
 __all__ = ["DEFAULT_FEATURES", "parse_fmax", "read_spec_file", "specs_from_options"]
 
@@ -60,13 +61,20 @@ def _field_value(name: str, value: Any, where: str) -> Any:
     if name in _INT_FIELDS:
         if isinstance(value, bool) or not isinstance(value, int):
             raise ConfigError(f"{where}: {name} must be a whole number, not {value!r}")
-        return value
+        return _bounded(name, value, f"{where}: {name}")
     if name in _FLOAT_FIELDS:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ConfigError(f"{where}: {name} must be a number, not {value!r}")
-        return float(value)
+        return _bounded(name, float(value), f"{where}: {name}")
     if name == "dtype" and not isinstance(value, str):
         raise ConfigError(f"{where}: dtype must be float16 or float32, not {value!r}")
+    return value
+
+
+def _bounded(name: str, value: Any, spelled: str) -> Any:
+    """``value`` of FeatureSpec field ``name`` checked against the field's bound (:class:`~store.limits.Limit`),
+    the error naming it as the user spelled it (``--n-mels``, ``spec file X [mel]: n_bins``)."""
+    field_limit(FeatureSpec, name).check(spelled, value)
     return value
 
 
@@ -113,6 +121,12 @@ def specs_from_options(
     ``n_mels`` with ``features=("cqt",)``) is refused rather than ignored.
     Raises :class:`~store.ConfigError` with one line.
     """
+    flags = {"--sample-rate": ("sample_rate", sample_rate), "--hop": ("hop_length", hop),
+             "--n-mels": ("n_bins", n_mels), "--n-fft": ("n_fft", n_fft), "--cqt-bins": ("n_bins", cqt_bins),
+             "--fmax": ("fmax", None if fmax == "default" else fmax)}
+    for flag, (name, value) in flags.items():  # NaN, inf and absurd sizes: one line naming the flag
+        if value is not None:
+            _bounded(name, value, flag)
     tables = read_spec_file(spec_file) if spec_file is not None else {}
     names = tuple(features) if features else tuple(tables) or DEFAULT_FEATURES
     extra = sorted(set(tables) - set(names))
@@ -123,11 +137,11 @@ def specs_from_options(
         "mel": {"n_bins": n_mels, "n_fft": n_fft, **({} if fmax == "default" else {"fmax": fmax})},
         "cqt": {"n_bins": cqt_bins},
     }
-    flags = {"mel": ("--n-mels", "--n-fft", "--fmax"), "cqt": ("--cqt-bins",)}
+    kind_flags = {"mel": ("--n-mels", "--n-fft", "--fmax"), "cqt": ("--cqt-bins",)}
     for kind, values in per_feature.items():
         given = {k: v for k, v in values.items() if v is not None or k == "fmax"}
         if given and kind not in names:
-            raise ConfigError(f"{'/'.join(flags[kind])} set the {kind} feature, which is not extracted "
+            raise ConfigError(f"{'/'.join(kind_flags[kind])} set the {kind} feature, which is not extracted "
                               f"(features: {','.join(names)}; add it with --features)")
     shared: dict[str, Any] = {}
     for grid in ("sample_rate", "hop_length"):
@@ -149,5 +163,6 @@ def specs_from_options(
         try:
             out[name] = FeatureSpec.from_dict(fields)
         except ConfigError as e:
-            raise ConfigError(f"{name} spec: {e}") from None
+            hint = ": give --fmax HZ, or --fmax none" if str(e).startswith("fmax (") else ""
+            raise ConfigError(f"{name} spec: {e}{hint}") from None
     return out

@@ -54,6 +54,9 @@ class FeatureKind:
     shift is a roll along the bins.  ``fixed_grid``: the kind's sample rate
     and hop are part of what it is (a pretrained model's input), so features
     extracted beside it follow its frame grid unless one is given.
+    ``flags``: the ``specstore-features`` options that set a field of this
+    kind's spec (``{"n_bins": "--n-mels"}``); any other field is set in a
+    ``--spec`` file (:mod:`store.spec_command` writes either).
     """
 
     name: str
@@ -63,6 +66,7 @@ class FeatureKind:
     preferred_picture: bool = False
     log_frequency: bool = False
     fixed_grid: bool = False
+    flags: Mapping[str, str] = field(default_factory=dict)
 
     def spec(self, **overrides: Any) -> FeatureSpec:
         """A spec of this kind: its defaults, then ``overrides``."""
@@ -151,6 +155,7 @@ MEL = register_kind(FeatureKind(
     # Log-mel: 22 050 Hz, n_fft 2048, hop 512, 128 mels, 0-8000 Hz, power dB (FeatureSpec's own defaults).
     defaults=MappingProxyType({}),
     preferred_picture=True,
+    flags=MappingProxyType({"n_bins": "--n-mels", "n_fft": "--n-fft", "fmax": "--fmax"}),
 ))
 
 CQT = register_kind(FeatureKind(
@@ -161,6 +166,7 @@ CQT = register_kind(FeatureKind(
     defaults=MappingProxyType(dict(n_bins=84, n_fft=None, fmin=32.70319566257483, fmax=None,
                                    bins_per_octave=12, power=1.0, amin=1e-5)),
     log_frequency=True,
+    flags=MappingProxyType({"n_bins": "--cqt-bins"}),
 ))
 
 MUSICNN = register_kind(FeatureKind(

@@ -15,9 +15,11 @@ from typing import Any
 
 from .errors import ConfigError
 from .kinds import DEFAULT_KINDS, FeatureKind, feature_kind, kind_names
+from .limits import bounded, check_fields
 from .records import from_record
 
-__all__ = ["COMPUTE_VERSION", "FeatureSpec", "default_specs", "spec_differences"]
+__all__ = ["COMPUTE_VERSION", "MAX_BINS", "MAX_FRAME_RATE", "MAX_SAMPLE_RATE", "FeatureSpec", "default_specs",
+           "spec_differences"]
 
 #: Version of the computation that turns a spec into values (``pipeline``'s mel and CQT code), recorded in
 #: every spec a store or checkpoint holds.  1: the computation before issue 34 (a spec recorded without the
@@ -29,6 +31,15 @@ COMPUTE_VERSION = 2
 #: Groups of compute versions whose values are equal within the equality promise (tested in
 #: tests/test_features.py): a store written by one can be resumed, grown or read by a checkpoint of another.
 _SAME_VALUES: tuple[frozenset[int], ...] = (frozenset({1, 2}),)
+
+MAX_SAMPLE_RATE = 192_000
+"""Highest sample rate (Hz) a spec may ask for: the highest a file the server decodes may declare by default
+(``serving.config.DEFAULT_MAX_SAMPLE_RATE``, the same figure); studio recordings top out at 192 kHz."""
+MAX_BINS = 1024
+"""Most rows (bins) one feature's frame may have: mel and CQT use 16-256; 1024 float32 rows are 4 KiB a frame."""
+MAX_FRAME_RATE = 1000
+"""Most frames per second (``sample_rate / hop_length``) a spec may ask for: the defaults give 43, musicnn 62.5;
+at 1000 a 10-minute file is 600 000 frames, every decode's and every model input's length scales with it."""
 
 
 @dataclass(frozen=True)
@@ -43,28 +54,53 @@ class FeatureSpec:
     ``compute_version`` names the computation that made the values
     (:data:`COMPUTE_VERSION`); specs that differ only in compatible versions
     are the same feature (:func:`spec_differences`).
+
+    Every number is bounded (its :class:`~store.limits.Limit` beside the
+    field, with the reason), ``fmin``/``fmax`` lie below half the sample
+    rate and a spec gives at most :data:`MAX_FRAME_RATE` frames per second:
+    a spec is checked when it is made, so one read from a store, a
+    checkpoint or a command line cannot make a decode or a model's input
+    larger than that (one line naming the field, the value and the bound).
     """
 
     kind: str
-    sample_rate: int = 22050
-    hop_length: int = 512
-    n_bins: int = 128
-    n_fft: int | None = 2048
-    fmin: float = 0.0
-    fmax: float | None = 8000.0
-    bins_per_octave: int | None = None
-    power: float = 2.0
-    db_ref: float = 1.0
-    amin: float = 1e-10
+    sample_rate: int = bounded(22050, 1000, MAX_SAMPLE_RATE, "Hz; at most the highest rate the server decodes "
+                                                              "by default (--max-sample-rate)")
+    hop_length: int = bounded(512, 1, 2**16, "samples between frames; 65 536 is 3 s at 22 050 Hz")
+    n_bins: int = bounded(128, 1, MAX_BINS, "rows of every frame; mel and CQT use 16-256, and a model's input "
+                                            "stacks every feature's")
+    n_fft: int | None = bounded(2048, 2, 2**16, "samples per FFT window; 65 536 is 3 s at 22 050 Hz, and "
+                                                "every decode holds a few windows of it", optional=True)
+    fmin: float = bounded(0.0, 0.0, MAX_SAMPLE_RATE / 2, "Hz, at most half the sample rate (checked with it)")
+    fmax: float | None = bounded(8000.0, 0.0, MAX_SAMPLE_RATE / 2, "Hz, above fmin and at most half the sample "
+                                                                   "rate (checked with them); unset: half the "
+                                                                   "sample rate", optional=True)
+    bins_per_octave: int | None = bounded(None, 1, 120, "log-frequency bins per octave; 12 are semitones, "
+                                                        "120 are 10-cent steps", kind=int, optional=True)
+    power: float = bounded(2.0, 0.0, 4.0, "exponent of the magnitude: 1 (magnitude) or 2 (power)",
+                           low_open=True)
+    db_ref: float = bounded(1.0, 1e-20, 1e20, "the linear value of 0 dB; beyond 1e+-20 every stored value "
+                                              "moves by more than 200 dB")
+    amin: float = bounded(1e-10, 1e-30, 1.0, "floor of the linear value before the log (1e-10 is -100 dB); "
+                                             "float32 holds down to 1e-38")
     dtype: str = "float16"
-    compute_version: int = COMPUTE_VERSION
+    compute_version: int = bounded(COMPUTE_VERSION, 1, 10**6, "a version number of the computation")
 
     def __post_init__(self) -> None:
         feature_kind(self.kind)  # ConfigError naming the registered kinds (store.kinds)
-        if self.sample_rate <= 0 or self.hop_length <= 0 or self.n_bins <= 0:
-            raise ConfigError("sample_rate, hop_length and n_bins must be positive")
+        check_fields(self, ConfigError)
         if self.dtype not in ("float16", "float32"):
             raise ConfigError(f"dtype must be float16 or float32, not {self.dtype!r}")
+        nyquist = self.sample_rate / 2
+        if self.fmin >= nyquist:
+            raise ConfigError(f"fmin ({self.fmin:g} Hz) must be below half the sample rate ({nyquist:g} Hz)")
+        if self.fmax is not None and not self.fmin < self.fmax <= nyquist:
+            raise ConfigError(f"fmax ({self.fmax:g} Hz) must be above fmin ({self.fmin:g} Hz) and at most half the "
+                              f"sample rate ({nyquist:g} Hz; an unset fmax is that)")
+        if self.sample_rate > MAX_FRAME_RATE * self.hop_length:
+            raise ConfigError(f"a hop of {self.hop_length} samples at {self.sample_rate} Hz is "
+                              f"{self.sample_rate / self.hop_length:g} frames/s, above the bound of {MAX_FRAME_RATE} "
+                              "(a 10-minute file would hold over 600 000 frames); raise hop_length")
 
     @property
     def kind_info(self) -> FeatureKind:

@@ -148,9 +148,10 @@ def test_classify_applies_the_temperature_and_says_so(models: dict[str, Path], t
     out = {}
     for name, model in (("p", plain), ("t", scaled)):
         assert specstore_main(["classify", *files, "--model", str(model), "--json", *args]) == 0
-        out[name] = json.loads(capsys.readouterr().out)
-    assert [(d["calibration"], d["temperature"]) for d in out["p"]] == [("uncalibrated", None)] * 2
-    assert [(d["calibration"], d["temperature"]) for d in out["t"]] == [("temperature", T)] * 2
+        answer = json.loads(capsys.readouterr().out)
+        out[name] = answer["files"]
+        out[name + "-cal"] = (answer["calibration"], answer["temperature"])
+    assert out["p-cal"] == ("uncalibrated", None) and out["t-cal"] == ("temperature", T)
     for p, t in zip(out["p"], out["t"], strict=True):
         raw = {e["label"]: e["prob"] for e in p["top"]}
         logits = torch.log(torch.tensor([raw[e["label"]] for e in t["top"]], dtype=torch.float64))

@@ -16,6 +16,9 @@
 * :mod:`infer.models.musicnn`, :mod:`infer.models.transfer`,
   :mod:`infer.models.ensemble`: the pretrained musicnn, a head on a
   pretrained backbone, and the sum of models (probabilities averaged).
+* :mod:`infer.models.counts`: the parameters of any model a file may
+  build without trust, from its description alone (what a sum's bound
+  reads before its first member is built).
 
 Exports load lazily (:mod:`store.lazy`), so importing the registry costs no
 torch.
@@ -27,7 +30,7 @@ from store.lazy import lazy_package
 
 __all__ = lazy_package(__name__, {
     "..model_config": ("ARCHS", "BAND_STATS", "FREQ_POOLINGS", "MAX_PARAMETERS", "MAX_TIME_STRIDE", "MIN_FRAMES",
-                       "POOLINGS", "ModelConfig", "ModelConfigError"),
+                       "POOLINGS", "ModelConfig", "ModelConfigError", "check_parameter_count"),
     "build": ("build_model", "count_parameters"),
     "classifier": ("MaskedClassifier", "Pooled"),
     "cnn": ("ConvBlock", "SpectrogramCNN"),
@@ -50,6 +53,7 @@ if TYPE_CHECKING:  # the lazy exports, for type checkers (``X as X``: a re-expor
         POOLINGS as POOLINGS,
         ModelConfig as ModelConfig,
         ModelConfigError as ModelConfigError,
+        check_parameter_count as check_parameter_count,
     )
     from .build import (
         build_model as build_model,

@@ -7,8 +7,12 @@ are divided by its own temperature (fitted on the validation clips when it train
 ``log(mean of the members' softmax probabilities)``: a softmax of them gives the averaged probabilities.
 
 A member is rebuilt from its :class:`~infer.contract.ModelSpec` with no trust granted, so only the built-in
-architectures and the models under ``infer.models.`` (the transfer head) can be members of a saved sum; a
-checkpoint naming other code as a member is refused as any untrusted import path is.
+architectures and the shipped model classes (:data:`infer.trust.SHIPPED_MODELS`: the transfer head, musicnn) can
+be members of a saved sum; a checkpoint naming other code as a member is refused as any untrusted import path is.
+A sum has 2 to :data:`MAX_MEMBERS` members, none of them a sum, and their parameters together, counted from
+their specs before the first member is built (:meth:`SumClassifier.count_parameters`), are held to the one bound
+on a model's size (:data:`~infer.models.MAX_PARAMETERS`), as are their temperatures to
+:data:`~infer.calibration.TEMPERATURE_LIMIT`.
 
 The model contract (:mod:`infer.contract`) holds for the sum when it holds for every member: it masks
 padding when each member does (so each pads its own input to its own stride, and the sum's time stride is
@@ -22,14 +26,19 @@ logits are averaged, as for any masked model without ``pooled_sum``.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor, nn
 
 from store import ConfigError
 
-__all__ = ["SumClassifier", "average_probabilities"]
+from ..model_config import ModelConfig, check_parameter_count
+
+if TYPE_CHECKING:
+    from ..contract import ModelSpec
+
+__all__ = ["MAX_MEMBERS", "SUM_TARGET", "SumClassifier", "average_probabilities"]
 
 
 def average_probabilities(logits: list[Tensor], temperatures: list[float] | Tensor) -> Tensor:
@@ -39,37 +48,65 @@ def average_probabilities(logits: list[Tensor], temperatures: list[float] | Tens
     return torch.logsumexp(logp, dim=0) - math.log(len(logits))
 
 
+MAX_MEMBERS = 16
+"""Most members a sum may have: the recipe's has two (the CNN and the head); every member is a model of its own."""
+SUM_TARGET = "infer.models.ensemble:SumClassifier"
+"""The import path a checkpoint names a sum by."""
+
+
+def _read_members(members: Any, n_bins: Any) -> tuple[list[ModelSpec], list[tuple[int, int]], list[float]]:
+    """The members' specs, input rows and temperatures, checked (one line each) before anything is built: two to
+    :data:`MAX_MEMBERS` members, rows within ``n_bins``, temperatures within
+    :data:`~infer.calibration.TEMPERATURE_LIMIT`, no sum as a member."""
+    from ..calibration import TEMPERATURE_LIMIT
+    from ..contract import ModelSpec
+
+    ModelConfig.check_field("n_bins", n_bins, ConfigError)
+    if not isinstance(members, list) or not 2 <= len(members) <= MAX_MEMBERS:
+        count = len(members) if isinstance(members, list) else repr(members)[:40]
+        raise ConfigError(f"a sum of models needs at least two members and at most {MAX_MEMBERS}, got {count}")
+    specs, rows, temperatures = [], [], []
+    for i, m in enumerate(members):
+        try:
+            start, stop = (int(v) for v in m["rows"])
+            temperature = m.get("temperature", 1.0)
+            spec = ModelSpec.from_dict(m["model"])
+        except (KeyError, TypeError, ValueError, AttributeError) as e:
+            raise ConfigError(f"member {i} of the sum is unreadable ({type(e).__name__}: {e})") from None
+        if not 0 <= start < stop <= n_bins:
+            raise ConfigError(f"member {i} reads rows [{start}, {stop}) of a {n_bins}-row input")
+        TEMPERATURE_LIMIT.check(f"member {i}'s temperature", temperature)
+        if spec.target == SUM_TARGET:
+            raise ConfigError(f"member {i} is itself a sum of models; a sum's members are single models")
+        specs.append(spec)
+        rows.append((start, stop))
+        temperatures.append(float(temperature))
+    return specs, rows, temperatures
+
+
 class SumClassifier(nn.Module):
     """Averaged probabilities of ``members``: ``[{"model": ModelSpec dict, "rows": [start, stop],
-    "temperature": T}, ...]`` (input rows ``[start, stop)`` of ``n_bins``; ``T`` > 0 divides the member's logits).
+    "temperature": T}, ...]`` (input rows ``[start, stop)`` of ``n_bins``; ``T`` in [0.01, 100] divides the
+    member's logits).
     """
 
     def __init__(self, members: list[dict[str, Any]], n_classes: int, n_bins: int) -> None:
-        super().__init__()
-        from ..contract import ModelSpec, exact_windows, masks_padding, time_stride, window_align
+        from ..contract import exact_windows, masks_padding, time_stride, window_align
 
-        if len(members) < 2:
-            raise ConfigError(f"a sum of models needs at least two members, got {len(members)}")
+        specs, rows, temperatures = _read_members(members, n_bins)
+        ModelConfig.check_field("n_classes", n_classes, ConfigError)
+        check_parameter_count(self.count_parameters(members, n_classes, n_bins),
+                              f"a sum of {len(specs)} models (its members together)")
+        super().__init__()
+        self.rows: list[tuple[int, int]] = rows
+        self.n_bins = n_bins
+        """Rows of the input (every member's rows lie within)."""
         self.members = nn.ModuleList()
-        self.rows: list[tuple[int, int]] = []
-        temperatures = []
-        for i, m in enumerate(members):
-            try:
-                start, stop = (int(v) for v in m["rows"])
-                temperature = float(m.get("temperature", 1.0))
-                spec = ModelSpec.from_dict(m["model"])
-            except (KeyError, TypeError, ValueError) as e:
-                raise ConfigError(f"member {i} of the sum is unreadable ({type(e).__name__}: {e})") from None
-            if not 0 <= start < stop <= n_bins:
-                raise ConfigError(f"member {i} reads rows [{start}, {stop}) of a {n_bins}-row input")
-            if not 0.0 < temperature < math.inf:
-                raise ConfigError(f"member {i}'s temperature must be a positive number, got {temperature!r}")
+        for i, spec in enumerate(specs):
             model = spec.build(False, source=f"member {i} of a sum of models")
             if not masks_padding(model):
                 raise ConfigError(f"member {i} ({spec.target}) does not mask padding; a sum needs members that do")
             self.members.append(model)
-            self.rows.append((start, stop))
-            temperatures.append(temperature)
         self.temperature: Tensor
         self.register_buffer("temperature", torch.tensor(temperatures, dtype=torch.float32), persistent=False)
         self.init_kwargs: dict[str, Any] = {"members": [dict(m) for m in members], "n_classes": n_classes,
@@ -82,6 +119,15 @@ class SumClassifier(nn.Module):
         if all(exact_windows(m) for m in self.members) and math.lcm(*aligns) == self.window_align:
             self.pooled_sum = self._pooled_sum
             self.classify = self._classify
+
+    @classmethod
+    def count_parameters(cls, members: list[dict[str, Any]], n_classes: int, n_bins: int) -> int:
+        """The members' parameters together, each counted from its spec before any member is built
+        (:func:`~infer.models.counts.spec_parameters`): what the bound on a model's size holds a sum to."""
+        from .counts import spec_parameters
+
+        specs, _, _ = _read_members(members, n_bins)
+        return sum(spec_parameters(spec, source=f"member {i} of a sum of models") for i, spec in enumerate(specs))
 
     def _parts(self, x: Tensor) -> list[Tensor]:
         return [x[:, :, a:b] for a, b in self.rows]

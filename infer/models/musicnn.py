@@ -31,16 +31,14 @@ shape depends on the values of ``lengths``, so the model traces and exports.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from store import ConfigError
 
-if TYPE_CHECKING:
-    from ..model_config import ModelConfig
+from ..model_config import ModelConfig, check_parameter_count
+from .sizes import MUSICNN_BACKBONE_PARAMETERS
 
 __all__ = ["EMBEDDING_DIM", "N_MELS", "PATCH_FRAMES", "MusiCNN", "build_musicnn"]
 
@@ -107,6 +105,7 @@ class MusiCNN(nn.Module):
     n_bins = N_MELS
 
     def __init__(self, n_classes: int = 50) -> None:
+        check_parameter_count(self.count_parameters(n_classes), f"musicnn with {n_classes} outputs")
         super().__init__()
         self.n_classes = n_classes
         self.input_bn = nn.BatchNorm2d(1, eps=BN_EPS)
@@ -119,6 +118,13 @@ class MusiCNN(nn.Module):
         self.dense = nn.Linear(2 * self.pooled_width, EMBEDDING_DIM)
         self.dense_bn = nn.BatchNorm1d(EMBEDDING_DIM, eps=BN_EPS)
         self.out = nn.Linear(EMBEDDING_DIM, n_classes)
+
+    @classmethod
+    def count_parameters(cls, n_classes: int = 50) -> int:
+        """Trainable parameters of ``MusiCNN(n_classes)``, from ``n_classes`` alone (checked against
+        :class:`~infer.models.ModelConfig`'s bound on it) before anything is built."""
+        ModelConfig.check_field("n_classes", n_classes)
+        return MUSICNN_BACKBONE_PARAMETERS + (EMBEDDING_DIM + 1) * n_classes
 
     def patch_layers(self, patches: Tensor) -> dict[str, Tensor]:
         """The original graph on ``(N, 187, 96)`` patches (time, mel): ``logits`` ``(N, n_classes)``,

@@ -17,14 +17,20 @@ Any model with ``embed`` and ``embedding_dim`` can be a backbone: every built-in
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor, nn
 
 from store import ConfigError
+from store.limits import Limit
 
-__all__ = ["TransferClassifier", "backbone_layers"]
+from ..model_config import ModelConfig, check_parameter_count
+
+if TYPE_CHECKING:
+    from ..checkpoint import Checkpoint
+
+__all__ = ["MAX_EMBEDDING", "TransferClassifier", "backbone_layers"]
 
 
 def backbone_layers(backbone: nn.Module) -> list[nn.Module]:
@@ -43,6 +49,29 @@ def backbone_layers(backbone: nn.Module) -> list[nn.Module]:
     return out
 
 
+MAX_EMBEDDING = 65_536
+"""Widest clip embedding a head may read: musicnn's is 200, large audio encoders' are 512-2048."""
+
+
+def _shipped(backbone: Any) -> Checkpoint:
+    """The shipped model named ``backbone`` (:mod:`infer.shipped`), weights included: a fixed model of this
+    install, whatever the file asks."""
+    from ..shipped import SHIPPED, load_shipped
+
+    if not isinstance(backbone, str) or backbone not in SHIPPED:
+        raise ConfigError(f"a head's backbone is a shipped model ({', '.join(SHIPPED) or 'none'}), not {backbone!r}")
+    return load_shipped(backbone)
+
+
+def _count(shipped: Checkpoint, n_classes: Any, embedding_dim: Any) -> int:
+    """The backbone's weights (its checkpoint's tensors) plus the head's linear layer and standardisation."""
+    ModelConfig.check_field("n_classes", n_classes)
+    Limit(1, MAX_EMBEDDING, "values per clip embedding; musicnn's is 200").check("embedding_dim", embedding_dim,
+                                                                                ConfigError)
+    backbone = sum(int(t.numel()) for t in shipped.state_dict.values())
+    return backbone + (embedding_dim + 1) * n_classes + 2 * embedding_dim
+
+
 class TransferClassifier(nn.Module):
     """``backbone`` (a shipped model's name) -> embedding -> standardised -> ``nn.Linear`` to ``n_classes``.
 
@@ -50,10 +79,11 @@ class TransferClassifier(nn.Module):
     """
 
     def __init__(self, backbone: str, n_classes: int, embedding_dim: int, finetune: int = 0) -> None:
+        shipped = _shipped(backbone)
+        check_parameter_count(_count(shipped, n_classes, embedding_dim),
+                              f"a head on {backbone!r} with {n_classes} outputs from {embedding_dim} values")
         super().__init__()
-        from ..shipped import load_shipped
-
-        self.backbone = load_shipped(backbone).build()
+        self.backbone = shipped.build()
         if not callable(getattr(self.backbone, "embed", None)):
             raise ConfigError(f"shipped model {backbone!r} has no embed(x, lengths); it cannot be a backbone")
         width = int(getattr(self.backbone, "embedding_dim", embedding_dim))
@@ -75,9 +105,17 @@ class TransferClassifier(nn.Module):
         for name in ("time_stride", "masks_padding", "window_frames", "receptive_field"):  # the model contract,
             if hasattr(self.backbone, name):  # as the backbone says
                 setattr(self, name, getattr(self.backbone, name))
+        self.n_bins = shipped.n_bins
+        """Rows of the input: the backbone's feature's bins."""
         if callable(getattr(self.backbone, "embedding_sum", None)):  # exact windows of clips too long for a batch
             self.pooled_sum = self._embedding_sum
             self.classify = self._classify_sums
+
+    @classmethod
+    def count_parameters(cls, backbone: str, n_classes: int, embedding_dim: int, finetune: int = 0) -> int:
+        """Parameters (and the backbone's buffers) of ``TransferClassifier(backbone, n_classes, embedding_dim)``,
+        from its arguments and the shipped backbone's checkpoint, before the head is built."""
+        return _count(_shipped(backbone), n_classes, embedding_dim)
 
     def _embedding_sum(self, x: Tensor, lengths: Tensor | Any, pool_start: Tensor | None = None,
                        pool_stop: Tensor | None = None) -> tuple[Tensor, Tensor]:

@@ -135,7 +135,7 @@ def train_sum(store: str | os.PathLike[str] | Store, model_path: str | os.PathLi
     scratch_path, head_path = member_paths(model_path)
     if not overwrite:
         for p in (model_path, scratch_path, head_path):
-            check_output_path(p, what="MODEL")
+            check_output_path(p, what="MODEL", stream=False)
     s = store if isinstance(store, Store) else open_store(store)
     shipped = load_shipped(backbone)
     own, feature = sum_feature(s, shipped.feature, cfg.feature)

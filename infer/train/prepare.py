@@ -169,7 +169,7 @@ def prepare_run(store: str | os.PathLike[str] | Store, model_path: str | os.Path
                 overwrite: bool) -> Run:
     """Open, split, resolve the recipe, make the engine and find a resume state (see :class:`Run`)."""
     requested = cfg
-    path = check_output_path(model_path, what="MODEL")
+    path = check_output_path(model_path, what="MODEL", stream=False)
     s = store if isinstance(store, Store) else open_store(store)
     try:
         specs = feature_specs(s, cfg.feature or default_training_feature(s))

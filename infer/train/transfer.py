@@ -188,7 +188,7 @@ def train_transfer(store: str | os.PathLike[str] | Store, model_path: str | os.P
     if name is None:
         raise TrainError(f"--arch {cfg.arch} has no pretrained backbone; name one with --backbone")
     if not overwrite:
-        check_output_path(model_path, what="MODEL")
+        check_output_path(model_path, what="MODEL", stream=False)
     if threads:
         torch.set_num_threads(threads)
     s = store if isinstance(store, Store) else open_store(store)
