@@ -39,13 +39,15 @@ OUTPUTS = ("classes", "tags")
 class ShippedModel:
     """A model shipped with specstore: ``name`` (what ``--model`` takes), ``loader`` (import path of
     ``load(name) -> (model, labels, FeatureSpec)``), ``outputs`` (:data:`OUTPUTS`), a one-line ``summary``
-    and its ``licence`` (with attribution) for ``--help`` and the documents."""
+    and its ``licence`` (with attribution) for ``--help`` and the documents; ``fits``: the music it knows,
+    and what it does not, so a user can pick a model (``classify --list-tags`` prints it)."""
 
     name: str
     loader: str
     outputs: str = "tags"
     summary: str = ""
     licence: str = ""
+    fits: str = ""
 
     def __post_init__(self) -> None:
         if self.outputs not in OUTPUTS:
@@ -128,7 +130,13 @@ _MUSICNN_LICENCE = ("ISC licence, (c) 2019 Music Technology Group, Universitat P
 register_shipped(ShippedModel(
     "musicnn-msd", "infer.pretrained:load_musicnn", "tags",
     "musicnn trained on the Million Song Dataset: 50 last.fm tags (genres, moods, eras, instruments)",
-    _MUSICNN_LICENCE))
+    _MUSICNN_LICENCE,
+    fits="popular music: rock, pop, metal, jazz, blues, folk, country, Hip-Hop, electronic, soul, funk, eras and "
+         "moods; it has no classical tag, so classical and orchestral recordings come out as ambient or "
+         "instrumental: use musicnn-mtt for them"))
 register_shipped(ShippedModel(
     "musicnn-mtt", "infer.pretrained:load_musicnn", "tags",
-    "musicnn trained on MagnaTagATune: 50 tags (instruments, genres, moods)", _MUSICNN_LICENCE))
+    "musicnn trained on MagnaTagATune: 50 tags (instruments, genres, moods)", _MUSICNN_LICENCE,
+    fits="classical and orchestral music and instruments: classical, strings, violin, cello, piano, harpsichord, "
+         "harp, flute, choir, opera, and vocals or none; its popular genres are few (rock, pop, techno, metal, "
+         "country, dance): use musicnn-msd for those"))

@@ -91,12 +91,11 @@ def _check_path(path: str) -> None:
         raise AudioError(f"unreadable: {exc.strerror or exc}", path) from None
 
 
-def _open(path: str, fd: int | None = None) -> sf.SoundFile:
-    """Open ``path`` (through ``fd`` when given, checked already) for decoding; failures are :class:`AudioError`."""
-    if fd is None:
-        _check_path(path)
+def _open(path: str, fd: int) -> sf.SoundFile:
+    """soundfile's reader of ``path`` through its descriptor ``fd`` (checked already); failures are
+    :class:`AudioError`."""
     try:
-        return sf.SoundFile(path if fd is None else fd, closefd=False)
+        return sf.SoundFile(fd, closefd=False)
     except sf.LibsndfileError as exc:
         raise AudioError(f"not an audio file: {_sf_message(exc)}", path) from None
     except (sf.SoundFileError, RuntimeError, ValueError, TypeError) as exc:
@@ -113,13 +112,28 @@ def readable_extensions() -> frozenset[str]:
     return SOUNDFILE_EXTENSIONS | (AV_EXTENSIONS if decode_av.available() else frozenset())
 
 
-def _open_any(path: str, fd: int | None = None) -> sf.SoundFile | decode_av.AvReader:
-    """soundfile's reader of ``path``, or PyAV's where soundfile cannot open it (:mod:`pipeline.decode_av`).
+def _open_fd(path: str) -> int:
+    """A read-only descriptor of ``path``, checked first (:func:`_check_path`); failures are :class:`AudioError`."""
+    _check_path(path)
+    try:
+        return os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+    except OSError as exc:
+        raise AudioError(f"unreadable: {exc.strerror or exc}", path) from None
 
-    When both refuse, the reason is soundfile's for its own extensions and
-    for unknown ones (an upload's), PyAV's for :data:`AV_EXTENSIONS`.
-    Without PyAV installed, a file soundfile cannot open is refused with a
-    reason naming the extra to install (unless its extension is soundfile's).
+
+def _open_any(path: str, fd: int) -> sf.SoundFile | decode_av.AvReader:
+    """soundfile's reader of ``path`` through its descriptor ``fd``, or PyAV's where soundfile cannot open it
+    (:mod:`pipeline.decode_av`).
+
+    soundfile reads through the descriptor, so libsndfile judges the bytes
+    alone, never the name (given a path, it takes ``.mp3`` as a hint, runs
+    libmpg123 over a text file and calls it "File does not exist or is not
+    a regular file").  When both refuse, the reason is soundfile's unless
+    FFmpeg opened a container it knows (then its own: "no audio stream"),
+    so a file that is not audio has one reason whatever its name, in a
+    store, a classify run or an upload.  Without PyAV installed, a file
+    soundfile cannot open is refused with a reason naming the extra to
+    install (unless its extension is soundfile's).
     """
     try:
         return _open(path, fd)
@@ -136,8 +150,8 @@ def _open_any(path: str, fd: int | None = None) -> sf.SoundFile | decode_av.AvRe
         raise AudioError(f"{refused.reason} ({decode_av.missing_reason('')})", path)
     try:
         return decode_av.AvReader(path)
-    except AudioError as av_refused:
-        raise (av_refused if ext in AV_EXTENSIONS else refused) from None
+    except decode_av.Unrecognised:
+        raise refused from None
 
 
 def probe(path: str | os.PathLike[str]) -> AudioInfo:
@@ -149,20 +163,19 @@ def probe(path: str | os.PathLike[str]) -> AudioInfo:
     Files soundfile cannot open are read through PyAV when it is installed.
     """
     p = os.fspath(path)
-    reader = _open_any(p)
-    if isinstance(reader, decode_av.AvReader):
-        with reader:
-            return reader.info
-    with reader as f:
-        sr = int(f.samplerate)
-        n = max(int(f.frames), 0)
-        return AudioInfo(
-            sample_rate=sr,
-            channels=int(f.channels),
-            n_samples=n,
-            duration=n / sr if sr > 0 else 0.0,
-            format=f"{f.format}/{f.subtype}",
-        )
+    fd = _open_fd(p)
+    try:
+        reader = _open_any(p, fd)
+        if isinstance(reader, decode_av.AvReader):
+            with reader:
+                return reader.info
+        with reader as f:
+            sr = int(f.samplerate)
+            n = max(int(f.frames), 0)
+            return AudioInfo(sample_rate=sr, channels=int(f.channels), n_samples=n,
+                             duration=n / sr if sr > 0 else 0.0, format=f"{f.format}/{f.subtype}")
+    finally:
+        os.close(fd)
 
 
 _EMPTY = np.zeros(0, dtype=np.float32)
@@ -266,11 +279,7 @@ def stream_mono(
     if block_samples <= 0:
         raise ValueError(f"block_samples must be positive, not {block_samples!r}")
     p = os.fspath(path)
-    _check_path(p)
-    try:
-        fd = os.open(p, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
-    except OSError as exc:
-        raise AudioError(f"unreadable: {exc.strerror or exc}", p) from None
+    fd = _open_fd(p)
     try:
         if backend == "pyav":
             with decode_av.AvReader(p) as reader:

@@ -1,4 +1,4 @@
-"""Removing what a killed run's worker pool left behind: joblib/loky files in ``/dev/shm``.
+"""Removing what a killed run left behind: joblib/loky files in ``/dev/shm``, and a store's unfinished shards.
 
 A run stopped with ``kill -9`` cannot clean up after itself: joblib's
 memmapping folders (``joblib_memmapping_folder_<pid>_...``) and loky's
@@ -11,6 +11,14 @@ by this user, only when no process with that pid exists on this machine
 and the entry has not been touched for :data:`MIN_AGE_SECONDS`.  (A process
 in another pid namespace sharing ``/dev/shm``, such as another container,
 could look dead from here; the age rule keeps its fresh files.)
+
+A store's shards that were written but never committed are removed by
+:func:`remove_interrupted_shards` before a run decodes anything: the store's
+own orphan cleanup (:meth:`store.StoreWriter.remove_orphans`), plus the
+shard folders an interrupt left before their ``zarr.json`` was written (or
+after an abort removed it).  zarr warns about each such folder when it lists
+the shards ("not recognized as a component of a Zarr hierarchy"), so a
+resumed ``make features`` printed a library warning; here they go first.
 """
 
 from __future__ import annotations
@@ -21,9 +29,16 @@ import re
 import shutil
 import tempfile
 import time
+import warnings
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-__all__ = ["MIN_AGE_SECONDS", "clean_stale_worker_files"]
+from store.layout import SHARDS_GROUP
+
+if TYPE_CHECKING:
+    from store import StoreWriter
+
+__all__ = ["MIN_AGE_SECONDS", "clean_stale_worker_files", "remove_interrupted_shards"]
 
 log = logging.getLogger(__name__)
 
@@ -79,3 +94,32 @@ def clean_stale_worker_files(folders: list[Path] | None = None, *, min_age: floa
         log.info("removed %d file(s) left in %s by killed worker pools", len(removed),
                  ", ".join(sorted({str(p.parent) for p in removed})))
     return removed
+
+
+def remove_interrupted_shards(writer: StoreWriter) -> list[str]:
+    """Remove the uncommitted shards of the store ``writer`` holds locked; their names.
+
+    On a local disk (a kernel lock: no other writer can be at work) a shard
+    folder with no ``zarr.json`` is removed as it is found.  Then the store's
+    own cleanup removes the uncommitted shards that are zarr groups.  On an
+    object store (a lease) a folder without ``zarr.json`` may be another
+    writer's shard being created, so it stays, and zarr's warning about it
+    while the shards are listed is not shown: such a folder is never read
+    (only committed shards are) and the cleanup does nothing else with it.
+    """
+    writer.lock.check()
+    removed = []
+    folder = writer.location.local / SHARDS_GROUP if writer.location.local is not None else None
+    if folder is not None and writer.lock.reliable and folder.is_dir():
+        committed = set(writer.metadata.commit.shards)
+        for entry in sorted(folder.iterdir()):
+            if entry.is_dir() and not entry.is_symlink() and entry.name not in committed \
+                    and not (entry / "zarr.json").exists():
+                shutil.rmtree(entry, ignore_errors=True)
+                removed.append(entry.name)
+        if removed:
+            log.info("removed %d unfinished shard folder(s) left by an interrupted run", len(removed))
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=r"Object at .* is not recognized as a component of a Zarr "
+                                                  r"hierarchy")
+        return removed + writer.remove_orphans()

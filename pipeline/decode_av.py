@@ -36,7 +36,7 @@ import numpy as np
 from .audio_types import AV_EXTENSIONS, AudioError, AudioInfo
 
 __all__ = ["ALLOWED_DEMUXERS", "AV_END_SLACK", "AV_EXTENSIONS", "EXACT_CONTAINERS", "INSTALL_HINT", "AvReader",
-           "available", "missing_reason"]
+           "Unrecognised", "available", "missing_reason"]
 
 #: What to run to get the optional backend (the ``formats`` extra).
 INSTALL_HINT = "pip install 'specstore[formats]'"
@@ -57,6 +57,13 @@ ESTIMATE_SLACK_SECONDS = 10.0
 #: libsndfile's float normalisation of integer samples (soundfile reads ints to float32 the same way).
 _INT_SCALE = {"s16": 1 / 32768, "s16p": 1 / 32768, "s32": 1 / 2**31, "s32p": 1 / 2**31, "s64": 1 / 2**63,
               "s64p": 1 / 2**63}
+
+
+class Unrecognised(AudioError):
+    """FFmpeg found no audio format it reads in the file: it could not open it, or what it opened has no
+    sample rate or channels (a text file named ``.flac`` "opens" that way, through the name's hint).  The
+    caller answers with soundfile's reason instead, which depends on the bytes alone, so a file that is
+    not audio gets one reason whatever its name (:func:`pipeline.audio.probe`)."""
 
 
 def available() -> bool:
@@ -93,8 +100,9 @@ def _to_float32(frame: Any, channels: int) -> np.ndarray:
 class AvReader:
     """One file open through PyAV: :attr:`info` from its header, :meth:`blocks` to decode it.
 
-    Raises :class:`AudioError` when FFmpeg cannot open the file or it holds no
-    audio stream.  Use as a context manager (closes the container).
+    Raises :class:`Unrecognised` when FFmpeg cannot open the file or finds no
+    sample rate in it, :class:`AudioError` when it holds no audio stream.  Use
+    as a context manager (closes the container).
     """
 
     def __init__(self, path: str) -> None:
@@ -105,7 +113,7 @@ class AvReader:
         try:
             self._container = av.open(path, metadata_errors="replace", options=_OPEN_OPTIONS)
         except (av.FFmpegError, OSError, ValueError) as exc:
-            raise AudioError(f"not an audio file: {_message(exc)}", path) from None
+            raise Unrecognised(f"not an audio file: {_message(exc)}", path) from None
         try:
             self._stream = self._container.streams.audio[0]
         except IndexError:
@@ -118,6 +126,9 @@ class AvReader:
         self.exact = name in EXACT_CONTAINERS
         ctx = self._stream.codec_context
         rate = int(ctx.sample_rate or self._stream.rate or 0)
+        if rate <= 0 or int(ctx.channels) <= 0:
+            self._container.close()
+            raise Unrecognised(f"not an audio file: {rate} Hz, {int(ctx.channels)} channels", path)
         self.declared = self._declared(rate)
         kind = EXACT_CONTAINERS.get(name, name.split(",")[0].upper())
         self.info = AudioInfo(sample_rate=rate, channels=int(ctx.channels), n_samples=self.declared,

@@ -42,6 +42,7 @@ import multiprocessing
 import multiprocessing.connection
 import multiprocessing.util
 import os
+import signal
 import sys
 import threading
 from collections.abc import Callable, Iterator
@@ -157,8 +158,22 @@ def captured_stderr(into: DecoderWarnings) -> Iterator[None]:
                         pipe.restore()
 
 
-def _pool_worker(conn: multiprocessing.connection.Connection) -> None:
-    """A decode pool's initializer: divert this worker's decoder warnings to the parent's listener."""
+def _exit_quietly(signum: int, frame: object) -> None:
+    os._exit(128 + signum)  # the shell's status for a signal; no traceback, no clean-up: the parent stops too
+
+
+def _pool_worker(conn: multiprocessing.connection.Connection, stop_on_interrupt: bool = False) -> None:
+    """A decode pool's initializer: divert this worker's decoder warnings to the parent's listener, and answer
+    Ctrl-C without a traceback.
+
+    A terminal's Ctrl-C reaches every process of its group, and each worker
+    would print a KeyboardInterrupt traceback of its own.  With
+    ``stop_on_interrupt`` the worker exits at once, silently (``classify``:
+    the run stops now); without, it ignores Ctrl-C and its parent stops the
+    pool (``specstore serve``'s shutdown, which lets a decode under way end).
+    """
+    with contextlib.suppress(ValueError, OSError):  # ValueError: not the main thread (never in a pool worker)
+        signal.signal(signal.SIGINT, _exit_quietly if stop_on_interrupt else signal.SIG_IGN)
 
     def send(library: str, line: str) -> None:
         with contextlib.suppress(OSError, ValueError):  # the parent has gone: nobody to tell
@@ -190,14 +205,17 @@ class DecoderLogListener:
         self._conns: tuple[multiprocessing.connection.Connection, multiprocessing.connection.Connection] | None = None
         self._thread: threading.Thread | None = None
 
-    def pool_options(self) -> dict[str, Any]:
-        """``initializer`` and ``initargs`` for a ``ProcessPoolExecutor``; starts listening on first use."""
+    def pool_options(self, *, stop_on_interrupt: bool = False) -> dict[str, Any]:
+        """``initializer`` and ``initargs`` for a ``ProcessPoolExecutor``; starts listening on first use.
+
+        ``stop_on_interrupt``: the workers exit at once on Ctrl-C, else they ignore it and leave the stop to
+        this process (:func:`_pool_worker`); silently either way."""
         if self._conns is None:
             self._conns = multiprocessing.get_context(self._context).Pipe(duplex=False)
             self._thread = threading.Thread(target=self._listen, args=(self._conns[0],), daemon=True,
                                             name="specstore-decoder-listener")
             self._thread.start()
-        return {"initializer": _pool_worker, "initargs": (self._conns[1],)}
+        return {"initializer": _pool_worker, "initargs": (self._conns[1], stop_on_interrupt)}
 
     def _listen(self, conn: multiprocessing.connection.Connection) -> None:
         while True:

@@ -23,14 +23,22 @@ MAX_LINE_BYTES = 3800
 
 # "[src/libmpg123/layer3.c:INT123_do_layer3():1774] error: ..." (the source file of a C library, then a space)
 _C_MESSAGE = re.compile(r"\[((?:[\w.+-]+/)*[\w.+-]+\.c)(?::[^\]\n]*)?\] ")
+# libmpg123's notes while it looks for frames (parse.c), printed with no source file: "Note: Illegal
+# Audio-MPEG-Header 0x4e4b4a55 at offset 16110.", "Note: Trying to resync...", "Note: Skipped 128 bytes in input."
+_MPG123_NOTE = re.compile(r"^Note: (?:Illegal Audio-MPEG-Header|Trying to resync|Hit end of \(available\) data|"
+                          r"Skipped |Junk at the beginning|Looks like a RIFF header|Could be a BMP album art|"
+                          r"free format frame size)")
 
 
 def library_of(line: str) -> str | None:
     """The C library that wrote ``line`` (``libmpg123``), the source file when no folder names one, or None.
 
     None means the line is not a C library's message (``[path/file.c:...] ``
-    somewhere in it): it is passed through, never counted.
+    somewhere in it, or one of libmpg123's ``Note: ...`` lines about the
+    frames it skips): it is passed through, never counted.
     """
+    if _MPG123_NOTE.match(line):
+        return "libmpg123"
     m = _C_MESSAGE.search(line)
     if m is None:
         return None

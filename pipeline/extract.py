@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import math
 import os
 import time
 from collections.abc import Iterable
@@ -26,11 +25,12 @@ from store.location import as_location
 
 from .backends import BACKENDS
 from .backends import joblib_backend as _backend
-from .cleanup import clean_stale_worker_files
+from .cleanup import clean_stale_worker_files, remove_interrupted_shards
 from .corpus import CorpusError, scan_corpus
 from .corpus_hashes import HASH_BATCH  # noqa: F401 - importable from here, as before the split
 from .corpus_hashes import hash_batch as _hash_batch  # noqa: F401 - tests import it from here
 from .corpus_hashes import hash_files as _hash_all
+from .extract_options import BLOCK_SECONDS, COMMIT_SECONDS, JOBS
 from .extract_report import ExtractError, ExtractSummary
 from .extract_report import dir_bytes as _dir_bytes
 from .extract_report import human_bytes as _human_bytes  # noqa: F401 - importable from here, as before
@@ -60,14 +60,11 @@ def _check_arguments(features: tuple[str, ...], specs: dict[str, FeatureSpec] | 
     if not specs:
         raise ConfigError("no feature specs given")
     min_samples(specs)  # the specs' own consistency (shared grid, n_fft, Nyquist)
-    if jobs is not None and (not isinstance(jobs, int) or jobs < 1):
-        raise ConfigError(f"--jobs must be a whole number >= 1, not {jobs!r}")
+    JOBS.check("--jobs", jobs)
     if backend not in BACKENDS:
         raise ConfigError(f"unknown backend {backend!r}; choose {', '.join(BACKENDS)}")
-    if not (isinstance(block_seconds, (int, float)) and math.isfinite(block_seconds) and block_seconds > 0):
-        raise ConfigError(f"--block-seconds must be a positive number of seconds, not {block_seconds!r}")
-    if not (isinstance(commit_seconds, (int, float)) and math.isfinite(commit_seconds) and commit_seconds >= 0):
-        raise ConfigError(f"--commit-seconds must be >= 0 seconds, not {commit_seconds!r}")
+    BLOCK_SECONDS.check("--block-seconds", block_seconds)
+    COMMIT_SECONDS.check("--commit-seconds", commit_seconds)
     return specs
 
 
@@ -158,7 +155,7 @@ def extract(
         except OSError as e:
             raise ExtractError(f"repairing the store failed ({e.strerror or e})") from None
         summary.repaired = len(repaired.dropped_paths)
-        writer.remove_orphans()
+        remove_interrupted_shards(writer)
         run = _Run(writer, summary, corpora, specs, block_seconds, commit_seconds, progress, storage_options,
                    task=run_task)  # looked up here: the extraction bench wraps it
         run.plan(items, entry, remove_missing, _hash_all)  # looked up here: tests patch it

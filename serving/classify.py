@@ -31,9 +31,10 @@ from tqdm.auto import tqdm
 
 from infer.predictions import NO_UNKNOWN_FOR_TAGS, PredictionsError, answer, check_unknown_below
 from pipeline.corpus import AUDIO_EXTENSIONS
+from pipeline.corpus_hashes import hash_batch
 from pipeline.decoder_log import DecoderLogListener, DecoderWarnings, captured_stderr, log_summary
-from pipeline.hashing import content_hash
 from store import ConfigError, FeatureSpec
+from store.layout import CONTENT_HASH
 
 from .cache import ClipCache
 from .clips import DecodedClip, decode_or_reason
@@ -56,6 +57,8 @@ class FileResult:
     answer: str = ""
     segments: list[Segment] = field(default_factory=list)
     """Genre over time, one :class:`~serving.segments.Segment` per window (empty unless asked for)."""
+    frames: int = 0
+    """The clip's feature frames (the model's input length)."""
 
 
 @dataclass(frozen=True)
@@ -127,11 +130,15 @@ def _decode_all(todo: dict[str, str], specs: dict[str, FeatureSpec], jobs: int, 
             return
         # spawn: this process has torch's threads running, which a fork would copy half-started
         with cf.ProcessPoolExecutor(max_workers=min(jobs, len(todo)), mp_context=multiprocessing.get_context("spawn"),
-                                    **listener.pool_options()) as pool:
-            futures = {pool.submit(decode_or_reason, path, specs, h): h for h, path in todo.items()}
-            for fut in cf.as_completed(futures):
-                yield futures[fut], fut.result()
-                bar.update(1)
+                                    **listener.pool_options(stop_on_interrupt=True)) as pool:
+            try:
+                futures = {pool.submit(decode_or_reason, path, specs, h): h for h, path in todo.items()}
+                for fut in cf.as_completed(futures):
+                    yield futures[fut], fut.result()
+                    bar.update(1)
+            except BaseException:  # Ctrl-C, say: no job not started yet is begun
+                pool.shutdown(wait=False, cancel_futures=True)
+                raise
     finally:
         bar.close()
         decoder.add(listener.close())  # after the pool: its workers' last lines are in
@@ -202,12 +209,13 @@ def classify_files(inputs: Sequence[str | os.PathLike[str]], classifier: Classif
     hashes: dict[str, str] = {}
     reasons: dict[str, str] = {}
     for path in tqdm(paths, unit="file", desc="hashing", disable=not progress or len(paths) < 50, leave=False):
-        try:
-            hashes[path] = content_hash(path)
-        except IsADirectoryError:
-            reasons[path] = "unreadable: is a directory"
-        except OSError as e:
-            reasons[path] = f"unreadable: {e.strerror or e}"
+        # the corpus scan's rule (make features): stat before opening, so a FIFO or a device is one reason,
+        # never a read that waits or runs for ever
+        [(fp, reason)] = hash_batch([path], CONTENT_HASH)
+        if fp is not None:
+            hashes[path] = fp.hash
+        else:
+            reasons[path] = reason or "unreadable"
     todo: dict[str, str] = {}
     for path, h in hashes.items():
         todo.setdefault(h, path)
@@ -248,7 +256,9 @@ def classify_files(inputs: Sequence[str | os.PathLike[str]], classifier: Classif
             p = res.probs[row[hashes[path]]]
             top = top_k(p, classifier.label_names, topk)
             rows = windows[row[hashes[path]]] if windows is not None else None
-            out.results.append(FileResult(path, clips[hashes[path]].duration, top, p,
-                                          "" if tags else answer(top[0][0], top[0][1], unknown_below), rows or []))
+            clip = clips[hashes[path]]
+            out.results.append(FileResult(path, clip.duration, top, p,
+                                          "" if tags else answer(top[0][0], top[0][1], unknown_below), rows or [],
+                                          clip.n_frames))
     log_summary(decoder)  # the run's one line about the decoders' messages (none when there were none)
     return out

@@ -27,7 +27,8 @@ if TYPE_CHECKING:
     from infer.calibration import Calibration
     from infer.run_options import RunOptions
 
-    from .classify import ClassifyResult, FileResult
+    from .answers import Answer
+    from .classify import ClassifyResult
 
 __all__ = ["build_parser", "main"]
 
@@ -46,7 +47,10 @@ last.fm tags of the Million Song Dataset: genres, moods, eras, instruments)
 and musicnn-mtt (50 MagnaTagATune tags), by Pons and Serra, ISC licence, (c)
 Music Technology Group, Universitat Pompeu Fabra. They are taggers: each tag
 is an independent score, several may be high at once, and the output says
-"tags".
+"tags". Which one: musicnn-msd for popular music (rock, pop, metal, jazz,
+Hip-Hop, electronic, eras, moods); it has no classical tag, so classical and
+orchestral music belongs to musicnn-mtt (classical, strings, violin, cello,
+piano, harpsichord, choir, opera). --list-tags says what each one knows.
 
 Each file is decoded with the checkpoint's own feature settings (the values
 a store made by `make features` would hold), so the predictions equal
@@ -112,23 +116,32 @@ SEGMENT_COLUMNS = ("start_s", "end_s")
 """With ``--segments``, the CSV's window columns, after ``path``: one row per window, no whole-file row."""
 
 
-def _scores_json(answer: str, top: list[tuple[str, float]], tags: bool) -> dict[str, object]:
-    """A file's or a window's scores: ``answer`` and ``top`` ``[{"label", "prob"}]``, or a tagger's ``tags``
-    ``[{"tag", "score"}]`` (independent scores, no single answer)."""
-    if tags:
-        return {"tags": [{"tag": lab, "score": round(p, 6)} for lab, p in top]}
-    return {"answer": answer, "top": [{"label": lab, "prob": round(p, 6)} for lab, p in top]}
+def _answer(res: ClassifyResult, segments: float | None, model: str, temperature: float | None) -> Answer:
+    """The run as the server's answer (:mod:`serving.answers`): classified files in input order, then those
+    that failed."""
+    from .answers import Answer, Classified, Failed, model_name
+
+    files: list[Classified | Failed] = [
+        Classified(r.path, r.duration, r.frames, r.top, segments=r.segments if segments is not None else None,
+                   segment_s=segments, answer=r.answer or None) for r in res.results]
+    files += [Failed(f.path, f.reason) for f in res.failures]
+    return Answer(model_name(model), list(res.label_names), files, res.outputs, temperature)
 
 
-def _result_json(r: FileResult, segmented: bool, tags: bool, cal: dict[str, object]) -> dict[str, object]:
-    """One file's JSON: path, duration_s, its scores (:func:`_scores_json`), the calibration keys ``cal`` (none
-    for a tagger), and with ``--segments`` its segments (start_s, end_s, scores and ``cal`` each)."""
-    out: dict[str, object] = {"path": r.path, "duration_s": round(r.duration, 3), **_scores_json(r.answer, r.top, tags),
-                              **cal}
-    if segmented:
-        out["segments"] = [{"start_s": round(s.start_s, 3), "end_s": round(s.end_s, 3),
-                            **_scores_json(s.answer, s.top, tags), **cal} for s in r.segments]
-    return out
+def _list_tags(model: str) -> int:
+    """``--list-tags``: the model's vocabulary on stdout, one label a line (no engine, no memory probe); on
+    stderr, ``#`` lines saying what it is and, for a shipped tagger, the music it fits (so a user picks between
+    musicnn-msd and musicnn-mtt)."""
+    from infer.shipped import SHIPPED, is_shipped, resolve_checkpoint
+
+    ckpt = resolve_checkpoint(model)
+    kind = "tags (independent scores)" if ckpt.outputs == "tags" else "labels (one softmax)"
+    print(f"# {model}: {len(ckpt.label_names)} {kind}", file=sys.stderr)
+    entry = SHIPPED.get(model) if is_shipped(model) else None
+    if entry is not None and entry.fits:
+        print(f"# fits {entry.fits}", file=sys.stderr)
+    print("\n".join(ckpt.label_names))
+    return 0
 
 
 def cmd_classify(args: argparse.Namespace) -> int:
@@ -137,14 +150,8 @@ def cmd_classify(args: argparse.Namespace) -> int:
 
     if not args.inputs and not args.list_tags:
         raise ConfigError("name audio files or folders to classify (or --list-tags to list the model's labels)")
-    if args.list_tags:  # the model's vocabulary: no engine, no memory probe
-        from infer.shipped import resolve_checkpoint
-
-        ckpt = resolve_checkpoint(args.model)
-        kind = "tags (independent scores)" if ckpt.outputs == "tags" else "labels (one softmax)"
-        print(f"# {args.model}: {len(ckpt.label_names)} {kind}", file=sys.stderr)
-        print("\n".join(ckpt.label_names))
-        return 0
+    if args.list_tags:
+        return _list_tags(args.model)
     from .classify import classify_files
     from .model import Classifier
 
@@ -155,7 +162,7 @@ def cmd_classify(args: argparse.Namespace) -> int:
                          cache=args.cache, unknown_below=args.unknown_below, segments=args.segments)
     for f in res.failures:
         print(f"{PROG}: {f.path}: {f.reason}", file=sys.stderr)
-    _print_results(res, args, classifier.calibration)
+    _print_results(res, args, classifier.calibration, classifier.name)
     if not args.json and not args.csv and sys.stderr.isatty() or args.verbose:
         print(f"{len(res.results)} classified, {len(res.failures)} failed; {res.distinct} distinct clips "
               f"({res.cached} from the cache) in "
@@ -164,26 +171,27 @@ def cmd_classify(args: argparse.Namespace) -> int:
     return 1 if res.failures else 0
 
 
-def _print_results(res: ClassifyResult, args: argparse.Namespace, calibration: Calibration) -> None:
+def _print_results(res: ClassifyResult, args: argparse.Namespace, calibration: Calibration, model: str) -> None:
     """The results as JSON, CSV (``make infer``'s columns) or a table, with ``--segments`` each file's windows
     (JSON ``segments``; CSV one row per window, ``start_s,end_s`` after ``path``; indented table lines).
 
-    A single-label model's say how its probabilities were made (``calibration``: JSON
-    ``calibration``/``temperature`` keys on each file and window, the CSV's ``calibration`` column on every
-    row, the table header).  A tagger's (``res.outputs == "tags"``) say "tags" and nothing of calibration
-    (independent scores take no temperature): JSON ``"tags": [{"tag", "score"}]``, CSV ``path,tags,truth``,
-    a "top N tags" table column; its windows have the same shape.
+    The JSON is the server's answer (:func:`serving.answers.answer_json`: ``model``, ``labels``, ``outputs``,
+    the calibration, ``files``), so a script reads both alike.  A single-label model's say how its
+    probabilities were made (``calibration``: the JSON's ``calibration``/``temperature`` keys, the CSV's
+    ``calibration`` column on every row, the table header).  A tagger's (``res.outputs == "tags"``) say
+    "tags" and nothing of calibration (independent scores take no temperature): JSON ``"tags": [{"tag",
+    "score"}]``, CSV ``path,tags,truth``, a "top N tags" table column; its windows have the same shape.
     """
-    from infer.calibration import UNCALIBRATED, calibration_fields
+    from infer.calibration import UNCALIBRATED
     from infer.predictions import COLUMNS, TAG_COLUMNS, escape_label
+
+    from .answers import answer_json
 
     tags = res.outputs == "tags"
     segmented = args.segments is not None
     t = calibration.temperature
     if args.json:  # strict JSON, whole or nothing: classify_files turns non-finite answers into failures
-        cal = calibration_fields(t, res.outputs)
-        print(json.dumps([_result_json(r, segmented, tags, cal) for r in res.results]
-                         + [{"path": f.path, "error": f.reason} for f in res.failures], indent=1, allow_nan=False))
+        print(json.dumps(answer_json(_answer(res, args.segments, model, t)), indent=1, allow_nan=False))
     elif args.csv:
         w = csv.writer(sys.stdout)
         columns = TAG_COLUMNS if tags else COLUMNS
@@ -219,11 +227,15 @@ def _print_table(res: ClassifyResult, args: argparse.Namespace, what: str) -> No
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    from .config import BatchingOptions, ServeConfig, is_loopback
-    from .server import serve
+    """Every option is checked (the server's, the batching, the planner's, the run options, the model's path)
+    before the port is bound: a bad value is one line, never a server that starts and then stops."""
+    from .config import BatchingOptions, ClassifierOptions, ServeConfig, is_loopback
 
     config = ServeConfig(**given(args, ServeConfig), policy=BatchingOptions(**given(args, BatchingOptions)).policy())
+    planner = ClassifierOptions(**given(args, ClassifierOptions))
+    options = _options(args, False)
     _check_model(args.model)
+    from .server import serve  # uvicorn: once every option has passed
     if not is_loopback(config.host):
         logging.getLogger(__name__).warning("listening on %s: reachable from other machines; put a reverse proxy "
                                             "with TLS and authentication in front of it", config.host)
@@ -235,13 +247,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
         access.setLevel(logging.INFO)
         access.propagate = False
 
-    options = _options(args, False)  # a bad run option is one line before the port opens
-
     def load() -> object:
         from .model import Classifier
 
         return Classifier(args.model, options,
-                          batch_overhead_frames=args.batch_overhead_frames, trust_model_code=args.trust_model_code)
+                          batch_overhead_frames=planner.batch_overhead_frames, trust_model_code=args.trust_model_code)
 
     serve(load, config, log_level="info" if args.verbose else "warning",
           announce=lambda line: print(f"{PROG}: {line}", file=sys.stderr, flush=True))
@@ -305,9 +315,9 @@ def _classify_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
     fmt = c.add_mutually_exclusive_group()
     fmt.add_argument("--csv", action="store_true", help="CSV as `make infer` writes it: "
                      "path,pred,prob,topk,truth,calibration (a tagger's: path,tags,truth)")
-    fmt.add_argument("--json", action="store_true", help="a JSON list, one object per file, with its calibration "
-                     '(temperature or uncalibrated); a tagger\'s carry "tags": [{"tag", "score"}] instead of '
-                     '"answer" and "top", and no calibration')
+    fmt.add_argument("--json", action="store_true", help="the server's answer: one JSON object with the model, "
+                     'labels and calibration (temperature or uncalibrated), and "files": one object per file, '
+                     '"answer" and "top" (a tagger\'s: "tags": [{"tag", "score"}], no calibration), or "error"')
     fmt.add_argument("--list-tags", action="store_true", help="print the model's labels (a tagger's vocabulary), "
                                                               "one per line, and exit")
     add_options(c, ClassifyOptions, absent=False)

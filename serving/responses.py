@@ -7,7 +7,6 @@
 
 from __future__ import annotations
 
-import base64
 import time
 from typing import Any
 
@@ -15,10 +14,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from .answers import Answer, Classified, FileAnswer
+from .answers import answer_json, file_json  # the answer's JSON, shared with `classify --json`
 from .errors import FileRefused, NoFileClassified, NotRunning, Refused, RequestError, TimedOut
 from .metrics import Metrics
-from .picture import PictureScale
 
 __all__ = ["CountRequests", "StatusSent", "answer_json", "error_json", "file_json", "handle_request_error"]
 
@@ -26,47 +24,6 @@ __all__ = ["CountRequests", "StatusSent", "answer_json", "error_json", "file_jso
 def error_json(status: int, message: str, *, headers: dict[str, str] | None = None, **extra: Any) -> JSONResponse:
     """``{"error": message, **extra}`` with ``status`` and ``headers``."""
     return JSONResponse({"error": message, **extra}, status_code=status, headers=headers)
-
-
-def _scores(top: list[tuple[str, float]], outputs: str) -> dict[str, Any]:
-    """``{"top": [{"label", "prob"}]}``, or a tagger's ``{"tags": [{"tag", "score"}]}``."""
-    if outputs == "tags":
-        return {"tags": [{"tag": label, "score": round(p, 6)} for label, p in top]}
-    return {"top": [{"label": label, "prob": round(p, 6)} for label, p in top]}
-
-
-def file_json(answer: FileAnswer, scale: PictureScale | None = None, outputs: str = "classes") -> dict[str, Any]:
-    """One file's answer: ``{"file", "duration_s", "frames", "top": [{"label", "prob"}], "picture"?,
-    "picture_axes"?, "segment_s"?, "segments"?}`` (a PNG data URL; its tick labels by ``scale``,
-    :meth:`PictureScale.axes`; each segment ``{"start_s", "end_s", "top"}``) or ``{"file", "error"}``.  A
-    tagger's (``outputs == "tags"``) carries ``"tags": [{"tag", "score"}]`` (independent scores) instead of
-    ``"top"``, in the file and in each segment."""
-    if not isinstance(answer, Classified):
-        return {"file": answer.file, "error": answer.error}
-    out: dict[str, Any] = {
-        "file": answer.file, "duration_s": round(answer.duration, 3), "frames": answer.frames,
-        **_scores(answer.top, outputs),
-    }
-    if answer.picture is not None:
-        out["picture"] = "data:image/png;base64," + base64.b64encode(answer.picture).decode("ascii")
-        if scale is not None:
-            out["picture_axes"] = scale.axes(answer.frames)
-    if answer.segments is not None:
-        out["segment_s"] = answer.segment_s
-        out["segments"] = [{"start_s": round(s.start_s, 3), "end_s": round(s.end_s, 3), **_scores(s.top, outputs)}
-                           for s in answer.segments]
-    return out
-
-
-def answer_json(answer: Answer, scale: PictureScale | None = None) -> dict[str, Any]:
-    """The request's JSON: model, labels, ``outputs`` (``classes`` or ``tags``), for a single-label model its
-    ``calibration`` (``temperature`` or ``uncalibrated``) with its ``temperature`` (null when uncalibrated) --
-    a tagger's answer has neither key (its independent scores take no temperature) -- and one object per file."""
-    from infer.calibration import calibration_fields  # here: the server answers its port before torch loads
-
-    cal = calibration_fields(answer.temperature, answer.outputs)
-    return {"model": answer.model, "labels": answer.labels, "outputs": answer.outputs, **cal,
-            "files": [file_json(a, scale, answer.outputs) for a in answer.files]}
 
 
 def error_response(exc: RequestError) -> JSONResponse:

@@ -58,10 +58,13 @@ class Segment:
     answer: str
 
 
-def auto_seconds(duration: float) -> float:
+def auto_seconds(duration: float, min_seconds: float = 0.0) -> float:
     """The window for ``segments=auto``: the shortest of :data:`AUTO_STEPS` giving at most :data:`AUTO_CELLS`
-    windows over ``duration`` seconds (the longest step for longer files)."""
-    return next((s for s in AUTO_STEPS if math.ceil(duration / s - 1e-9) <= AUTO_CELLS), AUTO_STEPS[-1])
+    windows over ``duration`` seconds (the longest step for longer files), and never shorter than
+    ``min_seconds``, the model's alignment step in seconds (a shorter window is refused by
+    :func:`check_segment_length`; ``min_seconds`` itself when it exceeds every step)."""
+    steps = [s for s in AUTO_STEPS if s >= min_seconds * (1 - 1e-9)] or [min_seconds]
+    return next((s for s in steps if math.ceil(duration / s - 1e-9) <= AUTO_CELLS), steps[-1])
 
 
 def check_segments(seconds: float | None) -> float | None:

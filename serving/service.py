@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .answers import Answer, Classified, Failed, FileAnswer
+from .answers import Answer, Classified, Failed, FileAnswer, model_name
 from .batcher import Batcher
 from .clips import ClipError, DecodedClip, decode_file
 from .config import ServeConfig
@@ -98,7 +98,7 @@ class Service:
     @property
     def model_name(self) -> str:
         """The checkpoint's file name (never the server's path to it)."""
-        return self.classifier.name.replace("\\", "/").rsplit("/", 1)[-1]
+        return model_name(self.classifier.name)
 
     @property
     def failure(self) -> str | None:
@@ -168,7 +168,8 @@ class Service:
             return Failed(name, str(e), server_fault=True)
         finally:
             self.metrics.decode_seconds.observe(time.perf_counter() - t0)
-        seconds = auto_seconds(clip.duration) if segments == AUTO else segments
+        c = self.classifier
+        seconds = auto_seconds(clip.duration, c.window_align * c.frame_seconds) if segments == AUTO else segments
         try:
             probs = await self.batcher.classify(clip.features)
             rows = await self.segments_of(clip, float(seconds), topk) if seconds is not None else None
@@ -180,7 +181,7 @@ class Service:
             return Failed(name, str(e), server_fault=True)
         self.metrics.files.inc(1, "ok")
         self.metrics.audio_seconds.inc(clip.duration)
-        return Classified(name, clip.duration, clip.n_frames, top_k(probs, self.classifier.label_names, topk),
+        return Classified(name, clip.duration, clip.n_frames, top_k(probs, c.label_names, topk),
                           clip.picture if picture else None, rows, float(seconds) if seconds is not None else None)
 
     # -- one request --------------------------------------------------------------------------------

@@ -94,8 +94,8 @@ def test_cli_prints_a_table_csv_or_json_and_one_line_per_bad_file(tmp_path: Path
     assert [r.path for r in rows] == [str(f) for f in files] and all(len(r.topk) == 2 for r in rows)
 
     assert specstore_main(["classify", *args, "--json"]) == 0
-    data = json.loads(capsys.readouterr().out)
-    assert [d["path"] for d in data] == [str(f) for f in files]
+    data = json.loads(capsys.readouterr().out)["files"]  # the server's answer shape (tests/test_answer_shape.py)
+    assert [d["file"] for d in data] == [str(f) for f in files]
     assert abs(sum(t["prob"] for t in data[0]["top"]) - 1.0) < 1e-4  # 3 labels, top-5 lists all
 
     assert specstore_main(["classify", str(tmp_path / "missing.wav"), "--model", str(ckpt)]) == 2
@@ -200,10 +200,10 @@ def test_unknown_below_answers_unknown_in_json_and_csv(tmp_path: Path, capsys: p
     ckpt = make_checkpoint(tmp_path / "m.pt", spec=FeatureSpec.mel(n_bins=16))
     args = [str(f) for f in files] + ["--model", str(ckpt), "--device", "cpu", "--no-progress"]
     assert specstore_main(["classify", *args, "--json"]) == 0
-    plain = json.loads(capsys.readouterr().out)
+    plain = json.loads(capsys.readouterr().out)["files"]
     assert [d["answer"] for d in plain] == [d["top"][0]["label"] for d in plain]
     assert specstore_main(["classify", *args, "--json", "--unknown-below", "1"]) == 0
-    data = json.loads(capsys.readouterr().out)
+    data = json.loads(capsys.readouterr().out)["files"]
     assert [d["answer"] for d in data] == ["unknown"] * 2 and [d["top"] for d in data] == [d["top"] for d in plain]
     assert specstore_main(["classify", *args, "--csv", "--unknown-below", "1"]) == 0
     (tmp_path / "p.csv").write_text(capsys.readouterr().out)
@@ -213,3 +213,26 @@ def test_unknown_below_answers_unknown_in_json_and_csv(tmp_path: Path, capsys: p
     assert all(line.split()[2] == "unknown" for line in capsys.readouterr().out.splitlines()[1:])
     with pytest.raises(ConfigError, match="unknown_below"):
         classify_files(files, Classifier(ckpt, CPU), unknown_below=float("nan"))
+
+
+def test_a_path_that_is_not_a_regular_file_is_one_line_at_once(tmp_path: Path,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    """A FIFO or a device is refused as ``make features`` refuses it (stat first), never opened and read."""
+    import os
+    import threading
+
+    fifo = tmp_path / "pipe.wav"
+    os.mkfifo(fifo)
+    good = make_corpus(tmp_path / "c", n=1, seconds=1.0)[0]
+    ckpt = make_checkpoint(tmp_path / "m.pt", spec=FeatureSpec.mel(n_bins=16))
+    codes: list[int] = []
+    run = threading.Thread(target=lambda: codes.append(specstore_main(
+        ["classify", str(fifo), "/dev/zero", str(good), "--model", str(ckpt), "--device", "cpu", "--no-progress"])),
+        daemon=True)  # a reader of /dev/zero never ends: a thread, so a failure is a failed test, not a hang
+    run.start()
+    run.join(60)
+    assert not run.is_alive() and codes == [1]
+    captured = capsys.readouterr()
+    assert captured.err.splitlines() == [f"specstore: {fifo}: not a regular file",
+                                         "specstore: /dev/zero: not a regular file"]
+    assert [line.split()[0] for line in captured.out.splitlines()[1:]] == [str(good)]

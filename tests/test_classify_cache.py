@@ -183,8 +183,8 @@ def test_json_output_is_strict_json_with_a_nan_entry_and_with_a_nan_answer(setup
     DAMAGES["nan"](setup.entry(0, cache), setup)
     assert specstore_main(args) == 0
     out, err = capsys.readouterr()
-    data = strict_json(out)
-    assert isinstance(data, list) and [d["path"] for d in data] == [str(f) for f in setup.files]
+    data = strict_json(out)["files"]  # type: ignore[index]
+    assert isinstance(data, list) and [d["file"] for d in data] == [str(f) for f in setup.files]
     assert "Traceback" not in err
 
     run = Classifier.run
@@ -197,9 +197,9 @@ def test_json_output_is_strict_json_with_a_nan_entry_and_with_a_nan_answer(setup
     monkeypatch.setattr(Classifier, "run", nan_first)  # a model that answers NaN on finite input
     assert specstore_main(args) == 1
     out, err = capsys.readouterr()
-    data = strict_json(out)
-    assert isinstance(data, list) and data[0]["path"] == str(setup.files[1]) and "top" in data[0]  # results first
-    assert data[1] == {"path": str(setup.files[0]), "error": "the model gave non-finite probabilities"}
+    data = strict_json(out)["files"]  # type: ignore[index]
+    assert isinstance(data, list) and data[0]["file"] == str(setup.files[1]) and "top" in data[0]  # results first
+    assert data[1] == {"file": str(setup.files[0]), "error": "the model gave non-finite probabilities"}
     assert "non-finite" in err
 
 

@@ -17,7 +17,7 @@ from infer.runtime import RunOptions
 from serving.classify import classify_files
 from serving.cli import main as specstore_main
 from serving.model import Classifier
-from serving.segments import parse_segments, segment_spans
+from serving.segments import auto_seconds, parse_segments, segment_spans
 from store import ConfigError, FeatureSpec
 
 CPU = RunOptions(device="cpu", progress=False)
@@ -48,8 +48,11 @@ def test_cli_json_and_csv_rows_one_per_window(setup: tuple[list[Path], Path],
     files, ckpt = setup
     args = [str(f) for f in files] + ["--model", str(ckpt), "--device", "cpu", "--no-progress", "--segments", "1"]
     assert specstore_main(["classify", *args, "--json", "--topk", "2"]) == 0
-    data = json.loads(capsys.readouterr().out)
+    answer = json.loads(capsys.readouterr().out)
+    data = answer["files"]
+    assert (answer["calibration"], answer["temperature"]) == ("uncalibrated", None)
     for d in data:
+        assert d["segment_s"] == 1.0
         segs = d["segments"]
         assert len(segs) == math.ceil(d["duration_s"] - 1e-6)
         assert [s["start_s"] for s in segs] == [float(k) for k in range(len(segs))]
@@ -58,13 +61,12 @@ def test_cli_json_and_csv_rows_one_per_window(setup: tuple[list[Path], Path],
             probs = [t["prob"] for t in s["top"]]
             assert len(probs) == 2 and probs == sorted(probs, reverse=True) and s["answer"] == s["top"][0]["label"]
             assert s["answer"] in LABELS
-            assert (s["calibration"], s["temperature"]) == ("uncalibrated", None)  # as its file's
     assert specstore_main(["classify", *args, "--csv", "--unknown-below", "1"]) == 0
     rows = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
     assert list(rows[0])[:3] == ["path", "start_s", "end_s"]
     assert len(rows) == sum(len(d["segments"]) for d in data) and {r["pred"] for r in rows} == {"unknown"}
     assert {r["calibration"] for r in rows} == {"uncalibrated"}
-    assert [r["path"] for r in rows] == [d["path"] for d in data for _ in d["segments"]]
+    assert [r["path"] for r in rows] == [d["file"] for d in data for _ in d["segments"]]
     assert specstore_main(["classify", *args]) == 0  # the table: one line per file, one indented per window
     lines = capsys.readouterr().out.splitlines()
     assert sum(line.startswith("  ") for line in lines) == len(rows)
@@ -72,7 +74,8 @@ def test_cli_json_and_csv_rows_one_per_window(setup: tuple[list[Path], Path],
     assert "shorter than the model's time step" in capsys.readouterr().err
     with pytest.raises(SystemExit):  # argparse's one line
         specstore_main(["classify", *args[:-2], "--segments=0"])
-    assert "--segments: must be a positive number of seconds, got '0'" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and "--segments" in err and "'0'" in err, err
 
 
 def test_segments_do_not_depend_on_the_other_files_of_the_run(setup: tuple[list[Path], Path]) -> None:
@@ -87,3 +90,32 @@ def test_segments_do_not_depend_on_the_other_files_of_the_run(setup: tuple[list[
             assert (a.start_s, a.end_s) == (b.start_s, b.end_s) and [x[0] for x in a.top] == [x[0] for x in b.top]
             np.testing.assert_allclose([x[1] for x in a.top], [x[1] for x in b.top], rtol=1e-5, atol=1e-6)
     assert len({tuple(s.top[0][1] for s in r.segments) for r in together.results}) == 3  # not one constant
+
+
+def test_auto_never_picks_a_window_shorter_than_the_models_step() -> None:
+    assert auto_seconds(90.0) == 5.0 and auto_seconds(180.0) == 10.0  # the plain rule: at most 24 windows
+    assert auto_seconds(3.0, 5.94) == 10.0 and auto_seconds(90.0, 9.66) == 10.0
+    assert auto_seconds(400.0, 9.66) == 30.0  # more windows than 24 at 10 and 15 s
+    assert auto_seconds(60.0, 700.0) == 700.0  # a step longer than every listed window: the step itself
+
+
+def test_the_page_gets_an_answer_for_a_short_clip_from_a_model_with_a_long_step(tmp_path: Path) -> None:
+    """The page always asks ``segments=auto``: a model pooling ~6 s windows gets 200 for a 3 s clip, not 500."""
+    from starlette.testclient import TestClient
+
+    from pipeline.testing import write_music_like
+    from serving.app import Service, create_app
+    from serving.config import ServeConfig
+
+    spec = FeatureSpec.mel(n_bins=16)
+    ckpt = make_checkpoint(tmp_path / "m.pt", spec=spec, pool_window=256)  # 256 frames of 512 / 22050 Hz: 5.94 s
+    classifier = Classifier(ckpt, CPU)
+    step_s = classifier.window_align * classifier.frame_seconds
+    assert 5.9 < step_s < 6.0
+    audio = write_music_like(tmp_path / "a.wav", 3.0, seed=1).read_bytes()
+    with TestClient(create_app(Service(classifier, ServeConfig(workers=1))), base_url="http://localhost") as client:
+        r = client.post("/classify?picture=1&topk=5&segments=auto", files=[("file", ("a.wav", audio))])
+    assert r.status_code == 200, r.text
+    got = r.json()["files"][0]
+    assert got["segment_s"] == 10.0 and got["segment_s"] >= step_s
+    assert [(s["start_s"], s["end_s"]) for s in got["segments"]] == [(0.0, got["duration_s"])]

@@ -114,3 +114,48 @@ def test_a_missing_checkpoint_is_one_line_at_once(tmp_path: Path) -> None:
                                                   "musicnn-msd, musicnn-mtt)"]
         assert "torch" not in {x.split("|")[-1].strip() for x in proc.stderr.splitlines()
                                if x.startswith("import time:")}
+
+
+def test_every_option_is_checked_before_the_port_opens(model: Path) -> None:
+    """A bad server, batching, planner or run option, or a missing model, is one line before anything listens
+    (the port stays free) and before torch is imported."""
+    port = _free_port()
+    for bad in (["--batch-overhead-frames", "nan"], ["--batch-overhead-frames", "-1"], ["--max-batch", "0"],
+                ["--max-file-mb", "0"], ["--max-delay-ms", "nan"], ["--max-client-connections", "600"]):
+        proc = subprocess.run([sys.executable, "-X", "importtime", "-m", "serving", "serve", "--model", str(model),
+                               "--port", str(port), *bad], capture_output=True, text=True, timeout=120, check=False)
+        lines = [x for x in proc.stderr.splitlines() if not x.startswith("import time:")]
+        assert proc.returncode == 2 and len(lines) == 1 and lines[0].startswith("specstore"), (bad, proc.stderr)
+        assert bad[0].lstrip("-").replace("-", "_") in lines[0] or bad[0] in lines[0], lines
+        imported = {x.split("|")[-1].strip() for x in proc.stderr.splitlines() if x.startswith("import time:")}
+        assert "torch" not in imported and "uvicorn" not in imported, bad  # refused before the server module
+
+
+@pytest.mark.slow  # starts the real command: about 10 s
+def test_ctrl_c_is_one_line(model: Path) -> None:
+    """Ctrl-C reaches the whole process group, decode workers included: the server stops with one line, and no
+    worker prints a KeyboardInterrupt traceback of its own."""
+    import signal
+
+    port = _free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "serving", "serve", "--model", str(model), "--port", str(port),
+                             "--workers", "2", "--quiet"], stderr=subprocess.PIPE, text=True, start_new_session=True,
+                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    try:
+        deadline = time.monotonic() + 180
+        while True:
+            assert proc.poll() is None and time.monotonic() < deadline, "the server did not become ready"
+            with contextlib.suppress(httpx.TransportError):
+                if httpx.get(f"http://127.0.0.1:{port}/health", timeout=5).status_code == 200:
+                    break
+            time.sleep(0.05)
+        os.killpg(proc.pid, signal.SIGINT)  # what a terminal's Ctrl-C does
+        err = proc.communicate(timeout=60)[1]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    lines = err.splitlines()
+    ready = next(i for i, x in enumerate(lines) if x.startswith("specstore: serving genre.pt"))
+    assert proc.returncode == 130 and lines[ready + 1:] == ["specstore: interrupted"], err
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err, err

@@ -47,8 +47,8 @@ def test_an_answer_is_the_json_it_always_was() -> None:
                                                     b"\x89PNG"), Failed("y.txt", "not an audio file")])
     assert answer_json(answer) == {"model": "m.pt", "labels": ["a", "b"], "outputs": "classes",
                                    "calibration": "uncalibrated", "temperature": None, "files": [
-        {"file": "x.wav", "duration_s": 1.235, "frames": 53, "top": [{"label": "b", "prob": 0.7},
-                                                                       {"label": "a", "prob": 0.3}],
+        {"file": "x.wav", "duration_s": 1.235, "frames": 53, "answer": "b", "top": [{"label": "b", "prob": 0.7},
+                                                                                     {"label": "a", "prob": 0.3}],
          "picture": "data:image/png;base64,iVBORw=="},
         {"file": "y.txt", "error": "not an audio file"}]}
 

@@ -91,9 +91,10 @@ def _classify(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int,
 
 def test_classify_says_tags_in_json_csv_and_table(song: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = _classify([str(song), "--json", "--topk", "2"], capsys)
-    answer = json.loads(out)[0]
-    assert code == 0 and "answer" not in answer and "top" not in answer
-    assert "calibration" not in answer and "temperature" not in answer  # independent scores: no temperature
+    whole = json.loads(out)  # the server's answer shape
+    answer = whole["files"][0]
+    assert code == 0 and "answer" not in answer and "top" not in answer and whole["outputs"] == "tags"
+    assert "calibration" not in whole and "temperature" not in whole  # independent scores: no temperature
     assert [t["tag"] for t in answer["tags"]][0] in shipped_stub.TAGS and len(answer["tags"]) == 2
     code, out, _ = _classify([str(song), "--csv", "--labels", "rock,jazz"], capsys)
     rows = list(csv.reader(io.StringIO(out)))
@@ -102,7 +103,7 @@ def test_classify_says_tags_in_json_csv_and_table(song: Path, capsys: pytest.Cap
     assert "tags (independent scores)" in out.splitlines()[0]
     # --segments: each window has the tagger's output shape, and no calibration either
     code, out, _ = _classify([str(song), "--json", "--topk", "2", "--segments", "0.5"], capsys)
-    segs = json.loads(out)[0]["segments"]
+    segs = json.loads(out)["files"][0]["segments"]
     assert code == 0 and len(segs) == 2 and all(set(s) == {"start_s", "end_s", "tags"} for s in segs)
     assert all(len(s["tags"]) == 2 and s["tags"][0]["tag"] in shipped_stub.TAGS for s in segs)
     code, out, _ = _classify([str(song), "--csv", "--segments", "0.5"], capsys)
