@@ -159,8 +159,8 @@ def unavailable(name: str, quick: bool) -> str | None:
         return "missing PyAV: run `.venv/bin/pip install -e '.[formats]'` to measure it"
     if name != "model" or not quick:
         return None
-    from realcorpus.catalogue import SIZES, RealCorpusError
-    from realcorpus.render import check_renderer
+    from specstore.realcorpus.catalogue import SIZES, RealCorpusError
+    from specstore.realcorpus.render import check_renderer
 
     try:
         check_renderer(SIZES["tiny"].soundfonts)

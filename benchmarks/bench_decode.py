@@ -2,7 +2,7 @@
 
 One music-like 44.1 kHz stereo signal is written in every format: WAV (16-bit), FLAC, Ogg Vorbis, MP3 and AIFF
 with soundfile (both backends read these), m4a (AAC), WMA (wmav2) and raw ADTS AAC with PyAV's encoders (PyAV
-only).  Each is decoded the pipeline's way, :func:`pipeline.audio.stream_mono` to mono at 22.05 kHz (mix-down
+only).  Each is decoded the pipeline's way, :func:`specstore.pipeline.audio.stream_mono` to mono at 22.05 kHz (mix-down
 and streaming soxr resampling included, as extraction and ``specstore classify`` decode), once with
 ``backend="auto"`` (soundfile) and once with ``backend="pyav"``.  Speed: every (format, backend) variant runs
 in each repeat, their order rotating from repeat to repeat; a shared format's figure is the median over
@@ -25,7 +25,7 @@ TARGET_SR = 22_050
 #: Formats both backends read, written with soundfile: suffix -> (format, subtype).
 SHARED = {"wav": ("WAV", "PCM_16"), "flac": ("FLAC", "PCM_16"), "ogg": ("OGG", "VORBIS"),
           "mp3": ("MP3", "MPEG_LAYER_III"), "aiff": ("AIFF", "PCM_16")}
-#: Formats only PyAV reads, written with its encoders (:func:`pipeline.testing.write_with_av`).
+#: Formats only PyAV reads, written with its encoders (:func:`specstore.pipeline.testing.write_with_av`).
 NEW = ("m4a", "wma", "aac")
 #: Most a PyAV decode of a new format may add to the process's peak memory: it streams in blocks, so this
 #: holds for any length (the decoded file is 10.6 MB per minute at 44.1 kHz stereo float32).
@@ -33,7 +33,7 @@ MEMORY_TARGET_MB = 20.0
 
 
 def _files(work: Path, seconds: float) -> dict[str, Path]:
-    from pipeline.testing import music_like, write_with_av
+    from specstore.pipeline.testing import music_like, write_with_av
 
     work.mkdir(parents=True, exist_ok=True)
     x = music_like(seconds, seed=21, sr=SR, channels=2)
@@ -49,7 +49,7 @@ def _files(work: Path, seconds: float) -> dict[str, Path]:
 
 
 def _decode(path: Path, backend: str) -> int:
-    from pipeline.audio import stream_mono
+    from specstore.pipeline.audio import stream_mono
 
     return sum(len(b) for b in stream_mono(path, TARGET_SR, backend=backend))
 

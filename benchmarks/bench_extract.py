@@ -6,7 +6,7 @@ goes through five variants, interleaved in every repeat:
 * ``naive``: the per-file loop users write (``librosa.load`` +
   ``melspectrogram`` + ``power_to_db`` + ``np.save``), one process;
 * ``naive_jN``: the same loop spread over all cores with joblib;
-* ``ours_j1`` / ``ours_jN``: :func:`pipeline.extract.extract` (log-mel only)
+* ``ours_j1`` / ``ours_jN``: :func:`specstore.pipeline.extract.extract` (log-mel only)
   into a fresh store with ``jobs=1`` / all cores;
 * ``floor``: decoding the same files with soundfile (its float32 read; the
   pipeline reads 16-bit PCM WAV faster, as int16) and nothing else;
@@ -22,7 +22,7 @@ chunks, timed around each call; and, for context, ``ours_j1`` against the
 same run with the CRC replaced by a constant (``ours_j1_nosum``),
 interleaved like the rest.
 
-Memory: the worker function (:func:`pipeline.tasks.run_task`) on one
+Memory: the worker function (:func:`specstore.pipeline.tasks.run_task`) on one
 5-minute and one 2-hour file, each in a fresh interpreter; VmHWM.
 
 The variants and their diagnostics live in :mod:`benchmarks.bench_extract_runs`.
@@ -80,7 +80,7 @@ def run_speed(work: Path, *, n_files: int, mean_seconds: float, repeats: int, lh
         max_diff = _max_db_difference(outs["ours_j1"], outs["naive"], corpus, files)
         # A rerun over a complete store decodes nothing: the driver's serial work (scan + hash).
         with CpuWindow() as serial:
-            from pipeline.extract import extract
+            from specstore.pipeline.extract import extract
 
             extract(corpus, str(outs["ours_j1"]), features=("mel",), jobs=jobs, progress=False)
         for out in outs.values():
@@ -334,7 +334,7 @@ def _longer_figure(work: Path, n_files: int, mean_seconds: float, jobs: int, rep
 
 def run_memory(work: Path, *, short_seconds: float, long_seconds: float, repeats: int) -> GroupResult:
     """Peak RSS (VmHWM) of a fresh process running the worker on one short and one long file."""
-    from pipeline.testing import write_music_like
+    from specstore.pipeline.testing import write_music_like
 
     work.mkdir(parents=True, exist_ok=True)
     files = {

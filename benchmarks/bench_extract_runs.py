@@ -29,7 +29,7 @@ COMBOS = [(fmt, sr, ch) for fmt in ("wav", "flac", "ogg", "mp3") for sr in (2205
 
 
 def _write_one(path: str, seconds: float, seed: int, sr: int, channels: int) -> str:
-    from pipeline.testing import write_music_like
+    from specstore.pipeline.testing import write_music_like
 
     write_music_like(path, seconds, seed=seed, sr=sr, channels=channels, loop_seconds=min(15.0, seconds))
     return path
@@ -56,7 +56,7 @@ def naive_one(src: str, out: str) -> float:
     """What users write for one file; returns seconds of audio."""
     import librosa
 
-    from store import FeatureSpec
+    from specstore.store import FeatureSpec
 
     s = FeatureSpec.mel()
     y, sr = librosa.load(src, sr=s.sample_rate, mono=True)
@@ -77,7 +77,7 @@ def decode_only(src: str) -> int:
     """Decode ``src`` with soundfile in the pipeline's block size; nothing else."""
     import soundfile as sf
 
-    from pipeline.audio import DEFAULT_BLOCK_SAMPLES
+    from specstore.pipeline.audio import DEFAULT_BLOCK_SAMPLES
 
     n = 0
     with sf.SoundFile(src) as f:
@@ -121,13 +121,13 @@ class _Runs:
         from contextlib import ExitStack
         from unittest import mock
 
-        from pipeline.extract import extract
+        from specstore.pipeline.extract import extract
 
         out = self._fresh(f"ours{jobs}")
         with ExitStack() as stack:
             if not checksums:  # jobs=1 runs in this process: the shard writer's CRC becomes a constant
                 assert jobs == 1
-                stack.enter_context(mock.patch("store.shard_writer.crc32c", lambda data, crc=0: 0))
+                stack.enter_context(mock.patch("specstore.store.shard_writer.crc32c", lambda data, crc=0: 0))
             summary = extract(self.corpus, str(out), features=features, jobs=jobs, progress=False)
         if summary.errors or summary.decoded != len(self.files):
             raise RuntimeError(f"extraction failed: {summary.report()}")
@@ -185,7 +185,7 @@ class Isolated:
 
     What one variant does to its process shapes the next one's if they share it: glibc raises its heap
     thresholds after the naive loop frees whole decoded files (17 MB), which spared every later variant the
-    page faults a new process pays, and the extraction's own setting (``store.heap``) would in turn be
+    page faults a new process pays, and the extraction's own setting (``specstore.store.heap``) would in turn be
     inherited by the floor and the naive loop.  Each single-process variant therefore runs in its own child
     (the benchmark's process tree, so :class:`CpuWindow` still counts it); ``cpu`` is the child's CPU seconds
     in the last call.
@@ -220,7 +220,7 @@ class Isolated:
 
 def _max_db_difference(store: Path, naive_dir: Path, corpus: Path, files: list[Path]) -> float:
     """Largest |ours - naive| in dB over one file of each format (ours is stored float16)."""
-    from store import open_store
+    from specstore.store import open_store
 
     s = open_store(store)
     row = {p: i for i, p in enumerate(s.paths)}
@@ -239,11 +239,11 @@ def _max_db_difference(store: Path, naive_dir: Path, corpus: Path, files: list[P
 def features_of(paths: list[str]) -> float:
     """compute_features (log-mel, float16 out) on ``paths`` in this process; returns its CPU seconds.
 
-    compute_features sets the heap as an extraction does (``store.heap.keep_freed_blocks``), wherever it runs:
+    compute_features sets the heap as an extraction does (``specstore.store.heap.keep_freed_blocks``), wherever it runs:
     the bare work of one process and of several does not depend on what their processes did before.
     """
-    from pipeline.features import compute_features
-    from store import FeatureSpec
+    from specstore.pipeline.features import compute_features
+    from specstore.store import FeatureSpec
 
     specs = {"mel": FeatureSpec.mel()}
     t0 = time.process_time()
@@ -311,8 +311,8 @@ def scaling_on(work: Path, n_files: int, mean_seconds: float, jobs: int, repeats
 
 
 def timed_run_task(*args: Any, **kwargs: Any) -> Any:
-    """:func:`pipeline.tasks.run_task`, with the task's (start, end, pid) attached (wall clock)."""
-    from pipeline.tasks import run_task
+    """:func:`specstore.pipeline.tasks.run_task`, with the task's (start, end, pid) attached (wall clock)."""
+    from specstore.pipeline.tasks import run_task
 
     t0 = time.time()
     res = run_task(*args, **kwargs)
@@ -327,7 +327,7 @@ def _timeline(runs: _Runs, jobs: int) -> dict[str, Any]:
     """
     import sys
 
-    mod: Any = sys.modules["pipeline.extract"]
+    mod: Any = sys.modules["specstore.pipeline.extract"]
     spans: list[tuple[float, float, int]] = []
     orig_task, orig_collect = mod.run_task, mod._Run._collect
 
@@ -365,7 +365,7 @@ def _checksum_share(runs: _Runs) -> float:
     """Fraction of one jobs=1 extraction's CPU time spent computing chunk CRC-32Cs (timed around each call)."""
     from unittest import mock
 
-    import store.shard_writer as sw
+    import specstore.store.shard_writer as sw
 
     spent = [0.0]
     real = sw.crc32c

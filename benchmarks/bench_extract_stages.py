@@ -1,6 +1,6 @@
 """Where one extraction's time goes, stage by stage (decode, resample, framing, FFT, mel filter, CQT, dB, cast, write).
 
-:func:`stage_profile` runs :func:`pipeline.extract.extract` with ``jobs=1``
+:func:`stage_profile` runs :func:`specstore.pipeline.extract.extract` with ``jobs=1``
 (all the work in this process) with timers wrapped around the functions
 that make up each stage, and reports each stage's *exclusive* time (a
 timer nested inside another is subtracted from it, so the stages add up to
@@ -63,11 +63,11 @@ def _hooks(clock: _Clock) -> Iterator[None]:
     import scipy.fft
     import soundfile as sf
 
-    import pipeline.audio as audio
-    import pipeline.cqt as cqt
-    import pipeline.mel as mel
-    import pipeline.mixdown as mixdown
-    import store.shard_writer as sw
+    import specstore.pipeline.audio as audio
+    import specstore.pipeline.cqt as cqt
+    import specstore.pipeline.mel as mel
+    import specstore.pipeline.mixdown as mixdown
+    import specstore.store.shard_writer as sw
 
     def fmt_of(fn: Callable[..., Any]) -> Callable[..., Any]:
         def run(item: Any, *a: Any, **k: Any) -> Any:
@@ -100,7 +100,7 @@ def _hooks(clock: _Clock) -> Iterator[None]:
             if isinstance(cls, type) and cls.__module__ == sw.__name__ and name in vars(cls):
                 targets.append((cls, name, "shard write"))
     saved = [(obj, attr, getattr(obj, attr)) for obj, attr, _ in targets]
-    import pipeline.tasks as tasks
+    import specstore.pipeline.tasks as tasks
 
     saved.append((tasks, "_decode_one", tasks._decode_one))
     try:
@@ -117,7 +117,7 @@ def stage_profile(corpus: Path, files: list[Path], out: Path, features: tuple[st
     """One ``extract(jobs=1)`` of ``corpus`` with the stage timers: ms per audio minute by format and stage."""
     import soundfile as sf
 
-    from pipeline.extract import extract
+    from specstore.pipeline.extract import extract
 
     minutes: dict[str, float] = {}
     for f in files:

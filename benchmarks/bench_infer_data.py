@@ -31,7 +31,7 @@ def typical_order(lengths: np.ndarray, seed: int, batch_size: int = 4, tries: in
     """A median arrival order: of ``tries`` random orders of ``lengths``, the one whose fixed-batch
     padding efficiency is the median, so a small store is neither a lucky nor an unlucky draw for
     the fixed-batch baseline."""
-    from infer.planner_baselines import fixed_batches
+    from specstore.infer.planner_baselines import fixed_batches
 
     rng = np.random.default_rng(seed)
     perms = [rng.permutation(len(lengths)) for _ in range(tries)]
@@ -45,7 +45,7 @@ def make_store(path: Path, lengths: np.ndarray, n_bins: int = 128, seed: int = 0
 
     Paths sort in the order of ``lengths``, so store rows (kept sorted by
     path) are in that order: the arrival order a fixed batch sees."""
-    from store import FeatureSpec, IndexRow, create_store, write_shard
+    from specstore.store import FeatureSpec, IndexRow, create_store, write_shard
 
     spec = FeatureSpec.mel(n_bins=n_bins)
     w = create_store(path, {"mel": spec}, label_names=LABELS, layout=layout)
@@ -64,10 +64,10 @@ def make_store(path: Path, lengths: np.ndarray, n_bins: int = 128, seed: int = 0
 def make_checkpoint(path: Path, n_bins: int = 128, **config: Any) -> Path:
     import torch
 
-    from infer.checkpoint import Checkpoint, save_checkpoint
-    from infer.defaults import PLAIN_MODEL
-    from infer.models import ModelConfig, build_model
-    from store import FeatureSpec
+    from specstore.infer.checkpoint import Checkpoint, save_checkpoint
+    from specstore.infer.defaults import PLAIN_MODEL
+    from specstore.infer.models import ModelConfig, build_model
+    from specstore.store import FeatureSpec
 
     torch.manual_seed(0)
     model = build_model(ModelConfig(n_bins=n_bins, n_classes=len(LABELS), **{**PLAIN_MODEL, **config})).eval()

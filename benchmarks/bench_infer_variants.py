@@ -18,7 +18,7 @@ __all__ = ["DenseLimit", "FixedCore", "OursCore", "run_fixed", "run_ours"]
 
 
 def run_ours(store: Path, ckpt: Path, device: str = "cpu") -> Any:
-    from infer.predict import predict
+    from specstore.infer.predict import predict
 
     return predict(str(store), str(ckpt), device=device, progress=False)
 
@@ -30,11 +30,11 @@ def run_fixed(store: Path, ckpt: Path, batch_size: int = 4, device: str = "cpu",
 
     import torch
 
-    from infer.checkpoint import load_checkpoint
-    from infer.contract import time_stride
-    from infer.data import PadCollate, StoreDataset, prefetch
-    from infer.planner_baselines import fixed_batches
-    from store import open_store
+    from specstore.infer.checkpoint import load_checkpoint
+    from specstore.infer.contract import time_stride
+    from specstore.infer.data import PadCollate, StoreDataset, prefetch
+    from specstore.infer.planner_baselines import fixed_batches
+    from specstore.store import open_store
 
     dev = torch.device(device)
     s = open_store(str(store))
@@ -60,8 +60,8 @@ class DenseLimit:
     def __init__(self, store: Path, ckpt: Path, batch: int = 16, frames: int = 2048) -> None:
         import torch
 
-        from infer.checkpoint import load_checkpoint
-        from store import open_store
+        from specstore.infer.checkpoint import load_checkpoint
+        from specstore.store import open_store
 
         s = open_store(str(store))
         self.model = load_checkpoint(ckpt).build("cpu").to(memory_format=torch.channels_last)  # type: ignore[call-overload]
@@ -101,19 +101,19 @@ class DenseLimit:
 
 
 class OursCore:
-    """Our prediction loop as :func:`infer.predict.predict` runs it, set-up excluded.
+    """Our prediction loop as :func:`specstore.infer.predict.predict` runs it, set-up excluded.
 
     Set-up (untimed, once): open the store, load the checkpoint, resolve
-    device/precision/layout exactly as ``predict`` does (:class:`infer.runtime.Engine`)
+    device/precision/layout exactly as ``predict`` does (:class:`specstore.infer.runtime.Engine`)
     and measure the model's memory budget.  A call is :meth:`Engine.logits`
     over every row (plan by length under the budget, read + pad on the
     loader thread, run) plus the softmax.
     """
 
     def __init__(self, store: Path, ckpt: Path) -> None:
-        from infer.checkpoint import load_checkpoint
-        from infer.runtime import Engine, RunOptions
-        from store import open_store
+        from specstore.infer.checkpoint import load_checkpoint
+        from specstore.infer.runtime import Engine, RunOptions
+        from specstore.store import open_store
 
         self.store = open_store(str(store))
         checkpoint = load_checkpoint(ckpt)
@@ -138,9 +138,9 @@ class FixedCore:
     def __init__(self, store: Path, ckpt: Path, batch_size: int = 4) -> None:
         import torch
 
-        from infer.checkpoint import load_checkpoint
-        from infer.planner_baselines import fixed_batches
-        from store import open_store
+        from specstore.infer.checkpoint import load_checkpoint
+        from specstore.infer.planner_baselines import fixed_batches
+        from specstore.store import open_store
 
         self.store = open_store(str(store))
         self.model = load_checkpoint(ckpt).build("cpu").to(memory_format=torch.channels_last)  # type: ignore[call-overload]
@@ -149,7 +149,7 @@ class FixedCore:
     def __call__(self) -> np.ndarray:
         import torch
 
-        from infer.data import PadCollate, StoreDataset, prefetch
+        from specstore.infer.data import PadCollate, StoreDataset, prefetch
 
         out = np.zeros((len(self.store), len(LABELS)), dtype=np.float32)
         with torch.inference_mode():

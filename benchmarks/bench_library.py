@@ -14,7 +14,7 @@
    RssAnon/Pss_Anon of the main process and its workers (psutil), iterating a store with 4
    workers and with none, on a small and a large store, each in a fresh interpreter.
 4. **Reader thread vs DataLoader workers** (``library_prefetch_vs_workers1/2``): the same
-   inference pass fed by :func:`infer.data.prefetch` (the built-in commands' loader) and by a
+   inference pass fed by :func:`specstore.infer.data.prefetch` (the built-in commands' loader) and by a
    ``DataLoader`` with 1 and 2 worker processes (information: it backs the default).
 
 Each figure has its module: ``bench_library_train`` (1), ``bench_library_sampler`` (2),

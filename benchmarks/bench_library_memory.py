@@ -89,7 +89,7 @@ class _TreeSampler(threading.Thread):
 
 
 def anon_probe(store: str, workers: int, budget_mb: float, epochs: int = 1) -> dict[str, Any]:
-    """``epochs`` epochs of StoreDataset + BudgetBatchSampler + PadCollate over ``store`` with ``workers`` workers.
+    """``epochs`` epochs of StoreDataset + BudgetBatchSampler + PadCollate over ``specstore.store`` with ``workers`` workers.
 
     The workers persist across epochs.  Returns the anonymous memory (KiB) of this process and
     its workers before and at peak.
@@ -97,8 +97,8 @@ def anon_probe(store: str, workers: int, budget_mb: float, epochs: int = 1) -> d
     import torch
     from torch.utils.data import DataLoader
 
-    from infer.budget import CostModel
-    from infer.data import BudgetBatchSampler, PadCollate, StoreDataset
+    from specstore.infer.budget import CostModel
+    from specstore.infer.data import BudgetBatchSampler, PadCollate, StoreDataset
 
     torch.set_num_threads(1)
     ds = StoreDataset(store, "mel")

@@ -34,8 +34,8 @@ def _lhotse_batches(lengths: np.ndarray, max_duration: float, epochs: int, seed:
 
 
 def sampler_vs_lhotse(*, n_clips: int, epochs: int, seed: int = 1000) -> list[Figure]:
-    from infer.budget import Budget
-    from infer.data import BudgetBatchSampler
+    from specstore.infer.budget import Budget
+    from specstore.infer.data import BudgetBatchSampler
 
     budget = Budget(BUDGET, COST, max_batch=MAX_BATCH, frame_align=ALIGN)
     drawn = lengths_for("lognormal", n_clips, seed=seed)

@@ -1,10 +1,10 @@
 """The default recipe on a grid of corpora: `make train`'s defaults against the simple baselines, side by side.
 
 Each corpus of the grid is a training manifest and a test manifest of other
-works (or other contents).  Both are extracted into stores, `infer.train`
+works (or other contents).  Both are extracted into stores, `specstore.infer.train`
 runs with its defaults (no flags, as a user's `make train` does: every
-``auto`` option resolved from that training set), and `infer.evaluate`
-scores the test store with the simple baselines of `infer.baselines` fitted on
+``auto`` option resolved from that training set), and `specstore.infer.evaluate`
+scores the test store with the simple baselines of `specstore.infer.baselines` fitted on
 the same training clips, side by side, with bootstrap intervals.  Nothing
 here is chosen on a test figure: the recipe was fixed before (by grouped
 cross-validation on training data, docs/model.md), and these are reports.
@@ -16,11 +16,11 @@ The grid (``MODEL_CORPORA=full,long`` runs some of them):
 * ``long``: few works with long clips, another seed (`RC_SIZE=long`, seed 1:
   184 / 74 clips of 45-150 s), the shape of a user's first corpus;
 * ``few-works``: the full corpus's training works cut to 30 clips per class,
-  whole works (:func:`realcorpus.variants.few_works`), its test set;
+  whole works (:func:`specstore.realcorpus.variants.few_works`), its test set;
 * ``fewest-works``: the same cut to 20 clips per class (about 130 clips), the
   low end of the corpora the recipe adapts to;
 * ``soundfont-shift``: trained on two SoundFonts, tested on the other two
-  (:func:`realcorpus.variants.soundfont_shift`);
+  (:func:`specstore.realcorpus.variants.soundfont_shift`);
 * ``demo``: the synthetic demo corpus, a seeded quarter of its files (by
   content) as the test set.
 
@@ -88,14 +88,14 @@ def _full_corpus() -> Path:
 
 def _few_works(name: str, per_class: int) -> Callable[[Path], tuple[Path, Path]]:
     def manifests(work: Path) -> tuple[Path, Path]:
-        from realcorpus.variants import few_works
+        from specstore.realcorpus.variants import few_works
 
         return few_works(_full_corpus(), work / name, per_class=per_class)
     return manifests
 
 
 def _shift(work: Path) -> tuple[Path, Path]:
-    from realcorpus.variants import soundfont_shift
+    from specstore.realcorpus.variants import soundfont_shift
 
     return soundfont_shift(_full_corpus(), work / "soundfont-shift")
 
@@ -104,11 +104,11 @@ def _demo(work: Path) -> tuple[Path, Path]:
     """The demo corpus (generated when missing), a seeded quarter of its files by content as the test set."""
     import hashlib
 
-    from infer.split import split_score
+    from specstore.infer.split import split_score
 
     root = DATA / "demo-corpus"
     if not (root / ".complete").is_file():
-        from democorpus import generate_corpus
+        from specstore.democorpus import generate_corpus
 
         root = work / "demo-corpus"
         generate_corpus(root)
@@ -135,8 +135,8 @@ GRID = (
            "REALCORPUS=data/rc-small RC_SIZE=small"), "make realcorpus REALCORPUS=data/rc-small RC_SIZE=small",
            minutes=5.0),
     Corpus("long", "realcorpus long, seed 1 (184 / 74 clips of 45-150 s)", _own("RC_LONG", "rc-long",
-           "python -m realcorpus data/rc-long --size long --seed 1"),
-           "python -m realcorpus data/rc-long --size long --seed 1", minutes=5.0),
+           "python -m specstore.realcorpus data/rc-long --size long --seed 1"),
+           "python -m specstore.realcorpus data/rc-long --size long --seed 1", minutes=5.0),
     Corpus("few-works", "realcorpus full, 30 training clips per class (whole works)", _few_works("few-works", 30),
            "make realcorpus", minutes=5.0),
     Corpus("fewest-works", "realcorpus full, 20 training clips per class (whole works)",
@@ -156,8 +156,8 @@ def _not_measured(corpus: Corpus, reason: str) -> list[Figure]:
 
 def fresh_model_path(model: Path) -> Path:
     """``model`` with any earlier run at that path removed (its checkpoint and resume state), so that training
-    starts afresh: `infer.train` resumes a matching finished run, which would time nothing."""
-    from infer.train import resume_path_for
+    starts afresh: `specstore.infer.train` resumes a matching finished run, which would time nothing."""
+    from specstore.infer.train import resume_path_for
 
     for old in (model, resume_path_for(model)):
         old.unlink(missing_ok=True)
@@ -165,9 +165,9 @@ def fresh_model_path(model: Path) -> Path:
 
 
 def _measure(corpus: Corpus, work: Path, config: Any, train_csv: Path, test_csv: Path) -> list[Figure]:
-    import pipeline
-    from infer.evaluate import evaluate
-    from infer.train import train
+    from specstore import pipeline
+    from specstore.infer.evaluate import evaluate
+    from specstore.infer.train import train
 
     from .bench_backbone import available, backbone_feature, transfer_figures
 
@@ -223,15 +223,15 @@ def _measure(corpus: Corpus, work: Path, config: Any, train_csv: Path, test_csv:
 def train_step_layout(*, steps: int, repeats: int, n_bins: int = 212, frames: int = 416) -> Figure:
     """Seconds per training step of the default CNN in the contiguous layout / in channels-last (the engine's CPU
     default), side by side: the same batch (16 crops of 10 s: ``frames`` frames of
-    ``n_bins`` mel+cqt rows), forward, backward and AdamW step through ``infer.train.steps.forward_backward``,
+    ``n_bins`` mel+cqt rows), forward, backward and AdamW step through ``specstore.infer.train.steps.forward_backward``,
     ``repeats`` interleaved repeats of ``steps`` steps, order rotated; the ratio is the median of per-repeat
     ratios (> 1: channels-last is faster)."""
     import torch
 
-    from infer.defaults import PLAIN_MODEL
-    from infer.models import ModelConfig, build_model
-    from infer.runtime import Engine, RunOptions
-    from infer.train.steps import forward_backward
+    from specstore.infer.defaults import PLAIN_MODEL
+    from specstore.infer.models import ModelConfig, build_model
+    from specstore.infer.runtime import Engine, RunOptions
+    from specstore.infer.train.steps import forward_backward
 
     generator = torch.Generator().manual_seed(0)
     x = torch.randn(16, 1, n_bins, frames, generator=generator) * 20.0 - 40.0
@@ -272,7 +272,7 @@ def train_step_layout(*, steps: int, repeats: int, n_bins: int = 212, frames: in
 
 
 def run(work: Path, *, quick: bool) -> GroupResult:
-    from infer.train import TrainConfig
+    from specstore.infer.train import TrainConfig
 
     from .bench_backbone import backbone_throughput
 
@@ -284,7 +284,7 @@ def run(work: Path, *, quick: bool) -> GroupResult:
         if shutil.which("fluidsynth") is None:
             reason = "not measured: the tiny development corpus needs fluidsynth (make realcorpus-deps)"
             return GroupResult("Model quality", _not_measured(tiny, reason), method=reason)
-        from realcorpus.generate import generate
+        from specstore.realcorpus.generate import generate
 
         generate(work / "rc-tiny", size="tiny", jobs=2, progress=False)
         figures = _measure(tiny, work, TrainConfig(epochs=1, width=8, depth=2, device="cpu"), *tiny.manifests(work))
@@ -304,8 +304,8 @@ def run(work: Path, *, quick: bool) -> GroupResult:
             continue
         figures += _measure(corpus, work, TrainConfig(device="cpu"), train_csv, test_csv)
     method = ("Each corpus's training and test manifests (other works, or other contents, in the test set) are "
-              "extracted into two stores; `infer.train` runs with the defaults of `make train` (every auto option "
-              "resolved from that training set); `infer.evaluate(split='all', baselines=True)` scores the test "
+              "extracted into two stores; `specstore.infer.train` runs with the defaults of `make train` (every auto option "
+              "resolved from that training set); `specstore.infer.evaluate(split='all', baselines=True)` scores the test "
               "store with the baselines fitted on the same training clips. Intervals are percentile bootstraps over "
               "test clips (2000 resamples). The recipe was fixed by grouped cross-validation on training data "
               "before these runs; no figure here chose anything.")

@@ -1,14 +1,14 @@
 """Memory probes, each run in a fresh interpreter by the benchmarks (never imported by them).
 
     python -m benchmarks.bench_probe extract-mem AUDIO_FILE WORKDIR
-        Runs the pipeline's worker function (:func:`pipeline.tasks.run_task`,
+        Runs the pipeline's worker function (:func:`specstore.pipeline.tasks.run_task`,
         log-mel only) on one file into a new store; prints VmHWM before and after.
     python -m benchmarks.bench_probe decode-mem AUDIO_FILE BACKEND
-        Decodes one file with :func:`pipeline.audio.stream_mono` (``backend``
+        Decodes one file with :func:`specstore.pipeline.audio.stream_mono` (``backend``
         ``auto`` or ``pyav``, both decoders imported first); prints VmHWM
         before and after.
     python -m benchmarks.bench_probe predict-mem STORE CHECKPOINT CSV
-        Runs :func:`infer.predict.predict` on a store (CPU); prints the peak
+        Runs :func:`specstore.infer.predict.predict` on a store (CPU); prints the peak
         anonymous RSS (RssAnon) sampled every 2 ms by a thread, and predict's own.
 
 The last stdout line is a JSON object.
@@ -32,8 +32,8 @@ def _status_kib(field: str) -> int:
 
 
 def extract_mem(audio: str, workdir: str) -> dict[str, object]:
-    from pipeline.tasks import TaskItem, run_task
-    from store import FeatureSpec, create_store
+    from specstore.pipeline.tasks import TaskItem, run_task
+    from specstore.store import FeatureSpec, create_store
 
     spec = FeatureSpec.mel()
     store = str(Path(workdir) / "mem.zarr")
@@ -51,7 +51,7 @@ def extract_mem(audio: str, workdir: str) -> dict[str, object]:
 def decode_mem(audio: str, backend: str) -> dict[str, object]:
     import av  # noqa: F401  (imported before the baseline, as soundfile is by pipeline.audio)
 
-    from pipeline.audio import stream_mono
+    from specstore.pipeline.audio import stream_mono
 
     before = _status_kib("VmHWM")
     t0 = time.perf_counter()
@@ -83,7 +83,7 @@ class _AnonSampler(threading.Thread):
 
 
 def predict_mem(store: str, checkpoint: str, csv_out: str) -> dict[str, object]:
-    from infer.predict import predict
+    from specstore.infer.predict import predict
 
     base = _status_kib("RssAnon")
     sampler = _AnonSampler()

@@ -29,7 +29,7 @@ def _dir_bytes(p: Path) -> int:
 
 
 def run(work: Path, *, n_clips: int, n_reads: int, repeats: int) -> GroupResult:
-    from store import open_store
+    from specstore.store import open_store
 
     work.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(5)
@@ -125,7 +125,7 @@ def _zstd_one_frame_p50_ms(zstd_path: Path, zstd: Any, order_zstd: np.ndarray, i
     # One frame of a zstd shard array: zarr decompresses its whole chunk all the same.
     import zarr
 
-    from store.layout import shard_path
+    from specstore.store.layout import shard_path
 
     group = zarr.open_group(str(zstd_path), mode="r")
     arrays = [group[shard_path(name, "mel")] for name in zstd.shards]

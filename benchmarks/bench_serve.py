@@ -47,11 +47,11 @@ def serve(model: str, port: int, workers: int, max_delay_ms: float, device: str 
     from starlette.applications import Starlette
     from starlette.routing import Mount
 
-    from infer.runtime import RunOptions
-    from serving.app import Service, create_app
-    from serving.config import ServeConfig
-    from serving.model import Classifier
-    from serving.policy import BatchPolicy
+    from specstore.infer.runtime import RunOptions
+    from specstore.serving.app import Service, create_app
+    from specstore.serving.config import ServeConfig
+    from specstore.serving.model import Classifier
+    from specstore.serving.policy import BatchPolicy
 
     classifier = Classifier(model, RunOptions(device=device, progress=False))
     services = {
@@ -85,10 +85,10 @@ def _free_port() -> int:
 
 def save_model(work: Path, model: dict[str, Any]) -> Path:
     """An untrained checkpoint of ``model`` options for the default log-mel and 6 labels, at ``work/model.pt``."""
-    from infer.checkpoint import Checkpoint, save_checkpoint
-    from infer.defaults import PLAIN_MODEL
-    from infer.models import ModelConfig, build_model
-    from store import FeatureSpec
+    from specstore.infer.checkpoint import Checkpoint, save_checkpoint
+    from specstore.infer.defaults import PLAIN_MODEL
+    from specstore.infer.models import ModelConfig, build_model
+    from specstore.store import FeatureSpec
 
     spec = FeatureSpec.mel()
     labels = ["blues", "classical", "country", "jazz", "metal", "rock"]
@@ -250,7 +250,7 @@ def _phase(base: str, variant: str, payloads: list[tuple[str, bytes]], clients: 
 
 def make_files(work: Path, n: int, lo: float, hi: float, seed: int) -> tuple[list[Path], list[float]]:
     """``n`` distinct WAV files (22.05 kHz mono) with lengths the ``n`` quantiles of uniform(lo, hi) s, shuffled."""
-    from pipeline.testing import write_music_like
+    from specstore.pipeline.testing import write_music_like
 
     seconds = lo + (hi - lo) * (np.arange(n) + 0.5) / n
     order = np.random.default_rng(seed).permutation(n)

@@ -31,7 +31,7 @@ def lognormal_lengths(n: int, seed: int = 0, median_s: float = 20.0, sigma: floa
 
 def make_store(path: Path, lengths: np.ndarray, n_bins: int = 128, per_shard: int = 128) -> Path:
     """A raw store of synthetic dB-like float16 features (a spectral slope plus correlated noise)."""
-    from store import FeatureSpec, IndexRow, create_store, write_shard
+    from specstore.store import FeatureSpec, IndexRow, create_store, write_shard
 
     spec = FeatureSpec.mel(n_bins=n_bins)
     w = create_store(path, {"mel": spec}, label_names=LABELS)
@@ -105,7 +105,7 @@ def _fixed_batches(engine: Any, model: Any, store: Any, batch_size: int = 4) -> 
     """Batches of ``batch_size`` in arrival order through the same loader and autocast; returns seconds."""
     import torch
 
-    from infer.data import PadCollate, StoreDataset, prefetch
+    from specstore.infer.data import PadCollate, StoreDataset, prefetch
 
     ds = StoreDataset(store, "mel")
     batches = [list(range(i, min(i + batch_size, len(ds)))) for i in range(0, len(ds), batch_size)]
@@ -133,9 +133,9 @@ def run_figures(report: Report, work: Path, *, device: str, clips: int, repeats:
     ``deadline`` (time.perf_counter seconds) has passed."""
     import torch
 
-    from infer.defaults import PLAIN_MODEL
-    from infer.models import ModelConfig, build_model
-    from store import open_store
+    from specstore.infer.defaults import PLAIN_MODEL
+    from specstore.infer.models import ModelConfig, build_model
+    from specstore.store import open_store
 
     t0 = time.perf_counter()
     lengths = lognormal_lengths(clips)
@@ -163,8 +163,8 @@ def _train_ckpt_figure(device: str) -> tuple[Any, ...]:
     import torch
     import torch.nn.functional as F
 
-    from infer.defaults import PLAIN_MODEL
-    from infer.models import ModelConfig, build_model
+    from specstore.infer.defaults import PLAIN_MODEL
+    from specstore.infer.models import ModelConfig, build_model
 
     peaks = {}
     frames = 2048 if device == "cuda" else 64
@@ -193,8 +193,8 @@ def _train_ckpt_figure(device: str) -> tuple[Any, ...]:
 def _throughput_figures(report: Report, net: Any, store: Any, rows: np.ndarray, lengths: np.ndarray, *, device: str,
                         repeats: int, deadline: float) -> None:
     """``gpu_infer_vs_fixed4`` and ``gpu_oom_retries``: the engine's loop with its defaults vs batches of 4."""
-    from infer.runtime import Engine, RunOptions
-    from store import open_store
+    from specstore.infer.runtime import Engine, RunOptions
+    from specstore.store import open_store
 
     # 1. throughput: the engine's loop (defaults) vs batches of 4, same autocast and loader
     engine = Engine(RunOptions(device=device, progress=False))
@@ -232,7 +232,7 @@ def _memory_figures(report: Report, net: Any, store: Any, rows: np.ndarray, *, d
     returns that engine, its model, its budget and the idle fraction of its run."""
     import torch
 
-    from infer.runtime import Engine, RunOptions
+    from specstore.infer.runtime import Engine, RunOptions
 
     # 2. memory: peak allocated vs a budget the planner can fill (many clips per batch allowed)
     big = Engine(RunOptions(device=device, progress=False, max_batch=4096, budget_mb=budget_mb))
@@ -274,7 +274,7 @@ def _memory_figures(report: Report, net: Any, store: Any, rows: np.ndarray, *, d
 def _idle_figure(report: Report, net: Any, store: Any, rows: np.ndarray, idle_big: float, b_big: Any, *,
                  device: str, budget_mb: float, deadline: float) -> None:
     """``gpu_idle_fraction``: the idle share between forwards, reader thread vs 4 and 8 DataLoader workers."""
-    from infer.runtime import Engine, RunOptions
+    from specstore.infer.runtime import Engine, RunOptions
 
     # 3. the loader keeps the GPU busy: idle share between forwards, thread vs DataLoader workers
     idle = {"thread, budget-bound batches": idle_big}

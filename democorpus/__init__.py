@@ -18,17 +18,17 @@ Like real genres, neighbouring styles overlap, so the corpus is learnable but
 not trivially separable (``make demo``'s CNN scores about 0.85-0.95 on the
 held-out split, not 1.0):
 
-* shared instruments and feels (:mod:`~democorpus.parts`): jazz, hip-hop and
+* shared instruments and feels (:mod:`~specstore.democorpus.parts`): jazz, hip-hop and
   reggae share piano, electric piano, organ, upright bass, horn lines and swung
   hats (hip-hop samples jazz; jazz ballads have brushes or no drums); ambient,
   classical and techno share pads (classical adagios, ambient's piano and harp,
   techno breakdowns); rock and techno share drive (techno's distorted bass and
   backbeat snare, rock's four-on-the-floor and synth pads); some ambient has a
   soft techno pulse; tempo ranges overlap;
-* song form (:mod:`~democorpus.form`): a file is an excerpt of a song whose
+* song form (:mod:`~specstore.democorpus.form`): a file is an excerpt of a song whose
   sections (intro, breakdown, groove, solo, full band) mute stems by role and
   change the level, so a short file may hold no drums, or drums alone;
-* recordings (:mod:`~democorpus.recording`): shelf EQ, compression, clipping,
+* recordings (:mod:`~specstore.democorpus.recording`): shelf EQ, compression, clipping,
   hum, hiss and the medium (clean, low bitrate, tape, cheap speaker, AM radio,
   telephone) vary independently of the style.
 
@@ -57,23 +57,27 @@ for 44.1 kHz stereo), so about a minute and a half on 2 idle cores.
 
 Modules, in the order a file is made:
 
-* :mod:`~democorpus.plan`: styles, formats, durations, one :class:`ClipPlan` per file;
-* :mod:`~democorpus.dsp`, :mod:`~democorpus.instruments`, :mod:`~democorpus.drums`,
-  :mod:`~democorpus.score`: signal primitives, pitched instruments, drum kit, notes;
-* :mod:`~democorpus.parts`: instruments and parts several styles share;
-* :mod:`~democorpus.styles`: the seven recipes, each returning an
-  :class:`~democorpus.arrangement.Arrangement` of stems (with roles) and its song
-  form (:mod:`~democorpus.form`);
-* :mod:`~democorpus.render`: form, balance, pan, reverb, the recording chain
-  (:mod:`~democorpus.recording`), resample, master (:func:`render_clip`);
-* :mod:`~democorpus.encode`: file bytes (:func:`encode_clip`);
-* :mod:`~democorpus.generate`: the folder and the worker processes (:func:`generate_corpus`);
-* :mod:`~democorpus.cli`: ``python -m democorpus`` / ``specstore-demo-corpus``.
+* :mod:`~specstore.democorpus.plan`: styles, formats, durations, one :class:`ClipPlan` per file;
+* :mod:`~specstore.democorpus.dsp`, :mod:`~specstore.democorpus.instruments`, :mod:`~specstore.democorpus.drums`,
+  :mod:`~specstore.democorpus.score`: signal primitives, pitched instruments, drum kit, notes;
+* :mod:`~specstore.democorpus.parts`: instruments and parts several styles share;
+* :mod:`~specstore.democorpus.styles`: the seven recipes, each returning an
+  :class:`~specstore.democorpus.arrangement.Arrangement` of stems (with roles) and its song
+  form (:mod:`~specstore.democorpus.form`);
+* :mod:`~specstore.democorpus.render`: form, balance, pan, reverb, the recording chain
+  (:mod:`~specstore.democorpus.recording`), resample, master (:func:`render_clip`);
+* :mod:`~specstore.democorpus.encode`: file bytes (:func:`encode_clip`);
+* :mod:`~specstore.democorpus.generate`: the folder and the worker processes (:func:`generate_corpus`);
+* :mod:`~specstore.democorpus.cli`: ``python -m specstore.democorpus`` / ``specstore-demo-corpus``.
 
-The package depends on ``store`` only for the project's error classes and CLI
+The package depends on ``specstore.store`` only for the project's error classes and CLI
 error handler; nothing else in the project imports it except tests and examples.
 """
 
+
+if __name__ != "specstore.democorpus":  # one name per module: the folder is imported through specstore/
+    raise ImportError(f"specstore's democorpus/ is the package specstore.democorpus; import it by that name, not as "
+                      f"{__name__!r}")
 from .cli import main
 from .encode import encode_clip
 from .generate import CorpusSummary, generate_corpus

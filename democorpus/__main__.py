@@ -1,4 +1,4 @@
-"""``python -m democorpus OUT_DIR [options]``: see :mod:`democorpus.cli`."""
+"""``python -m specstore.democorpus OUT_DIR [options]``: see :mod:`specstore.democorpus.cli`."""
 
 import sys
 

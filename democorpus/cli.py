@@ -1,4 +1,4 @@
-"""``python -m democorpus`` (installed as ``specstore-demo-corpus``): write the demo corpus."""
+"""``python -m specstore.democorpus`` (installed as ``specstore-demo-corpus``): write the demo corpus."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ import logging
 import sys
 from collections.abc import Sequence
 
-from store import run_cli
-from store.limits import Limit
-from store.options import bounded_argument
+from specstore.store import run_cli
+from specstore.store.limits import Limit
+from specstore.store.options import bounded_argument
 
 from .generate import generate_corpus
 from .plan import FORMATS, MAX_SECONDS, MEDIAN_SECONDS, MIN_SECONDS, STYLES, DemoCorpusError
@@ -19,7 +19,7 @@ __all__ = ["build_parser", "main"]
 logger = logging.getLogger(__name__)
 
 
-COMMAND = "python -m democorpus"
+COMMAND = "python -m specstore.democorpus"
 
 PER_STYLE = Limit(1, 100_000, "files per style; 100 000 files of each of the 7 styles is some 3 000 hours of audio")
 SEED = Limit(0, 2**32 - 1, "a 32-bit seed, as the other commands take")

@@ -1,4 +1,4 @@
-"""Pitched instruments: harmonic spectra for :func:`~democorpus.dsp.voice`, plucked strings, FM bells.
+"""Pitched instruments: harmonic spectra for :func:`~specstore.democorpus.dsp.voice`, plucked strings, FM bells.
 
 A spectrum is an array of harmonic amplitudes (entry ``k - 1`` is harmonic
 ``k``; ``h`` is how many).  Frequencies are in Hz, lengths in samples at

@@ -2,8 +2,8 @@
 
 Jazz, hip-hop and reggae share pianos, electric pianos, organs, upright bass
 and horn lines; ambient, classical and techno share pads; any style may be
-heard through vinyl.  Instruments are :data:`~democorpus.score.Instrument`
-factories; parts return notes (:data:`~democorpus.score.Note`) or a stem's
+heard through vinyl.  Instruments are :data:`~specstore.democorpus.score.Instrument`
+factories; parts return notes (:data:`~specstore.democorpus.score.Note`) or a stem's
 samples.  Times are in seconds, pitches MIDI numbers, frequencies Hz.
 """
 

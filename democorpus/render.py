@@ -4,7 +4,7 @@ master.
 Instruments are synthesised at :data:`SYNTH_SR` (22 050 Hz, the rate the
 features use).  The mix applies the song form (stems muted and unmuted by role,
 section levels), moves every stem's level by up to +-4 dB and the reverb's by
-up to +-6 dB; the recording chain (:mod:`~democorpus.recording`: EQ,
+up to +-6 dB; the recording chain (:mod:`~specstore.democorpus.recording`: EQ,
 compression, clipping, hum, hiss, band limits) follows; 44.1 kHz files are then
 upsampled (polyphase) before the full-band noise floor is added.  Mastering sets
 the RMS level to a random value in :data:`LOUDNESS_DBFS` (dB relative to full

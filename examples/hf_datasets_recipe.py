@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 from datasets import Array2D, ClassLabel, Dataset, Features, Value
 
-from store import ConfigError, Store, open_store
+from specstore.store import ConfigError, Store, open_store
 
 __all__ = ["hf_features", "to_hf_dataset"]
 

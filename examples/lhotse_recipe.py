@@ -36,8 +36,8 @@ from lhotse.dataset.collation import collate_features
 from lhotse.features import Features
 from lhotse.features.io import FeaturesReader, register_reader
 
-from infer.budget import Budget
-from store import ConfigError, Store, open_store
+from specstore.infer.budget import Budget
+from specstore.store import ConfigError, Store, open_store
 
 __all__ = ["STORAGE_TYPE", "GenreCutDataset", "SpecstoreReader", "cuts_from_store", "max_duration_for"]
 
@@ -149,7 +149,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     from lhotse.dataset import DynamicBucketingSampler
     from torch.utils.data import DataLoader
 
-    from infer.budget import Budget
+    from specstore.infer.budget import Budget
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("store")

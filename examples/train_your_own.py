@@ -16,10 +16,10 @@ What it does (every step is ordinary PyTorch; specstore supplies the data pieces
 4. evaluates on the whole held-out clips (sorted, unshuffled batches under the inference budget);
 5. saves a specstore checkpoint (``Checkpoint.from_model(..., model_spec=ModelSpec(...))`` and
    ``save_checkpoint``): the model is recorded by import path and JSON arguments, never pickled;
-6. runs ``infer.predict`` on that checkpoint, as ``make infer`` would, and checks that its
+6. runs ``specstore.infer.predict`` on that checkpoint, as ``make infer`` would, and checks that its
    probabilities for the held-out clips are the ones step 4 computed.
 
-The checkpoint names the model ``train_your_own:GenreNet``, so ``make infer``/``infer.predict``
+The checkpoint names the model ``train_your_own:GenreNet``, so ``make infer``/``specstore.infer.predict``
 can rebuild it wherever this file's folder is importable (``PYTHONPATH=examples``) and the caller
 trusts that code (``--trust-model-code``, ``trust_model_code=True``, or the
 ``SPECSTORE_TRUSTED_MODULES`` allow-list: importing a module runs it); a model in your own
@@ -40,19 +40,19 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.utils.data import DataLoader
 
-import infer
-from infer.checkpoint import Checkpoint, save_checkpoint
-from infer.contract import ModelSpec
-from infer.cost import measure_cost_per_frame
-from infer.data import BudgetBatchSampler, PadCollate, StoreDataset  # the three imports
-from store import open_store
+from specstore import infer
+from specstore.infer.checkpoint import Checkpoint, save_checkpoint
+from specstore.infer.contract import ModelSpec
+from specstore.infer.cost import measure_cost_per_frame
+from specstore.infer.data import BudgetBatchSampler, PadCollate, StoreDataset  # the three imports
+from specstore.store import open_store
 
 #: The import path the checkpoint records (``__main__`` is not importable later, the file's name is).
 MODULE = Path(__file__).stem if __name__ == "__main__" else __name__
 
 
 class GenreNet(nn.Module):
-    """A small user model following specstore's model contract (:mod:`infer.contract`).
+    """A small user model following specstore's model contract (:mod:`specstore.infer.contract`).
 
     ``x``: ``(B, 1, n_bins, T)`` dB values, zero beyond each clip's ``lengths`` (frames).
     Two 1-D convolutions over time (the mel bins are the input channels), the second with

@@ -2,30 +2,34 @@
 
 Read it as:
 
-* engine: :mod:`infer.runtime` (:class:`Engine`, :class:`RunOptions`) on
-  :mod:`infer.device` (device, precision, memory figures) and
-  :mod:`infer.cost` (a model's measured bytes per padded clip-frame);
-* planner and budget: :mod:`infer.budget` (the one cost rule) and
-  :mod:`infer.planner` (length-binned batches under it);
-* models: :mod:`infer.contract` (what any model needs), :mod:`infer.models`
-  (masked CNN / ResNet), :mod:`infer.windows` (over-long clips),
-  :mod:`infer.checkpoint`, :mod:`infer.shipped` (the shipped models by name: the musicnn taggers);
-* data: :mod:`infer.data` (Dataset, BatchSampler, collate, prefetch), :mod:`infer.collate`,
-  :mod:`infer.augment`, :mod:`infer.split`;
-* train: :mod:`infer.train` (a head on a shipped backbone: :mod:`infer.train.transfer`, and the recipe's
-  choice of it: :mod:`infer.train.choice`); predict: :mod:`infer.predict`; eval:
-  :mod:`infer.evaluate` (:mod:`infer.metrics`, :mod:`infer.plots`); the
-  predictions CSV: :mod:`infer.predictions`; notebooks: :mod:`infer.explore`
+* engine: :mod:`specstore.infer.runtime` (:class:`Engine`, :class:`RunOptions`) on
+  :mod:`specstore.infer.device` (device, precision, memory figures) and
+  :mod:`specstore.infer.cost` (a model's measured bytes per padded clip-frame);
+* planner and budget: :mod:`specstore.infer.budget` (the one cost rule) and
+  :mod:`specstore.infer.planner` (length-binned batches under it);
+* models: :mod:`specstore.infer.contract` (what any model needs), :mod:`specstore.infer.models`
+  (masked CNN / ResNet), :mod:`specstore.infer.windows` (over-long clips),
+  :mod:`specstore.infer.checkpoint`, :mod:`specstore.infer.shipped` (the shipped models by name: the musicnn taggers);
+* data: :mod:`specstore.infer.data` (Dataset, BatchSampler, collate, prefetch), :mod:`specstore.infer.collate`,
+  :mod:`specstore.infer.augment`, :mod:`specstore.infer.split`;
+* train: :mod:`specstore.infer.train` (a head on a shipped backbone: :mod:`specstore.infer.train.transfer`, and the recipe's
+  choice of it: :mod:`specstore.infer.train.choice`); predict: :mod:`specstore.infer.predict`; eval:
+  :mod:`specstore.infer.evaluate` (:mod:`specstore.infer.metrics`, :mod:`specstore.infer.plots`); the
+  predictions CSV: :mod:`specstore.infer.predictions`; notebooks: :mod:`specstore.infer.explore`
   (built on the above; nothing here imports it).
 
-``infer.predict(store, model, out_csv)``, ``infer.train(store, model_path)``
-and ``infer.evaluate(store, model, out_dir)`` are what ``make infer``, ``make
+``specstore.infer.predict(store, model, out_csv)``, ``specstore.infer.train(store, model_path)``
+and ``specstore.infer.evaluate(store, model, out_dir)`` are what ``make infer``, ``make
 train`` and ``make eval`` run.
 """
 
+
+if __name__ != "specstore.infer":  # one name per module: the folder is imported through specstore/
+    raise ImportError(f"specstore's infer/ is the package specstore.infer; import it by that name, not as "
+                      f"{__name__!r}")
 from typing import TYPE_CHECKING
 
-from store.lazy import lazy_package
+from specstore.store.lazy import lazy_package
 
 __all__ = lazy_package(__name__, {
     "budget": ("Budget", "CostModel", "PlanError"),

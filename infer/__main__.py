@@ -1,4 +1,4 @@
-"""``python -m infer COMMAND ...``: predict, plan, init, train, eval (see :mod:`infer.cli`)."""
+"""``python -m specstore.infer COMMAND ...``: predict, plan, init, train, eval (see :mod:`specstore.infer.cli`)."""
 
 import sys
 

@@ -1,7 +1,7 @@
 """Training-time augmentation of one item's features, drawn from a generator seeded per item and epoch.
 
 Pure functions of their inputs and a ``numpy.random.Generator`` that
-:class:`infer.data.StoreDataset` seeds from ``(seed, epoch, index)``, so a
+:class:`specstore.infer.data.StoreDataset` seeds from ``(seed, epoch, index)``, so a
 resumed run, a worker process or another rank draws exactly what an
 uninterrupted single-process run would.  Masks stay inside each clip's real
 frames: padding is added later by the collate and stays zero.

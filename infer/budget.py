@@ -6,7 +6,7 @@ model's time stride, ``frame_align``) is charged
     ``B * T * cost_per_frame + fixed_overhead``  bytes.
 
 :class:`CostModel` holds the two numbers measured for a model
-(:func:`infer.cost.measure_cost_per_frame`); :class:`Budget` adds the bytes
+(:func:`specstore.infer.cost.measure_cost_per_frame`); :class:`Budget` adds the bytes
 one batch may use, the largest batch size and the alignment, and answers
 every question the rest of the package asks: a batch's bytes, whether it
 fits, the longest window one clip may run in, the padded length of a clip.
@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from store import ConfigError
+from specstore.store import ConfigError
 
 from .defaults import MAX_BATCH
 
@@ -49,7 +49,7 @@ CPU_BATCH_OVERHEAD_FRAMES = 64.0
 beyond its frames, so the planner may split wherever that saves padding (docs/serving.md)."""
 
 TRAINING_BATCH_OVERHEAD_FRAMES = 4096.0
-"""The price of one more batch in a shuffled training plan (:func:`infer.planner.shuffled_training_plan`),
+"""The price of one more batch in a shuffled training plan (:func:`specstore.infer.planner.shuffled_training_plan`),
 padded frames."""
 
 
@@ -95,7 +95,7 @@ class CostModel:
 
 @dataclass(frozen=True)
 class Budget:
-    """What one batch may cost, and the rule that charges it; a :class:`~infer.constraints.BatchConstraint`.
+    """What one batch may cost, and the rule that charges it; a :class:`~specstore.infer.constraints.BatchConstraint`.
 
     ``budget_bytes``: bytes one batch may use; ``cost_per_frame``: bytes per
     padded clip-frame; ``fixed_overhead``: bytes per batch whatever its size;
@@ -178,7 +178,7 @@ class Budget:
     # -- the batch-constraint interface (infer.constraints.BatchConstraint) ---------------------------
     def plan(self, lengths: np.ndarray, *, batch_overhead_frames: float | None = None,
              pad_to: int | None = None) -> Plan:
-        """The planner's length-sorted batches of ``lengths`` under this budget (:func:`infer.planner.plan_batches`;
+        """The planner's length-sorted batches of ``lengths`` under this budget (:func:`specstore.infer.planner.plan_batches`;
         ``batch_overhead_frames`` None: its default)."""
         from .planner import plan_batches  # the planner builds on this module
 

@@ -18,7 +18,7 @@ probabilities: ``make infer``, ``make eval``, ``specstore classify`` and
 Multi-label tag models (``outputs == "tags"``, independent sigmoid scores)
 are not calibrated: temperature scaling applies to single-label softmax
 heads only.  :func:`probabilities` gives them plain sigmoids, their
-:attr:`~infer.checkpoint.Checkpoint.calibration` is always uncalibrated, and
+:attr:`~specstore.infer.checkpoint.Checkpoint.calibration` is always uncalibrated, and
 their outputs carry no calibration column or key at all (no
 ``uncalibrated`` marker either: their scores are not one distribution).
 
@@ -37,8 +37,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from store import ConfigError
-from store.limits import Limit
+from specstore.store import ConfigError
+from specstore.store.limits import Limit
 
 __all__ = ["ECE_BINS", "TEMPERATURE_BOUNDS", "TEMPERATURE_LIMIT", "UNCALIBRATED", "Calibration", "calibration_fields",
            "calibration_report", "calibration_text", "expected_calibration_error", "fit_temperature", "probabilities"]
@@ -142,7 +142,7 @@ def probabilities(logits: np.ndarray, calibration: Calibration | None = None, ou
     ``outputs == "classes"`` (a single-label model): ``softmax(logits / T)``
     with ``calibration``'s temperature, or the plain softmax when
     ``calibration`` is None or uncalibrated.  ``outputs == "tags"`` (a
-    multi-label tagger, :mod:`infer.shipped`): each label's own sigmoid,
+    multi-label tagger, :mod:`specstore.infer.shipped`): each label's own sigmoid,
     never temperature-scaled (``calibration`` is ignored).  A subset of the
     labels (``--labels``) is taken from these columns afterwards, so it
     never changes a softmax's normalisation.

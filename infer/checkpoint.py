@@ -1,10 +1,10 @@
 """Checkpoints: weights plus everything needed to use them, in a pickle-free format.
 
 A checkpoint is a ``torch.save`` file of plain containers: the model as a
-:class:`~infer.contract.ModelSpec` (an architecture's name with its
-config, :mod:`infer.models.registry`, or an import path
+:class:`~specstore.infer.contract.ModelSpec` (an architecture's name with its
+config, :mod:`specstore.infer.models.registry`, or an import path
 ``package.module:Class`` with JSON keyword arguments), the
-label names, the feature name and its full :class:`store.FeatureSpec`, the
+label names, the feature name and its full :class:`specstore.store.FeatureSpec`, the
 ``state_dict`` tensors and a small JSON-able ``extra`` dict (training
 history, ...).  It is loaded with ``torch.load(weights_only=True)``, which
 refuses arbitrary Python objects, so opening a checkpoint runs no code.
@@ -13,7 +13,7 @@ the module its import path names (or, for an architecture registered from
 user code and not registered in this process, its recorded builder's
 module), which runs that module's code, so :meth:`Checkpoint.build` does it
 only when trusted (``trust_model_code``, or the ``SPECSTORE_TRUSTED_MODULES``
-allow-list; :mod:`infer.trust`).
+allow-list; :mod:`specstore.infer.trust`).
 """
 
 from __future__ import annotations
@@ -30,8 +30,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from store import ConfigError, FeatureSpec, SpecstoreError, Store, atomic_path, spec_differences
-from store.spec_command import extraction_command
+from specstore.store import ConfigError, FeatureSpec, SpecstoreError, Store, atomic_path, spec_differences
+from specstore.store.spec_command import extraction_command
 
 from .calibration import Calibration
 from .contract import ModelSpec, spec_of
@@ -73,7 +73,7 @@ class Checkpoint:
     @property
     def outputs(self) -> str:
         """How the logits read: ``"tags"`` (independent sigmoid scores, a multi-label tagger such as a shipped
-        musicnn, :mod:`infer.shipped`) or ``"classes"`` (one softmax over the labels, every trained model)."""
+        musicnn, :mod:`specstore.infer.shipped`) or ``"classes"`` (one softmax over the labels, every trained model)."""
         return "tags" if self.extra.get("outputs") == "tags" else "classes"
 
     @property
@@ -89,7 +89,7 @@ class Checkpoint:
     @property
     def calibration(self) -> Calibration:
         """How its logits become probabilities: the temperature fitted on the validation clips after training
-        (``extra["calibration"]``), or uncalibrated (:mod:`infer.calibration`); always uncalibrated for a
+        (``extra["calibration"]``), or uncalibrated (:mod:`specstore.infer.calibration`); always uncalibrated for a
         tagger (``outputs == "tags"``: independent sigmoid scores take no temperature)."""
         return Calibration.of(self.extra, self.outputs)
 
@@ -98,7 +98,7 @@ class Checkpoint:
 
         A user model (an import path) is built only when ``trust_model_code``
         (True, or the trusted import paths / modules) or the allow-list trusts
-        it; otherwise :class:`~infer.trust.UntrustedModelError`, before its
+        it; otherwise :class:`~specstore.infer.trust.UntrustedModelError`, before its
         module is imported.
         """
         try:
@@ -124,7 +124,7 @@ class Checkpoint:
                    model_spec: ModelSpec | None = None) -> Checkpoint:
         """A checkpoint of ``model``'s current weights; ``spec``: the feature's spec (or every part's, for a
         ``"mel+cqt"`` feature); ``model_spec`` says how to rebuild a user model (default:
-        :func:`infer.contract.spec_of`)."""
+        :func:`specstore.infer.contract.spec_of`)."""
         state = {k: v.detach().cpu().clone(memory_format=torch.contiguous_format)
                  for k, v in model.state_dict().items()}
         specs = {feature: spec} if isinstance(spec, FeatureSpec) else dict(spec)
@@ -243,7 +243,7 @@ def _check_model_input(ckpt: Checkpoint, path: Path) -> None:
 
 
 def _check_model_config(model: ModelSpec, path: Path) -> None:
-    """An architecture's config, checked against its bounds (:class:`~infer.models.ModelConfig`: every
+    """An architecture's config, checked against its bounds (:class:`~specstore.infer.models.ModelConfig`: every
     field, the time stride and the parameter count) when the checkpoint is read, before any tensor of the
     model is allocated; one line naming the field, the value and the bound.  (An architecture registered from
     user code that this process has not registered is checked when it is built, after its module is trusted
@@ -263,7 +263,7 @@ def _check_model_config(model: ModelSpec, path: Path) -> None:
 def check_store_matches(ckpt: Checkpoint, store: Store) -> None:
     """Refuse a store whose features differ from the ones the checkpoint was trained on: one line naming every
     difference (a feature the store lacks, every field that differs) and the ``make features`` line that extracts
-    the model's features, with its settings, into a new store (:func:`store.spec_command.extraction_command`)."""
+    the model's features, with its settings, into a new store (:func:`specstore.store.spec_command.extraction_command`)."""
     problems = []
     for name, spec in ckpt.specs.items():
         have = store.specs.get(name)

@@ -1,12 +1,12 @@
 """The inference side's commands: ``predict``, ``plan``, ``init``, ``train``, ``eval``.
 
-``python -m infer <command> ...`` runs any of them; each is also a console
+``python -m specstore.infer <command> ...`` runs any of them; each is also a console
 command of its own (``specstore-infer``, ``specstore-plan``,
 ``specstore-init-model``, ``specstore-train``, ``specstore-eval``), and the
 Make targets call these.  Every failure a user can cause (missing store or
 checkpoint, spec mismatch, no GPU, a store without labels, a bad option) is
 one line on stderr, ``specstore: error: ...``, and exit status 2
-(:func:`store.run_cli`).
+(:func:`specstore.store.run_cli`).
 
 The parsers, the option checks and the path checks (a missing store or
 checkpoint) need no torch: torch, zarr and the models are imported inside
@@ -23,10 +23,10 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from store import ConfigError, StoreError, run_cli
-from store.atomic import check_output_path, output_target
-from store.options import add_options, given
-from store.presence import check_store_present
+from specstore.store import ConfigError, StoreError, run_cli
+from specstore.store.atomic import check_output_path, output_target
+from specstore.store.options import add_options, given
+from specstore.store.presence import check_store_present
 
 from .cli_options import CvOptions, EvalOptions, InitOptions, PlanOptions, PredictOptions
 from .defaults import PLAIN_MODEL
@@ -39,7 +39,7 @@ __all__ = ["COMMANDS", "build_parser", "main"]
 
 
 RUN_FIELDS = ("device", "precision", "budget_mb", "max_batch")
-"""Run options a command passes to :class:`RunOptions` only when given (their defaults: :mod:`infer.defaults`)."""
+"""Run options a command passes to :class:`RunOptions` only when given (their defaults: :mod:`specstore.infer.defaults`)."""
 MACHINE_FIELDS = ("margin_mb", "threads")
 """Run options of this machine that training takes from the command line, not from its recorded config."""
 
@@ -68,8 +68,8 @@ def _machine(args: argparse.Namespace) -> dict[str, Any]:
 
 def _check_checkpoint(model: str | None) -> None:
     """A checkpoint path that is not a file is one line before torch is imported (loading it would say the
-    same, seconds later); an import path ``package.module:Class`` (:mod:`infer.contract`) is left to the
-    loader, and a shipped model's name (:mod:`infer.shipped`) is taken as it is."""
+    same, seconds later); an import path ``package.module:Class`` (:mod:`specstore.infer.contract`) is left to the
+    loader, and a shipped model's name (:mod:`specstore.infer.shipped`) is taken as it is."""
     from .shipped import is_shipped, no_checkpoint_hint
 
     if model is not None and ":" not in model and not Path(model).is_file() and not is_shipped(model):
@@ -105,7 +105,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     options = _run_options(args)  # bad options first, before the store is opened
     check_store_present(args.store)
     _check_checkpoint(args.model)
-    from store import open_store
+    from specstore.store import open_store
 
     from .models import build_model
     from .runtime import Engine
@@ -129,7 +129,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 def cmd_init(args: argparse.Namespace) -> int:
     check_store_present(args.store)
-    from store import open_store
+    from specstore.store import open_store
 
     s = open_store(args.store)
     if not s.label_names:
@@ -326,8 +326,8 @@ _INTERRUPTED = {
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The ``python -m infer`` parser: one sub-command per entry of :data:`COMMANDS`."""
-    parser = argparse.ArgumentParser(prog="python -m infer",
+    """The ``python -m specstore.infer`` parser: one sub-command per entry of :data:`COMMANDS`."""
+    parser = argparse.ArgumentParser(prog="python -m specstore.infer",
                                      description="Train, run and evaluate classifiers on a specstore feature store.")
     sub = parser.add_subparsers(dest="command", required=True)
     for name, (_, help_text, build, run) in COMMANDS.items():
@@ -345,12 +345,12 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m infer COMMAND ...``."""
+    """``python -m specstore.infer COMMAND ...``."""
     return _run(build_parser().parse_args(argv))
 
 
 def _console(command: str) -> Callable[[Sequence[str] | None], int]:
-    """The console command for one sub-command (``specstore-train ...`` = ``python -m infer train ...``)."""
+    """The console command for one sub-command (``specstore-train ...`` = ``python -m specstore.infer train ...``)."""
     prog, help_text, build, run = COMMANDS[command]
 
     def entry(argv: Sequence[str] | None = None) -> int:

@@ -1,18 +1,18 @@
 """The options of the inference commands that are not run options or training options, one dataclass each.
 
-Each field is one option of ``python -m infer <command>`` (its default and
-help here, :mod:`store.options` makes the option), so no command line
+Each field is one option of ``python -m specstore.infer <command>`` (its default and
+help here, :mod:`specstore.store.options` makes the option), so no command line
 spells a default of its own.  The run options are
-:class:`~infer.run_options.RunOptions`, the training options
-:class:`~infer.train.config.TrainConfig`.  Pure: no torch.
+:class:`~specstore.infer.run_options.RunOptions`, the training options
+:class:`~specstore.infer.train.config.TrainConfig`.  Pure: no torch.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from store.limits import bounded, field_limit
-from store.options import described, option
+from specstore.store.limits import bounded, field_limit
+from specstore.store.options import described, option
 
 from .defaults import EVAL_SPLITS, MAX_SEED
 from .model_config import ARCHS, ModelConfig
@@ -29,7 +29,7 @@ LABELS_HELP = ("list only these of the model's labels (comma-separated, e.g. roc
 __all__ = ["CvOptions", "EvalOptions", "InitOptions", "PlanOptions", "PredictOptions"]
 
 MAX_TOPK = field_limit(ModelConfig, "n_classes").upper
-"""Most labels a clip lists: as many as a model may have (:class:`~infer.model_config.ModelConfig`'s
+"""Most labels a clip lists: as many as a model may have (:class:`~specstore.infer.model_config.ModelConfig`'s
 ``n_classes``)."""
 
 

@@ -1,7 +1,7 @@
 """Clips the engine runs on, by index: the :class:`ClipSource` protocol, one :class:`Item`, clips in memory.
 
-:meth:`infer.runtime.Engine.clip_logits` runs any :class:`ClipSource`: a
-store's :class:`~infer.store_dataset.StoreDataset` or the
+:meth:`specstore.infer.runtime.Engine.clip_logits` runs any :class:`ClipSource`: a
+store's :class:`~specstore.infer.store_dataset.StoreDataset` or the
 :class:`ArrayDataset` of clips that never went into a store
 (``specstore classify``, the server's queued uploads).
 """
@@ -15,7 +15,7 @@ from typing import Protocol
 import numpy as np
 from torch.utils.data import Dataset
 
-from store import ConfigError
+from specstore.store import ConfigError
 
 __all__ = ["ArrayDataset", "ClipSource", "Item"]
 
@@ -31,7 +31,7 @@ class Item:
 
 
 class ClipSource(Protocol):
-    """What :meth:`infer.runtime.Engine.clip_logits` runs on: whole clips by index.
+    """What :meth:`specstore.infer.runtime.Engine.clip_logits` runs on: whole clips by index.
 
     :class:`StoreDataset` (clips in a store) and :class:`ArrayDataset`
     (clips in memory) both are one.  ``lengths``: frames per clip (int64);

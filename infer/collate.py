@@ -6,7 +6,7 @@ DataLoader ``collate_fn`` over dataset items.
 Padding is zeros in time, to the batch's own longest clip (optionally rounded
 up to a multiple, e.g. the model's time stride, so the planner's padded length
 is exactly what runs).  Values are copied unchanged: input normalisation is
-the model's job (a fixed affine dB map in :class:`infer.models.ModelConfig`,
+the model's job (a fixed affine dB map in :class:`specstore.infer.models.ModelConfig`,
 applied and re-masked inside the model), so a clip's normalised values never
 depend on its batch-mates or on padding.
 """
@@ -20,7 +20,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from store import ConfigError
+from specstore.store import ConfigError
 
 from .budget import align_frames
 from .clip_source import Item
@@ -130,7 +130,7 @@ def collate(
 
 
 class PadCollate:
-    """``collate_fn``: items to a :class:`~infer.collate.Batch` padded to the batch's longest clip.
+    """``collate_fn``: items to a :class:`~specstore.infer.collate.Batch` padded to the batch's longest clip.
 
     ``multiple_of``: round the padded length up to it (the model's time
     stride); ``pad_to``: pad every batch to exactly this many frames (equal

@@ -6,11 +6,11 @@ samplers take a ``SamplingConstraint``:
 
 * :meth:`BatchConstraint.plan`: these clips (frames each, in arrival
   order) as batches in run order, with the clips too long for any batch
-  left for windows (:class:`~infer.planner.Plan`);
+  left for windows (:class:`~specstore.infer.planner.Plan`);
 * :meth:`BatchConstraint.full`: whether a batch being filled can take no
   further clip of its length (the online batcher closes it at once).
 
-Two kinds implement it: a memory :class:`~infer.budget.Budget` (the
+Two kinds implement it: a memory :class:`~specstore.infer.budget.Budget` (the
 planner's length-sorted batches that never exceed it) and
 :class:`FixedBatch` (``size`` clips in arrival order whatever their
 lengths: the baseline the planner is measured against, what
@@ -32,7 +32,7 @@ __all__ = ["BatchConstraint", "FixedBatch"]
 
 @runtime_checkable
 class BatchConstraint(Protocol):
-    """A rule for cutting clips into batches; :class:`~infer.budget.Budget` and :class:`FixedBatch` are two."""
+    """A rule for cutting clips into batches; :class:`~specstore.infer.budget.Budget` and :class:`FixedBatch` are two."""
 
     def plan(self, lengths: np.ndarray, *, batch_overhead_frames: float | None = None,
              pad_to: int | None = None) -> Plan:
@@ -58,7 +58,7 @@ class FixedBatch:
     ``budget``: with one, a clip too long for a batch of one under it is
     left out of the batches (``Plan.too_long``: the engine runs it in
     windows); the batches themselves are not checked against it, as a
-    plain fixed-size loader would not.  Raises :class:`~infer.budget.PlanError`
+    plain fixed-size loader would not.  Raises :class:`~specstore.infer.budget.PlanError`
     for a size below 1.
     """
 

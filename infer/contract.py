@@ -18,7 +18,7 @@ int64 real frames, ``logits`` is ``(B, n_classes)``.
 * ``window_frames`` [431, about 10 s at 22 050 Hz / hop 512]: see above.
 * ``pooled_sum(x, lengths, pool_start, pool_stop)`` and ``classify(sums,
   counts)``: exact windowing of clips too long for the memory budget (the
-  built-in :class:`~infer.models.MaskedClassifier` has them).  Without them
+  built-in :class:`~specstore.infer.models.MaskedClassifier` has them).  Without them
   such a clip's logits are the mean of its windows' logits.
 * ``grad_checkpoint`` [absent]: a bool the trainer sets for
   ``--grad-checkpoint``; a model that supports gradient checkpointing
@@ -26,10 +26,10 @@ int64 real frames, ``logits`` is ``(B, n_classes)``.
 
 **Saving.** A checkpoint records the model as a :class:`ModelSpec`: an import
 path ``package.module:Class`` (or an architecture's name,
-:mod:`infer.models.registry`) and JSON keyword arguments, never a pickled
+:mod:`specstore.infer.models.registry`) and JSON keyword arguments, never a pickled
 object.  Loading imports the module,
 which runs its code, so an import path loads only when trusted
-(:mod:`infer.trust`: ``trust_model_code`` / ``--trust-model-code``, or the
+(:mod:`specstore.infer.trust`: ``trust_model_code`` / ``--trust-model-code``, or the
 ``SPECSTORE_TRUSTED_MODULES`` allow-list), and anything that is not an
 ``nn.Module`` subclass is refused.  The module is found as any Python import:
 in the folder a ``python -m``/``make`` command runs from, on ``PYTHONPATH``,
@@ -45,7 +45,7 @@ built-ins do; elsewhere the checkpoint's builder module is imported (which
 registers it) only when trusted, as an import path is, and a builder that
 differs from the registered one is refused.
 
-The memory cost probe (:func:`infer.cost.measure_cost_per_frame`) runs any
+The memory cost probe (:func:`specstore.infer.cost.measure_cost_per_frame`) runs any
 such module as it is, so budgets hold for user models too.
 """
 
@@ -59,7 +59,7 @@ from typing import Any
 
 from torch import nn
 
-from store import ConfigError
+from specstore.store import ConfigError
 
 from .models import ARCHS, MaskedClassifier, ModelConfig, build_model
 from .models.registry import ARCH_REGISTRY
@@ -88,7 +88,7 @@ def masks_padding(model: nn.Module) -> bool:
 
 
 def window_align(model: nn.Module) -> int:
-    """Frames a long clip's windows start and split on (:mod:`infer.windows`): the model's ``window_align`` (its
+    """Frames a long clip's windows start and split on (:mod:`specstore.infer.windows`): the model's ``window_align`` (its
     time stride or pooling window), else its ``time_stride`` (musicnn: its 187-frame patch)."""
     return int(getattr(model, "window_align", getattr(model, "time_stride", 1)))
 
@@ -114,7 +114,7 @@ def _import_error(module_name: str, target: str, e: ImportError) -> ConfigError:
     if missing and (module_name == missing or module_name.startswith(missing + ".")):
         return ConfigError(
             f"cannot import {module_name!r} for model {target!r}: no module {missing!r} on Python's import path; "
-            "run the command from the folder that holds it (python -m infer, make), add that folder to "
+            "run the command from the folder that holds it (python -m specstore.infer, make), add that folder to "
             "PYTHONPATH (e.g. PYTHONPATH=. specstore-train ...), or pip install the package that provides it")
     return ConfigError(f"cannot import {module_name!r} for model {target!r}: {type(e).__name__}: {e}")
 
@@ -123,7 +123,7 @@ def resolve_class(target: str, trust_model_code: Trust = False, *, source: str =
     """The ``nn.Module`` subclass an import path ``package.module:Class`` names (one-line errors).
 
     The module is imported only if ``trust_model_code`` (or the allow-list)
-    trusts it (:func:`infer.trust.check_trusted`; ``source`` names the file
+    trusts it (:func:`specstore.infer.trust.check_trusted`; ``source`` names the file
     that asked for it in the error).
     """
     module_name, sep, qualname = target.partition(":")
@@ -148,7 +148,7 @@ def resolve_class(target: str, trust_model_code: Trust = False, *, source: str =
 class ModelSpec:
     """How to rebuild a model: ``target`` (an architecture's name, or ``package.module:Class``) and JSON kwargs.
 
-    For an architecture the kwargs are a :class:`~infer.models.ModelConfig`'s
+    For an architecture the kwargs are a :class:`~specstore.infer.models.ModelConfig`'s
     fields; ``builder`` is the import path of a user-registered
     architecture's builder (filled from the registry; empty for the built-ins
     and import paths).  Checkpoints hold :meth:`to_dict`.
@@ -178,7 +178,7 @@ class ModelSpec:
 
     def build(self, trust_model_code: Trust = False, *, source: str = "") -> nn.Module:
         """A fresh model (random weights); code not registered or named by the caller only when trusted
-        (:mod:`infer.trust`)."""
+        (:mod:`specstore.infer.trust`)."""
         if self.builtin:
             self._register(trust_model_code, source)
             config = self.config

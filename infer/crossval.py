@@ -1,18 +1,18 @@
 """Grouped k-fold cross-validation of a training recipe: how to choose anything without a test set.
 
-A recipe (a :class:`~infer.train.TrainConfig`) is judged on the training
+A recipe (a :class:`~specstore.infer.train.TrainConfig`) is judged on the training
 store alone: its labelled clips are cut into ``folds`` folds by the split
-rule of :mod:`infer.split` (fold ``k`` holds the works, or contents, whose
+rule of :mod:`specstore.infer.split` (fold ``k`` holds the works, or contents, whose
 split score lies in ``[k / folds, (k + 1) / folds)``: a work never straddles
 two folds, duplicates never either), the recipe trains ``folds`` times, each
 time on the other folds, and predicts the fold it did not see.  Every
 labelled clip is predicted once by a model that never saw its work, so the
 pooled out-of-fold accuracy (with a bootstrap interval over clips) compares
 recipes on the data a user has, and the test set stays untouched until the
-end.  The simple baselines of :mod:`infer.baselines` (logistic regression on
+end.  The simple baselines of :mod:`specstore.infer.baselines` (logistic regression on
 band statistics) are scored on the same folds, side by side.
 
-Each fold trains with :func:`infer.train.train` into ``out_dir/fold-<k>.pt``,
+Each fold trains with :func:`specstore.infer.train.train` into ``out_dir/fold-<k>.pt``,
 so an interrupted run resumes fold by fold.  The fold is also the run's
 validation set; with ``select="best"`` the fold then chooses its own epoch and
 the estimate is optimistic (logged): use the default ``select="last"``.
@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from store import ConfigError, Store, open_store, write_atomic
+from specstore.store import ConfigError, Store, open_store, write_atomic
 
 from .baselines import STATS, bootstrap_ci, clip_stats
 from .checkpoint import load_checkpoint
@@ -124,7 +124,7 @@ def _oof_csv(s: Store, labelled: np.ndarray, fold_of: np.ndarray, truth: np.ndar
 def _train_fold(s: Store, model_path: Path, cfg: TrainConfig, val_rows: np.ndarray, out: Path, *, progress: bool,
                 threads: int | None, overwrite: bool, trust_model_code: Trust) -> np.ndarray:
     """Train one fold's model and return its logits on the fold's held-out ``val_rows``.  A head on a shipped
-    backbone (:mod:`infer.train.transfer`) shares one embedding cache across the folds (``out/embeddings.npz``):
+    backbone (:mod:`specstore.infer.train.transfer`) shares one embedding cache across the folds (``out/embeddings.npz``):
     the backbone runs once per clip for the whole cross-validation, and the held-out logits come from it."""
     from .train.transfer import backbone_for, cached_logits, train_transfer
 
@@ -156,12 +156,12 @@ def cross_validate(
     trust_model_code: Trust = False,
     **overrides: Any,
 ) -> CVResult:
-    """Cross-validate ``config`` (plus keyword ``overrides``) on ``store``'s labelled clips.
+    """Cross-validate ``config`` (plus keyword ``overrides``) on ``specstore.store``'s labelled clips.
 
     Writes ``out_dir/fold-<k>.pt`` (each fold's model, resumable),
     ``out_dir/cv.csv`` (``row,path,fold,truth,pred``: every clip's
     out-of-fold prediction) and ``out_dir/cv.json`` (:meth:`CVResult.to_dict`).
-    ``trust_model_code``: as :func:`infer.train.train`'s.  Raises
+    ``trust_model_code``: as :func:`specstore.infer.train.train`'s.  Raises
     :class:`CrossValError` for fewer than 2 folds or a fold that holds no
     clip.
     """

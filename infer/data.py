@@ -13,24 +13,24 @@ The three pieces plug into a standard ``torch.utils.data.DataLoader``::
 
 Each piece has its own module; this one gathers them under one import:
 
-* :class:`StoreDataset` (:mod:`infer.store_dataset`): a store's clips
+* :class:`StoreDataset` (:mod:`specstore.infer.store_dataset`): a store's clips
   through its zero-copy mmap views, random crops and SpecAugment masks
   seeded by ``(seed, epoch, index)``;
 * :class:`ArrayDataset`, :class:`ClipSource`, :class:`Item`
-  (:mod:`infer.clip_source`): what the engine runs on, clips in memory;
-* :class:`BudgetBatchSampler` (:mod:`infer.sampler`): the planner
-  (:mod:`infer.planner`) as a ``Sampler``, split over DDP replicas,
+  (:mod:`specstore.infer.clip_source`): what the engine runs on, clips in memory;
+* :class:`BudgetBatchSampler` (:mod:`specstore.infer.sampler`): the planner
+  (:mod:`specstore.infer.planner`) as a ``Sampler``, split over DDP replicas,
   resumable mid-epoch;
-* :class:`PadCollate` (:mod:`infer.collate`): pads a batch to its own
+* :class:`PadCollate` (:mod:`specstore.infer.collate`): pads a batch to its own
   longest clip, rounded up to the model's time stride, into a
-  :class:`~infer.collate.Batch` with mask, lengths and labels;
-* :func:`prefetch` (:mod:`infer.readahead`): the loader the built-in
+  :class:`~specstore.infer.collate.Batch` with mask, lengths and labels;
+* :func:`prefetch` (:mod:`specstore.infer.readahead`): the loader the built-in
   commands use, a reader thread collating batches ahead of the model.
 """
 
 from __future__ import annotations
 
-from store import stack_parts
+from specstore.store import stack_parts
 
 from .augment import SpecAugment
 from .clip_source import ArrayDataset, ClipSource, Item

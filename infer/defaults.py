@@ -2,13 +2,13 @@
 
 Every command that runs a model (``make infer``, ``make eval``, ``make
 plan``, ``make train``) and every object that plans batches
-(:class:`~infer.runtime.RunOptions`, :class:`~infer.budget.Budget`,
-:class:`~infer.data.BudgetBatchSampler`, the training config's runtime
+(:class:`~specstore.infer.runtime.RunOptions`, :class:`~specstore.infer.budget.Budget`,
+:class:`~specstore.infer.data.BudgetBatchSampler`, the training config's runtime
 fields) takes its default from here; the command lines and the Makefile pass
 an option only when the user sets it.  The bounds here are applied by
-:class:`~infer.runtime.RunOptions` (beside each of its fields).  Training's
+:class:`~specstore.infer.runtime.RunOptions` (beside each of its fields).  Training's
 own defaults (epochs, learning rate, crops, ...) live in
-:mod:`infer.train.config`.  Pure constants: no torch.
+:mod:`specstore.infer.train.config`.  Pure constants: no torch.
 """
 
 from __future__ import annotations
@@ -58,11 +58,11 @@ memory minus this margin, capped by a configured budget."""
 
 EVAL_SPLITS = ("auto", "all", "train", "val")
 """``make eval``'s ``--split``: auto (the held-out split on the store the model was trained on, every clip
-elsewhere), or one of :data:`infer.split.SPLITS`; here so the command line offers them without torch."""
+elsewhere), or one of :data:`specstore.infer.split.SPLITS`; here so the command line offers them without torch."""
 
 
 class PlainModel(TypedDict):
-    """The :class:`~infer.model_config.ModelConfig` fields that make the plain CNN (see :data:`PLAIN_MODEL`)."""
+    """The :class:`~specstore.infer.model_config.ModelConfig` fields that make the plain CNN (see :data:`PLAIN_MODEL`)."""
 
     pooling: str
     freq_pooling: str

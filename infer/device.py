@@ -1,4 +1,4 @@
-"""Device, precision and memory: the low-level facts the engine (:mod:`infer.runtime`) builds on.
+"""Device, precision and memory: the low-level facts the engine (:mod:`specstore.infer.runtime`) builds on.
 
 * :func:`choose_device`: ``auto``/``cpu``/``cuda[:N]`` to a ``torch.device``;
 * :func:`autocast_dtype` and :func:`amp`: the one place that turns a
@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from store import ConfigError, SpecstoreError
+from specstore.store import ConfigError, SpecstoreError
 
 from . import defaults
 
@@ -28,9 +28,9 @@ __all__ = [
 
 _MIB = 1 << 20
 DEFAULT_CUDA_MARGIN_MB = defaults.CUDA_MARGIN_MB
-"""GPU memory (MiB) kept free beyond the budget (:data:`infer.defaults.CUDA_MARGIN_MB`)."""
+"""GPU memory (MiB) kept free beyond the budget (:data:`specstore.infer.defaults.CUDA_MARGIN_MB`)."""
 DEFAULT_CPU_BUDGET_MB = defaults.CPU_BUDGET_MB
-"""Memory (MiB) one batch may use on CPU unless configured (:data:`infer.defaults.CPU_BUDGET_MB`)."""
+"""Memory (MiB) one batch may use on CPU unless configured (:data:`specstore.infer.defaults.CPU_BUDGET_MB`)."""
 PRECISIONS = defaults.PRECISIONS
 """``precision`` settings: auto = bf16 autocast on CUDA where supported (else fp16), fp32 on CPU."""
 
@@ -73,7 +73,7 @@ def memory_bytes(device: torch.device, budget_mb: float | None = None,
     CUDA: ``torch.cuda.mem_get_info()`` free bytes minus ``margin_mb``
     (default :data:`DEFAULT_CUDA_MARGIN_MB`), capped by ``budget_mb`` when
     given.  CPU: ``budget_mb`` (default :data:`DEFAULT_CPU_BUDGET_MB`), a RAM
-    figure the user configures.  Raises :class:`~store.ConfigError` for a
+    figure the user configures.  Raises :class:`~specstore.store.ConfigError` for a
     budget or margin that is not a positive finite number.
     """
     budget = _positive_mb(budget_mb, "BUDGET_MB (--budget-mb)")
@@ -96,7 +96,7 @@ def autocast_dtype(precision: str, device: torch.device) -> torch.dtype | None:
     """The autocast dtype ``precision`` means on ``device`` (None = plain fp32).
 
     ``auto``: bf16 on CUDA where supported, else fp16; fp32 on CPU.  ``fp16``
-    needs CUDA (:class:`~store.ConfigError` otherwise).
+    needs CUDA (:class:`~specstore.store.ConfigError` otherwise).
     """
     if precision not in PRECISIONS:
         raise ConfigError(f"precision must be one of {', '.join(PRECISIONS)}, not {precision!r}")

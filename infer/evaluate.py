@@ -1,11 +1,11 @@
 """``make eval``: accuracy, top-k, per-class precision/recall/F1 and a confusion matrix, honestly.
 
 :func:`evaluate` runs a checkpoint over a store's labelled clips with the
-engine (:mod:`infer.runtime`, the loop ``make infer`` uses) and scores them
-with :mod:`infer.metrics` (scikit-learn metrics), and measures how well its
+engine (:mod:`specstore.infer.runtime`, the loop ``make infer`` uses) and scores them
+with :mod:`specstore.infer.metrics` (scikit-learn metrics), and measures how well its
 probabilities are calibrated (top-label expected calibration error, 15
 equal-width bins, before and after the checkpoint's temperature;
-:mod:`infer.calibration`).  It writes
+:mod:`specstore.infer.calibration`).  It writes
 ``report.json``, ``report.txt``, ``confusion.png`` and ``heldout.csv`` (the
 clips it scored: path, content hash, label, prediction) to an output folder.
 
@@ -37,7 +37,7 @@ from typing import Any
 
 import numpy as np
 
-from store import ConfigError, SpecstoreError, Store, open_store, write_atomic
+from specstore.store import ConfigError, SpecstoreError, Store, open_store, write_atomic
 
 from .baselines import BaselineResult, bootstrap_ci, fit_baselines
 from .calibration import ECE_BINS, calibration_report, calibration_text, probabilities
@@ -86,7 +86,7 @@ class Report:
     store is not the one the model was trained on); ``accuracy_ci``: the 95%
     bootstrap interval of ``accuracy`` over the clips; ``baselines``: simple
     baselines fitted on the model's training clips and scored on the same
-    clips (:mod:`infer.baselines`), when asked for.
+    clips (:mod:`specstore.infer.baselines`), when asked for.
     """
 
     accuracy: float
@@ -201,7 +201,7 @@ def _class_row(c: dict[str, Any]) -> str:
 
 
 def _trained_on(ckpt: LoadedModel, store: Store) -> bool:
-    """Whether ``ckpt`` was trained on ``store``: the same location, or the same training data."""
+    """Whether ``ckpt`` was trained on ``specstore.store``: the same location, or the same training data."""
     if ckpt.extra.get("store") == str(store.location):
         return True
     record, fingerprint = ckpt.extra.get("split"), ckpt.extra.get("data_fingerprint")
@@ -252,15 +252,15 @@ def evaluate(
     options: RunOptions | None = None,
     **overrides: Any,
 ) -> Report:
-    """Evaluate a checkpoint on the labelled clips of ``store`` (see the module docstring for ``split``).
+    """Evaluate a checkpoint on the labelled clips of ``specstore.store`` (see the module docstring for ``split``).
 
     ``model``: a checkpoint, an ``nn.Module`` or an import path (see
-    :func:`infer.predict.load_model`; a checkpoint naming an import path
-    needs ``trust_model_code``, see :mod:`infer.trust`).  ``options``/``overrides`` are
-    :class:`infer.runtime.RunOptions` (device,
+    :func:`specstore.infer.predict.load_model`; a checkpoint naming an import path
+    needs ``trust_model_code``, see :mod:`specstore.infer.trust`).  ``options``/``overrides`` are
+    :class:`specstore.infer.runtime.RunOptions` (device,
     budget_mb, max_batch, precision, threads, progress).  With ``out_dir``,
     writes ``report.json``, ``report.txt``, ``confusion.png`` and ``heldout.csv`` there.
-    ``baselines``: also fit the simple baselines of :mod:`infer.baselines` on
+    ``baselines``: also fit the simple baselines of :mod:`specstore.infer.baselines` on
     the model's training clips (those of ``baseline_store``, by default the
     store recorded in the checkpoint, restricted to its training split when
     it is the model's training data) and score them on the same clips.

@@ -14,7 +14,7 @@ A long clip needs no windowing: its logits on the whole clip equal what
   installs onnx and onnxscript).
 * TorchScript: ``torch.jit.trace``.  Tracing records the ops one example
   runs; the models never branch on the lengths' values or on the frame
-  count while traced or exported (:func:`infer.models.masking.exporting`),
+  count while traced or exported (:func:`specstore.infer.models.masking.exporting`),
   so the trace holds for every input.
 
 Either way the written file is run once more on a batch of another size
@@ -23,8 +23,8 @@ for TorchScript) and its logits compared with the checkpoint's; a
 difference is an :class:`ExportError` (and the file is removed), never a silently wrong file.
 
 Beside the model file goes a JSON sidecar (:func:`sidecar`,
-:func:`~infer.export_options.sidecar_path`): the labels, the features (every
-:class:`~store.FeatureSpec` field and how the values are computed), the input
+:func:`~specstore.infer.export_options.sidecar_path`): the labels, the features (every
+:class:`~specstore.store.FeatureSpec` field and how the values are computed), the input
 layout, how logits become probabilities (the checkpoint's temperature, when
 it has one) and the specstore version.  What the exported graph does not do:
 check its input (the PyTorch model refuses lengths outside ``[1, frames]``;
@@ -47,7 +47,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from store import ConfigError, SpecstoreError, atomic_path, write_atomic
+from specstore.store import ConfigError, SpecstoreError, atomic_path, write_atomic
 
 from .calibration import calibration_fields
 from .checkpoint import Checkpoint
@@ -76,7 +76,7 @@ FEATURE_VALUES = {
            "n_bins=n_bins, bins_per_octave=bins_per_octave)), ref=db_ref, amin=amin, top_db=None)",
 }
 """How each feature kind's values are computed from ``y = librosa.load(path, sr=sample_rate, mono=True)[0]``
-(librosa 0.11 defaults otherwise; :mod:`pipeline.features` is the contract)."""
+(librosa 0.11 defaults otherwise; :mod:`specstore.pipeline.features` is the contract)."""
 
 
 class ExportError(SpecstoreError):
@@ -108,7 +108,7 @@ def sidecar(ckpt: Checkpoint, fmt: str, model_file: str) -> dict[str, Any]:
     """The JSON sidecar of an export of ``ckpt``: what a user of ``model_file`` needs outside this package.
 
     ``scores`` says how logits become scores; a single-label model's sidecar also has ``temperature`` (the
-    checkpoint's, :attr:`~infer.checkpoint.Checkpoint.calibration`; null: uncalibrated) and ``calibration``
+    checkpoint's, :attr:`~specstore.infer.checkpoint.Checkpoint.calibration`; null: uncalibrated) and ``calibration``
     (``temperature`` or ``uncalibrated``), as ``specstore classify --json`` does; a tagger's has neither (its
     independent sigmoid scores take no temperature).
     """
@@ -211,12 +211,12 @@ def _build(ckpt: Checkpoint, trust_model_code: Trust) -> nn.Module:
 
 def export_model(checkpoint: str | os.PathLike[str] | Checkpoint, path: str | os.PathLike[str] | None = None, *,
                  format: str = "onnx", trust_model_code: Trust = False) -> ExportResult:
-    """Export ``checkpoint``'s model to ``format`` (:data:`~infer.export_options.FORMATS`) at ``path``
-    (default: beside the checkpoint, :func:`~infer.export_options.export_path`), with its JSON sidecar.
+    """Export ``checkpoint``'s model to ``format`` (:data:`~specstore.infer.export_options.FORMATS`) at ``path``
+    (default: beside the checkpoint, :func:`~specstore.infer.export_options.export_path`), with its JSON sidecar.
 
     The file is checked against the checkpoint on a batch of another size and
     length than the export's example (see the module docstring).  One-line
-    :class:`ExportError` / :class:`~infer.checkpoint.CheckpointError` for a
+    :class:`ExportError` / :class:`~specstore.infer.checkpoint.CheckpointError` for a
     missing or unreadable checkpoint, an unknown format, a model that does
     not export.
     """

@@ -1,7 +1,7 @@
 """Classification metrics, the one place they are computed: confusion matrix, accuracy, precision/recall/F1.
 
-``make eval`` (:mod:`infer.evaluate`) and the notebook helpers
-(:mod:`infer.explore`) report figures from these functions (scikit-learn
+``make eval`` (:mod:`specstore.infer.evaluate`) and the notebook helpers
+(:mod:`specstore.infer.explore`) report figures from these functions (scikit-learn
 underneath).  Classes are indices into a label list; counts are clips.
 """
 

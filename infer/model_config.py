@@ -3,9 +3,9 @@
 What command lines, training configs and checkpoint readers need to check a
 model's settings (the band statistics, the bounds on every field and on the
 parameter count; the architectures' and poolings' names and sizes, read from
-their registries in :mod:`infer.models.registry`) is here, so that
+their registries in :mod:`specstore.infer.models.registry`) is here, so that
 ``--help``, a usage error or a bad value answers before torch is imported;
-the models themselves are :mod:`infer.models`, which re-exports all of this.
+the models themselves are :mod:`specstore.infer.models`, which re-exports all of this.
 Pure: no torch.
 """
 
@@ -15,10 +15,10 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from store import ConfigError
-from store.limits import Limit, bounded, check_fields, field_limit
-from store.options import described, option
-from store.records import from_record
+from specstore.store import ConfigError
+from specstore.store.limits import Limit, bounded, check_fields, field_limit
+from specstore.store.options import described, option
+from specstore.store.records import from_record
 
 from .models.registry import ARCH_REGISTRY, FREQ_POOLING_REGISTRY, POOLING_REGISTRY
 
@@ -36,14 +36,14 @@ __all__ = [
 ]
 
 ARCHS = ARCH_REGISTRY.names
-"""The architectures' names (a live view of :data:`~infer.models.registry.ARCH_REGISTRY`)."""
+"""The architectures' names (a live view of :data:`~specstore.infer.models.registry.ARCH_REGISTRY`)."""
 BAND_STATS = ("mean", "std", "delta")
 """Statistics of every input bin the statistics head sees, in order: mean, standard deviation and mean
 absolute frame-to-frame change over the clip's real frames (normalised input units)."""
 POOLINGS = POOLING_REGISTRY.names
-"""The time poolings' names (a live view of :data:`~infer.models.registry.POOLING_REGISTRY`)."""
+"""The time poolings' names (a live view of :data:`~specstore.infer.models.registry.POOLING_REGISTRY`)."""
 FREQ_POOLINGS = FREQ_POOLING_REGISTRY.names
-"""The frequency poolings' names (a live view of :data:`~infer.models.registry.FREQ_POOLING_REGISTRY`)."""
+"""The frequency poolings' names (a live view of :data:`~specstore.infer.models.registry.FREQ_POOLING_REGISTRY`)."""
 MIN_FRAMES = 1
 """Shortest clip (frames) the models accept: lengths shrink as ceil(L/stride)."""
 
@@ -90,7 +90,7 @@ class ModelConfig:
     normalisation ``(x - input_mean) / input_std``; ``bin_mean``/``bin_std``
     (``n_bins`` values each, dB) replace it with a per-bin one.  ``pooling``:
     ``"mean"`` (MaskedGAP), ``"meanstd"`` (mean and standard deviation over
-    real frames) or ``"attention"`` (see :mod:`infer.models`).  ``input_time_pool``:
+    real frames) or ``"attention"`` (see :mod:`specstore.infer.models`).  ``input_time_pool``:
     average this many input frames into one before the first conv (after
     normalisation and masking), which divides the cost of every layer by it.
     ``freq_pooling``: ``"mean"`` averages the last activations over
@@ -101,14 +101,14 @@ class ModelConfig:
     bins, so the first layer sees every interval before any pooling blurs
     semitones; 3 like the others is the plain CNN).  ``stats_head``: add a second,
     linear classifier on the clip's per-bin statistics (see
-    :class:`~infer.models.MaskedClassifier`); its logits, times ``stats_weight``, are added
+    :class:`~specstore.infer.models.MaskedClassifier`); its logits, times ``stats_weight``, are added
     to the CNN's in eval mode.  ``pool_window`` (input frames, a multiple of
     the time stride; 0 = the whole clip): pool and classify each window of
     that many frames from the clip's start on its own and average the
     windows' logits, weighted by their real frames, so a long clip is judged
     as the training crops of that length were.
 
-    Every numeric field is bounded (its :class:`~store.limits.Limit`, stated
+    Every numeric field is bounded (its :class:`~specstore.store.limits.Limit`, stated
     beside it with the reason), the total time stride is at most
     :data:`MAX_TIME_STRIDE` and the parameter count (:attr:`n_parameters`,
     computed from the config) at most :data:`MAX_PARAMETERS`: a config is
@@ -117,13 +117,13 @@ class ModelConfig:
 
     The defaults are the training recipe's model (``make train``: pooling
     ``meanstd``, frequency pooling ``keep``, stem kernel 13, input time pool
-    2; :class:`~infer.train.TrainConfig` offers these fields as its own
+    2; :class:`~specstore.infer.train.TrainConfig` offers these fields as its own
     options, with this help).  ``n_bins``, ``n_classes`` and
     ``bin_mean``/``bin_std`` describe the data: training fills them from the
     store; ``stats_head``, ``stats_weight`` and ``pool_window`` are set by the
     recipe's auto rules.  The plain CNN of the benchmarks and many tests
     (mean pooling, stem kernel 3, no input pooling) is
-    :data:`infer.defaults.PLAIN_MODEL`.
+    :data:`specstore.infer.defaults.PLAIN_MODEL`.
     """
 
     arch: str = "cnn"

@@ -1,7 +1,7 @@
-"""The batch planner: clip lengths + a :class:`~infer.budget.Budget` -> batches of clip ids.
+"""The batch planner: clip lengths + a :class:`~specstore.infer.budget.Budget` -> batches of clip ids.
 
-Pure functions over a length index (frames per clip, e.g. ``store.lengths``).
-Every batch is charged by the budget's rule (:mod:`infer.budget`: ``B * T *
+Pure functions over a length index (frames per clip, e.g. ``specstore.store.lengths``).
+Every batch is charged by the budget's rule (:mod:`specstore.infer.budget`: ``B * T *
 cost_per_frame + fixed_overhead`` for ``B`` clips padded to ``T`` aligned
 frames) and stays within it: never over, unlike ESPnet's ``numel`` batching,
 which adds the clip that crosses the limit.
@@ -19,7 +19,7 @@ greedy fill from the longest clip).  Measured: >= 99% efficiency on uniform
 
 Clips too long for a batch of one are not dropped: they are listed in
 ``Plan.too_long`` and run in windows of at most ``budget.max_window`` frames
-(:mod:`infer.windows`).
+(:mod:`specstore.infer.windows`).
 
 :func:`shuffled_training_plan` is the training variant: sort keys jittered by
 a small relative noise (``jitter``), the same partition (tracking the
@@ -72,13 +72,13 @@ class Plan:
 
     ``batches``: int64 id arrays, in the order to run them; ``too_long``: ids
     of clips that exceed the budget alone (run them with
-    :func:`infer.windows.run_windowed` in windows of at most
-    :attr:`max_window` frames); ``budget``: the :class:`~infer.budget.Budget`
+    :func:`specstore.infer.windows.run_windowed` in windows of at most
+    :attr:`max_window` frames); ``budget``: the :class:`~specstore.infer.budget.Budget`
     the plan was made under (None for a plan made without one, such as a
     benchmark's fixed-size baseline); ``pad_to``: every batch is padded to
     this many frames (equal windows of a model that does not mask padding)
     instead of to its longest clip.  A batch's padded length is
-    :func:`~infer.budget.align_frames` of that, and :attr:`efficiency` is the
+    :func:`~specstore.infer.budget.align_frames` of that, and :attr:`efficiency` is the
     one padding efficiency figure every command reports.
     """
 
@@ -263,7 +263,7 @@ def plan_batches(lengths: np.ndarray, budget: Budget, *,
     """Inference plan: sort by length (longest first), cut into batches by a DP.
 
     ``lengths``: frames per clip (ids are positions); ``budget``: the cost
-    rule and limits (:class:`~infer.budget.Budget`);
+    rule and limits (:class:`~specstore.infer.budget.Budget`);
     ``batch_overhead_frames``: what one more batch costs, in padded frames
     (a batch is split only where that saves more padding than this);
     ``pad_to``: batches are padded to this many frames (:class:`Plan`).  Every

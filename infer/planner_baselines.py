@@ -1,7 +1,7 @@
 """Batch planners the project's planner is measured against: what users would otherwise run.
 
 Not used by any command; ``make bench`` and the planner tests compare
-:func:`infer.planner.plan_batches` with them.
+:func:`specstore.infer.planner.plan_batches` with them.
 
 * :func:`fixed_batches`: consecutive groups of ``batch_size`` clips in
   arrival order, no budget (what a plain ``DataLoader(batch_size=4)`` does);
@@ -25,7 +25,7 @@ __all__ = ["bucketed_batches", "fixed_batches"]
 
 
 def fixed_batches(lengths: np.ndarray, batch_size: int = 4) -> Plan:
-    """Consecutive groups of ``batch_size`` clips in arrival order (no budget): :class:`~infer.constraints.FixedBatch`'s
+    """Consecutive groups of ``batch_size`` clips in arrival order (no budget): :class:`~specstore.infer.constraints.FixedBatch`'s
     plan."""
     return FixedBatch(batch_size).plan(lengths)
 

@@ -5,7 +5,7 @@
 atomically, :func:`confusion_matrix_figure` draws a confusion matrix and
 :func:`plot_confusion` writes it.  matplotlib is imported inside the
 functions, so the rest of the package works without it (:class:`PlotError`
-then says how to install it).  The notebook helpers (:mod:`infer.explore`)
+then says how to install it).  The notebook helpers (:mod:`specstore.infer.explore`)
 draw their figures on the same plumbing.
 """
 
@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from store import SpecstoreError, atomic_path
+from specstore.store import SpecstoreError, atomic_path
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes

@@ -1,12 +1,12 @@
 """``make infer``: classify every indexed path of a store and write the predictions CSV.
 
 Flow: open the store (index only) -> load the checkpoint and refuse a
-feature-spec mismatch -> the engine (:mod:`infer.runtime`) measures the
+feature-spec mismatch -> the engine (:mod:`specstore.infer.runtime`) measures the
 model's bytes per padded clip-frame, plans length-sorted batches of distinct
 contents under the memory budget, reads and pads them ahead of the model
 from the store's mmap views, and runs clips too long for any batch in
-windows -> softmax with the checkpoint's temperature (a tagger: sigmoids; :mod:`infer.calibration`) -> one CSV row
-per indexed path (:mod:`infer.predictions`).  Raw audio is never involved.
+windows -> softmax with the checkpoint's temperature (a tagger: sigmoids; :mod:`specstore.infer.calibration`) -> one CSV row
+per indexed path (:mod:`specstore.infer.predictions`).  Raw audio is never involved.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 from torch import nn
 
-from store import ConfigError, Store, check_output_path, open_store
+from specstore.store import ConfigError, Store, check_output_path, open_store
 
 from .calibration import Calibration, probabilities
 from .checkpoint import Checkpoint, check_store_matches
@@ -47,7 +47,7 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class PredictStats(RunStats):
-    """Figures of one run: the engine's (:class:`~infer.runtime.RunStats`), the clips, their audio and the time.
+    """Figures of one run: the engine's (:class:`~specstore.infer.runtime.RunStats`), the clips, their audio and the time.
 
     Times in seconds, memory in bytes; ``clips``: indexed paths (``distinct``
     counts each content once); ``peak_kind``: what ``peak_bytes`` measured.
@@ -71,13 +71,13 @@ class PredictStats(RunStats):
 
 ModelLike = str | os.PathLike[str] | Checkpoint | nn.Module
 """What predict and evaluate run: a checkpoint (path or object), an ``nn.Module``, or an import path
-``package.module:Class`` (see :mod:`infer.contract`)."""
+``package.module:Class`` (see :mod:`specstore.infer.contract`)."""
 
 
 @dataclass
 class LoadedModel:
     """A model ready to run on a store: the module, its labels and feature, the checkpoint's ``extra``;
-    ``outputs``: ``"classes"`` (a softmax) or ``"tags"`` (independent sigmoid scores, :mod:`infer.shipped`)."""
+    ``outputs``: ``"classes"`` (a softmax) or ``"tags"`` (independent sigmoid scores, :mod:`specstore.infer.shipped`)."""
 
     module: nn.Module
     label_names: list[str]
@@ -88,19 +88,19 @@ class LoadedModel:
 
     @property
     def calibration(self) -> Calibration:
-        """The checkpoint's calibration (:mod:`infer.calibration`); uncalibrated for a module or import path, and
+        """The checkpoint's calibration (:mod:`specstore.infer.calibration`); uncalibrated for a module or import path, and
         for a tagger (its sigmoid scores take no temperature)."""
         return Calibration.of(self.extra, self.outputs)
 
 
 def load_model(model: ModelLike, store: Store, *, feature: str | None = None,
                model_args: dict[str, Any] | None = None, trust_model_code: Trust = False) -> LoadedModel:
-    """Resolve ``model`` against ``store``.
+    """Resolve ``model`` against ``specstore.store``.
 
     A checkpoint (a path, an object, or a shipped model's name such as
-    ``musicnn-msd``, :mod:`infer.shipped`) brings its labels and feature
+    ``musicnn-msd``, :mod:`specstore.infer.shipped`) brings its labels and feature
     (refused if the store lacks it or its spec differs); one whose model is an import path is built only when
-    ``trust_model_code`` (or the allow-list) trusts it (:mod:`infer.trust`).
+    ``trust_model_code`` (or the allow-list) trusts it (:mod:`specstore.infer.trust`).
     A module or an import path takes the store's label names and
     ``feature`` (default: the store's default); an import path, named here
     by the caller and so trusted, is built with ``model_args`` plus the
@@ -162,20 +162,20 @@ def predict(
     options: RunOptions | None = None,
     **overrides: Any,
 ) -> Predictions:
-    """Classify every indexed path of ``store`` with ``checkpoint``; write the CSV to ``out`` if given.
+    """Classify every indexed path of ``specstore.store`` with ``checkpoint``; write the CSV to ``out`` if given.
 
-    ``checkpoint``: a checkpoint path or :class:`~infer.checkpoint.Checkpoint`,
+    ``checkpoint``: a checkpoint path or :class:`~specstore.infer.checkpoint.Checkpoint`,
     an ``nn.Module`` or an import path (:data:`ModelLike`, with
     ``model_args`` for an import path); a checkpoint whose model is an import
     path needs ``trust_model_code=True`` (or the allow-list, see
-    :mod:`infer.trust`).  Run options come from ``options`` and/or keyword overrides
+    :mod:`specstore.infer.trust`).  Run options come from ``options`` and/or keyword overrides
     (``predict(s, m, device="cpu", budget_mb=512)``; see
-    :class:`infer.runtime.RunOptions`); ``topk`` labels are listed per clip;
+    :class:`specstore.infer.runtime.RunOptions`); ``topk`` labels are listed per clip;
     ``unknown_below`` (a probability in (0, 1], None: off): the CSV's ``pred`` is ``unknown`` where the
     top probability is below it (single-label models only: a tagger's scores are independent).
     ``labels`` (comma-separated or a list; None: all): the CSV lists only these of the model's labels
     (unknown ones refused in one line).  A tagger (``outputs == "tags"``, e.g. ``musicnn-msd``) gives sigmoid
-    scores and writes ``path,tags,truth`` (:mod:`infer.predictions`).
+    scores and writes ``path,tags,truth`` (:mod:`specstore.infer.predictions`).
     ``out`` is checked before any work; probabilities that are not all finite are refused, nothing written.
     Raises ``StoreError``, ``CheckpointError`` (spec mismatch included), ``DeviceError``, ``PredictionsError``
     and ``ConfigError`` with one-line messages.

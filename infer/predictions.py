@@ -1,6 +1,6 @@
 """Predictions and their CSV: the one place that writes and reads the ``make infer`` file.
 
-Core: :func:`infer.predict` writes it, :mod:`infer.explore` reads it (never the other way round).
+Core: :func:`specstore.infer.predict` writes it, :mod:`specstore.infer.explore` reads it (never the other way round).
 
 :class:`Predictions` holds per-row class probabilities (rows as in the store,
 one per indexed path) with the run's figures.  :func:`write_predictions_csv`
@@ -19,17 +19,17 @@ and :func:`read_predictions_csv` share one column list, :data:`COLUMNS`:
 * ``calibration``: how the probabilities were made, the same on every row:
   ``temperature=T`` (softmax of the logits divided by the temperature fitted
   on the model's validation clips) or ``uncalibrated`` (plain softmax; see
-  :mod:`infer.calibration`).  Readers need only the first five columns
+  :mod:`specstore.infer.calibration`).  Readers need only the first five columns
   (:data:`REQUIRED_COLUMNS`), so files written before it still read.
 
-A multi-label tagger (``outputs == "tags"``, e.g. a shipped musicnn, :mod:`infer.shipped`) has no single answer:
+A multi-label tagger (``outputs == "tags"``, e.g. a shipped musicnn, :mod:`specstore.infer.shipped`) has no single answer:
 its scores are independent sigmoids, several high per clip.  Its file has the columns :data:`TAG_COLUMNS`,
 ``path,tags,truth``, ``tags`` holding the top-k ``tag:score`` pairs as ``topk`` does; there is no ``pred``, no
 ``prob`` and no ``unknown``.  ``labels`` (:func:`select_labels`) restricts either file to a subset of the
 model's labels.
 
 The file is standard CSV (RFC 4180 quoting), UTF-8, written atomically, or straight through a FIFO or
-``/dev/stdout`` (:func:`store.atomic.open_output`).
+``/dev/stdout`` (:func:`specstore.store.atomic.open_output`).
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ from typing import Any
 
 import numpy as np
 
-from store import SpecstoreError, open_output
+from specstore.store import SpecstoreError, open_output
 
 __all__ = [
     "COLUMNS", "NO_UNKNOWN_FOR_TAGS", "REQUIRED_COLUMNS", "TAG_COLUMNS", "UNKNOWN", "CsvPrediction", "Predictions",
@@ -71,7 +71,7 @@ _ESCAPES = (("%", "%25"), (":", "%3A"), (";", "%3B"))
 class PredictionsError(SpecstoreError, ValueError):
     """Predictions that cannot be read or joined to the store; one-line message.
 
-    :mod:`infer.explore` calls it ``ExploreError``.
+    :mod:`specstore.infer.explore` calls it ``ExploreError``.
     """
 
 
@@ -111,10 +111,10 @@ class Predictions:
     """Per-row probabilities ``(n_rows, n_classes)`` (rows as in the store), the labels, and run figures.
 
     ``truth[i]`` is the store's label name of row ``i`` (None if unlabelled);
-    ``stats`` are the run's figures (:class:`infer.predict.PredictStats` for
-    :func:`infer.predict`); ``outputs``: ``"classes"`` (a softmax) or ``"tags"`` (independent sigmoid scores);
+    ``stats`` are the run's figures (:class:`specstore.infer.predict.PredictStats` for
+    :func:`specstore.infer.predict`); ``outputs``: ``"classes"`` (a softmax) or ``"tags"`` (independent sigmoid scores);
     ``calibration``: the CSV's ``calibration`` cell, ``temperature=T`` or ``uncalibrated``
-    (:meth:`infer.calibration.Calibration.label`; not written for a tagger).
+    (:meth:`specstore.infer.calibration.Calibration.label`; not written for a tagger).
     """
 
     paths: list[str]
@@ -173,7 +173,7 @@ def answer(label: str, prob: float, unknown_below: float | None) -> str:
 def write_predictions_csv(pred: Predictions, out: str | os.PathLike[str], *, topk: int = 5,
                           unknown_below: float | None = None) -> Path:
     """Write the predictions CSV (see the module docstring) to ``out`` (atomically, or straight through a FIFO or
-    ``/dev/stdout``: :func:`store.atomic.open_output`); return its path.
+    ``/dev/stdout``: :func:`specstore.store.atomic.open_output`); return its path.
 
     ``unknown_below``: ``pred`` is ``unknown`` where the top probability is below it (None: off).
     """

@@ -2,7 +2,7 @@
 
 The options (device, precision, memory budget and margin, batch size,
 threads, loader workers) and their bounds live here, apart from the engine
-that resolves them (:mod:`infer.runtime`, which re-exports them), so that a
+that resolves them (:mod:`specstore.infer.runtime`, which re-exports them), so that a
 command refuses a bad value in one line before torch is imported.  Pure: no
 torch.
 """
@@ -12,9 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from store import ConfigError
-from store.limits import bounded, check_fields, field_limit, usable_cores
-from store.options import described, option
+from specstore.store import ConfigError
+from specstore.store.limits import bounded, check_fields, field_limit, usable_cores
+from specstore.store.options import described, option
 
 from . import defaults
 from .defaults import PRECISIONS
@@ -23,13 +23,13 @@ __all__ = ["RunOptions", "check_run_option", "optional_mb"]
 
 
 def optional_mb(text: str) -> float | None:
-    """``--budget-mb``: MiB, or none/auto (None: the device's own default, :mod:`infer.defaults`)."""
+    """``--budget-mb``: MiB, or none/auto (None: the device's own default, :mod:`specstore.infer.defaults`)."""
     return None if text.strip().lower() in ("", "none", "auto") else float(text)
 
 
 @dataclass(frozen=True)
 class RunOptions:
-    """How to run a model: chosen by the user, resolved by :class:`~infer.runtime.Engine`.
+    """How to run a model: chosen by the user, resolved by :class:`~specstore.infer.runtime.Engine`.
 
     ``device``: ``auto`` (CUDA if available), ``cpu``, ``cuda``, ``cuda:N``.
     ``precision``: ``auto`` (bf16 autocast on CUDA where supported, else
@@ -37,14 +37,14 @@ class RunOptions:
     ``budget_mb``: MiB one batch may use (CPU default 2048; on CUDA the free
     memory minus ``margin_mb``, default 1536, capped by ``budget_mb``).
     ``max_batch``: most clips in one batch (default 16).  Defaults come from
-    :mod:`infer.defaults`.  ``threads``: CPU threads (default, and at
+    :mod:`specstore.infer.defaults`.  ``threads``: CPU threads (default, and at
     most, the cores this process may use).  ``channels_last``: None = on for
     CPU, where it is faster for these convolutions.  ``loader_workers``:
     batches are read and padded by one prefetch thread (0, the default:
     fastest for mmap-backed stores on a few cores) or by that many
     DataLoader worker processes (for a GPU that one thread cannot keep
     busy).  ``progress``: tqdm bars.
-    Every number is bounded (the :class:`~store.limits.Limit` beside it, the
+    Every number is bounded (the :class:`~specstore.store.limits.Limit` beside it, the
     reason with it) and checked when the options are made, so every command
     that runs a model refuses a value out of range in one line.
     """

@@ -1,18 +1,18 @@
 """The engine that prediction, evaluation and training share: device, precision, budget, plan, batch loop.
 
-:class:`RunOptions` (:mod:`infer.run_options`) is what a user chooses (device,
+:class:`RunOptions` (:mod:`specstore.infer.run_options`) is what a user chooses (device,
 precision, memory budget, batch size, threads); :class:`Engine` is those options resolved on this
 machine: the ``torch.device``, the autocast dtype, the memory layout, and
 the methods every command calls:
 
 * :meth:`Engine.prepare` puts a model on the device in the chosen layout;
 * :meth:`Engine.budget` measures the model's memory cost per padded
-  clip-frame (:mod:`infer.cost`) and returns the :class:`~infer.budget.Budget`
+  clip-frame (:mod:`specstore.infer.cost`) and returns the :class:`~specstore.infer.budget.Budget`
   that charges its batches (free GPU memory minus a margin, or a RAM figure);
 * :meth:`Engine.plan` plans length-sorted batches under that budget;
 * :meth:`Engine.logits` is the one prediction loop: distinct contents once,
   batches read and padded ahead of the model, clips too long for any batch
-  run in windows (:mod:`infer.windows`), a CUDA out-of-memory split and
+  run in windows (:mod:`specstore.infer.windows`), a CUDA out-of-memory split and
   retried; it returns the logits with the run's figures
   (:class:`RowLogits`, a :class:`RunStats` with logits).
 
@@ -35,7 +35,7 @@ from torch import nn
 from torch.utils.data import DataLoader
 from tqdm.auto import tqdm
 
-from store import ConfigError, Store
+from specstore.store import ConfigError, Store
 
 from .budget import Budget
 from .clip_source import ClipSource
@@ -113,8 +113,8 @@ class RowLogits(RunStats):
 class Engine:
     """:class:`RunOptions` resolved on this machine; see the module docstring.
 
-    Choosing the device may raise :class:`~infer.device.DeviceError`; bad
-    options raise :class:`~store.ConfigError`.  Sets the process's CPU
+    Choosing the device may raise :class:`~specstore.infer.device.DeviceError`; bad
+    options raise :class:`~specstore.store.ConfigError`.  Sets the process's CPU
     thread count when running on CPU.
     """
 
@@ -150,11 +150,11 @@ class Engine:
         return x.contiguous(memory_format=torch.channels_last) if self.channels_last else x
 
     def memory(self) -> tuple[int, str]:
-        """Bytes one batch may use now, and where the figure comes from (see :func:`infer.device.memory_bytes`)."""
+        """Bytes one batch may use now, and where the figure comes from (see :func:`specstore.infer.device.memory_bytes`)."""
         return memory_bytes(self.device, self.options.budget_mb, self.options.margin_mb)
 
     def budget(self, model: nn.Module, n_bins: int, *, training: bool = False) -> Budget:
-        """The :class:`~infer.budget.Budget` for ``model`` on inputs of ``n_bins`` rows.
+        """The :class:`~specstore.infer.budget.Budget` for ``model`` on inputs of ``n_bins`` rows.
 
         Measures the model's bytes per padded clip-frame on a copy (forward,
         plus backward when ``training``), so the model's own state is not
@@ -211,7 +211,7 @@ class Engine:
 
         The one prediction loop over a store.  With ``dedupe`` each distinct
         content runs once; the distinct clips then go through
-        :meth:`clip_logits` as a :class:`~infer.store_dataset.StoreDataset`
+        :meth:`clip_logits` as a :class:`~specstore.infer.store_dataset.StoreDataset`
         (``batch_overhead_frames``: the planner's price of a batch, as there).
         """
         rows = np.asarray(rows, dtype=np.int64)
@@ -238,23 +238,23 @@ class Engine:
     ) -> RowLogits:
         """Run ``model`` on every clip of ``dataset`` as a whole clip; logits ``(len(dataset), C)`` in its order.
 
-        ``dataset`` is any :class:`~infer.clip_source.ClipSource`: a store's
-        :class:`~infer.store_dataset.StoreDataset` (what :meth:`logits`
+        ``dataset`` is any :class:`~specstore.infer.clip_source.ClipSource`: a store's
+        :class:`~specstore.infer.store_dataset.StoreDataset` (what :meth:`logits`
         passes) or clips held in memory
-        (:class:`~infer.clip_source.ArrayDataset`, what ``specstore
+        (:class:`~specstore.infer.clip_source.ArrayDataset`, what ``specstore
         classify`` and the server pass).  Batches are cut by ``constraint``
-        (:mod:`infer.constraints`; default ``budget``, measured for
+        (:mod:`specstore.infer.constraints`; default ``budget``, measured for
         ``model`` if None), read and padded ahead by
-        :func:`~infer.readahead.prefetch`.  A model that masks padding runs
+        :func:`~specstore.infer.readahead.prefetch`.  A model that masks padding runs
         whole clips; clips too long for a batch of one run in windows
-        (:mod:`infer.windows`: exactly, when the model exposes
+        (:mod:`specstore.infer.windows`: exactly, when the model exposes
         ``pooled_sum``).  A model that does not mask padding runs every clip
-        as equal tiles (:class:`~infer.windows.TiledClips`).  ``batches``
+        as equal tiles (:class:`~specstore.infer.windows.TiledClips`).  ``batches``
         (lists of dataset indices) replaces the constraint's batches for a
         masking model, run as given, unchecked against the budget.
         ``batch_overhead_frames``: the planner's price of one more batch in
         padded frames (default
-        :data:`~infer.planner.DEFAULT_BATCH_OVERHEAD_FRAMES`).
+        :data:`~specstore.infer.planner.DEFAULT_BATCH_OVERHEAD_FRAMES`).
         ``progress`` overrides the options' tqdm setting.  The model must
         already be on the device (:meth:`prepare`); it runs in eval mode and
         its mode is restored.

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 from torch.utils.data import Sampler
 
-from store import ConfigError
+from specstore.store import ConfigError
 
 from .budget import Budget, CostModel
 from .defaults import MAX_BATCH
@@ -33,16 +33,16 @@ class BudgetBatchSampler(Sampler[list[int]]):
 
     ``source``: a :class:`StoreDataset` (its ``lengths``, after cropping) or
     an array of frames per index.  The budget is ``budget`` (a
-    :class:`~infer.budget.Budget`) or built from ``budget_mb`` (MiB),
-    ``cost`` (a model's :class:`~infer.budget.CostModel`, e.g.
-    :func:`infer.cost.measure_cost_per_frame`), ``max_batch`` and
+    :class:`~specstore.infer.budget.Budget`) or built from ``budget_mb`` (MiB),
+    ``cost`` (a model's :class:`~specstore.infer.budget.CostModel`, e.g.
+    :func:`specstore.infer.cost.measure_cost_per_frame`), ``max_batch`` and
     ``frame_align`` (the model's time stride).  ``shuffle``: new batches
     every epoch with padding efficiency >= 0.95
-    (:func:`infer.planner.training_plan`); otherwise the sorted inference
-    plan (:func:`infer.planner.plan_batches`).  ``num_replicas``/``rank``:
+    (:func:`specstore.infer.planner.training_plan`); otherwise the sorted inference
+    plan (:func:`specstore.infer.planner.plan_batches`).  ``num_replicas``/``rank``:
     this rank's share for DistributedDataParallel.  ``batch_overhead_frames``:
     the sorted plan's price of one more batch, in padded frames
-    (:func:`~infer.planner.plan_batches`).  ``too_long``: what to do
+    (:func:`~specstore.infer.planner.plan_batches`).  ``too_long``: what to do
     with clips that exceed the budget alone: ``"raise"`` (default; crop
     them, or raise the budget) or ``"leave"`` (left out of the batches and
     listed in :attr:`too_long_indices`, for a caller that runs them in
@@ -53,7 +53,7 @@ class BudgetBatchSampler(Sampler[list[int]]):
     of them (all of them when there are no more): a dataset holding several random crops of every clip then
     trains a fixed number of crops an epoch, each clip's share varying from
     epoch to epoch.  :attr:`plan` is the current epoch's
-    :class:`~infer.planner.Plan` of this rank's batches (its ``efficiency``
+    :class:`~specstore.infer.planner.Plan` of this rank's batches (its ``efficiency``
     is the padding figure the commands report).
     """
 
@@ -129,7 +129,7 @@ class BudgetBatchSampler(Sampler[list[int]]):
 
     @property
     def plan(self) -> Plan:
-        """The current epoch's :class:`~infer.planner.Plan` of this rank's batches (in run order)."""
+        """The current epoch's :class:`~specstore.infer.planner.Plan` of this rank's batches (in run order)."""
         return self._planned()[0]
 
     def epoch_batches(self) -> list[list[int]]:

@@ -2,7 +2,7 @@
 
 ``specstore classify song.mp3 --model musicnn-msd``, ``make infer MODEL=musicnn-mtt`` and ``make serve`` read
 ``--model`` through :func:`resolve_checkpoint`: a name registered here gives the shipped model as a
-:class:`~infer.checkpoint.Checkpoint` (its weights, its labels, the :class:`~store.FeatureSpec` of its input and
+:class:`~specstore.infer.checkpoint.Checkpoint` (its weights, its labels, the :class:`~specstore.store.FeatureSpec` of its input and
 what its outputs are); anything else is a checkpoint path, read as before.  A path that exists wins over a name,
 so a file named ``musicnn-msd`` in the working folder is still read as a file.
 
@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from store import ConfigError
+from specstore.store import ConfigError
 
 if TYPE_CHECKING:
     from .checkpoint import Checkpoint
@@ -89,8 +89,8 @@ def no_checkpoint_hint() -> str:
 
 
 def load_shipped(name: str) -> Checkpoint:
-    """The shipped model ``name`` as a :class:`~infer.checkpoint.Checkpoint` (its ``extra`` records
-    ``outputs``, ``shipped`` and ``licence``); :class:`~infer.checkpoint.CheckpointError` in one line when its
+    """The shipped model ``name`` as a :class:`~specstore.infer.checkpoint.Checkpoint` (its ``extra`` records
+    ``outputs``, ``shipped`` and ``licence``); :class:`~specstore.infer.checkpoint.CheckpointError` in one line when its
     weights cannot be read."""
     from .checkpoint import Checkpoint, CheckpointError
     from .models.registry import load_object
@@ -117,7 +117,7 @@ def load_shipped(name: str) -> Checkpoint:
 
 def resolve_checkpoint(model: str | os.PathLike[str]) -> Checkpoint:
     """``--model``'s value as a checkpoint: a shipped model's name (:func:`is_shipped`) or a checkpoint path
-    (:func:`~infer.checkpoint.load_checkpoint`)."""
+    (:func:`~specstore.infer.checkpoint.load_checkpoint`)."""
     from .checkpoint import load_checkpoint
 
     if is_shipped(model):
@@ -128,14 +128,14 @@ def resolve_checkpoint(model: str | os.PathLike[str]) -> Checkpoint:
 _MUSICNN_LICENCE = ("ISC licence, (c) 2019 Music Technology Group, Universitat Pompeu Fabra (musicnn 0.1.0, "
                     "Pons and Serra); weights converted to plain tensors")
 register_shipped(ShippedModel(
-    "musicnn-msd", "infer.pretrained:load_musicnn", "tags",
+    "musicnn-msd", "specstore.infer.pretrained:load_musicnn", "tags",
     "musicnn trained on the Million Song Dataset: 50 last.fm tags (genres, moods, eras, instruments)",
     _MUSICNN_LICENCE,
     fits="popular music: rock, pop, metal, jazz, blues, folk, country, Hip-Hop, electronic, soul, funk, eras and "
          "moods; it has no classical tag, so classical and orchestral recordings come out as ambient or "
          "instrumental: use musicnn-mtt for them"))
 register_shipped(ShippedModel(
-    "musicnn-mtt", "infer.pretrained:load_musicnn", "tags",
+    "musicnn-mtt", "specstore.infer.pretrained:load_musicnn", "tags",
     "musicnn trained on MagnaTagATune: 50 tags (instruments, genres, moods)", _MUSICNN_LICENCE,
     fits="classical and orchestral music and instruments: classical, strings, violin, cello, piano, harpsichord, "
          "harp, flute, choir, opera, and vocals or none; its popular genres are few (rock, pop, techno, metal, "

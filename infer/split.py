@@ -11,7 +11,7 @@ content hash (:func:`split_keys`).  Consequences:
   groups, every clip of a group lands on the same side;
 * the split does not depend on row order, on which other clips a store holds
   or on the machine, so a checkpoint records only ``(val_fraction, seed)``
-  (:meth:`SplitRule.to_dict`) and :func:`infer.evaluate.evaluate` can rebuild
+  (:meth:`SplitRule.to_dict`) and :func:`specstore.infer.evaluate.evaluate` can rebuild
   the held-out set from any store later;
 * adding clips to a store never moves an existing clip across the split.
 
@@ -38,7 +38,7 @@ from typing import Any
 
 import numpy as np
 
-from store import ConfigError, Store
+from specstore.store import ConfigError, Store
 
 __all__ = [
     "MIN_CLIPS_UNGROUPED", "RULE", "RULE_OFFSET", "SPLITS", "SplitError", "SplitRule", "split_keys", "split_score",
@@ -74,9 +74,9 @@ def split_keys(store: Store) -> list[str]:
 
 
 def ungrouped_split_warning(store: Store) -> str | None:
-    """One line for a split of ``store`` by content hash alone on a small corpus, else None.
+    """One line for a split of ``specstore.store`` by content hash alone on a small corpus, else None.
 
-    Said when no labelled clip of ``store`` has a group and its smallest
+    Said when no labelled clip of ``specstore.store`` has a group and its smallest
     class (of the labelled clips, duplicates counted per path) has fewer
     than :data:`MIN_CLIPS_UNGROUPED` clips.
     """
@@ -173,7 +173,7 @@ class SplitRule:
 
 
 def training_rows(store: Store, rule: SplitRule) -> tuple[np.ndarray, np.ndarray]:
-    """``(train rows, val rows)`` of the labelled rows of ``store`` under ``rule``.
+    """``(train rows, val rows)`` of the labelled rows of ``specstore.store`` under ``rule``.
 
     Training rows keep one row per distinct ``(content, label)`` (a duplicate
     file is not trained on twice); validation keeps every labelled row (the

@@ -5,7 +5,7 @@ pickled (each worker reopens the store lazily, fork or spawn alike, and
 refuses a store that changed since), random crops are seeded by ``(seed,
 epoch, index)``, SpecAugment masks stay inside real frames, and its
 :attr:`~StoreDataset.lengths` (frames after cropping) are what the sampler
-(:mod:`infer.sampler`) plans on without reading any feature data.
+(:mod:`specstore.infer.sampler`) plans on without reading any feature data.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 from torch.utils.data import Dataset
 
-from store import ConfigError, FeatureSpec, Store, open_store, stack_parts
+from specstore.store import ConfigError, FeatureSpec, Store, open_store, stack_parts
 
 from .augment import Augment, SpecAugment
 from .clip_source import Item
@@ -49,13 +49,13 @@ def _rng(seed: int, epoch: int, index: int, stream: int) -> np.random.Generator:
 class StoreDataset(Dataset[Item]):
     """A map-style dataset over a store's clips; see the module docstring.
 
-    ``store``: a path/URL or an open :class:`~store.Store`; ``feature``: which
+    ``specstore.store``: a path/URL or an open :class:`~specstore.store.Store`; ``feature``: which
     feature (default: the store's default; ``"mel+cqt"`` stacks several along
     the bin axis, frame by frame, see :func:`feature_specs`); ``rows``: the store rows to use
     (default all, or the labelled ones with ``labelled_only``);
     ``crop_seconds``/``crop_frames``: a random window of at most that length
     per item and epoch (None: whole clips); ``spec_augment``: masks per item
-    and epoch (or an :class:`~infer.augment.Augment`: gain, pitch roll and masks); ``seed``: with the epoch
+    and epoch (or an :class:`~specstore.infer.augment.Augment`: gain, pitch roll and masks); ``seed``: with the epoch
     and the index, every random draw.
     """
 

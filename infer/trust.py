@@ -13,8 +13,8 @@ Hugging Face's ``trust_remote_code``):
   than its bound before it allocates anything;
 * code you name yourself is trusted for that call: ``--arch pkg:Cls`` on the
   ``train`` command line (``make train ARCH=pkg:Cls``), an import path or an
-  ``nn.Module`` passed to :func:`infer.train` / :func:`infer.predict` /
-  :func:`infer.evaluate` as the model;
+  ``nn.Module`` passed to :func:`specstore.infer.train` / :func:`specstore.infer.predict` /
+  :func:`specstore.infer.evaluate` as the model;
 * code a file names (a checkpoint, a config file) loads only when the caller
   says so: ``--trust-model-code`` (``make ... TRUST_MODEL_CODE=1``,
   ``trust_model_code=True`` in Python), or when its module, or a package
@@ -39,7 +39,7 @@ import os
 from collections.abc import Collection
 from typing import Any
 
-from store import ConfigError
+from specstore.store import ConfigError
 
 __all__ = ["SHIPPED_MODELS", "TRUST_ENV", "Trust", "UntrustedModelError", "add_trust_argument", "check_defined",
            "check_import_path", "check_trusted", "is_trusted", "trusted_modules", "with_named"]
@@ -47,12 +47,12 @@ __all__ = ["SHIPPED_MODELS", "TRUST_ENV", "Trust", "UntrustedModelError", "add_t
 TRUST_ENV = "SPECSTORE_TRUSTED_MODULES"
 """Environment variable: comma-separated modules (or packages) whose model classes load without the flag."""
 
-SHIPPED_MODELS = ("infer.models.musicnn:MusiCNN", "infer.models.transfer:TransferClassifier",
-                  "infer.models.ensemble:SumClassifier")
+SHIPPED_MODELS = ("specstore.infer.models.musicnn:MusiCNN", "specstore.infer.models.transfer:TransferClassifier",
+                  "specstore.infer.models.ensemble:SumClassifier")
 """The model classes that ship with specstore and build from a file without trust, as the built-in architectures
 do: the pretrained musicnn (a shipped model's checkpoint names it), a head on a pretrained backbone and a sum of
 models.  Each counts its parameters from its keyword arguments before it allocates anything
-(``count_parameters``) and refuses more than :data:`~infer.models.MAX_PARAMETERS`; no other class of the package
+(``count_parameters``) and refuses more than :data:`~specstore.infer.models.MAX_PARAMETERS`; no other class of the package
 is a model a file may ask for."""
 
 Trust = bool | Collection[str]
@@ -92,7 +92,7 @@ def with_named(trust: Trust, *targets: str) -> Trust:
 
 def check_import_path(target: str, *, source: str = "") -> tuple[str, str]:
     """``(module, name)`` of an import path ``package.module:Name`` that names its class directly (a Python
-    identifier after the colon, no attribute chain); :class:`~store.ConfigError` in one line otherwise."""
+    identifier after the colon, no attribute chain); :class:`~specstore.store.ConfigError` in one line otherwise."""
     module, sep, name = target.partition(":") if isinstance(target, str) else ("", "", "")
     if not sep or not module or not all(part.isidentifier() for part in module.split(".")):
         raise ConfigError(f"{source or 'the model'} names its model by {target!r}, which is not an import path "

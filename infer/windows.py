@@ -9,7 +9,7 @@ Three strategies, each named for what it does:
   ``pooled_sum``; approximate;
 * :class:`TiledClips` (equal tiles of every clip, logits averaged per
   clip): every clip, on a model that does not mask padding and so only
-  ever sees inputs of its fixed ``window_frames`` (:mod:`infer.contract`).
+  ever sees inputs of its fixed ``window_frames`` (:mod:`specstore.infer.contract`).
 
 All three cut their spans with :func:`windows_for`.
 
@@ -43,7 +43,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from store import ConfigError
+from specstore.store import ConfigError
 
 from .budget import align_frames
 from .clip_source import ClipSource, Item
@@ -221,7 +221,7 @@ def mean_of_windows(forward: Callable[[Tensor, Tensor], Tensor], array: np.ndarr
 
 
 class TiledClips:
-    """Every clip of a :class:`~infer.clip_source.ClipSource` cut into tiles of ``window`` frames, as a
+    """Every clip of a :class:`~specstore.infer.clip_source.ClipSource` cut into tiles of ``window`` frames, as a
     dataset of tiles (for a model that does not mask padding; see :func:`tile_spans`).
 
     ``owner[k]`` is tile ``k``'s clip, ``last[k]`` whether it is its clip's

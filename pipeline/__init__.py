@@ -1,16 +1,20 @@
 """specstore's offline stage: audio corpus -> feature store.
 
-``pipeline.extract(corpus, store, features=("mel", "cqt"), jobs=None, backend="loky", scheduler=None)``
+``specstore.pipeline.extract(corpus, store, features=("mel", "cqt"), jobs=None, backend="loky", scheduler=None)``
 decodes every file once, computes the features and commits them into the store.
-``pipeline.stored_features(path, specs)`` gives one file's features as a store would hold them, in memory.
+``specstore.pipeline.stored_features(path, specs)`` gives one file's features as a store would hold them, in memory.
 
-The names below are imported on first use (:mod:`store.lazy`), so ``specstore-features --help`` and a
+The names below are imported on first use (:mod:`specstore.store.lazy`), so ``specstore-features --help`` and a
 mistyped corpus path answer before librosa and zarr are imported.
 """
 
+
+if __name__ != "specstore.pipeline":  # one name per module: the folder is imported through specstore/
+    raise ImportError(f"specstore's pipeline/ is the package specstore.pipeline; import it by that name, not as "
+                      f"{__name__!r}")
 from typing import TYPE_CHECKING
 
-from store.lazy import lazy_package
+from specstore.store.lazy import lazy_package
 
 __all__ = lazy_package(__name__, {
     "corpus": ("CorpusError", "scan_corpus"),

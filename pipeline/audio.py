@@ -2,7 +2,7 @@
 
 The pipeline never holds a whole decoded file: :func:`stream_mono` reads a
 bounded block of sample frames with soundfile, averages the channels
-(:mod:`pipeline.mixdown`), and
+(:mod:`specstore.pipeline.mixdown`), and
 pushes the block through a streaming soxr resampler, so memory stays constant
 however long the file is.  The concatenated output equals
 ``librosa.load(path, sr=target_sr, mono=True)`` (librosa 0.11, default
@@ -12,7 +12,7 @@ mean is the same float32 arithmetic, streaming soxr is sample-identical to
 samples exactly as ``librosa.resample`` does.
 
 Files soundfile cannot open (m4a/AAC, WMA: libsndfile has no decoder for
-them) are decoded through PyAV when it is installed (:mod:`pipeline.decode_av`,
+them) are decoded through PyAV when it is installed (:mod:`specstore.pipeline.decode_av`,
 the ``formats`` extra) into the same mix-down and resampler; files soundfile
 reads never go there.
 
@@ -108,7 +108,7 @@ def _open(path: str, fd: int) -> sf.SoundFile:
 
 def readable_extensions() -> frozenset[str]:
     """The file extensions this install decodes (lower case, with the dot): soundfile's, and PyAV's when the
-    ``formats`` extra is installed (:mod:`pipeline.decode_av`)."""
+    ``formats`` extra is installed (:mod:`specstore.pipeline.decode_av`)."""
     return SOUNDFILE_EXTENSIONS | (AV_EXTENSIONS if decode_av.available() else frozenset())
 
 
@@ -123,7 +123,7 @@ def _open_fd(path: str) -> int:
 
 def _open_any(path: str, fd: int) -> sf.SoundFile | decode_av.AvReader:
     """soundfile's reader of ``path`` through its descriptor ``fd``, or PyAV's where soundfile cannot open it
-    (:mod:`pipeline.decode_av`).
+    (:mod:`specstore.pipeline.decode_av`).
 
     soundfile reads through the descriptor, so libsndfile judges the bytes
     alone, never the name (given a path, it takes ``.mp3`` as a hint, runs
@@ -254,23 +254,23 @@ def stream_mono(
 
     Decoders read a truncated file up to where it breaks off without an
     error; a file whose container declares more audio than it holds (see
-    :mod:`pipeline.integrity`; FLAC, Ogg and an MP3's Xing frame count
+    :mod:`specstore.pipeline.integrity`; FLAC, Ogg and an MP3's Xing frame count
     checked against the decoded sample count at the end) raises :class:`AudioError` with a
     "truncated: ..." reason, so a half-copied file never enters the store as
     a shorter clip.  libsndfile never decodes past the frame count its header
     declares, so a header that declares *less* than the file holds would make
     a shorter clip silently: when the decoder stopped before the end of the
     file and an Ogg page, FLAC frame or MPEG audio frame follows where it
-    stopped (:func:`pipeline.integrity.audio_after`), this raises with a
+    stopped (:func:`specstore.pipeline.integrity.audio_after`), this raises with a
     "longer than declared: ..." reason.  Also raises for files that cannot be
     opened, decode errors (with the frame where they hit), non-finite
     samples, and files with no samples at all.
 
     ``backend``: ``"auto"`` (soundfile; PyAV only where soundfile cannot
-    open the file, see :mod:`pipeline.decode_av`), or ``"pyav"`` to decode
+    open the file, see :mod:`specstore.pipeline.decode_av`), or ``"pyav"`` to decode
     through PyAV whatever the file (the benchmarks compare the two on the
     formats both read).  A PyAV decode gets the same mix-down and
-    resampling; its length checks are :class:`pipeline.decode_av.AvReader`'s.
+    resampling; its length checks are :class:`specstore.pipeline.decode_av.AvReader`'s.
     """
     if backend not in ("auto", "pyav"):
         raise ValueError(f"backend must be 'auto' or 'pyav', not {backend!r}")

@@ -2,9 +2,9 @@
 
 The file extensions read as audio are listed here, in one place: those
 soundfile (libsndfile) reads and those only the optional PyAV backend
-reads; a folder search takes both (:data:`pipeline.corpus.AUDIO_EXTENSIONS`).
-Kept apart from :mod:`pipeline.audio` so the optional PyAV backend
-(:mod:`pipeline.decode_av`) raises and returns the same types without
+reads; a folder search takes both (:data:`specstore.pipeline.corpus.AUDIO_EXTENSIONS`).
+Kept apart from :mod:`specstore.pipeline.audio` so the optional PyAV backend
+(:mod:`specstore.pipeline.decode_av`) raises and returns the same types without
 importing the soundfile path it is a fallback of.
 """
 
@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from store import SpecstoreError
+from specstore.store import SpecstoreError
 
 __all__ = ["AV_EXTENSIONS", "SOUNDFILE_EXTENSIONS", "AudioError", "AudioInfo"]
 

@@ -13,7 +13,7 @@ from .extract_report import ExtractError
 
 __all__ = ["BACKENDS", "joblib_backend"]
 
-log = logging.getLogger("pipeline.extract")
+log = logging.getLogger("specstore.pipeline.extract")
 
 BACKENDS = ("loky", "threading", "multiprocessing", "dask", "ray")
 

@@ -14,7 +14,7 @@ could look dead from here; the age rule keeps its fresh files.)
 
 A store's shards that were written but never committed are removed by
 :func:`remove_interrupted_shards` before a run decodes anything: the store's
-own orphan cleanup (:meth:`store.StoreWriter.remove_orphans`), plus the
+own orphan cleanup (:meth:`specstore.store.StoreWriter.remove_orphans`), plus the
 shard folders an interrupt left before their ``zarr.json`` was written (or
 after an abort removed it).  zarr warns about each such folder when it lists
 the shards ("not recognized as a component of a Zarr hierarchy"), so a
@@ -33,10 +33,10 @@ import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from store.layout import SHARDS_GROUP
+from specstore.store.layout import SHARDS_GROUP
 
 if TYPE_CHECKING:
-    from store import StoreWriter
+    from specstore.store import StoreWriter
 
 __all__ = ["MIN_AGE_SECONDS", "clean_stale_worker_files", "remove_interrupted_shards"]
 

@@ -7,10 +7,10 @@ import logging
 import sys
 from pathlib import Path
 
-from store import ConfigError, FeatureSpec, run_cli
-from store.kinds import kind_names
-from store.limits import field_limit
-from store.options import bounded_argument
+from specstore.store import ConfigError, FeatureSpec, run_cli
+from specstore.store.kinds import kind_names
+from specstore.store.limits import field_limit
+from specstore.store.options import bounded_argument
 
 from .corpus import CorpusError
 from .extract_options import BLOCK_SECONDS, COMMIT_SECONDS, JOBS
@@ -32,7 +32,7 @@ m4a/AAC (.m4a .m4b .aac) and wma through PyAV where it is installed
 (pip install 'specstore[formats]'; otherwise such files are bad files naming it).
 Rerunning the same command resumes an interrupted run and adds only new or
 changed files; identical files are decoded once. Bad files are recorded in
-the store's error table with their reason (`python -m store info STORE`) and
+the store's error table with their reason (`python -m specstore.store info STORE`) and
 never stop the run: among them links that lead out of the corpus folder (or
 the manifest's folder; --follow-links follows them) and files whose header
 declares more or less audio than they hold. One run writes a store at a

@@ -9,7 +9,7 @@ taken relative to the CSV's folder, the label and the group (for example the
 musical work, so that movements of one work stay on one side of a split) may
 be empty.  Paths are recorded relative to the corpus root with ``/``
 separators, so a store does not depend on where the corpus was mounted, and
-escaped losslessly where a file name is not UTF-8 (:func:`store.escape_path`).
+escaped losslessly where a file name is not UTF-8 (:func:`specstore.store.escape_path`).
 
 Links never lead out of the corpus root unless asked (``follow_links``): a
 link to a file or folder whose real path is outside the root (the folder, or
@@ -46,7 +46,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from store import ConfigError, SpecstoreError, escape_path
+from specstore.store import ConfigError, SpecstoreError, escape_path
 
 from .audio_types import AV_EXTENSIONS, SOUNDFILE_EXTENSIONS
 
@@ -56,7 +56,7 @@ __all__ = ["AUDIO_EXTENSIONS", "GROUP_BY_PARENT", "CorpusError", "CorpusItem", "
 log = logging.getLogger(__name__)
 
 #: File extensions treated as audio (case-insensitive): soundfile's and the optional PyAV backend's
-#: (:mod:`pipeline.audio_types`).  The latter are searched even without PyAV installed, so such files are
+#: (:mod:`specstore.pipeline.audio_types`).  The latter are searched even without PyAV installed, so such files are
 #: recorded as bad files naming the extra to install, never skipped in silence.
 AUDIO_EXTENSIONS = SOUNDFILE_EXTENSIONS | AV_EXTENSIONS
 #: The ``group_by`` keyword for "the file's folder below its label folder" (anything else is a regex).
@@ -167,7 +167,7 @@ def group_rule(group_by: str) -> Callable[[str], str]:
     """The function giving a folder corpus's stored path (relative to its root) its group ("" = none).
 
     ``group_by`` is :data:`GROUP_BY_PARENT` or a regular expression (see
-    the module docstring).  Raises :class:`~store.ConfigError`, one line,
+    the module docstring).  Raises :class:`~specstore.store.ConfigError`, one line,
     for an empty value or a regular expression that does not compile.
     """
     if not group_by:
@@ -254,7 +254,7 @@ def scan_corpus(corpus: str | os.PathLike[str], *, follow_links: bool = False,
     rows of the store, with their reason), not skipped; so are links whose
     target is outside the root, unless ``follow_links`` (then followed).
     ``group_by`` groups a folder corpus's files (see the module docstring);
-    a bad regular expression is a :class:`~store.ConfigError` and a manifest
+    a bad regular expression is a :class:`~specstore.store.ConfigError` and a manifest
     a :class:`CorpusError` (it has its own ``group`` column), both raised
     before the corpus is read.
     """

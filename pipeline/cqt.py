@@ -3,10 +3,10 @@
 librosa's CQT is a cascade: per octave, a short STFT of the signal
 decimated 2:1 once per octave (soxr, "soxr_hq"), multiplied by a sparse
 filter basis.  Here that cascade streams: each decimation stage is a
-streaming soxr resampler (:class:`pipeline.audio.StreamResampler`), which
+streaming soxr resampler (:class:`specstore.pipeline.audio.StreamResampler`), which
 is sample-identical to the one-shot resampling librosa does, and each
 octave's frames are computed from its decimated signal with the same
-filter basis and the same FFT.  The values are :mod:`pipeline.features`'
+filter basis and the same FFT.  The values are :mod:`specstore.pipeline.features`'
 CQT contract, with no recomputed overlap.
 """
 
@@ -23,8 +23,8 @@ import numpy.typing as npt
 import scipy.fft
 import scipy.sparse
 
-from store import ConfigError
-from store.spec import FeatureSpec
+from specstore.store import ConfigError
+from specstore.store.spec import FeatureSpec
 
 from .audio import StreamResampler
 from .streaming import Output, Signal, centered_frames, ready_frames, to_db
@@ -67,7 +67,7 @@ class _CqtPlan:
 
     def stream(self, frames_hint: int, dtype: npt.DTypeLike = np.float32,
                sink: Callable[[np.ndarray], None] | None = None) -> _CqtStream:
-        """A stream computing this feature's rows (see :class:`pipeline.kinds.FeaturePlan`)."""
+        """A stream computing this feature's rows (see :class:`specstore.pipeline.kinds.FeaturePlan`)."""
         return _CqtStream(self, frames_hint, dtype, sink)
 
 

@@ -1,8 +1,8 @@
 """Decoding through PyAV (FFmpeg) for the files soundfile cannot open: m4a/AAC, WMA and the like.
 
 libsndfile reads WAV, AIFF, FLAC, Ogg (Vorbis, Opus) and MP3; it has no
-decoder for AAC or WMA.  :func:`pipeline.audio.stream_mono` and
-:func:`pipeline.audio.probe` try soundfile first and come here only when it
+decoder for AAC or WMA.  :func:`specstore.pipeline.audio.stream_mono` and
+:func:`specstore.pipeline.audio.probe` try soundfile first and come here only when it
 cannot open a file, so every file soundfile reads decodes exactly as before.
 FFmpeg opens only local files in the containers of :data:`ALLOWED_DEMUXERS`.
 PyAV is optional (the ``formats`` extra; its wheels carry their own FFmpeg):
@@ -63,7 +63,7 @@ class Unrecognised(AudioError):
     """FFmpeg found no audio format it reads in the file: it could not open it, or what it opened has no
     sample rate or channels (a text file named ``.flac`` "opens" that way, through the name's hint).  The
     caller answers with soundfile's reason instead, which depends on the bytes alone, so a file that is
-    not audio gets one reason whatever its name (:func:`pipeline.audio.probe`)."""
+    not audio gets one reason whatever its name (:func:`specstore.pipeline.audio.probe`)."""
 
 
 def available() -> bool:

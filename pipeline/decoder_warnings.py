@@ -1,6 +1,6 @@
 """Decoder warnings: which C library wrote a line on stderr, how many came from each, and the run's summary line.
 
-:mod:`pipeline.decoder_log` catches the lines; this module names and counts
+:mod:`specstore.pipeline.decoder_log` catches the lines; this module names and counts
 them (:class:`DecoderWarnings`) and logs them under :data:`LOGGER`.
 """
 

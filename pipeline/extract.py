@@ -19,9 +19,9 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
-from store import ConfigError, Corpus, FeatureSpec, StoreWriter, create_store, default_specs, escape_path
-from store.kinds import DEFAULT_KINDS, kind_names
-from store.location import as_location
+from specstore.store import ConfigError, Corpus, FeatureSpec, StoreWriter, create_store, default_specs, escape_path
+from specstore.store.kinds import DEFAULT_KINDS, kind_names
+from specstore.store.location import as_location
 
 from .backends import BACKENDS
 from .backends import joblib_backend as _backend
@@ -114,7 +114,7 @@ def extract(
     follow_links: bool = False,
     group_by: str | None = None,
 ) -> ExtractSummary:
-    """Decode ``corpus`` once into the feature store ``store``; resumable and deduplicated.
+    """Decode ``corpus`` once into the feature store ``specstore.store``; resumable and deduplicated.
 
     ``corpus`` is a folder (one sub-folder per label) or a ``path,label[,group]``
     CSV.  ``jobs`` workers (default: all cores; never more than there are
@@ -127,7 +127,7 @@ def extract(
     are recorded as bad files unless ``follow_links``.  ``group_by``
     (``"parent"`` or a regular expression over the path) gives a folder
     corpus's files groups, as a manifest's ``group`` column does
-    (:func:`pipeline.corpus.scan_corpus`); each run sets the groups of the
+    (:func:`specstore.pipeline.corpus.scan_corpus`); each run sets the groups of the
     corpus's indexed paths anew, so a rerun with another ``group_by`` (or
     none) regroups them without decoding (logged).  Returns an
     :class:`ExtractSummary`; raises ``ConfigError`` for bad arguments (before

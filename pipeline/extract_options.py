@@ -1,15 +1,15 @@
 """The bounds of the extraction run's own settings: ``--jobs``, ``--block-seconds``, ``--commit-seconds``.
 
 One home for each bound and its reason: ``specstore-features`` checks them
-as its command line is parsed (:func:`store.options.bounded_argument`) and
-:func:`pipeline.extract` checks the same values when called from Python.
-The feature parameters' bounds are :class:`store.FeatureSpec`'s.  Pure: no
+as its command line is parsed (:func:`specstore.store.options.bounded_argument`) and
+:func:`specstore.pipeline.extract` checks the same values when called from Python.
+The feature parameters' bounds are :class:`specstore.store.FeatureSpec`'s.  Pure: no
 audio libraries.
 """
 
 from __future__ import annotations
 
-from store.limits import Limit
+from specstore.store.limits import Limit
 
 __all__ = ["BLOCK_SECONDS", "COMMIT_SECONDS", "JOBS"]
 

@@ -6,7 +6,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from store import SpecstoreError
+from specstore.store import SpecstoreError
 
 from .decoder_log import DecoderWarnings
 

@@ -1,6 +1,6 @@
 """One extraction run's bookkeeping (:class:`ExtractRun`): what to decode, the tasks, what came back, the commits.
 
-The driver (:func:`pipeline.extract.extract`) owns the store's writer; a
+The driver (:func:`specstore.pipeline.extract.extract`) owns the store's writer; a
 run indexes what needs no decoding, groups the rest into tasks (one task =
 one shard, :func:`plan_tasks`) for the joblib workers, and commits their
 results in small batches.
@@ -19,7 +19,7 @@ from joblib import Parallel, delayed, effective_n_jobs
 from joblib.parallel import get_active_backend
 from tqdm.auto import tqdm
 
-from store import Corpus, ErrorRow, FeatureSpec, IndexRow, ShardInfo, StoreWriter
+from specstore.store import Corpus, ErrorRow, FeatureSpec, IndexRow, ShardInfo, StoreWriter
 
 from .corpus import CorpusItem
 from .decoder_log import log_lines
@@ -29,7 +29,7 @@ from .tasks import TaskItem, TaskResult, run_task
 
 __all__ = ["MAX_ROUNDS", "MAX_TASK_BYTES", "MAX_TASK_FILES", "ExtractRun", "owner_of", "plan_tasks"]
 
-log = logging.getLogger("pipeline.extract")
+log = logging.getLogger("specstore.pipeline.extract")
 
 #: Upper bounds on one task (= one shard): files, and bytes of source files.
 MAX_TASK_FILES = 64

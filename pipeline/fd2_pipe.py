@@ -1,8 +1,8 @@
 """This process's file descriptor 2 redirected into a pipe that a daemon thread reads (:class:`Fd2Pipe`).
 
 The C decoders write to fd 2 themselves, past Python's ``sys.stderr``; the
-pipe lets :mod:`pipeline.decoder_log` see each line, count the decoder
-warnings among them (:func:`pipeline.decoder_warnings.library_of`) and pass
+pipe lets :mod:`specstore.pipeline.decoder_log` see each line, count the decoder
+warnings among them (:func:`specstore.pipeline.decoder_warnings.library_of`) and pass
 the rest through.  Flush and stop requests travel in the pipe itself as
 NUL-framed markers, so they arrive in order with the output before them.
 """

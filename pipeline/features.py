@@ -1,12 +1,12 @@
 """Features of one audio file, computed as a stream in bounded memory.
 
-:func:`compute_features` decodes a file once (:func:`pipeline.audio.stream_mono`)
+:func:`compute_features` decodes a file once (:func:`specstore.pipeline.audio.stream_mono`)
 and feeds every requested feature from the same samples, one block of audio
 at a time.  Each feature keeps only the samples its next frames still need
 (an STFT window's worth of context), so a worker's memory does not grow with
 the file's length; only the output arrays do.  How each kind is streamed is
-registered by kind name in :mod:`pipeline.kinds` (:mod:`pipeline.mel`,
-:mod:`pipeline.cqt`).
+registered by kind name in :mod:`specstore.pipeline.kinds` (:mod:`specstore.pipeline.mel`,
+:mod:`specstore.pipeline.cqt`).
 
 What the values are (the contract the store's readers rely on), for a spec
 ``s`` and ``y = librosa.load(path, sr=s.sample_rate, mono=True)[0]``:
@@ -30,10 +30,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pipeline.audio import AudioError, probe, stream_mono
-from store import ConfigError
-from store.heap import keep_freed_blocks
-from store.spec import FeatureSpec
+from specstore.pipeline.audio import AudioError, probe, stream_mono
+from specstore.store import ConfigError
+from specstore.store.heap import keep_freed_blocks
+from specstore.store.spec import FeatureSpec
 
 from .kinds import FeaturePlan, FeatureStream, plan_for
 
@@ -132,7 +132,7 @@ def compute_features(
     already handed over some rows: the caller drops them.
 
     Sets glibc's heap thresholds for the rest of the process
-    (:func:`store.heap.keep_freed_blocks`: freed blocks up to 32 MiB are
+    (:func:`specstore.store.heap.keep_freed_blocks`: freed blocks up to 32 MiB are
     kept for reuse), what every extraction worker and decoded upload needs.
 
     Raises ValueError for inconsistent or unsupported specs (different

@@ -33,8 +33,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from store import SpecstoreError
-from store.layout import CONTENT_HASH, LEGACY_CONTENT_HASH
+from specstore.store import SpecstoreError
+from specstore.store.layout import CONTENT_HASH, LEGACY_CONTENT_HASH
 
 __all__ = [
     "Fingerprint", "RECENT_SECONDS", "SourceChanged", "Stamp", "content_hash", "digest_bytes", "digest_fd",
@@ -82,7 +82,7 @@ class Fingerprint:
         return not self.stamp.recent(self.taken_ns)
 
 
-#: hashlib constructors by a store's ``content_hash`` name (:data:`store.layout.CONTENT_HASHES`).
+#: hashlib constructors by a store's ``content_hash`` name (:data:`specstore.store.layout.CONTENT_HASHES`).
 _HASHERS: dict[str, Callable[[], Any]] = {
     "sha256": hashlib.sha256,
     LEGACY_CONTENT_HASH: functools.partial(hashlib.blake2b, digest_size=16),
@@ -139,7 +139,7 @@ def fingerprint(path: str | os.PathLike[str], *, algorithm: str, tries: int = 3)
 def content_hash(path: str | os.PathLike[str], algorithm: str = CONTENT_HASH) -> str:
     """Hex digest of the file's bytes (``hashlib.file_digest``; memory does not grow with size).
 
-    ``algorithm`` is a store's ``content_hash`` (:data:`store.layout.CONTENT_HASHES`); the default,
+    ``algorithm`` is a store's ``content_hash`` (:data:`specstore.store.layout.CONTENT_HASHES`); the default,
     SHA-256, is what new stores, ``specstore classify`` and the server (identical uploads, the cache) use.
 
     Raises ``OSError`` for unreadable files and broken links (the caller records the reason).

@@ -14,11 +14,11 @@ reads to check:
 Formats or files that declare nothing (an MP3 without a Xing header, a WAV
 written as a stream with size 0 or 0xFFFFFFFF) are not judged: never reject
 a file that may be whole.  FLAC's declared sample count is checked while
-decoding, in :func:`pipeline.audio.stream_mono`.
+decoding, in :func:`specstore.pipeline.audio.stream_mono`.
 
 The opposite lie, a header that declares *less* audio than the file holds,
 is found after decoding: libsndfile stops at the declared frame count
-whatever follows, so :func:`pipeline.audio.stream_mono` notes the byte where
+whatever follows, so :func:`specstore.pipeline.audio.stream_mono` notes the byte where
 the decoder stopped reading and :func:`audio_after` looks for audio beyond
 the declared length:
 

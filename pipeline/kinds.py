@@ -1,11 +1,11 @@
-"""How each feature kind is computed: the pipeline's half of the registry of kinds (:mod:`store.kinds`).
+"""How each feature kind is computed: the pipeline's half of the registry of kinds (:mod:`specstore.store.kinds`).
 
-A computation turns a :class:`~store.FeatureSpec` into a :class:`FeaturePlan`
+A computation turns a :class:`~specstore.store.FeatureSpec` into a :class:`FeaturePlan`
 (the spec's constants, built once: filter banks, windows) whose
 :meth:`~FeaturePlan.stream` computes the feature's rows from decoded audio
-fed a block at a time (:func:`pipeline.features.compute_features` feeds
+fed a block at a time (:func:`specstore.pipeline.features.compute_features` feeds
 every feature of a file from one decode).  The kinds registered here are the
-ones :mod:`store.kinds` knows, one computation per kind name; a kind added
+ones :mod:`specstore.store.kinds` knows, one computation per kind name; a kind added
 from user code registers its entry there and its computation here.
 """
 
@@ -17,9 +17,9 @@ from typing import Protocol
 import numpy as np
 import numpy.typing as npt
 
-from store import ConfigError
-from store.kinds import CQT, MEL, MUSICNN
-from store.spec import FeatureSpec
+from specstore.store import ConfigError
+from specstore.store.kinds import CQT, MEL, MUSICNN
+from specstore.store.spec import FeatureSpec
 
 from .cqt import cqt_plan
 from .mel import mel_plan, musicnn_plan

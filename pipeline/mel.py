@@ -6,7 +6,7 @@ hop`` samples are carried to the next block.  The FFT runs in float32 (the
 fast path); a frame where some mel bin lies so far below the frame's power
 that float32 rounding could move it by more than ~0.002 dB (band-limited or
 near-silent audio) is recomputed with librosa's own numerics (float64 FFT).
-The values are :mod:`pipeline.features`' mel contract; how the guard was
+The values are :mod:`specstore.pipeline.features`' mel contract; how the guard was
 measured is in ``docs/features.md``.
 """
 
@@ -23,8 +23,8 @@ import numpy.typing as npt
 import scipy.fft
 import scipy.signal
 
-from store import ConfigError
-from store.spec import FeatureSpec
+from specstore.store import ConfigError
+from specstore.store.spec import FeatureSpec
 
 from .streaming import Output, Signal, centered_frames, ready_frames, to_db
 
@@ -66,7 +66,7 @@ class _MelPlan:
 
     def stream(self, frames_hint: int, dtype: npt.DTypeLike = np.float32,
                sink: Callable[[np.ndarray], None] | None = None) -> _MelStream:
-        """A stream computing this feature's rows (see :class:`pipeline.kinds.FeaturePlan`)."""
+        """A stream computing this feature's rows (see :class:`specstore.pipeline.kinds.FeaturePlan`)."""
         return _MelStream(self, frames_hint, dtype, sink)
 
     def compute(self, frames: np.ndarray, out: np.ndarray) -> None:

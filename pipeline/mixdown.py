@@ -2,7 +2,7 @@
 as stored.
 
 :func:`downmix` is the mix-down every decoder's blocks go through
-(:mod:`pipeline.audio`).  :func:`read_pcm16` reads 16-bit PCM from an
+(:mod:`specstore.pipeline.audio`).  :func:`read_pcm16` reads 16-bit PCM from an
 uncompressed container (WAV, AIFF, AU, ...) as int16 and scales and mixes it
 here: libsndfile's own int16 -> float32 conversion costs more than reading
 the file, and every step here is exact in float32, so the samples are the

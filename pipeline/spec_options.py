@@ -1,13 +1,13 @@
 """Feature parameters from the command line: ``--sample-rate``, ``--n-mels``, ... or one ``--spec FILE.toml``.
 
 :func:`specs_from_options` turns what ``specstore-features`` (``make features
-ARGS=...``) was given into the :class:`store.FeatureSpec` of each feature,
-the same specs ``pipeline.extract(specs=...)`` takes; the store records them
+ARGS=...``) was given into the :class:`specstore.store.FeatureSpec` of each feature,
+the same specs ``specstore.pipeline.extract(specs=...)`` takes; the store records them
 as it always does (an existing store made with other specs is refused).
 
-Precedence, lowest first: the defaults (:func:`store.default_specs`), a
+Precedence, lowest first: the defaults (:func:`specstore.store.default_specs`), a
 ``--spec`` TOML file, the single-value flags.  The file holds one table per
-feature, keyed by :class:`~store.FeatureSpec` field names::
+feature, keyed by :class:`~specstore.store.FeatureSpec` field names::
 
     [mel]
     sample_rate = 16000   # Hz
@@ -33,14 +33,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from store import ConfigError, FeatureSpec, default_specs
-from store.kinds import DEFAULT_KINDS, feature_kind, kind_names
-from store.limits import field_limit
+from specstore.store import ConfigError, FeatureSpec, default_specs
+from specstore.store.kinds import DEFAULT_KINDS, feature_kind, kind_names
+from specstore.store.limits import field_limit
 
 __all__ = ["DEFAULT_FEATURES", "parse_fmax", "read_spec_file", "specs_from_options"]
 
 DEFAULT_FEATURES = DEFAULT_KINDS
-"""The features extracted when neither ``--features`` nor a spec file names any (:data:`store.kinds.DEFAULT_KINDS`)."""
+"""The features extracted when neither ``--features`` nor a spec file names any (:data:`specstore.store.kinds.DEFAULT_KINDS`)."""
 
 _INT_FIELDS = {"sample_rate", "hop_length", "n_bins", "n_fft", "bins_per_octave"}
 _FLOAT_FIELDS = {"fmin", "fmax", "power", "db_ref", "amin"}
@@ -72,7 +72,7 @@ def _field_value(name: str, value: Any, where: str) -> Any:
 
 
 def _bounded(name: str, value: Any, spelled: str) -> Any:
-    """``value`` of FeatureSpec field ``name`` checked against the field's bound (:class:`~store.limits.Limit`),
+    """``value`` of FeatureSpec field ``name`` checked against the field's bound (:class:`~specstore.store.limits.Limit`),
     the error naming it as the user spelled it (``--n-mels``, ``spec file X [mel]: n_bins``)."""
     field_limit(FeatureSpec, name).check(spelled, value)
     return value
@@ -119,7 +119,7 @@ def specs_from_options(
     (None: half the sample rate; ``"default"``: leave it), ``n_mels`` and
     ``cqt_bins`` bins.  A value for a feature that is not extracted (e.g.
     ``n_mels`` with ``features=("cqt",)``) is refused rather than ignored.
-    Raises :class:`~store.ConfigError` with one line.
+    Raises :class:`~specstore.store.ConfigError` with one line.
     """
     flags = {"--sample-rate": ("sample_rate", sample_rate), "--hop": ("hop_length", hop),
              "--n-mels": ("n_bins", n_mels), "--n-fft": ("n_fft", n_fft), "--cqt-bins": ("n_bins", cqt_bins),

@@ -1,6 +1,6 @@
 """Bounded-memory buffers for streamed features: the samples a feature still needs, and its output rows.
 
-Every streamed feature (:mod:`pipeline.mel`, :mod:`pipeline.cqt`, a kind
+Every streamed feature (:mod:`specstore.pipeline.mel`, :mod:`specstore.pipeline.cqt`, a kind
 registered from user code) keeps a :class:`Signal` of the samples its next
 frames still need and writes its rows into an :class:`Output`, which either
 grows (an in-memory result) or hands finished rows to a sink in order, so

@@ -1,14 +1,14 @@
 """One pipeline task: decode a group of files and write them as one whole shard.
 
 This runs inside a joblib worker.  Raw audio exists only inside
-:func:`pipeline.features.compute_features`, one file (or one block of a long
+:func:`specstore.pipeline.features.compute_features`, one file (or one block of a long
 file) at a time, and each feature's frames go straight into the shard
-(:class:`store.ShardWriter`) as they are computed, so a worker's memory does
+(:class:`specstore.store.ShardWriter`) as they are computed, so a worker's memory does
 not depend on how long its files are.
 
 Each file is opened once and decoded through that open file; the content
 hash recorded for the clip is the hash of the bytes decoded (see
-:mod:`pipeline.hashing`): a file that changed since the driver hashed it is
+:mod:`specstore.pipeline.hashing`): a file that changed since the driver hashed it is
 hashed again, and one that changes while it is decoded is decoded again (up
 to ``tries`` times, then recorded as bad).
 """
@@ -21,7 +21,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from store import FeatureSpec, ShardInfo, ShardWriter
+from specstore.store import FeatureSpec, ShardInfo, ShardWriter
 
 from .audio import AudioError
 from .decoder_log import DecoderWarnings, captured_stderr, divert_stderr
@@ -148,7 +148,7 @@ def run_task(
     multiprocessing) the C decoders' lines on stderr are diverted and come
     back in ``result.decoder`` for the driver to log, so they do not
     interleave with its progress bar; run in the driver's process they stay
-    on stderr and are counted (:mod:`pipeline.decoder_log`).
+    on stderr and are counted (:mod:`specstore.pipeline.decoder_log`).
     """
     feature_specs = {k: FeatureSpec.from_dict(v) for k, v in specs.items()}
     result = TaskResult(shard=None, files=len(items))

@@ -1,4 +1,4 @@
-"""``python -m realcorpus OUT``: see :mod:`realcorpus.generate`."""
+"""``python -m specstore.realcorpus OUT``: see :mod:`specstore.realcorpus.generate`."""
 
 import sys
 

@@ -1,6 +1,6 @@
 """What the corpus holds: style classes, the choice of music21 works behind them, the split, the clips.
 
-Everything here is cheap and pure: :mod:`realcorpus.sources` lists the music21
+Everything here is cheap and pure: :mod:`specstore.realcorpus.sources` lists the music21
 corpus by file name (and, for Humdrum and ABC files, by reading a few header
 lines), nothing is parsed.  A *work* is the unit of the train/test split (a
 mass, a cantata, a string quartet, one folk song); a *piece* is one score file
@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from store import ConfigError
+from specstore.store import ConfigError
 
 from .sources import SOURCES, Piece, Work
 

@@ -36,9 +36,9 @@ from typing import Any
 
 from tqdm import tqdm
 
-from store import run_cli
-from store.limits import Limit
-from store.options import bounded_argument
+from specstore.store import run_cli
+from specstore.store.limits import Limit
+from specstore.store.options import bounded_argument
 
 from .catalogue import CLASSES, SIZES, Clip, RealCorpusError, music21_version, per_class, plan_corpus, rng_for
 from .render import SOUNDFONTS, check_renderer, encode, render_clip
@@ -209,7 +209,7 @@ def _write_index(out: Path, clips: list[Clip], size: str, seed: int, train_clips
     versions = _versions(fonts)
     counts = per_class(clips)
     lines = [
-        "Realistic development corpus written by `specstore-realcorpus` (python -m realcorpus).",
+        "Realistic development corpus written by `specstore-realcorpus` (python -m specstore.realcorpus).",
         f"size={size} seed={seed} train_clips={train_clips} clips={len(clips)} total_seconds={total:.1f}",
         "Scores: the corpus bundled with music21 (see docs/realcorpus.md for sources and licences).",
         "Versions: " + ", ".join(f"{k} {v}" for k, v in versions.items()),

@@ -1,4 +1,4 @@
-"""Rendering one clip: instrumentation (:mod:`realcorpus.instruments`), a Standard MIDI File, FluidSynth, then
+"""Rendering one clip: instrumentation (:mod:`specstore.realcorpus.instruments`), a Standard MIDI File, FluidSynth, then
 room, EQ, noise, level, encoding.
 
 What varies from clip to clip (all drawn from a generator seeded by the clip id):
@@ -9,7 +9,7 @@ What varies from clip to clip (all drawn from a generator seeded by the clip id)
   accordion and guitar serve both folk classes), then each part a program from
   the ensemble's pool for its register; folk tunes may get a doubling
   instrument or a drone;
-* tempo (see :mod:`realcorpus.score`), transposition (-3..+2 semitones) and
+* tempo (see :mod:`specstore.realcorpus.score`), transposition (-3..+2 semitones) and
   tuning (-40..+20 cents, i.e. A = 430..445 Hz), timing and velocity jitter,
   articulation;
 * mixing: part levels, stereo placement and width, reverb send, chorus;
@@ -343,6 +343,6 @@ def render_clip(score: Score, clip: Clip) -> tuple[np.ndarray, dict[str, object]
 def encode(audio: np.ndarray, clip: Clip) -> bytes:
     """File bytes (the demo corpus encoder, democorpus.encode_clip: 16-bit PCM wav/flac, Vorbis with a fixed
     serial, MP3)."""
-    from democorpus import encode_clip
+    from specstore.democorpus import encode_clip
 
     return encode_clip(audio, clip.sample_rate, clip.ext, serial=zlib.crc32(clip.relpath.encode("utf-8")))

@@ -2,7 +2,7 @@
 lister per class that names them from music21's corpus folder.
 
 Cheap and pure: files are listed by name (and, for Humdrum and ABC files, by
-reading a few header lines), nothing is parsed.  :mod:`realcorpus.catalogue`
+reading a few header lines), nothing is parsed.  :mod:`specstore.realcorpus.catalogue`
 chooses among them and plans the clips.
 """
 

@@ -1,7 +1,7 @@
 """Harder corpora cut from a rendered one, without rendering again: fewer works, and a SoundFont shift.
 
 Both write ``path,label,group`` manifests (absolute paths) that
-``pipeline.extract`` reads, next to the corpus's own ``train.csv`` and
+``specstore.pipeline.extract`` reads, next to the corpus's own ``train.csv`` and
 ``test.csv``:
 
 * :func:`few_works`: the training works of each class, whole, in a seeded

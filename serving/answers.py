@@ -2,8 +2,8 @@
 and the request's :class:`Answer`.
 
 :func:`answer_json` is the one answer shape of both ``POST /classify``
-(:mod:`serving.responses` sends it) and ``specstore classify --json``
-(:mod:`serving.cli` prints it)::
+(:mod:`specstore.serving.responses` sends it) and ``specstore classify --json``
+(:mod:`specstore.serving.cli` prints it)::
 
     {"model": "genre.pt", "labels": [...], "outputs": "classes",
      "calibration": "temperature", "temperature": 1.7,
@@ -36,7 +36,7 @@ __all__ = ["Answer", "Classified", "Failed", "FileAnswer", "answer_json", "file_
 class Classified:
     """One file classified: its ``duration`` (s), feature ``frames``, the ``top`` (label, probability) pairs,
     most probable first, its log-mel ``picture`` (PNG bytes) when one was asked for, and its ``segments``
-    (genre over time, windows of ``segment_s`` seconds, :mod:`serving.segments`) when they were asked for.
+    (genre over time, windows of ``segment_s`` seconds, :mod:`specstore.serving.segments`) when they were asked for.
     ``answer``: the file's answer (``classify --unknown-below`` may make it ``unknown``); None: the top label."""
 
     file: str
@@ -67,7 +67,7 @@ class Answer:
     """A request's answer: the model's file name, its labels and one answer per file, in upload order;
     ``outputs``: ``"classes"`` (probabilities, a softmax) or ``"tags"`` (a tagger's independent scores);
     ``temperature``: the checkpoint's calibration temperature a softmax was made with (None: uncalibrated,
-    plain softmax; always None for a tagger, whose scores take none; :mod:`infer.calibration`)."""
+    plain softmax; always None for a tagger, whose scores take none; :mod:`specstore.infer.calibration`)."""
 
     model: str
     labels: list[str]
@@ -119,7 +119,7 @@ def answer_json(answer: Answer, scale: PictureScale | None = None) -> dict[str, 
     for a single-label model its ``calibration`` (``temperature`` or ``uncalibrated``) with its
     ``temperature`` (null when uncalibrated) -- a tagger's answer has neither key (its independent scores take
     no temperature) -- and one object per file (:func:`file_json`)."""
-    from infer.calibration import calibration_fields  # here: the server answers its port before torch loads
+    from specstore.infer.calibration import calibration_fields  # here: the server answers its port before torch loads
 
     cal = calibration_fields(answer.temperature, answer.outputs)
     return {"model": answer.model, "labels": answer.labels, "outputs": answer.outputs, **cal,

@@ -12,22 +12,22 @@ Routes:
   every file failed: 422 with ``error`` (500 when the server failed); limits: 413 (too large, too many
   files), 400 (no files, malformed), 503 + ``Retry-After`` (busy), 504 (timeout).
   With ``picture=1`` each file also has ``picture_axes``: ``{"time", "frequency", "db": [{"at", "label"}],
-  "colours"}`` (:mod:`serving.picture`).  With ``segments=SECONDS`` (or ``segments=auto``: 1, 2, 5, 10...
+  "colours"}`` (:mod:`specstore.serving.picture`).  With ``segments=SECONDS`` (or ``segments=auto``: 1, 2, 5, 10...
   s, at most 24 windows a file) each file also has ``segment_s`` and ``segments``: genre over time,
-  ``[{"start_s", "end_s", "top"}]`` (:mod:`serving.segments`); the page asks for ``auto``.
+  ``[{"start_s", "end_s", "top"}]`` (:mod:`specstore.serving.segments`); the page asks for ``auto``.
 * ``GET /favicon.ico``: the page's icon (SVG).
 * ``GET /health``: model, labels, device, budget, queue depth, limits; 503
   ``{"status": "unhealthy", "reason"}`` once the service cannot classify (its batcher stopped).
-* ``GET /metrics``: Prometheus text (:mod:`serving.metrics`).
+* ``GET /metrics``: Prometheus text (:mod:`specstore.serving.metrics`).
 
 A request is admitted by its declared bytes before its body is read, and
 its files are streamed to the service's folder
-(:func:`serving.uploads.receive_uploads`), classified by
-:meth:`serving.service.Service.classify` and deleted when the request
-ends.  The routes raise typed errors (:mod:`serving.errors`); one
-exception handler (:func:`serving.responses.handle_request_error`) makes
+(:func:`specstore.serving.uploads.receive_uploads`), classified by
+:meth:`specstore.serving.service.Service.classify` and deleted when the request
+ends.  The routes raise typed errors (:mod:`specstore.serving.errors`); one
+exception handler (:func:`specstore.serving.responses.handle_request_error`) makes
 the responses.  Host and Origin are checked (:func:`create_app`);
-connection-level limits live in :mod:`serving.connections`.
+connection-level limits live in :mod:`specstore.serving.connections`.
 """
 
 from __future__ import annotations
@@ -48,8 +48,8 @@ from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, R
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from pipeline.audio import readable_extensions
-from store import ConfigError
+from specstore.pipeline.audio import readable_extensions
+from specstore.store import ConfigError
 
 from .errors import InternalError, Refused, RequestError
 from .metrics import CONTENT_TYPE
@@ -95,7 +95,7 @@ def health_json(service: Service, formats: list[str]) -> dict[str, Any]:
 
 def _calibration(classifier: Any) -> dict[str, Any]:
     """A single-label model's ``calibration`` and ``temperature`` (as in each answer); nothing for a tagger."""
-    from infer.calibration import calibration_fields  # here: the server answers its port before torch loads
+    from specstore.infer.calibration import calibration_fields  # here: the server answers its port before torch loads
 
     calibration = getattr(classifier, "calibration", None)
     return calibration_fields(None if calibration is None else calibration.temperature,
@@ -103,7 +103,7 @@ def _calibration(classifier: Any) -> dict[str, Any]:
 
 
 class Routes:
-    """The endpoints over one :class:`~serving.service.Service`; errors are raised, never returned."""
+    """The endpoints over one :class:`~specstore.serving.service.Service`; errors are raised, never returned."""
 
     def __init__(self, service: Service) -> None:
         self.service = service
@@ -230,7 +230,7 @@ def _lifespan(service: Service) -> Callable[[Starlette], contextlib.AbstractAsyn
 def create_app(service: Service) -> Starlette:
     """The Starlette application serving ``service`` (its lifespan starts and stops the workers and batcher).
 
-    ``Host`` must be one of the config's :attr:`~serving.config.ServeConfig.hosts` (400 otherwise: DNS
+    ``Host`` must be one of the config's :attr:`~specstore.serving.config.ServeConfig.hosts` (400 otherwise: DNS
     rebinding cannot read answers), and a cross-origin POST is refused unless ``cors_origins`` names it.
     """
     config = service.config

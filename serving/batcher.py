@@ -3,9 +3,9 @@
 Requests call :meth:`Batcher.classify` with a decoded clip and await its
 probabilities.  One asyncio task keeps the queue: each time a clip
 arrives, a batch finishes or the oldest clip's ``max_delay`` runs out, it
-asks :func:`serving.policy.ready_batches` which batches to close, and runs
+asks :func:`specstore.serving.policy.ready_batches` which batches to close, and runs
 the first (oldest) of them on the model's own thread through
-:meth:`serving.model.Classifier.run`, the Engine loop ``make infer`` uses
+:meth:`specstore.serving.model.Classifier.run`, the Engine loop ``make infer`` uses
 (OOM split and retry, windows for clips too long for any batch).  While a
 batch runs, the event loop keeps taking uploads and decoders keep
 working, so the next batch is chosen from whatever queued meanwhile.
@@ -34,7 +34,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from infer.budget import Budget
+from specstore.infer.budget import Budget
 
 from .errors import ServerFault
 from .metrics import Metrics

@@ -4,7 +4,7 @@ Classifying the same files again (another model with the same feature
 settings, another ``--topk``) skips decoding: a clip is stored as
 ``<content hash>-<specs key>.npz``, an uncompressed zip (``np.savez``) of
 four members: ``features`` float32 ``(n_bins, n_frames)`` (the model's
-input, as :func:`serving.clips.decode_file` gives it), ``duration`` float64
+input, as :func:`specstore.serving.clips.decode_file` gives it), ``duration`` float64
 seconds, and the entry's own ``hash`` and ``specs_key`` strings.  The specs
 key is a digest of the FeatureSpecs in order, so a checkpoint with other
 feature settings never reads another's values.  Entries are written
@@ -55,9 +55,9 @@ from typing import IO
 
 import numpy as np
 
-from pipeline.features import common_grid, min_samples
-from store import ConfigError, FeatureSpec, OutputPathError, atomic_path
-from store.errors import one_line
+from specstore.pipeline.features import common_grid, min_samples
+from specstore.store import ConfigError, FeatureSpec, OutputPathError, atomic_path
+from specstore.store.errors import one_line
 
 from .clips import DecodedClip
 

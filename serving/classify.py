@@ -5,16 +5,16 @@ extension; files named on the command line are all tried, whatever their
 name) -> hash each file (SHA-256, the content hash of new stores) so identical
 contents decode and run once -> decode the distinct contents with the
 checkpoint's FeatureSpecs in ``jobs`` worker processes
-(:func:`serving.clips.decode_file`, the values a store would hold) ->
-:class:`serving.model.Classifier` runs them through the same Engine,
+(:func:`specstore.serving.clips.decode_file`, the values a store would hold) ->
+:class:`specstore.serving.model.Classifier` runs them through the same Engine,
 Budget and planner as ``make infer`` -> one row per file.  With a cache folder, contents decoded before are
-read back instead of decoded (:mod:`serving.cache`).  A file that
+read back instead of decoded (:mod:`specstore.serving.cache`).  A file that
 cannot be read or decoded is one :class:`FileFailure` (one line on
 stderr); the others go through.  What the C decoders print on stderr
 (libmpg123's notes on frames it conceals) is logged under
 ``specstore.decoder`` from the worker processes (``-v`` shows it) or left
 on stderr when decoding in-process, and counted: the run ends with one
-summary line (:mod:`pipeline.decoder_log`).
+summary line (:mod:`specstore.pipeline.decoder_log`).
 """
 
 from __future__ import annotations
@@ -29,12 +29,12 @@ from pathlib import Path
 import numpy as np
 from tqdm.auto import tqdm
 
-from infer.predictions import NO_UNKNOWN_FOR_TAGS, PredictionsError, answer, check_unknown_below
-from pipeline.corpus import AUDIO_EXTENSIONS
-from pipeline.corpus_hashes import hash_batch
-from pipeline.decoder_log import DecoderLogListener, DecoderWarnings, captured_stderr, log_summary
-from store import ConfigError, FeatureSpec
-from store.layout import CONTENT_HASH
+from specstore.infer.predictions import NO_UNKNOWN_FOR_TAGS, PredictionsError, answer, check_unknown_below
+from specstore.pipeline.corpus import AUDIO_EXTENSIONS
+from specstore.pipeline.corpus_hashes import hash_batch
+from specstore.pipeline.decoder_log import DecoderLogListener, DecoderWarnings, captured_stderr, log_summary
+from specstore.store import ConfigError, FeatureSpec
+from specstore.store.layout import CONTENT_HASH
 
 from .cache import ClipCache
 from .clips import DecodedClip, decode_or_reason
@@ -56,7 +56,7 @@ class FileResult:
     probs: np.ndarray = field(repr=False)
     answer: str = ""
     segments: list[Segment] = field(default_factory=list)
-    """Genre over time, one :class:`~serving.segments.Segment` per window (empty unless asked for)."""
+    """Genre over time, one :class:`~specstore.serving.segments.Segment` per window (empty unless asked for)."""
     frames: int = 0
     """The clip's feature frames (the model's input length)."""
 
@@ -72,7 +72,7 @@ class FileFailure:
 @dataclass
 class ClassifyResult:
     """Every input file as a result or a failure, in input order, and the run's figures; ``outputs``:
-    ``"classes"`` or ``"tags"`` (:class:`~serving.model.Classifier`)."""
+    ``"classes"`` or ``"tags"`` (:class:`~specstore.serving.model.Classifier`)."""
 
     results: list[FileResult]
     failures: list[FileFailure]
@@ -90,7 +90,7 @@ class ClassifyResult:
 def expand_inputs(inputs: Sequence[str | os.PathLike[str]]) -> list[str]:
     """Files to classify: each file argument as given, each folder's audio files (recursive, sorted).
 
-    Raises :class:`~store.ConfigError` for an argument that does not exist
+    Raises :class:`~specstore.store.ConfigError` for an argument that does not exist
     or a folder holding no audio files.
     """
     out: list[str] = []
@@ -190,17 +190,17 @@ def classify_files(inputs: Sequence[str | os.PathLike[str]], classifier: Classif
 
     ``jobs``: decode worker processes.  Identical contents (same bytes)
     decode and run once.  ``cache``: a folder of decoded clips keyed by
-    content hash (:class:`~serving.cache.ClipCache`): files decoded before
+    content hash (:class:`~specstore.serving.cache.ClipCache`): files decoded before
     with the same feature settings are not decoded again; an entry that
     fails its checks is logged, and the file decoded and the entry
     rewritten.  ``unknown_below`` (a probability in (0, 1], None: off):
     each result's ``answer`` is ``unknown`` where the top probability is
     below it (segment rows too).  ``segments`` (seconds, None: off): each
     result also lists its windows of that many seconds with their own
-    top-k (:mod:`serving.segments`: each window classified alone, masked,
+    top-k (:mod:`specstore.serving.segments`: each window classified alone, masked,
     so exact under batching).  A file whose probabilities come out non-finite is a
     failure, never a row with NaN in it.  Raises
-    :class:`~store.ConfigError` for bad arguments; unreadable or
+    :class:`~specstore.store.ConfigError` for bad arguments; unreadable or
     undecodable files become failures.
     """
     unknown_below, segments = _check_args(classifier, topk, jobs, unknown_below, segments)

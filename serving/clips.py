@@ -2,28 +2,28 @@
 
 Runs inside the decode worker processes (and in ``specstore classify``'s),
 so it imports the pipeline and numpy only, never torch.  The checkpoint's
-:class:`~store.FeatureSpec` s drive :func:`pipeline.stored_features` (the
+:class:`~specstore.store.FeatureSpec` s drive :func:`specstore.pipeline.stored_features` (the
 same streaming decode and features extraction uses, block by block, in
-the store's dtype); the parts are stacked by :func:`store.stack_parts`, as
-:meth:`infer.data.StoreDataset.window` stacks them from a store.  So a clip
+the store's dtype); the parts are stacked by :func:`specstore.store.stack_parts`, as
+:meth:`specstore.infer.data.StoreDataset.window` stacks them from a store.  So a clip
 classified here gets the exact input values ``make infer`` reads from a
 store of the same file.
 
 The server streams each upload to a file of its own naming
-(:mod:`serving.uploads`) and decodes it with :func:`decode_file`;
+(:mod:`specstore.serving.uploads`) and decodes it with :func:`decode_file`;
 :func:`decode_bytes` does the same for bytes already in memory, through a
 private temporary file.  Whatever goes wrong is a :class:`ClipError` with a
 one-line reason that names no server path.
 
 Decode work is bounded before it starts: the header's sample rate,
-channels and duration (:func:`pipeline.audio.probe`) are each checked
+channels and duration (:func:`specstore.pipeline.audio.probe`) are each checked
 against ``max_sample_rate``, ``max_channels`` and ``max_seconds``, so a
 file is refused before any sample is decoded (a decode running in a
 worker pool cannot be cancelled).  The bound holds because libsndfile
 never decodes past the frame count its header declares, and the PyAV path
-(:mod:`pipeline.decode_av`, m4a/AAC and WMA) stops a little past it; a
+(:mod:`specstore.pipeline.decode_av`, m4a/AAC and WMA) stops a little past it; a
 header that declares less than the file holds is refused after that short
-decode ("longer than declared", :func:`pipeline.audio.stream_mono`).
+decode ("longer than declared", :func:`specstore.pipeline.audio.stream_mono`).
 """
 
 from __future__ import annotations
@@ -36,10 +36,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pipeline.audio import AudioError, AudioInfo, probe
-from pipeline.features import stored_features
-from pipeline.hashing import content_hash, digest_bytes
-from store import FeatureSpec, SpecstoreError, stack_parts
+from specstore.pipeline.audio import AudioError, AudioInfo, probe
+from specstore.pipeline.features import stored_features
+from specstore.pipeline.hashing import content_hash, digest_bytes
+from specstore.store import FeatureSpec, SpecstoreError, stack_parts
 
 from .config import DEFAULT_MAX_CHANNELS, DEFAULT_MAX_SAMPLE_RATE  # the server's defaults, re-exported
 

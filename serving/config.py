@@ -2,7 +2,7 @@
 
 Each limit is checked where it is cheapest to refuse:
 
-* at the connection (:mod:`serving.connections`): open connections in all
+* at the connection (:mod:`specstore.serving.connections`): open connections in all
   and per client address, and deadlines: a request (headers and body)
   within ``read_timeout`` seconds, or a larger upload at no less than
   ``min_upload_kib_s`` on average and within ``max_upload_s`` in all, so a
@@ -10,7 +10,7 @@ Each limit is checked where it is cheapest to refuse:
   take within ``read_timeout`` (or its size at ``min_upload_kib_s``) drops
   the connection, and no pipelined request is read while an answer is
   unsent;
-* at the request's headers (:mod:`serving.uploads`): the declared body
+* at the request's headers (:mod:`specstore.serving.uploads`): the declared body
   against ``max_request_bytes`` (413); a window of it is reserved against
   the upload bytes held (``max_inflight_bytes``, at most
   ``client_inflight_bytes`` per client address: 503 + ``Retry-After``),
@@ -18,13 +18,13 @@ Each limit is checked where it is cheapest to refuse:
   arrives;
 * while the body arrives: each file against ``max_file_bytes``, the number
   of files against ``max_files`` and ``max_queue`` (413);
-* before decoding (:func:`serving.clips.decode_file`, in the worker): the
+* before decoding (:func:`specstore.serving.clips.decode_file`, in the worker): the
   header's sample rate, channels and duration;
 * when clips are queued: ``max_queue`` clips in all, ``max_client_clips``
   per client (503 + ``Retry-After``).
 
 Every number has a lower and an upper bound, stated beside its field with
-the reason (:func:`store.limits.bounded`), so ``nan``, ``inf`` or ``1e30``
+the reason (:func:`specstore.store.limits.bounded`), so ``nan``, ``inf`` or ``1e30``
 never turns a limit off: the command line refuses them as it is parsed, and
 the dataclasses when they are made.
 """
@@ -35,13 +35,13 @@ import ipaddress
 import os
 from dataclasses import dataclass, field
 
-from infer.budget import CPU_BATCH_OVERHEAD_FRAMES, DEFAULT_BATCH_OVERHEAD_FRAMES
-from infer.cli_options import LABELS_HELP, UNKNOWN_BELOW_HELP
-from infer.defaults import MAX_BATCH_LIMIT
-from infer.predictions import parse_unknown_below
-from store import ConfigError
-from store.limits import Limit, bounded, check_fields
-from store.options import borrowed, described, option
+from specstore.infer.budget import CPU_BATCH_OVERHEAD_FRAMES, DEFAULT_BATCH_OVERHEAD_FRAMES
+from specstore.infer.cli_options import LABELS_HELP, UNKNOWN_BELOW_HELP
+from specstore.infer.defaults import MAX_BATCH_LIMIT
+from specstore.infer.predictions import parse_unknown_below
+from specstore.store import ConfigError
+from specstore.store.limits import Limit, bounded, check_fields
+from specstore.store.options import borrowed, described, option
 
 from .policy import BATCHING, BatchPolicy
 from .segments import parse_segments
@@ -119,8 +119,8 @@ class ServeConfig:
     ``max_client_connections`` from one client address.
 
     ``topk``: labels per file unless the request asks for another number;
-    ``policy``: how batches close (:class:`~serving.policy.BatchPolicy`).
-    Every number is bounded, the reason beside it (:func:`store.limits.bounded`).
+    ``policy``: how batches close (:class:`~specstore.serving.policy.BatchPolicy`).
+    Every number is bounded, the reason beside it (:func:`specstore.store.limits.bounded`).
     """
 
     host: str = option("127.0.0.1", "address to listen on (127.0.0.1: this machine only)")
@@ -276,7 +276,7 @@ class ServeConfig:
 @dataclass(frozen=True)
 class BatchingOptions:
     """``serve``'s batching options as its command line spells them (milliseconds, ``--fixed-batch``); the
-    defaults are :class:`~serving.policy.BatchPolicy`'s, which :meth:`policy` makes."""
+    defaults are :class:`~specstore.serving.policy.BatchPolicy`'s, which :meth:`policy` makes."""
 
     batching: str = borrowed(BatchPolicy, "batching", choices=BATCHING,
                              help="budget: length-binned batches under the memory budget; fixed: --fixed-batch "
@@ -298,7 +298,7 @@ class BatchingOptions:
 @dataclass(frozen=True)
 class ClassifierOptions:
     """How ``classify`` and ``serve`` plan a model's batches beyond the run options
-    (:class:`~infer.run_options.RunOptions`)."""
+    (:class:`~specstore.infer.run_options.RunOptions`)."""
 
     batch_overhead_frames: float | None = described(
         bounded(None, 0.0, float(1 << 30), "padded frames; 2**30 frames (290 days at 43 frames/s) outweighs any "

@@ -2,7 +2,7 @@
 
 Workers are spawned, not forked: the server has torch's threads running,
 which a fork would copy half-started.  Each worker's decoder messages on
-stderr (libmpg123's) come to a :class:`pipeline.decoder_log.DecoderLogListener`:
+stderr (libmpg123's) come to a :class:`specstore.pipeline.decoder_log.DecoderLogListener`:
 logged under ``specstore.decoder`` and counted through ``on_warning``.
 """
 
@@ -17,7 +17,7 @@ from collections.abc import Callable
 from concurrent.futures.process import BrokenProcessPool
 from typing import TypeVar
 
-from pipeline.decoder_log import DecoderLogListener, log_summary
+from specstore.pipeline.decoder_log import DecoderLogListener, log_summary
 
 from .clips import ClipError, warm_up
 from .errors import ServerFault
@@ -33,7 +33,7 @@ class DecodePool:
     """``workers`` decode processes; :meth:`run` sends them a job.  Start and stop it inside one event loop.
 
     ``workers`` may change between starts (the service's config setter sets it).  A job sent while the pool
-    is not running fails with :class:`~serving.errors.ServerFault` (the server's side, not the file's).
+    is not running fails with :class:`~specstore.serving.errors.ServerFault` (the server's side, not the file's).
     """
 
     def __init__(self, workers: int, on_warning: Callable[[str], None]) -> None:
@@ -65,7 +65,7 @@ class DecodePool:
     async def run(self, job: Callable[[], T]) -> T:
         """``job()`` in a worker; a crashed worker's pool is replaced and the job tried once more.
 
-        A second crash is the file's fault: :class:`~serving.clips.ClipError`.  A job whose caller has gone
+        A second crash is the file's fault: :class:`~specstore.serving.clips.ClipError`.  A job whose caller has gone
         is cancelled if it has not started, and its result dropped if it has (a decode cannot be stopped).
         """
         loop = asyncio.get_running_loop()

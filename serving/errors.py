@@ -1,14 +1,14 @@
 """What a ``/classify`` request can fail with: typed errors raised by the service and the routes.
 
 Each names what went wrong and carries what its answer needs (a
-``Retry-After``, the file, the per-file answers); :mod:`serving.responses`
+``Retry-After``, the file, the per-file answers); :mod:`specstore.serving.responses`
 maps them to HTTP responses in one place, so neither the routes nor
-:class:`serving.service.Service` build an error response.
+:class:`specstore.serving.service.Service` build an error response.
 """
 
 from __future__ import annotations
 
-from store import SpecstoreError
+from specstore.store import SpecstoreError
 
 from .answers import Failed
 

@@ -2,9 +2,9 @@
 
 :class:`Classifier` is the one piece ``specstore classify`` and the server
 share on the inference side.  It loads the checkpoint through
-:mod:`infer.checkpoint` (its FeatureSpecs say how to decode), measures the
-model's memory cost once with :meth:`infer.runtime.Engine.budget`, and runs
-clips with :meth:`infer.runtime.Engine.clip_logits`: the planner's
+:mod:`specstore.infer.checkpoint` (its FeatureSpecs say how to decode), measures the
+model's memory cost once with :meth:`specstore.infer.runtime.Engine.budget`, and runs
+clips with :meth:`specstore.infer.runtime.Engine.clip_logits`: the planner's
 length-sorted batches under the budget, windows for clips too long for
 any batch, a CUDA out-of-memory split and retried.  Nothing here knows
 the architecture: only the model contract (``forward(x, lengths)``).
@@ -21,17 +21,17 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from infer.budget import CPU_BATCH_OVERHEAD_FRAMES, DEFAULT_BATCH_OVERHEAD_FRAMES, Budget, PlanError
-from infer.calibration import Calibration, probabilities
-from infer.checkpoint import Checkpoint
-from infer.constraints import BatchConstraint
-from infer.data import ArrayDataset
-from infer.predictions import PredictionsError, select_labels
-from infer.runtime import Engine, RunOptions, RunStats
-from infer.shipped import resolve_checkpoint
-from infer.trust import Trust
-from store import ConfigError, FeatureSpec
-from store.kinds import picture_feature
+from specstore.infer.budget import CPU_BATCH_OVERHEAD_FRAMES, DEFAULT_BATCH_OVERHEAD_FRAMES, Budget, PlanError
+from specstore.infer.calibration import Calibration, probabilities
+from specstore.infer.checkpoint import Checkpoint
+from specstore.infer.constraints import BatchConstraint
+from specstore.infer.data import ArrayDataset
+from specstore.infer.predictions import PredictionsError, select_labels
+from specstore.infer.runtime import Engine, RunOptions, RunStats
+from specstore.infer.shipped import resolve_checkpoint
+from specstore.infer.trust import Trust
+from specstore.store import ConfigError, FeatureSpec
+from specstore.store.kinds import picture_feature
 
 __all__ = ["CPU_BATCH_OVERHEAD_FRAMES", "Classifier", "ClipResults", "top_k"]
 
@@ -55,17 +55,17 @@ def top_k(probs: np.ndarray, labels: Sequence[str], k: int) -> list[tuple[str, f
 
 
 class Classifier:
-    """A checkpoint on an :class:`~infer.runtime.Engine`; see the module docstring.
+    """A checkpoint on an :class:`~specstore.infer.runtime.Engine`; see the module docstring.
 
-    ``model``: a checkpoint path or object, or a shipped model's name (``musicnn-msd``, :mod:`infer.shipped`).
+    ``model``: a checkpoint path or object, or a shipped model's name (``musicnn-msd``, :mod:`specstore.infer.shipped`).
     ``outputs``: ``"classes"`` (probabilities are a softmax) or ``"tags"`` (a tagger's independent sigmoid
     scores, several high per clip).  ``calibration``: the checkpoint's temperature a softmax is divided by
-    (:mod:`infer.calibration`; uncalibrated for a tagger).  ``labels`` (comma-separated or a list; None: all):
+    (:mod:`specstore.infer.calibration`; uncalibrated for a tagger).  ``labels`` (comma-separated or a list; None: all):
     the results keep only these of the model's labels (one line naming any it lacks), taken after the
     (calibrated) probabilities.  ``options``: device, precision, memory budget, ``max_batch``
-    (:class:`~infer.runtime.RunOptions`).
+    (:class:`~specstore.infer.runtime.RunOptions`).
     ``trust_model_code``: build a checkpoint that names a user model class
-    (:mod:`infer.trust`; a built-in model needs nothing).
+    (:mod:`specstore.infer.trust`; a built-in model needs nothing).
     ``batch_overhead_frames``: the planner's price of one more batch, in
     padded frames (default :data:`CPU_BATCH_OVERHEAD_FRAMES` on a CPU, the
     planner's default elsewhere).  Raises
@@ -112,7 +112,7 @@ class Classifier:
 
     @property
     def window_align(self) -> int:
-        """Frames a clip's segments start on (:mod:`serving.segments`): the model's window alignment (its time
+        """Frames a clip's segments start on (:mod:`specstore.serving.segments`): the model's window alignment (its time
         stride or pooling window, as for ``make infer``'s windows), 1 for a model that does not say."""
         return int(getattr(self.model, "window_align", 1))
 
@@ -142,7 +142,7 @@ class Classifier:
         """Probabilities of ``clips`` (``(n_bins, n_frames)`` float32 each), in their order.
 
         The engine cuts them into batches by ``constraint``
-        (:mod:`infer.constraints`, e.g. the server's fixed batches; default:
+        (:mod:`specstore.infer.constraints`, e.g. the server's fixed batches; default:
         the planner's length-sorted batches under ``budget``, itself by
         default :meth:`current_budget`).
         """

@@ -1,9 +1,9 @@
 """The axes of a clip's log-mel picture on the upload page: time (s), frequency (Hz) and the dB colour bar.
 
-:func:`serving.clips.mel_picture` draws ``(n_bins, n_frames)`` dB values
+:func:`specstore.serving.clips.mel_picture` draws ``(n_bins, n_frames)`` dB values
 as a PNG: one row per bin (low bins at the bottom), frames averaged in
-groups of ``g`` so it is at most :data:`~serving.clips.PICTURE_WIDTH`
-columns wide, colours fixed by the kind's dB limits (:mod:`store.kinds`).
+groups of ``g`` so it is at most :data:`~specstore.serving.clips.PICTURE_WIDTH`
+columns wide, colours fixed by the kind's dB limits (:mod:`specstore.store.kinds`).
 :class:`PictureScale` says where the page draws its tick labels, as
 fractions of the picture's width (time, from the left) and height
 (frequency and dB, from the bottom):
@@ -30,13 +30,13 @@ from typing import Any
 
 import numpy as np
 
-from store import FeatureSpec
+from specstore.store import FeatureSpec
 
 from .clips import PICTURE_WIDTH
 
 __all__ = ["CMAP", "PictureScale", "frequency_ticks", "picture_frames", "time_ticks"]
 
-#: The colour map :func:`serving.clips.mel_picture` draws with.
+#: The colour map :func:`specstore.serving.clips.mel_picture` draws with.
 CMAP = "magma"
 
 Scale = Callable[[Any], Any]

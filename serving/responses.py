@@ -1,7 +1,7 @@
 """The service's typed answers and errors as HTTP responses: the JSON bodies, the status codes, the headers.
 
 :func:`handle_request_error` is the Starlette exception handler for every
-:class:`~serving.errors.RequestError`; :class:`CountRequests` counts each
+:class:`~specstore.serving.errors.RequestError`; :class:`CountRequests` counts each
 ``/classify`` answer by status code and times it, whichever way it was made.
 """
 
@@ -44,8 +44,8 @@ def error_response(exc: RequestError) -> JSONResponse:
 
 
 async def handle_request_error(request: Request, exc: Exception) -> Response:
-    """Starlette's exception handler for :class:`~serving.errors.RequestError` (registered by
-    :func:`serving.app.create_app`)."""
+    """Starlette's exception handler for :class:`~specstore.serving.errors.RequestError` (registered by
+    :func:`specstore.serving.app.create_app`)."""
     assert isinstance(exc, RequestError)
     return error_response(exc)
 

@@ -7,16 +7,16 @@ parameter share these pieces.  A clip of ``duration`` seconds gives
 shorter when the duration is not a multiple.  In frames, each boundary is
 ``k * SECONDS`` rounded to the nearest multiple of the model's window
 alignment (its time stride or pooling window, as for the windows of
-``make infer``, :func:`infer.windows.windows_for`), so no pooling window is
+``make infer``, :func:`specstore.infer.windows.windows_for`), so no pooling window is
 split; the last segment ends at the clip's last frame.
 
 Each segment is classified as a clip of its own: its real frames only,
 masked in whatever batch the engine puts it in (the disjoint windows,
-context 0, of :mod:`infer.windows`), so its probabilities do not depend on
+context 0, of :mod:`specstore.infer.windows`), so its probabilities do not depend on
 the other clips or segments of the run.  A segment sees no audio across its
 boundaries: the model's receptive field is cut there, as at a clip's ends.
 SECONDS below one alignment step (e.g. 4 frames, about 0.09 s at the
-default features) is refused with a one-line :class:`~store.ConfigError`.
+default features) is refused with a one-line :class:`~specstore.store.ConfigError`.
 """
 
 from __future__ import annotations
@@ -28,8 +28,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from infer.predictions import answer
-from store import ConfigError
+from specstore.infer.predictions import answer
+from specstore.store import ConfigError
 
 AUTO = "auto"
 """The server's ``segments=auto``: the window picked by :func:`auto_seconds` from each file's duration."""
@@ -68,7 +68,7 @@ def auto_seconds(duration: float, min_seconds: float = 0.0) -> float:
 
 
 def check_segments(seconds: float | None) -> float | None:
-    """``seconds`` if it is a positive finite number (or None: no segments); else :class:`~store.ConfigError`."""
+    """``seconds`` if it is a positive finite number (or None: no segments); else :class:`~specstore.store.ConfigError`."""
     if seconds is None:
         return None
     if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not math.isfinite(seconds) \
@@ -89,7 +89,7 @@ def parse_segments(text: str) -> float:
 
 def check_segment_length(seconds: float, frame_seconds: float, align: int = 1) -> float:
     """``seconds`` if it is positive and at least one alignment step (``align`` frames of ``frame_seconds``);
-    else :class:`~store.ConfigError`."""
+    else :class:`~specstore.store.ConfigError`."""
     checked = check_segments(seconds)
     assert checked is not None
     step_s = align * frame_seconds
@@ -105,7 +105,7 @@ def segment_spans(n_frames: int, duration: float, seconds: float, frame_seconds:
 
     ``n_frames``: the clip's frames; ``duration``: its seconds of audio;
     ``frame_seconds``: seconds per frame; ``align``: the model's window
-    alignment (frames).  Raises :class:`~store.ConfigError` when
+    alignment (frames).  Raises :class:`~specstore.store.ConfigError` when
     ``seconds`` is shorter than one alignment step.
     """
     seconds = check_segment_length(seconds, frame_seconds, align)

@@ -7,7 +7,7 @@ server answers from the first second: ``GET /health`` says
 ``{"status": "starting"}`` with 503 and every other request gets 503 with
 ``Retry-After`` while the checkpoint loads in a thread.  When the service
 is ready, one line names its URL, model, labels and limits.  Each request
-is one access-log line (logger ``serving.access``: client, method, path,
+is one access-log line (logger ``specstore.serving.access``: client, method, path,
 status, files, seconds).
 """
 
@@ -26,7 +26,7 @@ import uvicorn
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from store import ConfigError
+from specstore.store import ConfigError
 
 from .config import ServeConfig
 from .connections import ConnectionGuard, ensure_descriptors, uvicorn_config
@@ -120,7 +120,7 @@ class Starting:
 
 
 class AccessLog:
-    """One ``serving.access`` INFO line per HTTP request: client, method, path, status, files, seconds.
+    """One ``specstore.serving.access`` INFO line per HTTP request: client, method, path, status, files, seconds.
 
     ``files`` is what the request's handler put in ``scope["state"]["files"]`` (``-`` for other routes).
     """
@@ -157,7 +157,7 @@ def serve(load_classifier: Callable[[], Any], config: ServeConfig, *, log_level:
           announce: Callable[[str], None] | None = None) -> None:
     """Serve the classifier ``load_classifier()`` builds under ``config`` until interrupted (see the module doc).
 
-    ``announce`` receives the progress lines (default: the ``serving.server`` logger at INFO).  A failed
+    ``announce`` receives the progress lines (default: the ``specstore.serving.server`` logger at INFO).  A failed
     load stops the server and is raised here (its one-line error).
     """
     say = announce or log.info

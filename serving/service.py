@@ -1,13 +1,13 @@
 """The classify service behind ``specstore serve``: uploaded files in, typed answers out, no HTTP.
 
 A request's files arrive in the service's own folder (:attr:`Service.folder`;
-:func:`serving.uploads.receive_uploads` writes them).  Each is decoded by
-path in the :class:`~serving.decode_pool.DecodePool` (content checked by
+:func:`specstore.serving.uploads.receive_uploads` writes them).  Each is decoded by
+path in the :class:`~specstore.serving.decode_pool.DecodePool` (content checked by
 decoding, never by name; the client's file name is only echoed back),
-queued on the :class:`~serving.batcher.Batcher`, and answered as a
-:class:`~serving.answers.Classified` or :class:`~serving.answers.Failed`.
+queued on the :class:`~specstore.serving.batcher.Batcher`, and answered as a
+:class:`~specstore.serving.answers.Classified` or :class:`~specstore.serving.answers.Failed`.
 A bad upload fails that file alone.  Whatever fails the whole request is a
-:class:`~serving.errors.RequestError` the HTTP layer (:mod:`serving.responses`)
+:class:`~specstore.serving.errors.RequestError` the HTTP layer (:mod:`specstore.serving.responses`)
 turns into a response.
 """
 
@@ -42,8 +42,8 @@ __all__ = ["Service"]
 class Service:
     """The server's state: classifier, decode pool, batcher, metrics and limits.  One per process.
 
-    ``guard``: the connection guard the server's protocol uses (:func:`serving.connections.uvicorn_config`),
-    when it was made before the service (:func:`serving.server.serve` binds the port first); its metrics
+    ``guard``: the connection guard the server's protocol uses (:func:`specstore.serving.connections.uvicorn_config`),
+    when it was made before the service (:func:`specstore.serving.server.serve` binds the port first); its metrics
     become the service's.
     """
 
@@ -77,7 +77,7 @@ class Service:
 
     @property
     def folder(self) -> Path:
-        """The uploads' folder; :class:`~serving.errors.NotRunning` before :meth:`start` and after :meth:`stop`."""
+        """The uploads' folder; :class:`~specstore.serving.errors.NotRunning` before :meth:`start` and after :meth:`stop`."""
         if self._folder is None:
             raise NotRunning(self.config.retry_after)
         return self._folder
@@ -122,7 +122,7 @@ class Service:
 
     # -- one file -----------------------------------------------------------------------------------
     async def decode(self, path: Path, picture: bool) -> DecodedClip:
-        """Decode an upload in the worker pool (:meth:`serving.decode_pool.DecodePool.run`).
+        """Decode an upload in the worker pool (:meth:`specstore.serving.decode_pool.DecodePool.run`).
 
         The limits on the decode's work (duration, sample rate, channels) are checked from the file's header
         in the worker before decoding starts: a decode cannot be cancelled once it runs.
@@ -135,8 +135,8 @@ class Service:
 
     async def segments_of(self, clip: DecodedClip, seconds: float, topk: int) -> list[Segment]:
         """``clip``'s windows of ``seconds`` with their top-k, each queued on the batcher as a clip of its own
-        (masked in its batch, so exact whatever else runs; :mod:`serving.segments`).  Raises
-        :class:`~serving.clips.ClipError` for more than :data:`~serving.segments.MAX_SEGMENTS` windows."""
+        (masked in its batch, so exact whatever else runs; :mod:`specstore.serving.segments`).  Raises
+        :class:`~specstore.serving.clips.ClipError` for more than :data:`~specstore.serving.segments.MAX_SEGMENTS` windows."""
         c = self.classifier
         spans = segment_spans(clip.n_frames, clip.duration, seconds, c.frame_seconds, c.window_align)
         if len(spans) > MAX_SEGMENTS:
@@ -149,7 +149,7 @@ class Service:
     async def classify_one(self, upload: Upload, topk: int, picture: bool,
                            segments: float | str | None = None) -> FileAnswer:
         """The answer for one uploaded file; counted in the metrics.  ``segments``: seconds per window of its
-        genre over time, ``"auto"`` (:func:`~serving.segments.auto_seconds`), or None (none)."""
+        genre over time, ``"auto"`` (:func:`~specstore.serving.segments.auto_seconds`), or None (none)."""
         name = upload.name
         if upload.path is None or upload.error is not None:
             self.metrics.files.inc(1, "bad")
@@ -207,9 +207,9 @@ class Service:
         """Classify one request's ``files`` for ``client`` (its address), within the queue's limits and timeout;
         ``segments``: see :meth:`classify_one` (a file's windows are not counted against the queue's limits).
 
-        Raises :class:`~serving.errors.FileRefused` (the only file refused by a limit as it arrived),
-        :class:`~serving.errors.Refused` (the queue is full), :class:`~serving.errors.TimedOut` and
-        :class:`~serving.errors.NoFileClassified` (every file failed).
+        Raises :class:`~specstore.serving.errors.FileRefused` (the only file refused by a limit as it arrived),
+        :class:`~specstore.serving.errors.Refused` (the queue is full), :class:`~specstore.serving.errors.TimedOut` and
+        :class:`~specstore.serving.errors.NoFileClassified` (every file failed).
         """
         if len(files) == 1 and files[0].error is not None:
             self.metrics.files.inc(1, "bad")

@@ -1,5 +1,5 @@
-"""Things in progress, in all and per client address, under two caps: connections (:mod:`serving.connections`)
-and clips (:class:`serving.service.Service`) are counted the same way."""
+"""Things in progress, in all and per client address, under two caps: connections (:mod:`specstore.serving.connections`)
+and clips (:class:`specstore.serving.service.Service`) are counted the same way."""
 
 from __future__ import annotations
 

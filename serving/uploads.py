@@ -28,12 +28,12 @@ needs bytes and the budget is full, in order:
 
 1. uploads that stalled (nothing sent for 2 s while the server was ready
    to read) are dropped and their bytes freed at once
-   (:meth:`serving.connections.ConnectionGuard.drop_stalled`, the budget's
+   (:meth:`specstore.serving.connections.ConnectionGuard.drop_stalled`, the budget's
    ``on_full``);
 2. while another client holds more than the asking client would hold with
    the new bytes, the newest upload still arriving from the client that
    holds the most is cut (503 + ``Retry-After``, its connection closed,
-   its bytes freed at once: :meth:`serving.connections.ConnectionGuard.cut`).
+   its bytes freed at once: :meth:`specstore.serving.connections.ConnectionGuard.cut`).
    So each client is sure of an equal share of a full budget (max-min
    fairness): no client, and no group of clients, keeps out a client that
    asks for less than they hold.  (An upload whose address came from a
@@ -43,7 +43,7 @@ needs bytes and the budget is full, in order:
    far freed, its files removed).
 
 And one request's upload takes at most ``max_upload_s`` in all, however
-fast it keeps sending (:mod:`serving.connections`), so no upload holds
+fast it keeps sending (:mod:`specstore.serving.connections`), so no upload holds
 bytes or its connection for longer.  A chunked body (no length) is held
 the same way, cut off at the request limit.
 

@@ -4,6 +4,10 @@ This package is the stable centre of the project and knows nothing of audio
 or torch.  The format is documented in ``store/FORMAT.md``.
 """
 
+
+if __name__ != "specstore.store":  # one name per module: the folder is imported through specstore/
+    raise ImportError(f"specstore's store/ is the package specstore.store; import it by that name, not as "
+                      f"{__name__!r}")
 from typing import TYPE_CHECKING
 
 from .lazy import lazy_package

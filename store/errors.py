@@ -2,8 +2,8 @@
 
 Every error a user can cause derives from :class:`SpecstoreError`, whose
 ``str()`` is a one-line explanation naming the path or value at fault.  The
-three packages raise their own subclasses (``store`` below; ``pipeline`` and
-``infer`` in their modules), and every command line ends in
+three packages raise their own subclasses (``specstore.store`` below; ``specstore.pipeline`` and
+``specstore.infer`` in their modules), and every command line ends in
 :func:`run_cli`, which prints ``specstore: error: <message>`` and exits 2 for
 any of them: one prefix and one list of "user errors" for all commands.
 Anything else is a bug and keeps its traceback.
@@ -58,7 +58,7 @@ class IndexCorrupt(StoreCorrupt):
     """The committed index lies about where clips are (overlaps, extents outside a shard, values out of range).
 
     ``str(err)`` is the first problem on one line; ``problems`` lists one line
-    per kind of problem (what ``python -m store validate`` prints).
+    per kind of problem (what ``python -m specstore.store validate`` prints).
     """
 
     def __init__(self, message: str, problems: list[str]) -> None:

@@ -18,7 +18,7 @@ block, so nothing is kept that a long-lived process would not keep anyway.  Sett
 explicitly ends glibc's adjustment, which is why it is not undone (setting
 the 128 KiB values again would leave the process slower than it found it).
 CPU training raises them much further for its steps
-(``infer.train.prepare.keep_freed_memory``) and comes back to this ceiling
+(``specstore.infer.train.prepare.keep_freed_memory``) and comes back to this ceiling
 when it ends.  Where the C library is not glibc the functions do nothing and
 say so (False).
 """
@@ -72,7 +72,7 @@ def keep_freed_blocks() -> bool:
     """Keep freed blocks up to 32 MiB, and up to 32 MiB of free heap top, for reuse (:data:`KEPT_THRESHOLDS`).
 
     For the rest of the process (see the module docstring for why it is not undone).  Called where a loop of
-    multi-MiB allocations begins: every file :func:`pipeline.features.compute_features` decodes (an extraction
+    multi-MiB allocations begins: every file :func:`specstore.pipeline.features.compute_features` decodes (an extraction
     task's, ``specstore classify``'s and the server's).  Two ``mallopt`` calls; idempotent.
     """
     return set_malloc_thresholds(*KEPT_THRESHOLDS)

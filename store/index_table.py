@@ -1,6 +1,6 @@
 """The clip index and the error table of one commit, edited in memory before :meth:`StoreWriter.commit` writes them.
 
-:class:`IndexEdit` starts from the committed columns (:data:`store.layout.INDEX_COLUMNS`),
+:class:`IndexEdit` starts from the committed columns (:data:`specstore.store.layout.INDEX_COLUMNS`),
 takes shards out or in, indexes rows, records and clears errors, and gives
 the next generation's columns, sorted by path so the committed content does
 not depend on the order work finished in.  Nothing here touches the store.
@@ -155,7 +155,7 @@ class IndexEdit:
 
 
 def check_text(value: str, what: str) -> None:
-    """A stored string must be valid Unicode (escape file names first: :func:`store.layout.escape_path`)."""
+    """A stored string must be valid Unicode (escape file names first: :func:`specstore.store.layout.escape_path`)."""
     try:
         value.encode("utf-8")
     except UnicodeEncodeError:

@@ -1,12 +1,12 @@
 """The registry of feature kinds: what the store, the figures and the upload page know of each kind.
 
 A feature kind (``mel``, ``cqt``) is one :class:`FeatureKind` entry: its
-:class:`~store.FeatureSpec` defaults, its display (fixed dB colour limits
+:class:`~specstore.store.FeatureSpec` defaults, its display (fixed dB colour limits
 and the frequency axis a spectrogram is labelled with) and the few facts
 other layers ask about it.  How a kind is *computed* lives with the audio
-code (:mod:`pipeline.kinds` registers a streaming computation under the same
-name), because ``store`` knows nothing of audio.  Adding a kind is one
-:func:`register_kind` here plus one ``pipeline.kinds.register_computation``;
+code (:mod:`specstore.pipeline.kinds` registers a streaming computation under the same
+name), because ``specstore.store`` knows nothing of audio.  Adding a kind is one
+:func:`register_kind` here plus one ``specstore.pipeline.kinds.register_computation``;
 nothing else switches on a kind's name.
 """
 
@@ -41,7 +41,7 @@ __all__ = [
 class FeatureKind:
     """One kind of feature: everything except its computation.
 
-    ``defaults``: :class:`~store.FeatureSpec` fields that differ from the
+    ``defaults``: :class:`~specstore.store.FeatureSpec` fields that differ from the
     spec's own field defaults (which are the log-mel's).  ``db_limits``:
     colour limits in dB against the spec's fixed reference, the same for
     every clip so colours compare across clips (figures, the upload page;
@@ -56,7 +56,7 @@ class FeatureKind:
     extracted beside it follow its frame grid unless one is given.
     ``flags``: the ``specstore-features`` options that set a field of this
     kind's spec (``{"n_bins": "--n-mels"}``); any other field is set in a
-    ``--spec`` file (:mod:`store.spec_command` writes either).
+    ``--spec`` file (:mod:`specstore.store.spec_command` writes either).
     """
 
     name: str
@@ -182,4 +182,4 @@ MUSICNN = register_kind(FeatureKind(
 ))
 
 DEFAULT_KINDS: tuple[str, ...] = (MEL.name, CQT.name)
-"""The features extracted when none are named (``make features``, :func:`store.default_specs`)."""
+"""The features extracted when none are named (``make features``, :func:`specstore.store.default_specs`)."""

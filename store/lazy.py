@@ -8,7 +8,7 @@ imports instead; ``tests/test_fast_start.py`` checks that both list the
 same names.
 
 A package may export a function named like one of its modules
-(``infer.train``, ``store.validate``): the name stays the function even
+(``specstore.infer.train``, ``specstore.store.validate``): the name stays the function even
 after the module is imported, as an eager ``from .train import train``
 would leave it.
 """

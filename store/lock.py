@@ -1,7 +1,7 @@
 """One writer at a time: the store's writer lock.
 
-Every :class:`store.StoreWriter` holds the lock ``<store>/.specstore-lock``
-from opening to :meth:`~store.StoreWriter.close`.  A second writer is
+Every :class:`specstore.store.StoreWriter` holds the lock ``<store>/.specstore-lock``
+from opening to :meth:`~specstore.store.StoreWriter.close`.  A second writer is
 refused at once with :class:`StoreLocked` naming the holder (host, pid,
 since when).  Readers never lock.
 
@@ -19,7 +19,7 @@ since when).  Readers never lock.
   within the same moment could both take a free lease; the writer
   therefore re-reads the lease after taking it, re-checks it before every
   commit and refuses to commit when another writer committed meanwhile
-  (see :meth:`store.StoreWriter.commit`), and orphan cleanup on a lease
+  (see :meth:`specstore.store.StoreWriter.commit`), and orphan cleanup on a lease
   only removes shards older than two lease periods.
 """
 

@@ -99,8 +99,8 @@ class Commit:
 @dataclass(frozen=True)
 class StoreMetadata:
     """Everything in the root attributes: format, layout, feature specs, the current commit, and the content
-    hash its clips are keyed on (``content_hash``: new stores :data:`~store.layout.CONTENT_HASH`; a store
-    that records none is :data:`~store.layout.LEGACY_CONTENT_HASH`, and keeps it as it grows)."""
+    hash its clips are keyed on (``content_hash``: new stores :data:`~specstore.store.layout.CONTENT_HASH`; a store
+    that records none is :data:`~specstore.store.layout.LEGACY_CONTENT_HASH`, and keeps it as it grows)."""
 
     layout: str
     features: dict[str, FeatureSpec]

@@ -9,15 +9,15 @@ Local stores in the raw layout are read through ``numpy.memmap`` of the
 chunk files, so a clip is a zero-copy view of the page cache; the
 compressed layout and remote stores go through zarr, to the same values.
 Either way a read returns what was written or raises :class:`StoreCorrupt`
-naming the shard (see :mod:`store.shards`).
+naming the shard (see :mod:`specstore.store.shards`).
 
 Opening also checks that the index tells the truth about where clips lie
-(:mod:`store.extents`: shard numbers, offsets, lengths and labels in range,
+(:mod:`specstore.store.extents`: shard numbers, offsets, lengths and labels in range,
 no two clips sharing frames, every extent inside its shard, nothing that
-wraps in int64) and about its rows (:mod:`store.index_rows`: as many as the
+wraps in int64) and about its rows (:mod:`specstore.store.index_rows`: as many as the
 commit records, no path twice, finite positive durations), and refuses a
 store whose index lies with one line (:class:`IndexCorrupt`), so a read can
-never return another clip's frames.  These are the checks ``python -m store
+never return another clip's frames.  These are the checks ``python -m specstore.store
 validate`` reports, from the same code.  Where the commit does not record its
 shards' frame counts (older stores), each shard's end is checked when the
 shard is first opened, before any of its frames are returned.
@@ -148,7 +148,7 @@ class Store:
         return f"store {self.location}: clip {p.row} ({self.paths[p.row]}) {p.what}{more}"
 
     def _index_hint(self) -> str:
-        return (f"its index is damaged or forged (`python -m store validate {self.location}` lists every problem; "
+        return (f"its index is damaged or forged (`python -m specstore.store validate {self.location}` lists every problem; "
                 f"extract the corpus into a new store)")
 
     # -- metadata ------------------------------------------------------------------------

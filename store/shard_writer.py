@@ -9,8 +9,8 @@ that fails half-way (a decode error, a file that changed meanwhile) is
 rolled back with :meth:`ShardWriter.drop_clip`, leaving no trace.
 
 The shard becomes *complete* in its attributes last, with its clips and the
-checksums (:mod:`store.checksum`); it stays invisible to readers until the
-driver commits it (:meth:`store.StoreWriter.commit`).
+checksums (:mod:`specstore.store.checksum`); it stays invisible to readers until the
+driver commits it (:meth:`specstore.store.StoreWriter.commit`).
 """
 
 from __future__ import annotations

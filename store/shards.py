@@ -2,7 +2,7 @@
 
 A shard's own ``zarr.json`` records what it holds (``n_frames``, its clips,
 ``complete``) and, per feature, the checksum of every chunk
-(:mod:`store.checksum`).  What a read may return is only what was written:
+(:mod:`specstore.store.checksum`).  What a read may return is only what was written:
 
 * raw layout, local: the chunk file must have exactly ``n_frames`` frames of
   bytes (a missing or truncated file raises); it is then memory-mapped.  Its
@@ -43,7 +43,7 @@ def chunk_key(shard: str, feature: str, k: int) -> str:
 
 
 def _repair_hint(loc: Location) -> str:
-    return f"the store is damaged: `python -m store repair {loc}` drops the damaged shard, a rerun re-decodes it"
+    return f"the store is damaged: `python -m specstore.store repair {loc}` drops the damaged shard, a rerun re-decodes it"
 
 
 @dataclass(frozen=True)

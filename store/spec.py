@@ -2,7 +2,7 @@
 
 A :class:`FeatureSpec` is plain metadata (numbers and names).  The store keeps
 it in its group attributes so that a reader, a notebook or a checkpoint can
-tell exactly how the values were computed; ``store`` itself never computes
+tell exactly how the values were computed; ``specstore.store`` itself never computes
 audio features.  The pipeline turns a spec into numbers, the inference side
 compares a checkpoint's spec with a store's.
 """
@@ -21,7 +21,7 @@ from .records import from_record
 __all__ = ["COMPUTE_VERSION", "MAX_BINS", "MAX_FRAME_RATE", "MAX_SAMPLE_RATE", "FeatureSpec", "default_specs",
            "spec_differences"]
 
-#: Version of the computation that turns a spec into values (``pipeline``'s mel and CQT code), recorded in
+#: Version of the computation that turns a spec into values (``specstore.pipeline``'s mel and CQT code), recorded in
 #: every spec a store or checkpoint holds.  1: the computation before issue 34 (a spec recorded without the
 #: field is version 1); 2: the cheaper one of issue 34.  Bump it when a change to the computation could
 #: move a stored value, and say below whether the new values still equal the old within the 0.05 dB
@@ -34,7 +34,7 @@ _SAME_VALUES: tuple[frozenset[int], ...] = (frozenset({1, 2}),)
 
 MAX_SAMPLE_RATE = 192_000
 """Highest sample rate (Hz) a spec may ask for: the highest a file the server decodes may declare by default
-(``serving.config.DEFAULT_MAX_SAMPLE_RATE``, the same figure); studio recordings top out at 192 kHz."""
+(``specstore.serving.config.DEFAULT_MAX_SAMPLE_RATE``, the same figure); studio recordings top out at 192 kHz."""
 MAX_BINS = 1024
 """Most rows (bins) one feature's frame may have: mel and CQT use 16-256; 1024 float32 rows are 4 KiB a frame."""
 MAX_FRAME_RATE = 1000
@@ -55,7 +55,7 @@ class FeatureSpec:
     (:data:`COMPUTE_VERSION`); specs that differ only in compatible versions
     are the same feature (:func:`spec_differences`).
 
-    Every number is bounded (its :class:`~store.limits.Limit` beside the
+    Every number is bounded (its :class:`~specstore.store.limits.Limit` beside the
     field, with the reason), ``fmin``/``fmax`` lie below half the sample
     rate and a spec gives at most :data:`MAX_FRAME_RATE` frames per second:
     a spec is checked when it is made, so one read from a store, a
@@ -104,7 +104,7 @@ class FeatureSpec:
 
     @property
     def kind_info(self) -> FeatureKind:
-        """This spec's kind's registry entry (:mod:`store.kinds`): display limits, axis, facts."""
+        """This spec's kind's registry entry (:mod:`specstore.store.kinds`): display limits, axis, facts."""
         return feature_kind(self.kind)
 
     @property
@@ -137,7 +137,7 @@ class FeatureSpec:
 
     @classmethod
     def of_kind(cls, kind: str, **overrides: Any) -> FeatureSpec:
-        """The registered defaults of ``kind`` (:mod:`store.kinds`), then ``overrides``."""
+        """The registered defaults of ``kind`` (:mod:`specstore.store.kinds`), then ``overrides``."""
         return feature_kind(kind).spec(**overrides)
 
 

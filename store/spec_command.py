@@ -4,8 +4,8 @@ A model trained on other features than a store holds (other bins, another hop, a
 needs a store extracted with the model's settings.  :func:`extraction_command` writes the ``make features``
 line that makes exactly those specs into a new store: ``FEATURES`` names the model's features, ``ARGS`` gives
 the ``specstore-features`` options for every field that differs from the defaults (the grid's ``--sample-rate``
-and ``--hop``, each kind's own, :attr:`~store.kinds.FeatureKind.flags`), and a field no option sets goes in a
-``--spec`` file whose tables the line spells out.  It reads the specs as ``pipeline.spec_options`` does
+and ``--hop``, each kind's own, :attr:`~specstore.store.kinds.FeatureKind.flags`), and a field no option sets goes in a
+``--spec`` file whose tables the line spells out.  It reads the specs as ``specstore.pipeline.spec_options`` does
 (defaults, then the file, then the options; features beside a fixed-grid kind follow its grid), and
 ``tests/test_model_bounds.py`` runs what it writes back through the command line.  Pure: no audio.
 """
@@ -68,7 +68,7 @@ def extraction_args(specs: Mapping[str, FeatureSpec]) -> tuple[list[str], dict[s
 
 def extraction_command(specs: Mapping[str, FeatureSpec], *, corpus: str | None = None,
                        store: str | None = None) -> str:
-    """The ``make features`` line that extracts ``corpus`` into a new ``store`` with exactly ``specs`` (one
+    """The ``make features`` line that extracts ``corpus`` into a new ``specstore.store`` with exactly ``specs`` (one
     line; ``...`` for what is not given), or why no extraction by this specstore can."""
     old = [f"{n} (version {s.compute_version})" for n, s in specs.items()
            if not same_values(s.compute_version, COMPUTE_VERSION)]

@@ -3,7 +3,7 @@
 A feature such as ``"mel+cqt"`` is its stored parts (each ``(n_frames,
 bins)`` in the store's dtype, on one frame grid) stacked frame by frame
 into ``(n_bins, n_frames)`` float32.  Reading from a store
-(:class:`infer.data.StoreDataset`) and decoding a file in memory
+(:class:`specstore.infer.data.StoreDataset`) and decoding a file in memory
 (``specstore classify``, the server) both go through :func:`stack_parts`,
 so the same stored values give the same model input.  Numpy only.
 """
@@ -24,7 +24,7 @@ def stack_parts(parts: Sequence[np.ndarray]) -> np.ndarray:
 
     float16 values convert to float32 exactly, so features computed in the
     store's dtype give exactly the input a store of them gives.  Raises
-    :class:`~store.ConfigError` for no parts or parts of different lengths.
+    :class:`~specstore.store.ConfigError` for no parts or parts of different lengths.
     """
     if not parts:
         raise ConfigError("a clip needs at least one feature part")

@@ -1,4 +1,4 @@
-"""Consistency checks of a committed store (``python -m store validate PATH [--deep]``)."""
+"""Consistency checks of a committed store (``python -m specstore.store validate PATH [--deep]``)."""
 
 from __future__ import annotations
 
@@ -19,8 +19,8 @@ def validate(where: str | os.PathLike[str], *, deep: bool = False,
     """Return a list of problems (empty = valid) with the committed state at ``where``.
 
     Checks the metadata; that the index tells the truth (what
-    :func:`open_store` refuses, from the same code, :mod:`store.extents` and
-    :mod:`store.index_rows`: shard numbers, offsets, lengths and labels in
+    :func:`open_store` refuses, from the same code, :mod:`specstore.store.extents` and
+    :mod:`specstore.store.index_rows`: shard numbers, offsets, lengths and labels in
     range, no two clips sharing frames, every extent inside its shard,
     row counts as the commit records, paths unique, durations finite and
     positive; one line per kind of problem); that one content hash always

@@ -1,9 +1,9 @@
-"""Committing to a store (in the driver) under the writer lock; shards are written by :mod:`store.shard_writer`.
+"""Committing to a store (in the driver) under the writer lock; shards are written by :mod:`specstore.store.shard_writer`.
 
 The protocol that makes a crash at any instant harmless:
 
 1. A worker writes one *whole* shard under ``shards/<random name>/``
-   (:class:`store.ShardWriter`) and marks it complete, with the checksums of
+   (:class:`specstore.store.ShardWriter`) and marks it complete, with the checksums of
    its chunks, in the shard's attributes last.  Nobody else writes into that
    shard, so zarr's lost-update problem with concurrent partial chunk writes
    cannot happen.  An unfinished or uncommitted shard is invisible to readers.
@@ -15,7 +15,7 @@ The protocol that makes a crash at any instant harmless:
    drops committed shards that are damaged (:meth:`StoreWriter.repair`) and
    redoes only what the last commit lacks.
 
-Only one :class:`StoreWriter` may hold a store at a time (:mod:`store.lock`).
+Only one :class:`StoreWriter` may hold a store at a time (:mod:`specstore.store.lock`).
 """
 
 from __future__ import annotations
@@ -78,7 +78,7 @@ class StoreWriter:
     Only one writer may hold a store at a time; opening a second raises
     :class:`StoreLocked` naming the holder.  Close it (or use ``with``) to
     release the lock; a writer that is garbage-collected releases it too.
-    Workers write shards with :class:`store.ShardWriter` freely.
+    Workers write shards with :class:`specstore.store.ShardWriter` freely.
     """
 
     def __init__(self, loc: Location, root: zarr.Group, meta: StoreMetadata, lock: WriterLock) -> None:

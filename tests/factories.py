@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from store import FeatureSpec, IndexRow, create_store, open_store
+from specstore.store import FeatureSpec, IndexRow, create_store, open_store
 
 __all__ = [
     "LABELS", "SMALL_SPECS", "SPEC16", "assert_same_content", "make_checkpoint", "make_corpus",
@@ -50,7 +50,7 @@ def make_corpus(root: Path, n: int = 8, seconds: float = 2.0, *, step: float = 0
     File ``k`` lasts ``seconds + step * k`` seconds, cycles through wav, flac,
     ogg and mp3, 22 050 / 44 100 Hz, and is stereo when ``k % 3 == 1``.
     """
-    from pipeline.testing import write_music_like  # audio libraries only where audio is written
+    from specstore.pipeline.testing import write_music_like  # audio libraries only where audio is written
 
     return [write_music_like(root / labels[k % len(labels)] / f"t{k:02d}.{_FORMATS[k % 4]}", seconds + step * k,
                              seed=k, sr=(22050, 44100)[k % 2], channels=1 + (k % 3 == 1))
@@ -133,9 +133,9 @@ def make_checkpoint(path: Path | str, *, spec: FeatureSpec = SPEC16, labels: Seq
     """
     import torch
 
-    from infer.checkpoint import Checkpoint, save_checkpoint
-    from infer.defaults import PLAIN_MODEL
-    from infer.models import ModelConfig, build_model
+    from specstore.infer.checkpoint import Checkpoint, save_checkpoint
+    from specstore.infer.defaults import PLAIN_MODEL
+    from specstore.infer.models import ModelConfig, build_model
 
     torch.manual_seed(seed)
     model = build_model(ModelConfig(n_bins=spec.n_bins, n_classes=len(labels), **{**PLAIN_MODEL,

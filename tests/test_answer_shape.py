@@ -3,7 +3,7 @@
 Before, classify printed a list of ``{"path", ..., "calibration"}`` objects while the
 server answered ``{"model", "labels", ..., "files": [{"file", ...}]}``; a script
 written for one could not read the other.  Both now come from
-:func:`serving.answers.answer_json` (docs/serving.md, "One answer shape").
+:func:`specstore.serving.answers.answer_json` (docs/serving.md, "One answer shape").
 """
 
 from __future__ import annotations
@@ -15,18 +15,18 @@ import numpy as np
 import pytest
 from factories import make_checkpoint
 
-from pipeline.testing import write_music_like
-from serving.cli import main as specstore_main
-from store import FeatureSpec
+from specstore.pipeline.testing import write_music_like
+from specstore.serving.cli import main as specstore_main
+from specstore.store import FeatureSpec
 
 
 def test_classify_json_is_the_servers_answer(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from starlette.testclient import TestClient
 
-    from infer.runtime import RunOptions
-    from serving.app import Service, create_app
-    from serving.config import ServeConfig
-    from serving.model import Classifier
+    from specstore.infer.runtime import RunOptions
+    from specstore.serving.app import Service, create_app
+    from specstore.serving.config import ServeConfig
+    from specstore.serving.model import Classifier
 
     model = make_checkpoint(tmp_path / "genre.pt", spec=FeatureSpec.mel(n_bins=16))
     song = write_music_like(tmp_path / "song.wav", 2.5, seed=4)

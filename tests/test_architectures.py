@@ -20,13 +20,13 @@ import pytest
 import torch
 from factories import LABELS, SPEC16
 
-from infer.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
-from infer.contract import ModelSpec, spec_of
-from infer.model_config import ARCHS, FREQ_POOLINGS, POOLINGS, ModelConfig, ModelConfigError
-from infer.models import build_model
-from infer.models.registry import ARCH_REGISTRY, Arch, RegistryError
-from infer.trust import TRUST_ENV, UntrustedModelError
-from store import ConfigError
+from specstore.infer.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
+from specstore.infer.contract import ModelSpec, spec_of
+from specstore.infer.model_config import ARCHS, FREQ_POOLINGS, POOLINGS, ModelConfig, ModelConfigError
+from specstore.infer.models import build_model
+from specstore.infer.models.registry import ARCH_REGISTRY, Arch, RegistryError
+from specstore.infer.trust import TRUST_ENV, UntrustedModelError
+from specstore.store import ConfigError
 
 ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "architectures.md"
@@ -125,7 +125,7 @@ def test_a_checkpoint_of_a_registered_architecture_builds_elsewhere_only_when_tr
 def test_a_checkpoint_cannot_redirect_a_name_or_import_an_untrusted_builder(tiny: tuple[str, Path]) -> None:
     module, _ = tiny
     kwargs = {"n_bins": 16, "n_classes": 3, "width": 4, "depth": 1, **PARTS}
-    with pytest.raises(ConfigError, match="registers it as 'infer.models.cnn:SpectrogramCNN'"):
+    with pytest.raises(ConfigError, match="registers it as 'specstore.infer.models.cnn:SpectrogramCNN'"):
         ModelSpec("cnn", kwargs, builder="os:system").build(trust_model_code=True)
     with pytest.raises(UntrustedModelError):
         ModelSpec("evil", kwargs, builder="os:system").build()
@@ -181,7 +181,7 @@ def test_classify_takes_the_sums_of_its_own_mode() -> None:
 
 
 def test_the_document_lists_every_registered_part() -> None:
-    from infer.models.registry import FREQ_POOLING_REGISTRY, POOLING_REGISTRY
+    from specstore.infer.models.registry import FREQ_POOLING_REGISTRY, POOLING_REGISTRY
 
     table = {line.split("|")[1].strip(): line for line in DOC.read_text(encoding="utf-8").splitlines()
              if line.startswith("| ")}
@@ -202,7 +202,7 @@ def test_the_registry_and_the_names_load_no_torch() -> None:
 def test_the_models_package_exports_what_type_checkers_see() -> None:
     import ast
 
-    import infer.models as models
+    import specstore.infer.models as models
 
     tree = ast.parse((ROOT / "infer" / "models" / "__init__.py").read_text(encoding="utf-8"))
     typed = {alias.name for node in ast.walk(tree) if isinstance(node, ast.If)

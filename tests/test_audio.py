@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from pipeline import mixdown
-from pipeline.audio import AudioError, StreamResampler, probe, stream_mono
-from pipeline.testing import (
+from specstore.pipeline import mixdown
+from specstore.pipeline.audio import AudioError, StreamResampler, probe, stream_mono
+from specstore.pipeline.testing import (
     write_corrupt_flac,
     write_empty,
     write_music_like,

@@ -8,12 +8,12 @@ import numpy as np
 import pytest
 from factories import make_separable_store, make_store
 
-from infer.baselines import bootstrap_ci, clip_stats, fit_baselines
-from infer.cli import main as infer_main
-from infer.evaluate import evaluate
-from infer.split import SplitRule, training_rows
-from infer.train import TrainConfig, train
-from store import ConfigError, FeatureSpec, open_store
+from specstore.infer.baselines import bootstrap_ci, clip_stats, fit_baselines
+from specstore.infer.cli import main as infer_main
+from specstore.infer.evaluate import evaluate
+from specstore.infer.split import SplitRule, training_rows
+from specstore.infer.train import TrainConfig, train
+from specstore.store import ConfigError, FeatureSpec, open_store
 
 
 def test_bootstrap_interval() -> None:

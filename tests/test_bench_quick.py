@@ -160,12 +160,12 @@ def test_merge_reruns_one_group_and_keeps_the_others(
 
 
 def test_a_grid_rerun_trains_afresh_instead_of_resuming_the_finished_run(tmp_path: Path) -> None:
-    """`infer.train` resumes a finished run of the same configuration (training nothing), so a rerun of the
+    """`specstore.infer.train` resumes a finished run of the same configuration (training nothing), so a rerun of the
     model grid in the same work folder would time 0 s; ``fresh_model_path`` removes the earlier run first."""
     from factories import make_separable_store
 
     from benchmarks.bench_model import fresh_model_path
-    from infer.train import TrainConfig, resume_path_for, train
+    from specstore.infer.train import TrainConfig, resume_path_for, train
 
     config = TrainConfig(epochs=1, width=4, depth=2, max_batch=8, crop_seconds=None, val_fraction=0.25, device="cpu")
     store = make_separable_store(tmp_path / "s.zarr", n=24)
@@ -226,7 +226,7 @@ def test_a_quick_run_without_the_renderer_skips_the_model_group_in_one_line(
 ) -> None:
     """Right after ``make install`` there is no csound-soundfont (and maybe a fluidsynth from elsewhere): the
     quick model group is skipped with one line naming ``make realcorpus-deps``, not a RealCorpusError traceback."""
-    import realcorpus.render as render
+    import specstore.realcorpus.render as render
     from benchmarks.__main__ import main
 
     real_which = shutil.which
@@ -246,7 +246,7 @@ def test_a_quick_run_without_the_renderer_skips_the_model_group_in_one_line(
 
 
 def test_group_selection_skips_only_what_cannot_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import realcorpus.render as render
+    import specstore.realcorpus.render as render
     from benchmarks.__main__ import GROUPS, select_groups
 
     monkeypatch.setattr(render, "fluidsynth_path", lambda: None)

@@ -1,9 +1,9 @@
 """Bounds on everything a file or an option can ask of the inference side (issue 30, findings 5 and 10).
 
 A checkpoint's model config is checked against the bounds beside each field
-of :class:`~infer.models.ModelConfig` (and a parameter count computed from
+of :class:`~specstore.infer.models.ModelConfig` (and a parameter count computed from
 it) when it is read, before any tensor is allocated; the run options
-(:class:`~infer.runtime.RunOptions`: budget, margin, batch size, threads)
+(:class:`~specstore.infer.runtime.RunOptions`: budget, margin, batch size, threads)
 are checked when they are made; :meth:`Budget.max_window` ends for any
 budget.  Every refusal is one line and exit status 2.
 """
@@ -26,16 +26,16 @@ from pathlib import Path
 import pytest
 from factories import make_checkpoint, make_store
 
-from infer.budget import Budget, PlanError
-from infer.checkpoint import Checkpoint, CheckpointError, load_checkpoint, save_checkpoint, save_torch_file
-from infer.cli import _run_options, build_parser
-from infer.cli import main as infer_main
-from infer.contract import ModelSpec
-from infer.defaults import PLAIN_MODEL
-from infer.models import MaskedClassifier, ModelConfig, ModelConfigError, build_model
-from infer.runtime import RunOptions
-from infer.train import TrainConfig, TrainError
-from store import ConfigError
+from specstore.infer.budget import Budget, PlanError
+from specstore.infer.checkpoint import Checkpoint, CheckpointError, load_checkpoint, save_checkpoint, save_torch_file
+from specstore.infer.cli import _run_options, build_parser
+from specstore.infer.cli import main as infer_main
+from specstore.infer.contract import ModelSpec
+from specstore.infer.defaults import PLAIN_MODEL
+from specstore.infer.models import MaskedClassifier, ModelConfig, ModelConfigError, build_model
+from specstore.infer.runtime import RunOptions
+from specstore.infer.train import TrainConfig, TrainError
+from specstore.store import ConfigError
 
 # (names new with the bounds are imported inside the tests, so this file also runs, and fails, on the code
 # before them)
@@ -47,7 +47,7 @@ CORES = len(os.sched_getaffinity(0))
 
 
 def _run(*args: str, timeout: float = 120, prelude: str = "") -> subprocess.CompletedProcess[str]:
-    """``python -m infer ARGS`` in a fresh process (``prelude``: Python run first, e.g. a memory limit)."""
+    """``python -m specstore.infer ARGS`` in a fresh process (``prelude``: Python run first, e.g. a memory limit)."""
     code = prelude + "\nimport sys\nfrom infer.cli import main\nsys.exit(main(sys.argv[1:]))\n"
     return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=timeout,
                           cwd=ROOT)
@@ -150,7 +150,7 @@ def test_parameters_and_stride_are_counted_from_the_config_exactly(config: dict)
 
 def test_a_config_over_the_parameter_budget_is_refused_before_anything_is_built(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    from infer.models import MAX_PARAMETERS
+    from specstore.infer.models import MAX_PARAMETERS
 
     def never(*_args: object, **_kwargs: object) -> None:
         raise AssertionError("a model was built")
@@ -186,7 +186,7 @@ def test_width_60000_through_predict_is_one_line_and_no_allocation(tmp_path: Pat
     limit = textwrap.dedent("""
         import resource
         import torch
-        import infer.cli
+        import specstore.infer.cli
         size = next(int(x.split()[1]) * 1024 for x in open("/proc/self/status") if x.startswith("VmSize:"))
         resource.setrlimit(resource.RLIMIT_AS, (size + (2 << 30), size + (2 << 30)))
     """) if Path("/proc/self/status").exists() else ""
@@ -212,7 +212,7 @@ def test_training_options_that_become_the_model_config_are_checked_up_front() ->
 
 
 def test_threads_up_to_the_cores_this_process_may_use() -> None:
-    from store.limits import usable_cores
+    from specstore.store.limits import usable_cores
 
     assert usable_cores() == CORES
     assert RunOptions(threads=CORES).threads == CORES
@@ -322,7 +322,7 @@ def test_run_options_out_of_range_are_one_line(option: str, values: list[str],
 
 
 def _float_options() -> list[tuple[str, str]]:
-    """(command, option) for every option of ``python -m infer`` that parses to a float."""
+    """(command, option) for every option of ``python -m specstore.infer`` that parses to a float."""
     found = []
     sub = next(a for a in build_parser()._actions if a.dest == "command")
     for command, parser in sub.choices.items():  # type: ignore[union-attr]

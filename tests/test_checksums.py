@@ -4,7 +4,7 @@ Every fault is tried in both layouts: a deleted chunk (zarr would read its
 fill value, zeros), a truncated one (the raw mmap would be a shorter array)
 and a bit flip.  Reads raise :class:`StoreCorrupt` naming the shard, quick
 validation finds missing and short chunks, deep validation every checksum,
-and ``python -m store repair`` drops exactly the damaged shard.
+and ``python -m specstore.store repair`` drops exactly the damaged shard.
 """
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ import numpy as np
 import pytest
 from factories import store_content
 
-from store import FeatureSpec, ShardWriter, StoreCorrupt, StoreWriter, create_store, open_store, validate
-from store.__main__ import main as store_main
-from store.checksum import crc32c, values_bytes
+from specstore.store import FeatureSpec, ShardWriter, StoreCorrupt, StoreWriter, create_store, open_store, validate
+from specstore.store.__main__ import main as store_main
+from specstore.store.checksum import crc32c, values_bytes
 
 SPECS = {"mel": FeatureSpec.mel(n_bins=16), "cqt": FeatureSpec.cqt(n_bins=12)}
 #: Clip lengths: the long one spans two zstd chunks (4096 frames each).
@@ -137,7 +137,7 @@ def test_a_clip_dropped_half_way_leaves_no_trace(tmp_path: Path, layout: str) ->
         info = sw.close()
     assert info is not None
     assert [(x.hash, x.offset, x.n_frames) for x in info.clips] == [("ha", 0, 100), ("hc", 100, 4500)]
-    from store import IndexRow
+    from specstore.store import IndexRow
 
     w.commit([info], [IndexRow("a.wav", "ha"), IndexRow("c.wav", "hc")])
     s = open_store(tmp_path / "s.zarr")
@@ -151,7 +151,7 @@ def test_a_clip_dropped_half_way_leaves_no_trace(tmp_path: Path, layout: str) ->
 def test_rerun_of_extraction_repairs_a_damaged_store(tmp_path: Path) -> None:
     from factories import SMALL_SPECS, make_corpus
 
-    from pipeline.extract import extract
+    from specstore.pipeline.extract import extract
 
     make_corpus(tmp_path / "c", n=4, seconds=1.0)
     extract(tmp_path / "c", str(tmp_path / "s.zarr"), specs=SMALL_SPECS, jobs=1, progress=False, commit_seconds=0)

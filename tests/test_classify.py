@@ -1,7 +1,7 @@
 """`specstore classify`: files -> top-k with no store; equal to `make infer` on a store of the same files.
 
 Also the public hooks it stands on: ``Engine.clip_logits`` over in-memory
-clips (``ArrayDataset``), ``pipeline.stored_features``, and the CUDA
+clips (``ArrayDataset``), ``specstore.pipeline.stored_features``, and the CUDA
 out-of-memory split, faked on CPU.
 """
 
@@ -16,20 +16,20 @@ import pytest
 import torch
 from factories import LABELS, SMALL_SPECS, make_checkpoint, make_corpus, make_store
 
-from infer.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
-from infer.data import ArrayDataset, StoreDataset
-from infer.defaults import PLAIN_MODEL
-from infer.models import ModelConfig, build_model
-from infer.predict import predict
-from infer.predictions import read_predictions_csv
-from infer.runtime import Engine, RunOptions
-from pipeline import extract
-from pipeline.hashing import content_hash, digest_bytes
-from serving.classify import classify_files
-from serving.cli import main as specstore_main
-from serving.clips import decode_file
-from serving.model import Classifier
-from store import ConfigError, FeatureSpec, open_store, stack_parts
+from specstore.infer.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
+from specstore.infer.data import ArrayDataset, StoreDataset
+from specstore.infer.defaults import PLAIN_MODEL
+from specstore.infer.models import ModelConfig, build_model
+from specstore.infer.predict import predict
+from specstore.infer.predictions import read_predictions_csv
+from specstore.infer.runtime import Engine, RunOptions
+from specstore.pipeline import extract
+from specstore.pipeline.hashing import content_hash, digest_bytes
+from specstore.serving.classify import classify_files
+from specstore.serving.cli import main as specstore_main
+from specstore.serving.clips import decode_file
+from specstore.serving.model import Classifier
+from specstore.store import ConfigError, FeatureSpec, open_store, stack_parts
 
 CPU = RunOptions(device="cpu", progress=False)
 
@@ -180,7 +180,7 @@ def test_a_cache_keyed_by_content_skips_decoding_and_gives_the_same_answers(tmp_
     clf = Classifier(make_checkpoint(tmp_path / "m.pt", spec=FeatureSpec.mel(n_bins=16)), CPU)
     first = classify_files(files, clf, progress=False, cache=tmp_path / "cache")
     assert first.cached == 0 and len(list((tmp_path / "cache").glob("*.npz"))) == 2
-    import serving.classify as module
+    import specstore.serving.classify as module
 
     monkeypatch.setattr(module, "decode_or_reason", lambda *a: pytest.fail("decoded although cached"))
     again = classify_files(files, clf, progress=False, cache=tmp_path / "cache")

@@ -24,13 +24,13 @@ import numpy as np
 import pytest
 from factories import make_checkpoint, make_corpus
 
-from infer.runtime import RunOptions
-from serving.cache import specs_key
-from serving.classify import ClassifyResult, classify_files
-from serving.cli import main as specstore_main
-from serving.clips import DecodedClip, decode_file
-from serving.model import Classifier
-from store import ConfigError, FeatureSpec
+from specstore.infer.runtime import RunOptions
+from specstore.serving.cache import specs_key
+from specstore.serving.classify import ClassifyResult, classify_files
+from specstore.serving.cli import main as specstore_main
+from specstore.serving.clips import DecodedClip, decode_file
+from specstore.serving.model import Classifier
+from specstore.store import ConfigError, FeatureSpec
 
 SPEC = FeatureSpec.mel(n_bins=16)
 CPU = RunOptions(device="cpu", progress=False)
@@ -208,8 +208,8 @@ BOMB_MIB = 256
 # tracemalloc counts numpy's array data too; ru_maxrss would not do: it is a lifetime peak the imports may set
 READ_BOMB = """
 import sys, tracemalloc
-from serving.cache import ClipCache
-from store import ConfigError, FeatureSpec
+from specstore.serving.cache import ClipCache
+from specstore.store import ConfigError, FeatureSpec
 cache = ClipCache(sys.argv[1], {"mel": FeatureSpec.mel(n_bins=16)})
 tracemalloc.start()
 clip = cache.get(sys.argv[2])

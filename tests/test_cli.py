@@ -18,10 +18,10 @@ from pathlib import Path
 import pytest
 from factories import make_checkpoint, make_separable_store, make_store
 
-from infer.cli import COMMANDS
-from infer.cli import main as infer_main
-from infer.train import TrainConfig, config_path_for, metrics_path_for
-from store import SpecstoreError
+from specstore.infer.cli import COMMANDS
+from specstore.infer.cli import main as infer_main
+from specstore.infer.train import TrainConfig, config_path_for, metrics_path_for
+from specstore.store import SpecstoreError
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("store", "pipeline", "infer", "democorpus")
@@ -42,8 +42,8 @@ def test_every_make_target_has_a_console_command_with_help() -> None:
         assert done.value.code == 0, name
 
 
-@pytest.mark.parametrize("argv", [["-m", "infer", "--help"], ["-m", "infer", "train", "--help"],
-                                  ["-m", "store", "--help"], ["-m", "pipeline.cli", "--help"]])
+@pytest.mark.parametrize("argv", [["-m", "specstore.infer", "--help"], ["-m", "specstore.infer", "train", "--help"],
+                                  ["-m", "specstore.store", "--help"], ["-m", "specstore.pipeline.cli", "--help"]])
 @pytest.mark.slow
 def test_python_dash_m_works(argv: list[str]) -> None:
     proc = subprocess.run([sys.executable, *argv], cwd=ROOT, capture_output=True, text=True, timeout=120,
@@ -73,7 +73,7 @@ def test_make_variables_are_train_options() -> None:
     dry = subprocess.run(["make", "-n", "--no-print-directory", "-C", str(ROOT), "train", "STORE=s.zarr",
                           "MODEL=m.pt", *every, "VENV=/nonexistent"], capture_output=True, text=True, timeout=60)
     assert dry.returncode == 0, dry.stderr
-    line = next(x for x in dry.stdout.splitlines() if " -m infer train " in x)
+    line = next(x for x in dry.stdout.splitlines() if " -m specstore.infer train " in x)
     flags = set(re.findall(r"(--[a-z][a-z-]+)", line))
     known = {"--" + f.name.replace("_", "-") for f in dataclasses.fields(TrainConfig)}
     known |= {"--config", "--overwrite", "--margin-mb", "--threads", "--no-progress", "--verbose",
@@ -150,8 +150,8 @@ def test_output_that_is_a_directory_or_under_a_file_fails_first(tmp_path: Path,
 
 
 def test_cli_error_prefix_is_shared(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from pipeline.cli import main as features_main
-    from store.__main__ import main as store_main
+    from specstore.pipeline.cli import main as features_main
+    from specstore.store.__main__ import main as store_main
 
     missing = str(tmp_path / "nowhere.zarr")
     assert store_main(["info", missing]) == 2

@@ -10,14 +10,14 @@ import numpy as np
 import pytest
 from factories import make_checkpoint
 
-from infer.budget import Budget, PlanError
-from infer.constraints import BatchConstraint, FixedBatch
-from infer.planner import plan_batches
-from infer.runtime import RowLogits, RunOptions, RunStats
-from infer.windows import tile_spans, windows_for
-from serving.batcher import Batcher
-from serving.model import Classifier, ClipResults
-from serving.policy import BatchPolicy
+from specstore.infer.budget import Budget, PlanError
+from specstore.infer.constraints import BatchConstraint, FixedBatch
+from specstore.infer.planner import plan_batches
+from specstore.infer.runtime import RowLogits, RunOptions, RunStats
+from specstore.infer.windows import tile_spans, windows_for
+from specstore.serving.batcher import Batcher
+from specstore.serving.model import Classifier, ClipResults
+from specstore.serving.policy import BatchPolicy
 
 # 1 MiB per frame-clip: a batch of B clips padded to T frames fits when B * T <= 64
 BUDGET = Budget(budget_bytes=64 << 20, cost_per_frame=float(1 << 20), max_batch=4, frame_align=1)

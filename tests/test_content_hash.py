@@ -17,10 +17,10 @@ import pytest
 import zarr
 from factories import SMALL_SPECS, make_corpus
 
-from pipeline.extract import extract
-from pipeline.hashing import content_hash, digest_bytes
-from pipeline.testing import write_music_like
-from store import StoreCorrupt, create_store, open_store
+from specstore.pipeline.extract import extract
+from specstore.pipeline.hashing import content_hash, digest_bytes
+from specstore.pipeline.testing import write_music_like
+from specstore.store import StoreCorrupt, create_store, open_store
 
 MEL = {"mel": SMALL_SPECS["mel"]}
 

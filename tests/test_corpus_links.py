@@ -15,12 +15,12 @@ from pathlib import Path
 
 import pytest
 
-import pipeline.corpus
-from pipeline.cli import main as features_main
-from pipeline.corpus import scan_corpus
-from pipeline.extract import extract
-from pipeline.testing import write_music_like
-from store import FeatureSpec, open_store
+from specstore.pipeline import corpus as corpus_module
+from specstore.pipeline.cli import main as features_main
+from specstore.pipeline.corpus import scan_corpus
+from specstore.pipeline.extract import extract
+from specstore.pipeline.testing import write_music_like
+from specstore.store import FeatureSpec, open_store
 
 MEL = {"mel": FeatureSpec.mel(n_bins=16)}
 OUTSIDE = "link to a {} outside the corpus ({}): not followed without --follow-links"
@@ -56,7 +56,7 @@ def _escapes(c: Path, private: Path) -> dict[str, str]:
 
 def test_outside_root_names_links_that_leave(corpus: tuple[Path, Path]) -> None:
     c, private = corpus
-    outside_root = pipeline.corpus.outside_root  # public: serving's folder search can apply the same rule
+    outside_root = corpus_module.outside_root  # public: serving's folder search can apply the same rule
     assert outside_root(c / "rock" / "again.wav", c) is None
     assert outside_root(c / "also-rock" / "own.wav", c) is None
     assert outside_root(c / "hop.wav", c) == OUTSIDE.format("file", (private / "secret.wav").resolve())

@@ -16,21 +16,21 @@ from factories import SPEC16, make_separable_store, make_store
 from torch.utils.data import DataLoader
 from user_models import PoolsOverPadding, TinyUserNet
 
-from infer.augment import SpecAugment
-from infer.budget import Budget, CostModel
-from infer.checkpoint import load_checkpoint
-from infer.cli import main as infer_main
-from infer.contract import ModelSpec, spec_of
-from infer.cost import measure_cost_per_frame
-from infer.data import BudgetBatchSampler, PadCollate, StoreDataset, pad_collate
-from infer.defaults import PLAIN_MODEL
-from infer.evaluate import evaluate
-from infer.models import ModelConfig, build_model
-from infer.planner import plan_batches
-from infer.predict import predict
-from infer.train import TrainConfig, train
-from infer.trust import UntrustedModelError
-from store import ConfigError, IndexRow, create_store, open_store
+from specstore.infer.augment import SpecAugment
+from specstore.infer.budget import Budget, CostModel
+from specstore.infer.checkpoint import load_checkpoint
+from specstore.infer.cli import main as infer_main
+from specstore.infer.contract import ModelSpec, spec_of
+from specstore.infer.cost import measure_cost_per_frame
+from specstore.infer.data import BudgetBatchSampler, PadCollate, StoreDataset, pad_collate
+from specstore.infer.defaults import PLAIN_MODEL
+from specstore.infer.evaluate import evaluate
+from specstore.infer.models import ModelConfig, build_model
+from specstore.infer.planner import plan_batches
+from specstore.infer.predict import predict
+from specstore.infer.train import TrainConfig, train
+from specstore.infer.trust import UntrustedModelError
+from specstore.store import ConfigError, IndexRow, create_store, open_store
 
 COST = CostModel(bytes_per_frame=1000.0, fixed_bytes=0)
 
@@ -361,7 +361,7 @@ def test_training_with_grad_checkpoint_option(tmp_path: Path) -> None:
 
 def test_stacked_features_train_predict_and_evaluate(tmp_path: Path) -> None:
     """feature="mel+cqt": both features of every frame stacked along the bins, through train -> predict -> eval."""
-    from store import FeatureSpec
+    from specstore.store import FeatureSpec
 
     specs = {"mel": FeatureSpec.mel(n_bins=16), "cqt": FeatureSpec.cqt(n_bins=12)}
     store = make_store(tmp_path / "s.zarr", lengths=[30, 50, 70, 90, 40, 60] * 4, specs=specs)

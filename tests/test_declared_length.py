@@ -18,11 +18,11 @@ import pytest
 import soundfile as sf
 from factories import make_corpus
 
-from pipeline.audio import AudioError, probe, stream_mono
-from pipeline.extract import extract
-from pipeline.testing import write_music_like
-from serving.clips import ClipError, decode_file
-from store import FeatureSpec, open_store
+from specstore.pipeline.audio import AudioError, probe, stream_mono
+from specstore.pipeline.extract import extract
+from specstore.pipeline.testing import write_music_like
+from specstore.serving.clips import ClipError, decode_file
+from specstore.store import FeatureSpec, open_store
 
 MEL = {"mel": FeatureSpec.mel(n_bins=16)}
 SECONDS = 4.0

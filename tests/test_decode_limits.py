@@ -15,9 +15,9 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-import serving.clips as clips
-from serving.clips import ClipError, decode_bytes, decode_file
-from store import FeatureSpec
+import specstore.serving.clips as clips
+from specstore.serving.clips import ClipError, decode_bytes, decode_file
+from specstore.store import FeatureSpec
 
 SPECS = {"mel": FeatureSpec.mel(n_bins=16)}
 #: The server's limits: clips.DEFAULT_MAX_SAMPLE_RATE and clips.DEFAULT_MAX_CHANNELS, and --max-seconds' default.

@@ -26,11 +26,11 @@ import pytest
 import soundfile as sf
 from factories import make_checkpoint
 
-from pipeline import extract
-from pipeline.decoder_log import DecoderWarnings, captured_stderr, library_of
-from pipeline.testing import write_music_like
-from serving.cli import main as specstore_main
-from store import FeatureSpec
+from specstore.pipeline import extract
+from specstore.pipeline.decoder_log import DecoderWarnings, captured_stderr, library_of
+from specstore.pipeline.testing import write_music_like
+from specstore.serving.cli import main as specstore_main
+from specstore.store import FeatureSpec
 
 ROOT = Path(__file__).resolve().parents[1]
 SPEC = FeatureSpec.mel(n_bins=16)
@@ -137,7 +137,7 @@ def test_many_lines_from_several_threads_are_all_passed_through_and_counted(
 _WORKER_SCRIPT = textwrap.dedent('''
     import concurrent.futures as cf, logging, multiprocessing, os, sys
     import soundfile as sf
-    from pipeline.decoder_log import DecoderLogListener, log_summary
+    from specstore.pipeline.decoder_log import DecoderLogListener, log_summary
 
     def job(path):
         sf.read(path)
@@ -237,10 +237,10 @@ def test_the_server_counts_its_workers_decoder_lines_in_metrics_and_at_shutdown(
         capfd: pytest.CaptureFixture[str]) -> None:
     from starlette.testclient import TestClient
 
-    from infer.runtime import RunOptions
-    from serving.app import Service, create_app
-    from serving.config import ServeConfig
-    from serving.model import Classifier
+    from specstore.infer.runtime import RunOptions
+    from specstore.serving.app import Service, create_app
+    from specstore.serving.config import ServeConfig
+    from specstore.serving.model import Classifier
 
     service = Service(Classifier(make_checkpoint(tmp_path / "m.pt", spec=SPEC), RunOptions(device="cpu",
                                                                                            progress=False)),

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from democorpus import (
+from specstore.democorpus import (
     FORMATS,
     LOUDNESS_DBFS,
     MEDIA,
@@ -28,12 +28,12 @@ from democorpus import (
     plan_corpus,
     render_clip,
 )
-from democorpus.arrangement import ROLES, Arrangement, Section, Stem
-from democorpus.dsp import Ctx
-from democorpus.form import SECTION_KINDS, stem_gains
-from democorpus.plan import rng_for
-from democorpus.recording import through_medium
-from democorpus.styles import RECIPES
+from specstore.democorpus.arrangement import ROLES, Arrangement, Section, Stem
+from specstore.democorpus.dsp import Ctx
+from specstore.democorpus.form import SECTION_KINDS, stem_gains
+from specstore.democorpus.plan import rng_for
+from specstore.democorpus.recording import through_medium
+from specstore.democorpus.styles import RECIPES
 
 REPO = Path(__file__).resolve().parents[1]
 FORMATS_FIRST = next(iter(FORMATS))
@@ -360,7 +360,7 @@ def test_render_is_bounded_and_short_clips_work() -> None:
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     return subprocess.run(
-        [sys.executable, "-m", "democorpus", *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=120
+        [sys.executable, "-m", "specstore.democorpus", *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=120
     )
 
 
@@ -436,6 +436,6 @@ def test_progress_bar_shows_rounded_seconds(tmp_path: Path, capsys: pytest.Captu
     assert shown[-1][0] == shown[-1][1]
     from tqdm import tqdm
 
-    from democorpus.generate import PROGRESS_BAR
+    from specstore.democorpus.generate import PROGRESS_BAR
     line = tqdm.format_meter(4843.599999999999, 7212.0, 10.0, bar_format=PROGRESS_BAR["bar_format"], unit="s")
     assert "4843.6/7212.0 s" in line

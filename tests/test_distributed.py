@@ -15,8 +15,8 @@ import pytest
 from factories import SMALL_SPECS as SMALL
 from factories import assert_same_content, make_corpus, store_content
 
-from pipeline.extract import ExtractError, extract
-from store import open_store, validate
+from specstore.pipeline.extract import ExtractError, extract
+from specstore.store import open_store, validate
 
 pytestmark = pytest.mark.slow
 

@@ -189,13 +189,13 @@ def doc_corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
     Each document then runs in its own copy of ``data/`` and ``predictions.csv``; the corpora under
     ``HOME`` are only read, and stay where the stores recorded them.
     """
-    import pipeline
-    from infer.checkpoint import Checkpoint, save_checkpoint
-    from infer.defaults import PLAIN_MODEL
-    from infer.models import ModelConfig, build_model
-    from infer.predict import predict
-    from pipeline.testing import write_music_like
-    from store import open_store
+    from specstore import pipeline
+    from specstore.infer.checkpoint import Checkpoint, save_checkpoint
+    from specstore.infer.defaults import PLAIN_MODEL
+    from specstore.infer.models import ModelConfig, build_model
+    from specstore.infer.predict import predict
+    from specstore.pipeline.testing import write_music_like
+    from specstore.store import open_store
 
     base = tmp_path_factory.mktemp("docs")
     music = base / "home" / "music"
@@ -417,20 +417,20 @@ def test_the_readme_train_example_leaves_make_eval_clips_to_score(doc_corpus: Pa
     dry = subprocess.run(f"{example} VENV=/nonexistent -n --no-print-directory", shell=True, executable="bash",
                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=60, check=False)
     assert dry.returncode == 0, dry.stderr
-    argv = next(shlex.split(x) for x in dry.stdout.splitlines() if " -m infer train " in x)
+    argv = next(shlex.split(x) for x in dry.stdout.splitlines() if " -m specstore.infer train " in x)
     assert "--val-fraction" in argv, f"README's `{example}` holds no clips out for `make eval` to score"
     val = float(argv[argv.index("--val-fraction") + 1])
     assert 0 < val < 1
     store, model = tmp_path / "gtzan.zarr", tmp_path / "genre.pt"
     shutil.copytree(doc_corpus / "data" / "gtzan.zarr", store)
     k = argv.index("train")
-    argv = [sys.executable, "-m", "infer", "train", str(store), str(model), *argv[k + 3:],
+    argv = [sys.executable, "-m", "specstore.infer", "train", str(store), str(model), *argv[k + 3:],
             "--epochs", "1", "--width", "4", "--device", "cpu"]  # the example's options, shortened
     clean = {k: v for k, v in env.items() if not k.startswith(("PYTHONPATH", "SPECSTORE"))}
     trained = subprocess.run(argv, cwd=tmp_path, env=clean, capture_output=True, text=True, timeout=600,
                              check=False)
     assert trained.returncode == 0, trained.stderr[-3000:]
-    scored = subprocess.run([sys.executable, "-m", "infer", "eval", str(store), str(model), "--out-dir",
+    scored = subprocess.run([sys.executable, "-m", "specstore.infer", "eval", str(store), str(model), "--out-dir",
                              str(tmp_path / "reports"), "--device", "cpu"], cwd=tmp_path, env=clean,
                             capture_output=True, text=True, timeout=600, check=False)
     assert scored.returncode == 0, scored.stderr[-3000:]

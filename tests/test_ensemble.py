@@ -1,5 +1,5 @@
-"""The sum of models (:mod:`infer.models.ensemble`, :mod:`infer.train.ensemble`) and the recipe's three-way
-choice (:func:`infer.train.choice.decide`), with the tiny stand-in backbone of ``tests/shipped_stub.py``."""
+"""The sum of models (:mod:`specstore.infer.models.ensemble`, :mod:`specstore.infer.train.ensemble`) and the recipe's three-way
+choice (:func:`specstore.infer.train.choice.decide`), with the tiny stand-in backbone of ``tests/shipped_stub.py``."""
 
 from __future__ import annotations
 
@@ -12,17 +12,17 @@ import shipped_stub
 import torch
 from factories import make_separable_store
 
-from infer.checkpoint import load_checkpoint
-from infer.collate import collate
-from infer.contract import spec_of
-from infer.defaults import PLAIN_MODEL
-from infer.models import ModelConfig, build_model
-from infer.models.ensemble import SumClassifier
-from infer.predict import predict
-from infer.train.choice import MARGIN, decide
-from infer.train.config import TrainConfig
-from infer.windows import run_windowed
-from store import ConfigError, open_store
+from specstore.infer.checkpoint import load_checkpoint
+from specstore.infer.collate import collate
+from specstore.infer.contract import spec_of
+from specstore.infer.defaults import PLAIN_MODEL
+from specstore.infer.models import ModelConfig, build_model
+from specstore.infer.models.ensemble import SumClassifier
+from specstore.infer.predict import predict
+from specstore.infer.train.choice import MARGIN, decide
+from specstore.infer.train.config import TrainConfig
+from specstore.infer.windows import run_windowed
+from specstore.store import ConfigError, open_store
 
 NAME = shipped_stub.NAME
 stand_in = shipped_stub.stand_in  # the module's autouse fixture: the stand-in tagger registered
@@ -80,7 +80,7 @@ def test_a_clip_too_long_for_any_batch_windows_exactly(summed: Summed) -> None:
 
 
 def test_members_whose_window_alignments_do_not_divide_average_their_windows() -> None:
-    from infer.windows import mean_of_windows
+    from specstore.infer.windows import mean_of_windows
 
     a, b = _member(1, 16, pool_window=12), _member(2, 8, depth=3)  # windows on 12 frames and on 8: none exact
     net = SumClassifier([{"model": spec_of(a).to_dict(), "rows": [0, 16]},
@@ -124,8 +124,8 @@ def test_the_recipe_rule_between_scratch_transfer_and_their_sum(scratch: float, 
 def test_train_sum_saves_the_sum_and_its_members(tmp_path: Path, features: str) -> None:
     from factories import SPEC16, make_store
 
-    from infer.train.ensemble import member_paths, train_sum
-    from store import FeatureSpec
+    from specstore.infer.train.ensemble import member_paths, train_sum
+    from specstore.store import FeatureSpec
 
     if features == "mel":  # the backbone's feature is the store's only one: both members read it
         store = make_separable_store(tmp_path / "s.zarr", n=40, lengths=(20, 60))
@@ -159,16 +159,16 @@ def test_make_train_trains_the_sum_when_the_rule_chooses_it(tmp_path: Path, monk
     import importlib
     import json
 
-    from infer.cli import main as infer_main
-    from infer.train.loop import config_path_for
+    from specstore.infer.cli import main as infer_main
+    from specstore.infer.train.loop import config_path_for
 
     store = make_separable_store(tmp_path / "s.zarr", n=30, lengths=(20, 60))
-    choice = importlib.import_module("infer.train.choice")  # (infer.train is also a function's name)
+    choice = importlib.import_module("specstore.infer.train.choice")  # (infer.train is also a function's name)
     monkeypatch.setattr(choice, "decide", lambda scratch, transfer, both: "sum")
     model = tmp_path / "m.pt"
     assert infer_main(["train", str(store), str(model), "--epochs", "1", "--width", "4", "--no-progress"]) == 0
     ckpt = load_checkpoint(model)
-    assert ckpt.model.target == "infer.models.ensemble:SumClassifier"
+    assert ckpt.model.target == "specstore.infer.models.ensemble:SumClassifier"
     rule = ckpt.extra["recipe"]["rules"]["backbone"]
     assert rule.startswith(f"{NAME} summed with the CNN") and "sum_cv_accuracy" in ckpt.extra["backbone_choice"]
     assert json.loads(config_path_for(model).read_text())["recipe"]["rules"]["backbone"] == rule
@@ -177,9 +177,9 @@ def test_make_train_trains_the_sum_when_the_rule_chooses_it(tmp_path: Path, monk
 def test_a_saved_sum_exports_and_the_export_equals_it(summed: Summed, tmp_path: Path) -> None:
     from factories import SPEC16
 
-    from infer.checkpoint import Checkpoint, save_checkpoint
-    from infer.export import export_model
-    from store import FeatureSpec
+    from specstore.infer.checkpoint import Checkpoint, save_checkpoint
+    from specstore.infer.export import export_model
+    from specstore.store import FeatureSpec
 
     net, _ = summed
     specs = {"mel": SPEC16, "cqt": FeatureSpec.cqt(n_bins=8, sample_rate=SPEC16.sample_rate,

@@ -13,8 +13,8 @@ import pytest
 from factories import make_store as _make_store
 from matplotlib.figure import Figure
 
-from infer.checkpoint import load_checkpoint
-from infer.explore import (
+from specstore.infer.checkpoint import load_checkpoint
+from specstore.infer.explore import (
     ExploreError,
     Outcomes,
     Predictions,
@@ -29,9 +29,9 @@ from infer.explore import (
     read_predictions_csv,
     write_predictions_csv,
 )
-from infer.explore import confusion_matrix_figure as draw_confusion
-from infer.explore import figures as plots
-from store import FeatureSpec, create_store, open_store
+from specstore.infer.explore import confusion_matrix_figure as draw_confusion
+from specstore.infer.explore import figures as plots
+from specstore.store import FeatureSpec, create_store, open_store
 
 PNG = b"\x89PNG\r\n\x1a\n"
 MEL = FeatureSpec.mel()
@@ -336,7 +336,7 @@ def test_colours_compare_across_clips_time_is_labelled_and_notes_reach_the_title
 
 def test_topk_labels_with_separators_round_trip(tmp_path: Path) -> None:
     """Labels holding ':' ';' or '%' cannot make the topk column ambiguous: they are escaped, and read back."""
-    from infer.predictions import escape_label, unescape_label
+    from specstore.infer.predictions import escape_label, unescape_label
 
     names = ["a:b", "c;d", "50%:x", "plain"]
     for name in names:

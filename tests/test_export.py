@@ -11,9 +11,9 @@ import torch
 from factories import LABELS, SPEC16, make_checkpoint
 from torch import Tensor, nn
 
-from infer.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
-from infer.export import ExportError, export_model, sidecar
-from store import ConfigError
+from specstore.infer.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from specstore.infer.export import ExportError, export_model, sidecar
+from specstore.store import ConfigError
 
 pytestmark = pytest.mark.filterwarnings("ignore:`torch.jit.load` is deprecated:DeprecationWarning")
 
@@ -133,8 +133,8 @@ class ReadsTheLengths(nn.Module):
 
 
 def test_an_export_that_would_compute_other_logits_is_refused(tmp_path: Path) -> None:
-    from infer.checkpoint import Checkpoint
-    from infer.contract import spec_of
+    from specstore.infer.checkpoint import Checkpoint
+    from specstore.infer.contract import spec_of
 
     sizes = {"n_bins": SPEC16.n_bins, "n_classes": len(LABELS)}
     ckpt = Checkpoint.from_model(ReadsTheLengths(**sizes), LABELS, "mel", SPEC16,
@@ -154,7 +154,7 @@ def test_an_export_that_would_compute_other_logits_is_refused(tmp_path: Path) ->
 
 def test_the_command_writes_the_file_and_bad_input_is_one_line(tmp_path: Path,
                                                                capsys: pytest.CaptureFixture[str]) -> None:
-    from serving.cli import main
+    from specstore.serving.cli import main
 
     ckpt = _checkpoint(tmp_path / "m.pt")
     assert main(["export", str(ckpt), "--format", "torchscript"]) == 0
@@ -182,7 +182,7 @@ def test_a_shipped_model_exports_by_its_name_into_the_working_folder(tmp_path: P
     folder (never into the package), and a tagger's sidecar says sigmoid and carries no temperature."""
     import shipped_stub
 
-    from serving.cli import main
+    from specstore.serving.cli import main
 
     monkeypatch.chdir(tmp_path)
     with shipped_stub.registered() as name:

@@ -15,11 +15,11 @@ import numpy as np
 import pytest
 from factories import SMALL_SPECS, make_corpus, store_content
 
-from pipeline.cli import main as features_main
-from pipeline.corpus import CorpusError, scan_corpus
-from pipeline.extract import ExtractError, extract, plan_tasks
-from pipeline.tasks import TaskItem
-from pipeline.testing import (
+from specstore.pipeline.cli import main as features_main
+from specstore.pipeline.corpus import CorpusError, scan_corpus
+from specstore.pipeline.extract import ExtractError, extract, plan_tasks
+from specstore.pipeline.tasks import TaskItem
+from specstore.pipeline.testing import (
     write_corrupt_flac,
     write_empty,
     write_music_like,
@@ -29,8 +29,8 @@ from pipeline.testing import (
     write_truncated_wav,
     write_zero_length_wav,
 )
-from store import FeatureSpec, open_store, validate
-from store.layout import CONTENT_HASH
+from specstore.store import FeatureSpec, open_store, validate
+from specstore.store.layout import CONTENT_HASH
 
 ROOT = Path(__file__).resolve().parents[1]
 SMALL = SMALL_SPECS
@@ -179,7 +179,7 @@ def test_bad_inputs_are_recorded_and_good_files_all_go_through(tmp_path: Path) -
 
 
 def test_unreadable_files_are_recorded(tmp_path: Path, monkeypatch) -> None:
-    from pipeline.extract import _hash_batch
+    from specstore.pipeline.extract import _hash_batch
 
     f = write_music_like(tmp_path / "locked.wav", 0.5)
     real_open = os.open
@@ -194,7 +194,7 @@ def test_unreadable_files_are_recorded(tmp_path: Path, monkeypatch) -> None:
 
 
 def test_write_failure_stops_with_one_line_and_keeps_last_commit(tmp_path: Path, monkeypatch) -> None:
-    import pipeline.tasks as tasks_mod
+    import specstore.pipeline.tasks as tasks_mod
 
     c = tmp_path / "c"
     make_corpus(c, n=6, seconds=1.0)
@@ -223,7 +223,7 @@ def test_commit_failure_leaves_previous_commit(tmp_path: Path, monkeypatch) -> N
     make_corpus(c, n=3, seconds=1.0)
     extract(c, str(tmp_path / "s.zarr"), jobs=1, progress=False)
     write_music_like(c / "rock" / "more.wav", 1.0, seed=5)
-    import store.writer as writer_mod
+    import specstore.store.writer as writer_mod
 
     real = writer_mod.write_columns
 
@@ -241,7 +241,7 @@ def test_workers_run_single_threaded_blas() -> None:
 
     from joblib import Parallel, delayed
 
-    from pipeline.extract import _backend
+    from specstore.pipeline.extract import _backend
 
     def threads() -> list[int]:
         from threadpoolctl import threadpool_info
@@ -259,7 +259,7 @@ def _cli(corpus: Path, store: Path, jobs: int = 2) -> list[str]:
     return [
         sys.executable,
         "-m",
-        "pipeline.cli",
+        "specstore.pipeline.cli",
         str(corpus),
         str(store),
         "--jobs",

@@ -19,13 +19,13 @@ import numpy as np
 import pytest
 from factories import SMALL_SPECS, make_corpus, store_content
 
-from pipeline.cli import main as features_main
-from pipeline.corpus import CorpusError, scan_corpus
-from pipeline.extract import extract
-from pipeline.features import compute_features
-from pipeline.hashing import content_hash
-from pipeline.testing import write_music_like
-from store import ConfigError, open_store, unescape_path, validate
+from specstore.pipeline.cli import main as features_main
+from specstore.pipeline.corpus import CorpusError, scan_corpus
+from specstore.pipeline.extract import extract
+from specstore.pipeline.features import compute_features
+from specstore.pipeline.hashing import content_hash
+from specstore.pipeline.testing import write_music_like
+from specstore.store import ConfigError, open_store, unescape_path, validate
 
 ROOT = Path(__file__).resolve().parents[1]
 MEL = {"mel": SMALL_SPECS["mel"]}
@@ -51,8 +51,8 @@ def _stored(store: Path, path: str) -> tuple[str, bytes]:
 # -- 1. a file that changes while it is extracted ----------------------------------------------------------
 @pytest.mark.parametrize("when", ["after hashing", "during decoding (in place)", "during decoding (replaced)"])
 def test_recorded_hash_is_the_hash_of_the_decoded_bytes(tmp_path: Path, monkeypatch, when: str) -> None:
-    import pipeline.tasks as tasks_mod
-    extract_mod = sys.modules["pipeline.extract"]
+    import specstore.pipeline.tasks as tasks_mod
+    extract_mod = sys.modules["specstore.pipeline.extract"]
 
     c = tmp_path / "c"
     make_corpus(c, n=3, seconds=1.0)
@@ -182,8 +182,8 @@ def test_worker_memory_does_not_grow_with_the_clips_output(tmp_path: Path) -> No
     """Features go to the shard block by block: a 10x longer file needs no more memory, not even its output."""
     import tracemalloc
 
-    from pipeline.tasks import TaskItem, run_task
-    from store import FeatureSpec, create_store
+    from specstore.pipeline.tasks import TaskItem, run_task
+    from specstore.store import FeatureSpec, create_store
 
     spec = FeatureSpec.mel()
     create_store(tmp_path / "s.zarr", {"mel": spec}).close()
@@ -208,7 +208,7 @@ def test_worker_memory_does_not_grow_with_the_clips_output(tmp_path: Path) -> No
 
 # -- 5. no silent merge or overwrite -----------------------------------------------------------------------
 def test_another_corpus_needs_a_flag_and_gets_its_own_prefix(tmp_path: Path, capsys) -> None:
-    from store import FeatureSpec
+    from specstore.store import FeatureSpec
 
     a, b = tmp_path / "a", tmp_path / "b"
     make_corpus(a, n=3, seconds=1.0)
@@ -332,13 +332,13 @@ def test_makefile_requires_store_and_model_and_quotes_values(tmp_path: Path) -> 
         assert "/nonexistent/bin/pip" not in res.stdout  # stopped before installing anything
     res = dry("features", "CORPUS=my corpus", "STORE=it's here.zarr")
     assert res.returncode == 0, res.stderr
-    assert "-m pipeline.cli 'my corpus' 'it'\\''s here.zarr'" in res.stdout
+    assert "-m specstore.pipeline.cli 'my corpus' 'it'\\''s here.zarr'" in res.stdout
     assert dry("demo").returncode == 0  # the demo keeps its own fixed paths
 
 
 # -- 8. what a killed run leaves in /dev/shm -----------------------------------------------------------------
 def test_stale_worker_files_of_dead_processes_are_removed(tmp_path: Path) -> None:
-    from pipeline.cleanup import clean_stale_worker_files
+    from specstore.pipeline.cleanup import clean_stale_worker_files
 
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
     pid = int(dead.stdout)

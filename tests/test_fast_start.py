@@ -6,7 +6,7 @@ fresh interpreter, and its imports are read back at exit: ``--help`` (exit
 or checkpoint (exit 2, one ``specstore: error:`` line) must not import
 torch or librosa (nor, for ``--help``, zarr).  Under load those imports
 took minutes before the command said anything.  The lazy packages
-(:mod:`store.lazy`) that make this possible are checked too: what each
+(:mod:`specstore.store.lazy`) that make this possible are checked too: what each
 exports lazily is what its ``if TYPE_CHECKING:`` imports tell type checkers,
 and every name resolves to that object.  How long the commands take is a
 benchmark row (``python -m benchmarks --only startup``).
@@ -143,7 +143,7 @@ def test_a_bad_option_value_is_one_line_before_the_heavy_stack(name: str, args: 
     assert not set(HEAVY) & modules, sorted(set(HEAVY) & modules)
 
 
-@pytest.mark.parametrize("args", [["infer", "--help"], ["infer", "train", "--help"], ["pipeline.cli", "--help"],
+@pytest.mark.parametrize("args", [["infer", "--help"], ["infer", "train", "--help"], ["specstore.pipeline.cli", "--help"],
                                   ["store", "--help"], ["serving", "classify", "--help"]])
 def test_python_dash_m_help_answers_before_the_heavy_stack(args: list[str], tmp_path: Path) -> None:
     """The ``python -m`` spellings the docs and the Makefile use: the same parsers, the same promise."""
@@ -170,7 +170,7 @@ def test_importing_the_packages_costs_none_of_the_heavy_stack(tmp_path: Path) ->
 
 # -- the lazy packages ---------------------------------------------------------------------------------
 
-LAZY_PACKAGES = ("store", "infer", "infer.train", "pipeline")
+LAZY_PACKAGES = ("store", "infer", "specstore.infer.train", "pipeline")
 
 
 def _declared(package: str) -> tuple[dict[str, set[str]], dict[str, set[str]]]:
@@ -206,11 +206,11 @@ def test_a_lazy_package_exports_what_type_checkers_see(package: str) -> None:
 
 
 def test_a_function_named_like_its_module_stays_the_function() -> None:
-    """``infer.train``, ``infer.evaluate``, ``pipeline.extract``, ``store.validate``: the exported function,
+    """``specstore.infer.train``, ``specstore.infer.evaluate``, ``specstore.pipeline.extract``, ``specstore.store.validate``: the exported function,
     after its module is imported too, as an eager ``from .train import train`` left it."""
-    import infer
-    import pipeline
-    import store
+    from specstore import infer
+    from specstore import pipeline
+    from specstore import store
 
     for package, name in ((infer, "train"), (infer, "evaluate"), (infer, "predict"), (pipeline, "extract"),
                           (store, "validate")):

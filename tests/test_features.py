@@ -28,10 +28,10 @@ import librosa
 import numpy as np
 import pytest
 
-from pipeline import mel as feat
-from pipeline.audio import AudioError, stream_mono
-from pipeline.features import FeatureResult, compute_features, min_samples
-from pipeline.testing import (
+from specstore.pipeline import mel as feat
+from specstore.pipeline.audio import AudioError, stream_mono
+from specstore.pipeline.features import FeatureResult, compute_features, min_samples
+from specstore.pipeline.testing import (
     write_corrupt_flac,
     write_empty,
     write_music_like,
@@ -40,7 +40,7 @@ from pipeline.testing import (
     write_truncated_wav,
     write_zero_length_wav,
 )
-from store.spec import FeatureSpec, default_specs
+from specstore.store.spec import FeatureSpec, default_specs
 
 EPS_DB = 2e-3
 SPECS = default_specs(("mel", "cqt"))

@@ -1,4 +1,4 @@
-"""store/FORMAT.md is enough to read a store with plain zarr: a subprocess that never imports `store`."""
+"""store/FORMAT.md is enough to read a store with plain zarr: a subprocess that never imports `specstore.store`."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from store import FeatureSpec, IndexRow, create_store
+from specstore.store import FeatureSpec, IndexRow, create_store
 
 READER = r'''
 import json, sys
@@ -60,7 +60,7 @@ def test_plain_zarr_reads_what_format_md_describes(tmp_path: Path, layout: str) 
         {"mel": [c[0] for c in clips.values()], "cqt": [c[1] for c in clips.values()]},
     )
     w.commit(rows=[IndexRow("u/copy.wav", "r/a.wav", None)])
-    from store import ErrorRow
+    from specstore.store import ErrorRow
 
     w.commit(errors=[ErrorRow("bad.wav", "empty file")])
     script = tmp_path / "read.py"
@@ -103,8 +103,8 @@ def test_a_local_raw_shards_documents_are_the_ones_zarr_writes(tmp_path: Path, n
     documents zarr writes for the same group and arrays, so plain zarr and any zarr v3 reader see no difference."""
     import zarr
 
-    from store import ShardWriter
-    from store.shard_writer import array_options
+    from specstore.store import ShardWriter
+    from specstore.store.shard_writer import array_options
 
     specs = {"mel": FeatureSpec.mel(n_bins=8), "cqt": FeatureSpec.cqt(n_bins=12)}
     create_store(tmp_path / "s.zarr", specs).close()
@@ -141,8 +141,8 @@ def test_a_local_commits_index_files_are_the_ones_zarr_writes(tmp_path: Path, n_
     document and every compressed chunk must be what zarr writes for the same columns."""
     import zarr
 
-    from store.layout import ERROR_COLUMNS, INDEX_COLUMNS
-    from store.table import read_columns, write_columns
+    from specstore.store.layout import ERROR_COLUMNS, INDEX_COLUMNS
+    from specstore.store.table import read_columns, write_columns
 
     rng = np.random.default_rng(n_rows)
     names = ["rock/t\u00e9st \\xff.wav", "", "jazz/\u4e2d.flac", "a" * 300]
@@ -166,8 +166,8 @@ def test_index_columns_go_through_zarr_when_its_documents_differ(tmp_path: Path,
     """Another zarr version may choose other codecs for a column: the table is then written by zarr itself."""
     import zarr
 
-    import store.table as table
-    from store.layout import ERROR_COLUMNS
+    import specstore.store.table as table
+    from specstore.store.layout import ERROR_COLUMNS
 
     real = table._template
     monkeypatch.setattr(table, "_template", lambda dtype: real(dtype).replace('"level": 3', '"level": 5'))

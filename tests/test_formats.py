@@ -1,10 +1,10 @@
 """Formats soundfile cannot read (m4a/AAC, WMA) decode through PyAV; AIFF is searched (issue 35, finding 1).
 
-Every file is made here with PyAV's own encoders (:func:`pipeline.testing.write_with_av`)
+Every file is made here with PyAV's own encoders (:func:`specstore.pipeline.testing.write_with_av`)
 from one music-like signal also written as a 16-bit WAV, and decoded through
-the project's entry points: :func:`pipeline.audio.stream_mono` and
-:func:`pipeline.stored_features` (what ``specstore classify`` and the server
-decode with), and :func:`pipeline.extract` (``make features``) into a store.
+the project's entry points: :func:`specstore.pipeline.audio.stream_mono` and
+:func:`specstore.pipeline.stored_features` (what ``specstore classify`` and the server
+decode with), and :func:`specstore.pipeline.extract` (``make features``) into a store.
 """
 
 from __future__ import annotations
@@ -17,14 +17,14 @@ import soundfile as sf
 
 pytest.importorskip("av", reason="PyAV (the formats extra) is not installed")
 
-import pipeline.decode_av as decode_av  # noqa: E402
-from pipeline import extract, scan_corpus, stored_features  # noqa: E402
-from pipeline.audio import AudioError, probe, stream_mono  # noqa: E402
-from pipeline.corpus import AUDIO_EXTENSIONS  # noqa: E402
-from pipeline.testing import music_like, write_truncated_m4a, write_with_av  # noqa: E402
-from serving.classify import expand_inputs  # noqa: E402
-from serving.clips import ClipError, decode_bytes, decode_file  # noqa: E402
-from store import FeatureSpec, open_store  # noqa: E402
+import specstore.pipeline.decode_av as decode_av  # noqa: E402
+from specstore.pipeline import extract, scan_corpus, stored_features  # noqa: E402
+from specstore.pipeline.audio import AudioError, probe, stream_mono  # noqa: E402
+from specstore.pipeline.corpus import AUDIO_EXTENSIONS  # noqa: E402
+from specstore.pipeline.testing import music_like, write_truncated_m4a, write_with_av  # noqa: E402
+from specstore.serving.classify import expand_inputs  # noqa: E402
+from specstore.serving.clips import ClipError, decode_bytes, decode_file  # noqa: E402
+from specstore.store import FeatureSpec, open_store  # noqa: E402
 
 SR = 44_100  # source rate: every decode below also mixes down (stereo) and resamples (to 22 050 Hz)
 SPECS = {"mel": FeatureSpec.mel(n_bins=16)}
@@ -124,7 +124,7 @@ def test_decoding_stops_past_the_declared_length(files: dict[str, Path]) -> None
 
 
 def test_header_limits_hold_for_the_new_formats(files: dict[str, Path], monkeypatch: pytest.MonkeyPatch) -> None:
-    import serving.clips as clips
+    import specstore.serving.clips as clips
 
     monkeypatch.setattr(clips, "stored_features", lambda *a, **k: pytest.fail("decoding started"))
     for ext in ("m4a", "wma"):

@@ -1,7 +1,7 @@
 """The CUDA paths (``gpu``-marked; skipped without CUDA, run by ``make gpu-check`` on a GPU machine), and the
 parts of their logic that can be proven on a CPU (out-of-memory split and retry, autocast batched == alone).
 
-This module imports only ``store`` and ``infer`` (plus torch and numpy), so the GPU machine needs no audio
+This module imports only ``specstore.store`` and ``specstore.infer`` (plus torch and numpy), so the GPU machine needs no audio
 libraries to run it.
 """
 
@@ -17,17 +17,17 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from infer.budget import Budget
-from infer.checkpoint import Checkpoint, save_checkpoint
-from infer.cost import measure_cost_per_frame
-from infer.data import PadCollate, StoreDataset
-from infer.defaults import PLAIN_MODEL
-from infer.device import memory_bytes
-from infer.models import ModelConfig, build_model
-from infer.predict import predict
-from infer.runtime import Engine, RunOptions
-from infer.train import TrainConfig, train
-from store import FeatureSpec, create_store, open_store
+from specstore.infer.budget import Budget
+from specstore.infer.checkpoint import Checkpoint, save_checkpoint
+from specstore.infer.cost import measure_cost_per_frame
+from specstore.infer.data import PadCollate, StoreDataset
+from specstore.infer.defaults import PLAIN_MODEL
+from specstore.infer.device import memory_bytes
+from specstore.infer.models import ModelConfig, build_model
+from specstore.infer.predict import predict
+from specstore.infer.runtime import Engine, RunOptions
+from specstore.infer.train import TrainConfig, train
+from specstore.store import FeatureSpec, create_store, open_store
 
 SPEC = FeatureSpec.mel(n_bins=32)
 LABELS = ["a", "b", "c"]
@@ -77,7 +77,7 @@ def no_tf32() -> Iterator[None]:
 
 def alone_probs(store: Path, ckpt: Path, device: str, precision: str) -> np.ndarray:
     """Every clip in a batch of its own (the reference for batched == alone)."""
-    from infer.checkpoint import load_checkpoint
+    from specstore.infer.checkpoint import load_checkpoint
 
     s = open_store(store)
     engine = Engine(RunOptions(device=device, precision=precision, progress=False))
@@ -111,7 +111,7 @@ class _OomAbove(nn.Module):
 
 
 def test_out_of_memory_is_split_and_retried_with_no_clip_lost(tmp_path: Path) -> None:
-    from infer.checkpoint import load_checkpoint
+    from specstore.infer.checkpoint import load_checkpoint
 
     store = make_store(tmp_path / "s.zarr", [40 + 7 * k for k in range(30)])
     ckpt = load_checkpoint(make_checkpoint(tmp_path / "m.pt"))

@@ -1,6 +1,6 @@
 """store.heap: after :func:`keep_freed_blocks` a freed multi-MiB block stays in the heap for reuse, one above
 the 32 MiB ceiling still goes back to the system; every decoded file sets it; CPU training keeps freed memory for
-its steps (:func:`infer.train.prepare.keep_freed_memory`) and comes back to it when it ends, so the caller's
+its steps (:func:`specstore.infer.train.prepare.keep_freed_memory`) and comes back to it when it ends, so the caller's
 process does not keep growing its heap afterwards.
 
 The checks of resident memory run in a fresh interpreter: the setting is the whole process's and is not undone,
@@ -46,7 +46,7 @@ def _run(body: str, cwd: Path) -> str:
 
 def test_freed_blocks_kept_up_to_the_ceiling(tmp_path: Path) -> None:
     out = _run("""
-        from store.heap import keep_freed_blocks
+        from specstore.store.heap import keep_freed_blocks
         before = kept_after_free(16 * MiB)   # a new process: glibc maps and unmaps a 16 MiB block
         assert keep_freed_blocks()
         after = kept_after_free(16 * MiB)
@@ -63,12 +63,12 @@ def test_every_extraction_task_keeps_freed_blocks(tmp_path: Path, monkeypatch: p
     """compute_features sets it for every file (in the driver's process with one job, in each worker otherwise).
     Whether glibc's own adjustment already got there depends on what the process freed before, so this checks
     the call; the first test checks what the call does."""
-    import pipeline.features
-    from pipeline.extract import extract
-    from pipeline.testing import write_music_like
+    from specstore.pipeline import features as features_module
+    from specstore.pipeline.extract import extract
+    from specstore.pipeline.testing import write_music_like
 
     calls: list[int] = []
-    monkeypatch.setattr(pipeline.features, "keep_freed_blocks", lambda: calls.append(1) or True)
+    monkeypatch.setattr(features_module, "keep_freed_blocks", lambda: calls.append(1) or True)
     corpus = tmp_path / "corpus" / "rock"
     corpus.mkdir(parents=True)
     for k in range(3):
@@ -80,14 +80,14 @@ def test_every_extraction_task_keeps_freed_blocks(tmp_path: Path, monkeypatch: p
 
 def test_every_decoded_clip_keeps_freed_blocks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """``specstore classify`` and the server decode through serving.clips.decode_file, in any process."""
-    import pipeline.features
-    import serving.clips
-    from pipeline.testing import write_music_like
-    from store import default_specs
+    from specstore.pipeline import features as features_module
+    from specstore.serving import clips as clips_module
+    from specstore.pipeline.testing import write_music_like
+    from specstore.store import default_specs
 
     calls: list[int] = []
-    monkeypatch.setattr(pipeline.features, "keep_freed_blocks", lambda: calls.append(1) or True)
-    clip = serving.clips.decode_file(write_music_like(tmp_path / "a.wav", 2.0, seed=1, sr=22050, channels=1),
+    monkeypatch.setattr(features_module, "keep_freed_blocks", lambda: calls.append(1) or True)
+    clip = clips_module.decode_file(write_music_like(tmp_path / "a.wav", 2.0, seed=1, sr=22050, channels=1),
                                      default_specs(("mel",)))
     assert clip.duration > 1.9
     assert calls, "decoding a clip did not keep freed blocks"
@@ -95,7 +95,7 @@ def test_every_decoded_clip_keeps_freed_blocks(tmp_path: Path, monkeypatch: pyte
 
 def test_training_comes_back_to_the_ceiling(tmp_path: Path) -> None:
     out = _run("""
-        from infer.train.prepare import keep_freed_memory, release_freed_memory
+        from specstore.infer.train.prepare import keep_freed_memory, release_freed_memory
         keep_freed_memory()
         during = kept_after_free(64 * MiB)   # training's steps keep even 64 MiB blocks
         release_freed_memory()
@@ -112,7 +112,7 @@ def test_after_training_a_freed_block_goes_back_to_the_system(tmp_path: Path) ->
         import sys
         sys.path.insert(0, {str(Path(__file__).parent)!r})
         from factories import make_separable_store
-        from infer.train import TrainConfig, train
+        from specstore.infer.train import TrainConfig, train
         store = make_separable_store({str(tmp_path / "s.zarr")!r}, n=12, lengths=(20, 40))
         train(store, {str(tmp_path / "m.pt")!r}, TrainConfig(device="cpu", epochs=1, width=4, depth=2), progress=False)
         before = rss()

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.integrity import truncation_reason
-from pipeline.testing import write_music_like
+from specstore.pipeline.integrity import truncation_reason
+from specstore.pipeline.testing import write_music_like
 
 
 @pytest.mark.parametrize("ext, sr, channels", [("wav", 22050, 1), ("wav", 44100, 2), ("ogg", 22050, 2),

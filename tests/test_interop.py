@@ -24,8 +24,8 @@ import pytest
 import torch
 from factories import make_separable_store, make_store
 
-from infer.checkpoint import load_checkpoint
-from store import ConfigError, open_store
+from specstore.infer.checkpoint import load_checkpoint
+from specstore.store import ConfigError, open_store
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"
@@ -101,7 +101,7 @@ def test_lhotse_cuts_read_the_store_through_a_registered_reader(tmp_path: Path, 
     from lhotse.features.io import get_reader
     from torch.utils.data import DataLoader
 
-    from infer.budget import Budget
+    from specstore.infer.budget import Budget
 
     recipe = _recipe("lhotse_recipe")
     assert get_reader("specstore") is recipe.SpecstoreReader
@@ -190,7 +190,7 @@ def test_prefetch_closes_at_once_when_the_loop_stops_early(tmp_path: Path) -> No
     import threading
     import time
 
-    from infer.data import PadCollate, StoreDataset, prefetch
+    from specstore.infer.data import PadCollate, StoreDataset, prefetch
 
     ds = StoreDataset(make_store(tmp_path / "s.zarr", lengths=[10, 20, 30, 40]))
     for batches in ([[0], [1], [2]], [[0], [1], [2], [3]]):

@@ -2,7 +2,7 @@
 
 Adding a kind is one entry on each side plus its tests: the toy linear-frequency
 STFT below is registered from test code, extracted into a store with
-``pipeline.extract`` and read back, with no other module edited.
+``specstore.pipeline.extract`` and read back, with no other module edited.
 """
 
 from __future__ import annotations
@@ -17,13 +17,13 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
-from pipeline import extract  # make features' Python API
-from pipeline.features import compute_features
-from pipeline.kinds import computation_names, plan_for, register_computation, unregister_computation
-from pipeline.streaming import Output
-from pipeline.testing import write_music_like
-from store import ConfigError, FeatureSpec, default_specs, open_store
-from store.kinds import (
+from specstore.pipeline import extract  # make features' Python API
+from specstore.pipeline.features import compute_features
+from specstore.pipeline.kinds import computation_names, plan_for, register_computation, unregister_computation
+from specstore.pipeline.streaming import Output
+from specstore.pipeline.testing import write_music_like
+from specstore.store import ConfigError, FeatureSpec, default_specs, open_store
+from specstore.store.kinds import (
     DEFAULT_KINDS,
     FeatureKind,
     db_limits,

@@ -33,15 +33,15 @@ def _imports(path: Path) -> set[str]:
 
 
 def test_the_core_does_not_import_the_notebook_helpers() -> None:
-    """``infer.explore`` builds on the core (predictions CSV, metrics, figures); never the other way round."""
-    offenders = {str(p.relative_to(ROOT)): sorted(n for n in _imports(p) if n.startswith("infer.explore"))
+    """``specstore.infer.explore`` builds on the core (predictions CSV, metrics, figures); never the other way round."""
+    offenders = {str(p.relative_to(ROOT)): sorted(n for n in _imports(p) if n.startswith("specstore.infer.explore"))
                  for p in _modules(ROOT / "infer") if "explore" not in p.parts}
     assert not {k: v for k, v in offenders.items() if v}
 
 
 def test_packaged_code_and_tests_do_not_import_the_benchmarks() -> None:
     """``benchmarks/`` is not packaged: nothing installed, and no test, may need it (its planners live in
-    ``infer.planner_baselines``)."""
+    ``specstore.infer.planner_baselines``)."""
     offenders = {}
     for folder in (*PACKAGED, "tests"):
         for p in _modules(ROOT / folder):
@@ -56,7 +56,7 @@ ROUND_UP = re.compile(r"-\(-[^()]*//\s*([\w.]+)\)\s*\*\s*\1")
 
 
 def test_the_stride_round_up_is_written_once() -> None:
-    from infer import budget
+    from specstore.infer import budget
 
     hits = [f"{p.relative_to(ROOT)}:{i}" for folder in ("infer", "pipeline", "store", "benchmarks")
             for p in _modules(ROOT / folder)
@@ -68,13 +68,13 @@ def test_the_stride_round_up_is_written_once() -> None:
 
 def test_run_defaults_have_one_home() -> None:
     """Device, precision, budget and batch size: infer.defaults, read by every object that has a default."""
-    from infer import defaults
-    from infer.budget import Budget
-    from infer.cli import build_parser
-    from infer.data import BudgetBatchSampler
-    from infer.device import DEFAULT_CPU_BUDGET_MB, DEFAULT_CUDA_MARGIN_MB
-    from infer.runtime import RunOptions
-    from infer.train import TrainConfig
+    from specstore.infer import defaults
+    from specstore.infer.budget import Budget
+    from specstore.infer.cli import build_parser
+    from specstore.infer.data import BudgetBatchSampler
+    from specstore.infer.device import DEFAULT_CPU_BUDGET_MB, DEFAULT_CUDA_MARGIN_MB
+    from specstore.infer.runtime import RunOptions
+    from specstore.infer.train import TrainConfig
 
     options, config = RunOptions(), TrainConfig()
     assert (options.device, options.precision, options.max_batch) == (defaults.DEVICE, defaults.PRECISION,
@@ -135,7 +135,7 @@ def test_modules_and_functions_are_short() -> None:
 def test_feature_kinds_are_switched_on_only_in_their_registry() -> None:
     """No ``kind == "mel"`` or ``in ("mel", "cqt")`` outside store/kinds.py and pipeline/kinds.py: a kind's
     defaults, display and computation are its registry entries, so adding a kind edits no switch."""
-    from store.kinds import kind_names
+    from specstore.store.kinds import kind_names
 
     names = set(kind_names())
     homes = {ROOT / "store" / "kinds.py", ROOT / "pipeline" / "kinds.py"}
@@ -169,8 +169,8 @@ def test_every_architecture_and_pooling_is_reached_through_its_registry() -> Non
     """The architectures and poolings are the entries of their registries (infer/models/registry.py), the one
     list that the command lines' choices, ModelConfig's check and parameter count and the checkpoint loader
     read; no module switches on their names."""
-    from infer import cli, contract, model_config
-    from infer.models import registry
+    from specstore.infer import cli, contract, model_config
+    from specstore.infer.models import registry
 
     offenders = [f"{p.relative_to(ROOT)}:{i}: {line.strip()}"
                  for folder in (*PACKAGED, "benchmarks", "examples") for p in _modules(ROOT / folder)
@@ -191,19 +191,19 @@ def test_every_architecture_and_pooling_is_reached_through_its_registry() -> Non
 
 def test_serving_follows_the_import_rules_of_the_core() -> None:
     """``serving/`` is packaged code over the core: like ``infer/``, it never imports the notebook helpers
-    (``infer.explore``) or the benchmarks."""
+    (``specstore.infer.explore``) or the benchmarks."""
     offenders = {str(p.relative_to(ROOT)): sorted(n for n in _imports(p) if n.split(".")[0] == "benchmarks"
-                                                  or n == "infer.explore" or n.startswith("infer.explore."))
+                                                  or n == "specstore.infer.explore" or n.startswith("infer.explore."))
                  for p in _modules(ROOT / "serving")}
     assert not {k: v for k, v in offenders.items() if v}, offenders
 
 CLI_MODULES = ("infer/cli.py", "serving/cli.py", "infer/train/config.py")
-"""The modules that build command lines (``infer``'s commands, ``train`` and ``cv``'s options, ``specstore``)."""
+"""The modules that build command lines (``specstore.infer``'s commands, ``train`` and ``cv``'s options, ``specstore``)."""
 
 
 def test_no_command_line_spells_a_default() -> None:
     """An option's default lives on its dataclass field; the CLI modules make options with the one generator
-    (:func:`store.options.add_options`), so no ``add_argument`` call there carries a ``default=``."""
+    (:func:`specstore.store.options.add_options`), so no ``add_argument`` call there carries a ``default=``."""
     spelled = [f"{module}:{node.lineno}" for module in CLI_MODULES
                for node in ast.walk(ast.parse((ROOT / module).read_text(encoding="utf-8")))
                if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)

@@ -19,7 +19,7 @@ CHECKPOINTS = ("cnn_recipe", "resnet_attention", "cnn_window")
 def test_a_legacy_checkpoint_computes_the_same_logits(name: str) -> None:
     import torch
 
-    from infer.checkpoint import load_checkpoint
+    from specstore.infer.checkpoint import load_checkpoint
 
     expected = np.load(LEGACY / "expected.npz")
     model = load_checkpoint(LEGACY / f"{name}.pt").build().eval()
@@ -30,7 +30,7 @@ def test_a_legacy_checkpoint_computes_the_same_logits(name: str) -> None:
 
 
 def test_a_legacy_toml_config_reads_as_it_did() -> None:
-    from infer.train import TrainConfig
+    from specstore.infer.train import TrainConfig
 
     config = TrainConfig.from_file(LEGACY / "train.toml")
     flat = config.to_dict()
@@ -44,7 +44,7 @@ def test_a_legacy_run_config_reads_as_it_did() -> None:
     """``MODEL.config.json`` (what ``--config`` also accepts) gives the config the run was trained with."""
     import json
 
-    from infer.train import TrainConfig
+    from specstore.infer.train import TrainConfig
 
     recorded = json.loads((LEGACY / "cnn_recipe.config.json").read_text(encoding="utf-8"))["train_config"]
     config = TrainConfig.from_file(LEGACY / "cnn_recipe.config.json")

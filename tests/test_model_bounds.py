@@ -1,6 +1,6 @@
 """Everything a model file can ask for is bounded before anything is built, and a spec mismatch says what differs.
 
-A checkpoint names its model by an architecture (a bounded :class:`~infer.models.ModelConfig`) or by an import
+A checkpoint names its model by an architecture (a bounded :class:`~specstore.infer.models.ModelConfig`) or by an import
 path; untrusted, only a class defined in its module and named directly, one of the shipped model classes, is
 built, and each counts its parameters from its keyword arguments first (a sum of models: its members' total).
 The temperature, every feature-spec size, the model's input rows and its label names are checked when the file
@@ -27,16 +27,16 @@ import pytest
 import torch
 from factories import LABELS, SPEC16, make_checkpoint, make_store
 
-from infer.checkpoint import Checkpoint, CheckpointError, load_checkpoint, save_checkpoint
-from infer.cli import main as infer_main
-from infer.contract import ModelSpec, resolve_class
-from infer.models import ModelConfig
-from infer.predict import predict
-from infer.predictions import PredictionsError
-from infer.trust import UntrustedModelError, is_trusted
-from store import ConfigError, FeatureSpec
+from specstore.infer.checkpoint import Checkpoint, CheckpointError, load_checkpoint, save_checkpoint
+from specstore.infer.cli import main as infer_main
+from specstore.infer.contract import ModelSpec, resolve_class
+from specstore.infer.models import ModelConfig
+from specstore.infer.predict import predict
+from specstore.infer.predictions import PredictionsError
+from specstore.infer.trust import UntrustedModelError, is_trusted
+from specstore.store import ConfigError, FeatureSpec
 
-SUM = "infer.models.ensemble:SumClassifier"
+SUM = "specstore.infer.models.ensemble:SumClassifier"
 BIG = dict(n_bins=16, n_classes=3, width=4096, max_width=4096, depth=2, time_kernel=15)
 """A member within the per-model bound (755 888 131 parameters), whose one 4096x4096x3x15 conv is 3 GB."""
 
@@ -96,15 +96,15 @@ def test_an_import_path_names_a_class_defined_in_its_module_by_its_own_name(tmp_
                                                                            capsys: pytest.CaptureFixture[str]) -> None:
     for trust in (False, True):  # an attribute chain is refused before any trust is asked
         with pytest.raises(ConfigError, match="attribute chain"):
-            resolve_class("infer.models.ensemble:nn.Linear", trust)
-    with pytest.raises(ConfigError, match="not a class defined in 'infer.models.build'"):
-        resolve_class("infer.models.build:MaskedClassifier", True)  # imported there, defined elsewhere
-    assert not is_trusted("infer.models.cnn:ConvBlock")  # a part of a model, not a model a file may ask for
+            resolve_class("specstore.infer.models.ensemble:nn.Linear", trust)
+    with pytest.raises(ConfigError, match="not a class defined in 'specstore.infer.models.build'"):
+        resolve_class("specstore.infer.models.build:MaskedClassifier", True)  # imported there, defined elsewhere
+    assert not is_trusted("specstore.infer.models.cnn:ConvBlock")  # a part of a model, not a model a file may ask for
     with pytest.raises(UntrustedModelError, match="--trust-model-code"):
-        resolve_class("infer.models.cnn:ConvBlock")
-    assert all(is_trusted(t) for t in ("infer.models.musicnn:MusiCNN", "infer.models.transfer:TransferClassifier",
+        resolve_class("specstore.infer.models.cnn:ConvBlock")
+    assert all(is_trusted(t) for t in ("specstore.infer.models.musicnn:MusiCNN", "specstore.infer.models.transfer:TransferClassifier",
                                        SUM))
-    ckpt = _save(tmp_path / "chain.pt", ModelSpec("infer.models.ensemble:nn.Linear",
+    ckpt = _save(tmp_path / "chain.pt", ModelSpec("specstore.infer.models.ensemble:nn.Linear",
                                                   {"in_features": 16, "out_features": 3}))
     with pytest.raises(CheckpointError, match="attribute chain"):
         load_checkpoint(ckpt)
@@ -117,17 +117,17 @@ def test_an_import_path_names_a_class_defined_in_its_module_by_its_own_name(tmp_
 
 
 def test_a_shipped_model_class_counts_its_parameters_from_its_arguments_first() -> None:
-    from infer.models.musicnn import MusiCNN
-    from infer.models.transfer import TransferClassifier
+    from specstore.infer.models.musicnn import MusiCNN
+    from specstore.infer.models.transfer import TransferClassifier
 
     with capped():
         with pytest.raises(ConfigError, match="n_classes must be .* got 10000000"):
-            ModelSpec("infer.models.musicnn:MusiCNN", {"n_classes": 10**7}).build()  # 8 GB of output layer
+            ModelSpec("specstore.infer.models.musicnn:MusiCNN", {"n_classes": 10**7}).build()  # 8 GB of output layer
         with pytest.raises(ConfigError, match="n_classes must be .* got 100000000"):
-            ModelSpec("infer.models.transfer:TransferClassifier",
+            ModelSpec("specstore.infer.models.transfer:TransferClassifier",
                       {"backbone": "musicnn-msd", "n_classes": 10**8, "embedding_dim": 200}).build()
     assert MusiCNN.count_parameters(50) == sum(p.numel() for p in MusiCNN(50).parameters())
-    head = ModelSpec("infer.models.transfer:TransferClassifier",
+    head = ModelSpec("specstore.infer.models.transfer:TransferClassifier",
                      {"backbone": "musicnn-msd", "n_classes": 7, "embedding_dim": 200})
     built = head.build()
     assert TransferClassifier.count_parameters(**head.kwargs) == sum(t.numel() for t in built.state_dict().values())
@@ -164,7 +164,7 @@ def test_a_sum_of_models_is_bounded_by_its_members_together(tmp_path: Path,
 
 def test_a_temperature_outside_its_range_is_one_line_when_the_checkpoint_is_read(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from infer.calibration import Calibration
+    from specstore.infer.calibration import Calibration
 
     assert Calibration(0.01).temperature == 0.01 and Calibration(100.0).temperature == 100.0
     store = make_store(tmp_path / "s.zarr", lengths=[20, 30])
@@ -268,8 +268,8 @@ def _status(main: Any, argv: list[str]) -> int:
 
 
 def test_feature_options_are_bounded_on_the_command_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from pipeline.cli import main as features_main
-    from pipeline.testing import write_music_like
+    from specstore.pipeline.cli import main as features_main
+    from specstore.pipeline.testing import write_music_like
 
     corpus = tmp_path / "corpus"
     write_music_like(corpus / "rock" / "a.wav", 0.5)
@@ -291,8 +291,8 @@ def test_feature_options_are_bounded_on_the_command_line(tmp_path: Path, capsys:
 
 def _specs_of_command(args: list[str], features: str, spec_file: Path | None = None) -> dict[str, FeatureSpec]:
     """What ``specstore-features`` makes of ``--features FEATURES ARGS`` (its own parser and spec reader)."""
-    from pipeline.cli import build_parser
-    from pipeline.spec_options import specs_from_options
+    from specstore.pipeline.cli import build_parser
+    from specstore.pipeline.spec_options import specs_from_options
 
     words = [w if w != "model-features.toml" or spec_file is None else str(spec_file) for w in args]
     a = build_parser().parse_args(["corpus", "store", "--features", features, *words])
@@ -303,8 +303,8 @@ def _specs_of_command(args: list[str], features: str, spec_file: Path | None = N
 
 def test_a_spec_mismatch_names_every_difference_and_a_command_that_works(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from infer.defaults import PLAIN_MODEL
-    from infer.models import build_model
+    from specstore.infer.defaults import PLAIN_MODEL
+    from specstore.infer.models import build_model
 
     specs = {"mel": FeatureSpec.mel(n_bins=64), "cqt": FeatureSpec.cqt()}
     net = build_model(ModelConfig(**{**PLAIN_MODEL, "width": 4, "depth": 2, "n_bins": 64 + 84, "n_classes": 3}))
@@ -329,7 +329,7 @@ def test_a_spec_mismatch_names_every_difference_and_a_command_that_works(
 ])
 def test_the_suggested_extraction_makes_exactly_the_models_specs(tmp_path: Path,
                                                                  specs: dict[str, FeatureSpec]) -> None:
-    from store.spec_command import extraction_args
+    from specstore.store.spec_command import extraction_args
 
     args, tables = extraction_args(specs)
     spec_file = None

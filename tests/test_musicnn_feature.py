@@ -8,11 +8,11 @@ import librosa
 import numpy as np
 import pytest
 
-from pipeline import extract
-from pipeline.features import compute_features
-from pipeline.spec_options import specs_from_options
-from pipeline.testing import write_music_like
-from store import ConfigError, FeatureSpec, open_store
+from specstore.pipeline import extract
+from specstore.pipeline.features import compute_features
+from specstore.pipeline.spec_options import specs_from_options
+from specstore.pipeline.testing import write_music_like
+from specstore.store import ConfigError, FeatureSpec, open_store
 
 
 def musicnn_reference(y: np.ndarray) -> np.ndarray:

@@ -19,12 +19,12 @@ import pytest
 import soundfile as sf
 from factories import make_checkpoint
 
-from pipeline import extract
-from pipeline.audio import AudioError, probe, stream_mono
-from pipeline.decoder_log import DecoderWarnings, captured_stderr, library_of
-from pipeline.testing import write_music_like
-from serving.cli import main as specstore_main
-from store import FeatureSpec
+from specstore.pipeline import extract
+from specstore.pipeline.audio import AudioError, probe, stream_mono
+from specstore.pipeline.decoder_log import DecoderWarnings, captured_stderr, library_of
+from specstore.pipeline.testing import write_music_like
+from specstore.serving.cli import main as specstore_main
+from specstore.store import FeatureSpec
 
 REASON = "not an audio file: Format not recognised."
 SPEC = FeatureSpec.mel(n_bins=16)
@@ -53,10 +53,10 @@ def test_every_name_gets_the_same_reason_from_probe_and_decode(tmp_path: Path,
 def test_features_classify_and_the_server_say_the_same(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
     from starlette.testclient import TestClient
 
-    from infer.runtime import RunOptions
-    from serving.app import Service, create_app
-    from serving.config import ServeConfig
-    from serving.model import Classifier
+    from specstore.infer.runtime import RunOptions
+    from specstore.serving.app import Service, create_app
+    from specstore.serving.config import ServeConfig
+    from specstore.serving.model import Classifier
 
     corpus = tmp_path / "corpus"
     texts = _texts(corpus / "rock")

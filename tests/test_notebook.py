@@ -13,9 +13,9 @@ import pytest
 from nbclient import NotebookClient
 from nbformat import NotebookNode
 
-import pipeline
-from infer.cli import main as infer_main
-from pipeline.testing import write_music_like
+from specstore import pipeline
+from specstore.infer.cli import main as infer_main
+from specstore.pipeline.testing import write_music_like
 
 pytestmark = pytest.mark.slow
 

@@ -159,14 +159,14 @@ def _parse(parser: argparse.ArgumentParser, argv: list[str]) -> tuple[int | str 
 
 def test_the_walk_finds_every_command_and_their_numeric_options(walk: dict[Case, Any]) -> None:
     commands = {command for command, _, _ in walk}
-    assert commands == set(_entries()) - {"specstore-store", "python -m store"}  # those take no number
-    assert {"python -m infer", "python -m serving", "python -m democorpus", "python -m realcorpus"} <= commands
+    assert commands == set(_entries()) - {"specstore-store", "python -m specstore.store"}  # those take no number
+    assert {"python -m specstore.infer", "python -m specstore.serving", "python -m specstore.democorpus", "python -m specstore.realcorpus"} <= commands
     flags = {flag for _, _, flag in walk}
     assert {"--block-seconds", "--jobs", "--commit-seconds", "--sample-rate", "--fmax", "--n-mels", "--budget-mb",
             "--epochs", "--lr", "--topk", "--top", "--folds", "--seed", "--per-style", "--max-seconds",
             "--train-clips", "--max-file-mb", "--port", "--batch-overhead-frames", "--unknown-below"} <= flags
     assert {words for command, words, _ in walk if command == "specstore"} == {("classify",), ("serve",)}
-    assert {words for command, words, _ in walk if command == "python -m infer"} == {
+    assert {words for command, words, _ in walk if command == "python -m specstore.infer"} == {
         (c,) for c in ("predict", "plan", "init", "train", "cv", "eval")}
 
 

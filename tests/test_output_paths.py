@@ -1,5 +1,5 @@
 """Output paths: a FIFO or standard output is written straight through, never replaced; a link's target is
-written and the link kept; other special files are refused in one line (``store.atomic``).
+written and the link kept; other special files are refused in one line (``specstore.store.atomic``).
 
 No test writes to a real device: standard output is always a pipe or a file of the test's own, in a child
 process, and a child names it ``/dev/stdout`` only once the code under test is seen to write it through.
@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from store import OutputPathError, atomic_path, check_output_path, write_atomic
+from specstore.store import OutputPathError, atomic_path, check_output_path, write_atomic
 
 ROOT = Path(__file__).resolve().parents[1]
 PAYLOAD = bytes(range(256)) * 1024
@@ -134,7 +134,7 @@ def test_a_socket_is_refused_in_one_line_and_left_as_it_is(unix_socket: Path) ->
 
 WRITER = """
 import sys
-from store import atomic_path, write_atomic
+from specstore.store import atomic_path, write_atomic
 write_atomic(sys.argv[1], "first\\n")
 with atomic_path(sys.argv[1]) as tmp, open(tmp, "wb") as f:
     f.write(b"xxxxxx\\n"); f.seek(0); f.write(b"second")
@@ -151,7 +151,7 @@ def _child(argv: list[str], stdout: int | io.BufferedWriter) -> subprocess.Compl
 def _stdout_is_written_through() -> None:
     """Name ``/dev/stdout`` itself only where the code under test writes it through: code that renames a file over
     its output would replace the system's ``/dev/stdout`` when run as root."""
-    from store.atomic import output_target
+    from specstore.store.atomic import output_target
 
     assert output_target("/dev/stdout").fd == 1
 
@@ -191,7 +191,7 @@ def test_standard_output_as_a_file_is_written_at_its_offset(stdout_name: str, tm
 
 def _predict_to_stdout(store: Path, model: Path, stdout: int | io.BufferedWriter) -> subprocess.CompletedProcess[bytes]:
     _stdout_is_written_through()
-    return _child(["-m", "infer", "predict", str(store), str(model), "--out", "/dev/stdout", "--device", "cpu",
+    return _child(["-m", "specstore.infer", "predict", str(store), str(model), "--out", "/dev/stdout", "--device", "cpu",
                    "--no-progress"], stdout)
 
 
@@ -215,7 +215,7 @@ def test_predict_out_dev_stdout_to_a_pipe_and_to_a_file(small_store: Path, check
 def test_a_model_path_must_be_a_regular_file(fifo: FifoReader, tmp_path: Path,
                                              capsys: pytest.CaptureFixture[str]) -> None:
     """A checkpoint is read back and has files beside it: a FIFO or standard output is refused before work."""
-    from infer.cli import main as infer_main
+    from specstore.infer.cli import main as infer_main
 
     for name in (fifo.path, tmp_path / "link-to-fifo"):
         if name != fifo.path:
@@ -230,7 +230,7 @@ def test_a_model_path_must_be_a_regular_file(fifo: FifoReader, tmp_path: Path,
 def test_export_refuses_a_fifo_in_one_line_before_torch(fifo: FifoReader, tmp_path: Path,
                                                        capsys: pytest.CaptureFixture[str]) -> None:
     """An export is read back to check it and gets a sidecar beside it."""
-    from serving.cli import main as serve_main
+    from specstore.serving.cli import main as serve_main
 
     model = tmp_path / "m.pt"
     model.write_bytes(b"not read")

@@ -1,6 +1,6 @@
 """The realistic development corpus generator (realcorpus): the tiny size rendered for real, the full plan checked.
 
-Needs music21 (the ``realcorpus`` extra), the fluidsynth CLI and the csound-soundfont
+Needs music21 (the ``specstore.realcorpus`` extra), the fluidsynth CLI and the csound-soundfont
 package (``make realcorpus-deps``).  Without them the rendering tests are skipped on a
 developer's machine and fail in CI (``CI`` set), where ``.ci/run`` installs them.
 """
@@ -27,7 +27,7 @@ def _missing() -> str | None:
         import music21  # noqa: F401
     except ImportError:
         return "music21 is not installed (pip install 'specstore[realcorpus]')"
-    from realcorpus.render import SOUNDFONTS
+    from specstore.realcorpus.render import SOUNDFONTS
 
     if shutil.which("fluidsynth") is None:
         return "fluidsynth is not installed (make realcorpus-deps)"
@@ -58,7 +58,7 @@ def _tree(root: Path) -> dict[str, bytes]:
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory: pytest.TempPathFactory):
-    from realcorpus import generate
+    from specstore.realcorpus import generate
 
     out = tmp_path_factory.mktemp("rc") / "tiny"
     summary = generate(out, size="tiny", jobs=2, progress=False)
@@ -70,7 +70,7 @@ def tiny(tmp_path_factory: pytest.TempPathFactory):
 
 @pytest.mark.slow
 def test_same_bytes_in_another_run_and_process_count(tiny, tmp_path: Path) -> None:
-    from realcorpus import generate
+    from specstore.realcorpus import generate
 
     out, _ = tiny
     again = tmp_path / "again"
@@ -83,7 +83,7 @@ def test_same_bytes_in_another_run_and_process_count(tiny, tmp_path: Path) -> No
 
 
 def test_manifest_and_split_files(tiny) -> None:
-    from realcorpus import CLASSES
+    from specstore.realcorpus import CLASSES
 
     out, summary = tiny
     with open(out / "manifest.csv", encoding="utf-8") as f:
@@ -140,8 +140,8 @@ def test_every_file_decodes_and_sounds(tiny) -> None:
 
 
 def test_pipeline_reads_the_split_csv(tiny, tmp_path: Path) -> None:
-    import pipeline
-    from store import open_store
+    from specstore import pipeline
+    from specstore.store import open_store
 
     out, _ = tiny
     pipeline.extract(out / "train.csv", tmp_path / "train.zarr", features=("mel",), jobs=1, progress=False)
@@ -152,7 +152,7 @@ def test_pipeline_reads_the_split_csv(tiny, tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_rerun_renders_only_what_is_missing(tiny, tmp_path: Path) -> None:
-    from realcorpus import generate
+    from specstore.realcorpus import generate
 
     out, summary = tiny
     copy = tmp_path / "copy"
@@ -167,7 +167,7 @@ def test_rerun_renders_only_what_is_missing(tiny, tmp_path: Path) -> None:
 
 
 def test_foreign_files_are_refused(tiny, tmp_path: Path) -> None:
-    from realcorpus import RealCorpusError, generate
+    from specstore.realcorpus import RealCorpusError, generate
 
     out, _ = tiny
     copy = tmp_path / "copy"
@@ -181,8 +181,8 @@ def test_foreign_files_are_refused(tiny, tmp_path: Path) -> None:
 
 
 def test_full_plan_classes_counts_split_and_balance() -> None:
-    from realcorpus import CLASSES, plan_corpus
-    from realcorpus.catalogue import FORMATS, SIZES, per_class
+    from specstore.realcorpus import CLASSES, plan_corpus
+    from specstore.realcorpus.catalogue import FORMATS, SIZES, per_class
 
     clips = plan_corpus("full")
     assert plan_corpus("full") == clips  # deterministic
@@ -217,7 +217,7 @@ def test_full_plan_classes_counts_split_and_balance() -> None:
 def test_train_clips_add_clips_of_training_works_only(n: int) -> None:
     """More clips per training work keep every clip of the plan (so the test set), add n - 1 per training clip
     from the same work (its other movements first), and stay balanced in encodings and SoundFonts."""
-    from realcorpus import catalogue
+    from specstore.realcorpus import catalogue
 
     base = catalogue.plan_corpus("full", train_clips=1)
     more = catalogue.plan_corpus("full", train_clips=n)
@@ -251,7 +251,7 @@ def test_train_clips_add_clips_of_training_works_only(n: int) -> None:
 
 @pytest.mark.parametrize("bad", [0, -1, 1.5, True, "2"])
 def test_train_clips_must_be_a_positive_integer(bad: object) -> None:
-    from realcorpus import RealCorpusError, plan_corpus
+    from specstore.realcorpus import RealCorpusError, plan_corpus
 
     with pytest.raises(RealCorpusError, match="train_clips must be a positive integer"):
         plan_corpus("tiny", train_clips=bad)  # type: ignore[arg-type]
@@ -260,8 +260,8 @@ def test_train_clips_must_be_a_positive_integer(bad: object) -> None:
 def test_extra_excerpts_lie_inside_the_piece() -> None:
     from types import SimpleNamespace
 
-    from realcorpus.catalogue import Piece, rng_for
-    from realcorpus.render import excerpt_window
+    from specstore.realcorpus.catalogue import Piece, rng_for
+    from specstore.realcorpus.render import excerpt_window
 
     piece = Piece("p", "x.krn")
     starts = set()
@@ -276,8 +276,8 @@ def test_extra_excerpts_lie_inside_the_piece() -> None:
 @pytest.mark.slow
 def test_small_plan_is_the_first_development_corpus() -> None:
     """``small`` keeps the 318-clip corpus that docs/model.md's first variants were measured on, balanced."""
-    from realcorpus import plan_corpus
-    from realcorpus.catalogue import per_class
+    from specstore.realcorpus import plan_corpus
+    from specstore.realcorpus.catalogue import per_class
 
     clips = plan_corpus("small")
     assert len(clips) == 318
@@ -291,7 +291,7 @@ def test_small_plan_is_the_first_development_corpus() -> None:
 
 @pytest.mark.slow
 def test_seed_changes_the_choice() -> None:
-    from realcorpus import plan_corpus
+    from specstore.realcorpus import plan_corpus
 
     a = {c.group for c in plan_corpus("full", seed=0) if c.label == "fiddle"}
     b = {c.group for c in plan_corpus("full", seed=1) if c.label == "fiddle"}
@@ -303,13 +303,13 @@ def test_seed_changes_the_choice() -> None:
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "realcorpus", *args], capture_output=True, text=True, cwd=REPO, check=False, timeout=120
+        [sys.executable, "-m", "specstore.realcorpus", *args], capture_output=True, text=True, cwd=REPO, check=False, timeout=120
     )
 
 
 @pytest.mark.slow
 def test_cli_help_and_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from realcorpus import main
+    from specstore.realcorpus import main
 
     r = _cli("--help")
     assert r.returncode == 0 and "--tiny" in r.stdout and "--jobs" in r.stdout and "manifest.csv" in r.stdout

@@ -10,12 +10,12 @@ import pytest
 import torch
 from factories import make_separable_store
 
-from infer.checkpoint import load_checkpoint
-from infer.crossval import CrossValError, cross_validate
-from infer.models import MaskedClassifier
-from infer.split import RULE, RULE_OFFSET, SplitRule, split_keys
-from infer.train import TrainConfig, TrainError, config_path_for, train
-from infer.train.recipe import (
+from specstore.infer.checkpoint import load_checkpoint
+from specstore.infer.crossval import CrossValError, cross_validate
+from specstore.infer.models import MaskedClassifier
+from specstore.infer.split import RULE, RULE_OFFSET, SplitRule, split_keys
+from specstore.infer.train import TrainConfig, TrainError, config_path_for, train
+from specstore.infer.train.recipe import (
     CROPS_PER_EPOCH,
     MAX_CROPS_PER_CLIP,
     VAL_FRACTION,
@@ -23,7 +23,7 @@ from infer.train.recipe import (
     resolve,
     resolve_validation,
 )
-from infer.train.stats_head import (
+from specstore.infer.train.stats_head import (
     C_GRID,
     DEFAULT_WEIGHT,
     MIN_VALIDATION_CLIPS,
@@ -32,7 +32,7 @@ from infer.train.stats_head import (
     fit_stats_head,
     grouped_folds,
 )
-from store import open_store
+from specstore.store import open_store
 
 #: A tiny model and short schedule; the recipe's auto options are left to resolve.
 TINY = dict(width=4, depth=2, epochs=3, lr=3e-2, crop_seconds=0.5, dropout=0.0, time_masks=1, freq_masks=1,
@@ -137,7 +137,7 @@ def test_the_statistics_head_is_on_for_built_in_models_only() -> None:
 def test_auto_options_parse_from_the_command_line_and_files(tmp_path: Path) -> None:
     import argparse
 
-    from infer.train import add_config_arguments, config_from_args
+    from specstore.infer.train import add_config_arguments, config_from_args
 
     p = argparse.ArgumentParser()
     add_config_arguments(p)
@@ -207,8 +207,8 @@ def test_statistics_head_chooses_c_by_grouped_cross_validation(store: Path) -> N
     assert all(len(v) == 1 for v in by_key.values())  # duplicates never straddle folds
     rows = np.flatnonzero(s.labels >= 0)
     torch.manual_seed(0)
-    from infer.defaults import PLAIN_MODEL
-    from infer.models import ModelConfig, build_model
+    from specstore.infer.defaults import PLAIN_MODEL
+    from specstore.infer.models import ModelConfig, build_model
 
     model = build_model(ModelConfig(**PLAIN_MODEL, n_bins=16, n_classes=3, width=4, depth=2, stats_head=True))
     assert isinstance(model, MaskedClassifier)

@@ -16,9 +16,9 @@ import pytest
 from factories import SMALL_SPECS, assert_same_content, make_corpus, store_content
 from fsspec.core import url_to_fs
 
-from pipeline.cli import main as features_main
-from pipeline.extract import ExtractError, extract
-from store import (
+from specstore.pipeline.cli import main as features_main
+from specstore.pipeline.extract import ExtractError, extract
+from specstore.store import (
     FeatureSpec,
     IndexRow,
     SpecMismatch,
@@ -98,7 +98,7 @@ def test_raw_layout_on_a_url_goes_through_zarr_and_a_file_url_through_mmap(tmp_p
     assert open_store(mem_url).location.local is None
     i = int(np.argmax(open_store(mem_url).lengths))
     # a memory-mapped shard hands out views of one mapping; zarr reads are checked copies of whole chunks
-    from store.shards import VerifiedArray
+    from specstore.store.shards import VerifiedArray
     assert np.shares_memory(local.frames(i), local.frames(i))
     assert isinstance(remote._shard_array(int(open_store(mem_url)._shard[i])), VerifiedArray)
     assert not remote.frames(i).flags.writeable
@@ -106,7 +106,7 @@ def test_raw_layout_on_a_url_goes_through_zarr_and_a_file_url_through_mmap(tmp_p
 
 
 def test_orphans_and_old_index_generations_are_deleted_on_an_object_store(mem_url: str, monkeypatch) -> None:
-    import store.writer
+    from specstore.store import writer as writer_module
 
     fs, root = url_to_fs(mem_url)
     w = create_store(mem_url, SPECS, layout="zstd")
@@ -119,7 +119,7 @@ def test_orphans_and_old_index_generations_are_deleted_on_an_object_store(mem_ur
     assert any(orphan.name in key for key in fs.find(root))
     with StoreWriter.open(mem_url) as again:  # under a lease, a young orphan may be a racing writer's: kept
         assert again.remove_orphans() == []
-    monkeypatch.setattr(store.writer, "LEASE_SECONDS", 0.0)  # older than two lease periods: removed
+    monkeypatch.setattr(writer_module, "LEASE_SECONDS", 0.0)  # older than two lease periods: removed
     with StoreWriter.open(mem_url) as again:
         assert again.remove_orphans() == [orphan.name]
     assert not any(orphan.name in key for key in fs.find(root))  # no chunk or metadata object left behind

@@ -15,9 +15,9 @@ from pathlib import Path
 
 from factories import SMALL_SPECS, make_corpus
 
-from pipeline import extract
-from pipeline.testing import write_music_like
-from store import open_store
+from specstore.pipeline import extract
+from specstore.pipeline.testing import write_music_like
+from specstore.store import open_store
 
 
 def test_a_resumed_run_removes_unfinished_shards_and_prints_no_library_warning(tmp_path: Path) -> None:

@@ -13,12 +13,12 @@ import numpy as np
 import pytest
 from factories import LABELS, make_checkpoint, make_corpus
 
-from infer.runtime import RunOptions
-from serving.classify import classify_files
-from serving.cli import main as specstore_main
-from serving.model import Classifier
-from serving.segments import auto_seconds, parse_segments, segment_spans
-from store import ConfigError, FeatureSpec
+from specstore.infer.runtime import RunOptions
+from specstore.serving.classify import classify_files
+from specstore.serving.cli import main as specstore_main
+from specstore.serving.model import Classifier
+from specstore.serving.segments import auto_seconds, parse_segments, segment_spans
+from specstore.store import ConfigError, FeatureSpec
 
 CPU = RunOptions(device="cpu", progress=False)
 
@@ -103,9 +103,9 @@ def test_the_page_gets_an_answer_for_a_short_clip_from_a_model_with_a_long_step(
     """The page always asks ``segments=auto``: a model pooling ~6 s windows gets 200 for a 3 s clip, not 500."""
     from starlette.testclient import TestClient
 
-    from pipeline.testing import write_music_like
-    from serving.app import Service, create_app
-    from serving.config import ServeConfig
+    from specstore.pipeline.testing import write_music_like
+    from specstore.serving.app import Service, create_app
+    from specstore.serving.config import ServeConfig
 
     spec = FeatureSpec.mel(n_bins=16)
     ckpt = make_checkpoint(tmp_path / "m.pt", spec=spec, pool_window=256)  # 256 frames of 512 / 22050 Hz: 5.94 s

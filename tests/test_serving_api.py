@@ -18,16 +18,16 @@ import pytest
 from factories import make_checkpoint
 from starlette.testclient import TestClient
 
-from infer.runtime import RunOptions
-from pipeline.testing import write_music_like
-from serving.app import Service, create_app
-from serving.clips import decode_file
-from serving.config import ServeConfig
-from serving.model import Classifier
-from serving.picture import PictureScale
-from serving.policy import BatchPolicy
-from serving.segments import segment_spans
-from store import FeatureSpec
+from specstore.infer.runtime import RunOptions
+from specstore.pipeline.testing import write_music_like
+from specstore.serving.app import Service, create_app
+from specstore.serving.clips import decode_file
+from specstore.serving.config import ServeConfig
+from specstore.serving.model import Classifier
+from specstore.serving.picture import PictureScale
+from specstore.serving.policy import BatchPolicy
+from specstore.serving.segments import segment_spans
+from specstore.store import FeatureSpec
 
 SPEC = FeatureSpec.mel(n_bins=16)
 GENRES = ["ambient", "blues", "folk", "jazz", "metal", "rock"]
@@ -68,7 +68,7 @@ def swap(server: Server, **changes: Any) -> ServeConfig:
 def test_health_page_and_metrics(server: Server) -> None:
     h = server.client.get("/health").json()
     assert h["status"] == "ok" and h["labels"] == GENRES and h["model"] == "m.pt" and h["device"] == "cpu"
-    from pipeline import decode_av
+    from specstore.pipeline import decode_av
 
     assert {"wav", "flac", "ogg", "opus", "mp3", "aiff"} <= set(h["formats"])  # the page lists what it takes
     assert ("m4a" in h["formats"]) == decode_av.available() == ("wma" in h["formats"])
@@ -206,11 +206,11 @@ def test_a_model_failure_answers_its_own_request_and_the_server_goes_on(server: 
 def test_a_decoder_that_kills_its_worker_fails_that_file_only(server: Server, monkeypatch: pytest.MonkeyPatch) -> None:
     import crashing_decoder
 
-    import serving.service
+    from specstore.serving import service as service_module
 
     data = server.files[0].read_bytes()
     with monkeypatch.context() as m:
-        m.setattr(serving.service, "decode_file", crashing_decoder.crash)
+        m.setattr(service_module, "decode_file", crashing_decoder.crash)
         r = server.post(("hostile.wav", data))
     assert r.status_code == 422 and r.json()["error"] == "the decoder crashed on this file"
     r = server.post(("a.wav", data))  # a new pool took over
@@ -242,8 +242,8 @@ def test_segments_are_each_windows_own_answer_and_bad_values_are_400(server: Ser
 def test_health_names_the_calibration_of_a_single_label_model_only() -> None:
     from types import SimpleNamespace
 
-    from infer.calibration import Calibration
-    from serving.app import _calibration
+    from specstore.infer.calibration import Calibration
+    from specstore.serving.app import _calibration
 
     assert _calibration(SimpleNamespace(outputs="classes", calibration=Calibration(1.7, 20))) == {
         "calibration": "temperature", "temperature": 1.7}

@@ -25,8 +25,8 @@ import httpx
 import pytest
 from factories import make_checkpoint
 
-from pipeline.testing import write_music_like
-from store import FeatureSpec
+from specstore.pipeline.testing import write_music_like
+from specstore.store import FeatureSpec
 
 pytestmark = pytest.mark.slow
 
@@ -54,7 +54,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, list
              for k, ext in enumerate(["wav", "flac", "ogg", "wav"])]
     port = free_port()
     log = open(tmp / "server.log", "wb")  # noqa: SIM115  (closed below)
-    proc = subprocess.Popen([sys.executable, "-m", "serving", "serve", "--model", str(ckpt), "--port", str(port),
+    proc = subprocess.Popen([sys.executable, "-m", "specstore.serving", "serve", "--model", str(ckpt), "--port", str(port),
                              "--device", "cpu", "--workers", "1", "--max-queue", "32", "--max-delay-ms", "100",
                              "--batch-overhead-frames", "1024"],
                             stdout=log, stderr=subprocess.STDOUT)
@@ -102,7 +102,7 @@ def test_the_page_in_a_real_browser_uploads_a_file_and_shows_the_top_5(served: t
             page.wait_for_function("document.getElementById('model').textContent.includes('6 genres')",
                                    timeout=30_000)
             assert "percentages uncalibrated" in page.locator("#model").text_content()  # no validation split
-            from pipeline import decode_av
+            from specstore.pipeline import decode_av
 
             accept = page.locator("#pick").get_attribute("accept").split(",")  # what this install decodes
             assert {".wav", ".flac", ".mp3", ".aiff"} <= set(accept) and (".m4a" in accept) == decode_av.available()

@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 from starlette.testclient import TestClient
 
-from serving.answers import Answer, Classified, Failed
-from serving.app import create_app
-from serving.errors import FileRefused, InternalError, NoFileClassified, NotRunning, Refused, RequestError, TimedOut
-from serving.responses import answer_json, error_response
+from specstore.serving.answers import Answer, Classified, Failed
+from specstore.serving.app import create_app
+from specstore.serving.errors import FileRefused, InternalError, NoFileClassified, NotRunning, Refused, RequestError, TimedOut
+from specstore.serving.responses import answer_json, error_response
 
 
 @pytest.mark.parametrize(("error", "status", "body", "headers"), [
@@ -56,10 +56,10 @@ def test_an_answer_is_the_json_it_always_was() -> None:
 def test_a_service_not_started_answers_503_through_the_handler(tmp_path: Any) -> None:
     from factories import make_checkpoint
 
-    from infer.runtime import RunOptions
-    from serving.config import ServeConfig
-    from serving.model import Classifier
-    from serving.service import Service
+    from specstore.infer.runtime import RunOptions
+    from specstore.serving.config import ServeConfig
+    from specstore.serving.model import Classifier
+    from specstore.serving.service import Service
 
     service = Service(Classifier(make_checkpoint(tmp_path / "m.pt"), RunOptions(device="cpu", progress=False)),
                       ServeConfig(workers=1))

@@ -28,14 +28,14 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from infer.runtime import RunOptions
-from pipeline.testing import write_music_like
-from serving.app import Service, create_app
-from serving.config import ServeConfig
-from serving.connections import ConnectionGuard, uvicorn_config
-from serving.model import Classifier
-from serving.policy import BatchPolicy
-from store import ConfigError, FeatureSpec
+from specstore.infer.runtime import RunOptions
+from specstore.pipeline.testing import write_music_like
+from specstore.serving.app import Service, create_app
+from specstore.serving.config import ServeConfig
+from specstore.serving.connections import ConnectionGuard, uvicorn_config
+from specstore.serving.model import Classifier
+from specstore.serving.policy import BatchPolicy
+from specstore.store import ConfigError, FeatureSpec
 
 SPEC = FeatureSpec.mel(n_bins=16)
 
@@ -395,7 +395,7 @@ def test_one_client_holds_at_most_its_share_of_the_budget(live: Live) -> None:
 
 
 def test_when_the_budget_is_full_a_stalled_upload_gives_way_to_a_ready_one(live: Live) -> None:
-    from serving.connections import STALLED_S
+    from specstore.serving.connections import STALLED_S
 
     held = []  # two uploads that hold the whole 2 MiB budget with bytes sent, then stall
     for source in ("127.0.0.2", "127.0.0.3"):
@@ -448,9 +448,9 @@ def test_a_normal_upload_still_works_and_leaves_no_file(live: Live) -> None:
 def test_a_decode_worker_killed_mid_decode_leaves_no_upload_file(live: Live, monkeypatch: pytest.MonkeyPatch) -> None:
     import crashing_decoder
 
-    import serving.service
+    from specstore.serving import service as service_module
 
-    monkeypatch.setattr(serving.service, "decode_file", crashing_decoder.crash)
+    monkeypatch.setattr(service_module, "decode_file", crashing_decoder.crash)
     r = httpx.post(live.url("/classify"), files={"file": ("a.wav", live.audio)}, headers={"host": "localhost"},
                    timeout=60)
     assert r.status_code == 422 and r.json()["error"] == "the decoder crashed on this file"
@@ -529,7 +529,7 @@ def test_listening_beyond_loopback_needs_allowed_hosts() -> None:
     ["--max-client-connections", "100000"], ["--host", "0.0.0.0"], ["--max-inflight-mb", "0.01"],
 ])
 def test_bad_serve_options_are_one_line_before_the_model_loads(tmp_path: Path, option: list[str]) -> None:
-    proc = subprocess.run([sys.executable, "-m", "serving", "serve", "--model", str(tmp_path / "missing.pt"),
+    proc = subprocess.run([sys.executable, "-m", "specstore.serving", "serve", "--model", str(tmp_path / "missing.pt"),
                            *option], capture_output=True, text=True, timeout=120, check=False)
     assert proc.returncode == 2, proc.stderr
     lines = [x for x in proc.stderr.splitlines() if x.strip()]

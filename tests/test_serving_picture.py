@@ -1,4 +1,4 @@
-"""The upload page's picture axes (:mod:`serving.picture`): ticks at the right seconds, Hz and dB."""
+"""The upload page's picture axes (:mod:`specstore.serving.picture`): ticks at the right seconds, Hz and dB."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 from matplotlib import colormaps, colors, image
 
-from serving.clips import mel_picture
-from serving.picture import PictureScale, frequency_ticks, picture_frames, time_ticks
-from store import FeatureSpec
+from specstore.serving.clips import mel_picture
+from specstore.serving.picture import PictureScale, frequency_ticks, picture_frames, time_ticks
+from specstore.store import FeatureSpec
 
 
 @pytest.mark.parametrize("n", [1, 87, 640, 641, 1300, 5000])

@@ -22,9 +22,9 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from test_serving_limits import connect, read_all, running
 
-from serving.config import BatchingOptions, ClassifierOptions, ClassifyOptions, ServeConfig
-from serving.connections import ConnectionGuard
-from store import ConfigError
+from specstore.serving.config import BatchingOptions, ClassifierOptions, ClassifyOptions, ServeConfig
+from specstore.serving.connections import ConnectionGuard
+from specstore.store import ConfigError
 
 BIG = b"x" * (16 << 20)  # an answer larger than any kernel's socket buffers: some of it waits in the server
 TCP_ESTABLISHED = 1
@@ -159,7 +159,7 @@ def test_every_number_of_the_server_s_settings_refuses_nan_inf_and_1e30_in_one_l
 @pytest.mark.parametrize("value", ["1e30", "inf", "nan"])
 def test_the_server_s_limits_refuse_huge_values_as_the_command_line_is_parsed(
         value: str, capsys: pytest.CaptureFixture[str]) -> None:
-    from serving.cli import build_parser  # `specstore serve`'s own parser: refused before the model loads
+    from specstore.serving.cli import build_parser  # `specstore serve`'s own parser: refused before the model loads
 
     for option in ("--max-file-mb", "--max-seconds", "--max-inflight-mb", "--max-upload-s",
                    "--max-client-inflight-mb", "--read-timeout", "--batch-overhead-frames"):

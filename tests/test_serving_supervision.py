@@ -19,15 +19,15 @@ import pytest
 from factories import make_checkpoint
 from starlette.testclient import TestClient
 
-from infer.runtime import RunOptions
-from pipeline.testing import write_music_like
-from serving.app import Service, create_app
-from serving.batcher import Batcher, BatchError
-from serving.config import ServeConfig
-from serving.metrics import Metrics
-from serving.model import Classifier
-from serving.policy import BatchPolicy
-from store import FeatureSpec
+from specstore.infer.runtime import RunOptions
+from specstore.pipeline.testing import write_music_like
+from specstore.serving.app import Service, create_app
+from specstore.serving.batcher import Batcher, BatchError
+from specstore.serving.config import ServeConfig
+from specstore.serving.metrics import Metrics
+from specstore.serving.model import Classifier
+from specstore.serving.policy import BatchPolicy
+from specstore.store import FeatureSpec
 
 SPEC = FeatureSpec.mel(n_bins=16)
 

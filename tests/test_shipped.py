@@ -1,4 +1,4 @@
-"""Shipped models by name (:mod:`infer.shipped`) and multi-label tag outputs, on a tiny stand-in tagger
+"""Shipped models by name (:mod:`specstore.infer.shipped`) and multi-label tag outputs, on a tiny stand-in tagger
 (``tests/shipped_stub.py``: a width-4 CNN on 16 mel bins), so nothing here needs the real weights."""
 
 from __future__ import annotations
@@ -14,11 +14,11 @@ import shipped_stub
 import torch
 from factories import SPEC16, make_corpus, make_store
 
-from infer.checkpoint import CheckpointError
-from infer.predict import predict
-from infer.predictions import PredictionsError, read_predictions_csv
-from infer.shipped import is_shipped, resolve_checkpoint
-from store import FeatureSpec, open_store
+from specstore.infer.checkpoint import CheckpointError
+from specstore.infer.predict import predict
+from specstore.infer.predictions import PredictionsError, read_predictions_csv
+from specstore.infer.shipped import is_shipped, resolve_checkpoint
+from specstore.store import FeatureSpec, open_store
 
 NAME = shipped_stub.NAME
 stand_in = shipped_stub.stand_in  # the module's autouse fixture: the stand-in tagger registered
@@ -82,7 +82,7 @@ def song(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _classify(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    from serving.cli import main
+    from specstore.serving.cli import main
 
     code = main(["classify", *args, "--model", NAME, "--device", "cpu", "--no-progress"])
     got = capsys.readouterr()
@@ -123,10 +123,10 @@ def test_classify_lists_tags_and_refuses_unknown_labels(song: Path, capsys: pyte
 def test_the_server_answers_tags_for_a_shipped_name(song: Path) -> None:
     from starlette.testclient import TestClient
 
-    from infer.runtime import RunOptions
-    from serving.app import Service, create_app
-    from serving.config import ServeConfig
-    from serving.model import Classifier
+    from specstore.infer.runtime import RunOptions
+    from specstore.serving.app import Service, create_app
+    from specstore.serving.config import ServeConfig
+    from specstore.serving.model import Classifier
 
     service = Service(Classifier(NAME, RunOptions(device="cpu", progress=False)), ServeConfig(workers=1))
     with TestClient(create_app(service), base_url="http://localhost") as client:
@@ -144,8 +144,8 @@ def test_the_server_answers_tags_for_a_shipped_name(song: Path) -> None:
 
 
 def test_eval_refuses_a_tagger_in_one_line(store: Path) -> None:
-    from infer.evaluate import evaluate
-    from store import ConfigError
+    from specstore.infer.evaluate import evaluate
+    from specstore.store import ConfigError
 
     with pytest.raises(ConfigError, match="is a tagger"):
         evaluate(store, NAME, device="cpu", progress=False)

@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
-from store import (
+from specstore.store import (
     FeatureSpec,
     IndexRow,
     SpecMismatch,
@@ -24,7 +24,7 @@ from store import (
     validate,
     write_shard,
 )
-from store.__main__ import main as store_main
+from specstore.store.__main__ import main as store_main
 
 SPECS = {"mel": FeatureSpec.mel(n_bins=16), "cqt": FeatureSpec.cqt(n_bins=12)}
 
@@ -118,8 +118,8 @@ def test_uncommitted_shard_is_invisible_and_removed_as_orphan(tmp_path: Path) ->
 
 def test_a_reader_whose_index_was_pruned_meanwhile_opens_the_newer_commit(tmp_path: Path, monkeypatch) -> None:
     """A reader slow enough for a writer to commit KEEP_GENERATIONS times reads the newer commit, no error."""
-    import store.reader as reader
-    from store.metadata import load_metadata
+    import specstore.store.reader as reader
+    from specstore.store.metadata import load_metadata
 
     w = create_store(tmp_path / "s.zarr", SPECS)
     rng = np.random.default_rng(12)
@@ -173,7 +173,7 @@ def test_reader_snapshot_is_stable_while_writer_commits(tmp_path: Path) -> None:
 
 
 def test_errors_table_and_recovery(tmp_path: Path) -> None:
-    from store import ErrorRow
+    from specstore.store import ErrorRow
 
     w = create_store(tmp_path / "s.zarr", SPECS)
     w.commit(errors=[ErrorRow("bad.wav", "empty file"), ErrorRow("x.mp3", "broken symlink")])
@@ -193,7 +193,7 @@ def test_spec_mismatch_and_layout_mismatch_refused(tmp_path: Path) -> None:
 
 
 def test_compute_versions_old_stores_resume_newer_ones_are_refused(tmp_path: Path) -> None:
-    from store import COMPUTE_VERSION
+    from specstore.store import COMPUTE_VERSION
 
     legacy = {k: {f: v for f, v in s.to_dict().items() if f != "compute_version"} for k, s in SPECS.items()}
     old = {k: FeatureSpec.from_dict(d) for k, d in legacy.items()}

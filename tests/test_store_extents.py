@@ -5,8 +5,8 @@ it with plain zarr, as an attacker (or a broken tool) would: an extent that
 overlaps another clip's frames, runs past its shard's end, starts before
 it; a length, label or shard number out of range; a path in the metadata
 that leaves the store; a spec that disagrees with the shard arrays.
-``open_store`` (what the notebook, ``infer``'s datasets and ``predict`` use)
-and plain ``python -m store validate`` must say what is wrong in one line
+``open_store`` (what the notebook, ``specstore.infer``'s datasets and ``predict`` use)
+and plain ``python -m specstore.store validate`` must say what is wrong in one line
 naming the store, the clip and the fault, and a read must never return
 another clip's frames.
 """
@@ -25,8 +25,8 @@ from factories import make_separable_store, make_store
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from store import IndexRow, StoreCorrupt, StoreWriter, open_store, validate
-from store.__main__ import main as store_main
+from specstore.store import IndexRow, StoreCorrupt, StoreWriter, open_store, validate
+from specstore.store.__main__ import main as store_main
 
 #: Four clips in one shard, rows sorted by path: frames [0, 30), [30, 70), [70, 120), [120, 140) in hash order.
 LENGTHS = [30, 40, 50, 20]
@@ -267,7 +267,7 @@ def test_predict_on_a_lying_index_is_one_line_and_writes_nothing(tmp_path: Path,
                                                                  message: str, capsys) -> None:
     from factories import make_checkpoint
 
-    from infer.cli import main as infer_main
+    from specstore.infer.cli import main as infer_main
 
     path = _store(tmp_path)
     _set_index(path, column, _row_of(path, "h1"), value)
@@ -332,7 +332,7 @@ def _brute_force(rows: list[tuple[int, int, int, str]], frames: list[int]) -> bo
        st.lists(st.integers(0, 14), min_size=2, max_size=2))
 def test_index_problems_agree_with_a_brute_force_check(rows: list[tuple[int, int, int, str]],
                                                       frames: list[int]) -> None:
-    from store.extents import index_problems
+    from specstore.store.extents import index_problems
 
     cols = [np.array([r[k] for r in rows], dtype=np.int64) for k in range(3)]
     hashes = [r[3] for r in rows]

@@ -2,8 +2,8 @@
 disagree with the commit, durations that are not a finite positive number of seconds.
 
 Each case builds a small store with the project's factories and edits its index (or its commit) with plain
-zarr, as a broken tool or an attacker would.  ``python -m store validate`` (quick and ``--deep``),
-``open_store`` and ``python -m infer predict`` must all refuse it, each in one line naming the store.
+zarr, as a broken tool or an attacker would.  ``python -m specstore.store validate`` (quick and ``--deep``),
+``open_store`` and ``python -m specstore.infer predict`` must all refuse it, each in one line naming the store.
 """
 
 from __future__ import annotations
@@ -20,9 +20,9 @@ from factories import make_checkpoint, make_store
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from store import StoreCorrupt, open_store, validate
-from store.__main__ import main as store_main
-from store.extents import MAX_FRAMES, index_problems
+from specstore.store import StoreCorrupt, open_store, validate
+from specstore.store.__main__ import main as store_main
+from specstore.store.extents import MAX_FRAMES, index_problems
 
 #: Four clips in one shard: frames [0, 30), [30, 70), [70, 120), [120, 140) in hash order.
 LENGTHS = [30, 40, 50, 20]
@@ -101,7 +101,7 @@ def test_validate_and_open_store_refuse_it_in_one_line(tmp_path: Path, defect: s
 
 @pytest.mark.parametrize("defect", ["offset = n_frames = 2**62", "a path twice, adjacent", "n_clips", "NaN duration"])
 def test_infer_predict_refuses_it_in_one_line_and_writes_nothing(tmp_path: Path, defect: str, capsys) -> None:
-    from infer.cli import main as infer_main
+    from specstore.infer.cli import main as infer_main
 
     make, message = DEFECTS[defect]
     path = _store(tmp_path)

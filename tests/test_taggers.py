@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from infer.pretrained import musicnn_info
-from serving.cli import CLASSIFY_EPILOG
-from serving.cli import main as specstore_main
+from specstore.infer.pretrained import musicnn_info
+from specstore.serving.cli import CLASSIFY_EPILOG
+from specstore.serving.cli import main as specstore_main
 
 ROOT = Path(__file__).resolve().parents[1]
 MSD, MTT = (musicnn_info(n)["tags"] for n in ("musicnn-msd", "musicnn-mtt"))

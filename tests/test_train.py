@@ -14,21 +14,21 @@ import torch
 import torch.nn.functional as F
 from factories import make_separable_store
 
-from infer.augment import Augment, SpecAugment
-from infer.budget import Budget
-from infer.checkpoint import load_checkpoint
-from infer.cli import main as infer_main
-from infer.cost import measure_cost_per_frame
-from infer.data import Item, PadCollate
-from infer.defaults import PLAIN_MODEL
-from infer.device import DEFAULT_CPU_BUDGET_MB
-from infer.models import ModelConfig, build_model
-from infer.predict import predict
-from infer.split import RULE, SplitRule, split_score
-from infer.train import (
+from specstore.infer.augment import Augment, SpecAugment
+from specstore.infer.budget import Budget
+from specstore.infer.checkpoint import load_checkpoint
+from specstore.infer.cli import main as infer_main
+from specstore.infer.cost import measure_cost_per_frame
+from specstore.infer.data import Item, PadCollate
+from specstore.infer.defaults import PLAIN_MODEL
+from specstore.infer.device import DEFAULT_CPU_BUDGET_MB
+from specstore.infer.models import ModelConfig, build_model
+from specstore.infer.predict import predict
+from specstore.infer.split import RULE, SplitRule, split_score
+from specstore.infer.train import (
     MIN_TRAINING_EFFICIENCY as MIN_EFFICIENCY,
 )
-from infer.train import (
+from specstore.infer.train import (
     TrainConfig,
     TrainError,
     lr_at,
@@ -37,7 +37,7 @@ from infer.train import (
     training_plan,
     training_rows,
 )
-from store import FeatureSpec, open_store
+from specstore.store import FeatureSpec, open_store
 
 SPEC = FeatureSpec.mel(n_bins=16)
 LABELS = ["ambient", "jazz", "rock"]
@@ -134,7 +134,7 @@ def test_resume_continues_where_it_stopped(store: Path, tmp_path: Path, caplog: 
     with pytest.raises(TrainError, match="different configuration.*--overwrite"):
         train(store, model_path, TrainConfig(**{**config.to_dict(), "epochs": 1}), progress=False)
     assert model_path.read_bytes() == before  # the trained model is untouched
-    with caplog.at_level(logging.WARNING, logger="infer.train"):
+    with caplog.at_level(logging.WARNING, logger="specstore.infer.train"):
         fresh = train(store, model_path, TrainConfig(**{**config.to_dict(), "epochs": 1}), progress=False,
                       overwrite=True)
     assert fresh.resumed_from == 0 and fresh.epochs_run == 1
@@ -300,7 +300,7 @@ def test_eval_is_honest_by_default(store: Path, tmp_path: Path) -> None:
     many training clips a requested split holds; on other data it scores everything."""
     import shutil
 
-    from infer.evaluate import evaluate
+    from specstore.infer.evaluate import evaluate
 
     model = tmp_path / "m.pt"
     train(store, model, TrainConfig(epochs=1, **TINY), progress=False)

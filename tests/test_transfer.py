@@ -1,4 +1,4 @@
-"""Transfer (:mod:`infer.train.transfer`): a head on a shipped backbone's cached clip embeddings, with the tiny
+"""Transfer (:mod:`specstore.infer.train.transfer`): a head on a shipped backbone's cached clip embeddings, with the tiny
 stand-in backbone of ``tests/shipped_stub.py`` (a width-4 CNN) in place of musicnn."""
 
 from __future__ import annotations
@@ -10,11 +10,11 @@ import pytest
 import shipped_stub
 from factories import make_separable_store, make_store
 
-from infer.checkpoint import CheckpointError, load_checkpoint
-from infer.predict import predict
-from infer.train.config import TrainConfig
-from infer.train.transfer import embeddings_path_for, train_transfer
-from store import FeatureSpec, open_store
+from specstore.infer.checkpoint import CheckpointError, load_checkpoint
+from specstore.infer.predict import predict
+from specstore.infer.train.config import TrainConfig
+from specstore.infer.train.transfer import embeddings_path_for, train_transfer
+from specstore.store import FeatureSpec, open_store
 
 NAME = shipped_stub.NAME
 stand_in = shipped_stub.stand_in  # the module's autouse fixture: the stand-in tagger registered
@@ -89,7 +89,7 @@ def test_finetune_trains_the_top_layers_only(trained: tuple[Path, Path, object],
 
 def test_cross_validation_of_a_head_shares_one_embedding_cache(trained: tuple[Path, Path, object],
                                                                     tmp_path: Path) -> None:
-    from infer.crossval import cross_validate
+    from specstore.infer.crossval import cross_validate
 
     store, _, _ = trained
     res = cross_validate(store, tmp_path, TrainConfig(backbone=NAME, device="cpu"), folds=3, progress=False,
@@ -101,7 +101,7 @@ def test_cross_validation_of_a_head_shares_one_embedding_cache(trained: tuple[Pa
 
 
 def test_the_recipe_chooses_from_training_data_and_records_why(tmp_path: Path) -> None:
-    from infer.train.choice import choose_backbone, decide, record_choice
+    from specstore.infer.train.choice import choose_backbone, decide, record_choice
 
     store = make_separable_store(tmp_path / "s.zarr", n=30, lengths=(20, 60))
     auto = choose_backbone(store, tmp_path / "m.pt", TrainConfig(device="cpu"))

@@ -14,13 +14,13 @@ from pathlib import Path
 import pytest
 from factories import LABELS, SPEC16, make_separable_store
 
-from infer.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
-from infer.cli import main as infer_main
-from infer.contract import ModelSpec
-from infer.evaluate import evaluate
-from infer.predict import predict
-from infer.train import TrainConfig, train
-from infer.trust import TRUST_ENV, UntrustedModelError, is_trusted
+from specstore.infer.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
+from specstore.infer.cli import main as infer_main
+from specstore.infer.contract import ModelSpec
+from specstore.infer.evaluate import evaluate
+from specstore.infer.predict import predict
+from specstore.infer.train import TrainConfig, train
+from specstore.infer.trust import TRUST_ENV, UntrustedModelError, is_trusted
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -74,7 +74,7 @@ def test_a_checkpoint_naming_a_module_is_refused_on_the_command_line(tmp_path: P
     module, marker = marked
     store = make_separable_store(tmp_path / "s.zarr", n=6)
     ckpt = _checkpoint(tmp_path / "m.pt", module)
-    proc = subprocess.run([sys.executable, "-m", "infer", "predict", str(store), str(ckpt), "--out",
+    proc = subprocess.run([sys.executable, "-m", "specstore.infer", "predict", str(store), str(ckpt), "--out",
                            str(tmp_path / "p.csv"), "--no-progress"], cwd=ROOT, capture_output=True, text=True,
                           timeout=300, env={**_env(), "PYTHONPATH": f"{marker.parent}:{ROOT}"}, check=False)
     assert proc.returncode == 2, proc.stderr
@@ -108,9 +108,9 @@ def test_every_way_to_load_a_checkpoint_refuses_untrusted_code(tmp_path: Path, m
         assert infer_main([*argv, "--no-progress"]) == 2, argv
         err = capsys.readouterr().err.strip()
         assert len(err.splitlines()) == 1 and "--trust-model-code" in err and str(ckpt) in err, err
-    from pipeline.testing import write_music_like
-    from serving.cli import main as specstore_main
-    from serving.model import Classifier
+    from specstore.pipeline.testing import write_music_like
+    from specstore.serving.cli import main as specstore_main
+    from specstore.serving.model import Classifier
 
     with pytest.raises(UntrustedModelError):
         Classifier(ckpt)
@@ -169,8 +169,8 @@ def test_training_trusts_what_the_user_names_not_what_a_file_names(tmp_path: Pat
 
 def test_a_model_module_that_cannot_be_imported_names_the_fix(tmp_path: Path,
                                                               monkeypatch: pytest.MonkeyPatch) -> None:
-    from infer.contract import resolve_class
-    from store import ConfigError
+    from specstore.infer.contract import resolve_class
+    from specstore.store import ConfigError
 
     with pytest.raises(ConfigError) as missing:
         resolve_class("yourmodule_nowhere:YourNet", True)

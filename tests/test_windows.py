@@ -8,10 +8,10 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from infer.collate import collate
-from infer.defaults import PLAIN_MODEL
-from infer.models import MaskedBatchNorm2d, MaskedClassifier, ModelConfig, build_model
-from infer.windows import (
+from specstore.infer.collate import collate
+from specstore.infer.defaults import PLAIN_MODEL
+from specstore.infer.models import MaskedBatchNorm2d, MaskedClassifier, ModelConfig, build_model
+from specstore.infer.windows import (
     WindowError,
     default_context,
     owned_spans,

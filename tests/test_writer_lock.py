@@ -21,15 +21,15 @@ import numpy as np
 import pytest
 from factories import make_corpus
 
-from pipeline.cli import main as features_main
-from store import FeatureSpec, IndexRow, ShardWriter, StoreLocked, StoreWriter, create_store, open_store, validate
+from specstore.pipeline.cli import main as features_main
+from specstore.store import FeatureSpec, IndexRow, ShardWriter, StoreLocked, StoreWriter, create_store, open_store, validate
 
 ROOT = Path(__file__).resolve().parents[1]
 SPECS = {"mel": FeatureSpec.mel()}  # what `--features mel` makes
 
 HOLDER = """
 import sys, time
-from store import StoreWriter
+from specstore.store import StoreWriter
 w = StoreWriter.open(sys.argv[1])
 print("locked", flush=True)
 time.sleep(120)
@@ -99,7 +99,7 @@ def test_other_process_refused_while_this_one_writes(tmp_path: Path) -> None:
         [
             sys.executable,
             "-m",
-            "pipeline.cli",
+            "specstore.pipeline.cli",
             str(tmp_path / "c"),
             str(tmp_path / "s.zarr"),
             "--features",
@@ -147,7 +147,7 @@ def mem_url():
 def _forge_lease(url: str, **holder: object) -> None:
     import json
 
-    from store.location import as_location
+    from specstore.store.location import as_location
 
     doc = {"host": "elsewhere", "pid": 1, "since": time.time(), "token": "other", "expires": time.time() + 60}
     doc.update(holder)

@@ -4,7 +4,7 @@ A recipe draws everything about a file from ``ctx.rng`` (tempo, key,
 progression, arrangement variant, optional instruments, balance, room, song
 form) and synthesises its stems at ``ctx.sr``, each tagged with its role in the
 band (drums, bass, chords, lead, texture) for the song form.  Instruments and
-parts that neighbouring styles share come from :mod:`democorpus.parts`.  The
+parts that neighbouring styles share come from :mod:`specstore.democorpus.parts`.  The
 order of the draws is part of the corpus: reordering them, or drawing once more,
 changes every later sample of the file.
 """
@@ -28,4 +28,4 @@ RECIPES: dict[str, Callable[[Ctx], Arrangement]] = {
     "rock": rock.arrange,
     "techno": techno.arrange,
 }
-"""Style name (see :data:`democorpus.plan.STYLES`) -> recipe."""
+"""Style name (see :data:`specstore.democorpus.plan.STYLES`) -> recipe."""

@@ -1,12 +1,12 @@
 """Looking at a store and a model's results, in a notebook: figures, outcomes, the most-confused clips.
 
-* :mod:`~infer.explore.figures`: a clip's spectrograms (:func:`show_clip`),
+* :mod:`~specstore.infer.explore.figures`: a clip's spectrograms (:func:`show_clip`),
   the length histogram, label counts, and the confusion matrix (inline or
-  PNG, from :mod:`infer.plots`);
-* :mod:`~infer.explore.outcomes`: predictions joined to the store by path,
-  the metrics (:mod:`infer.metrics`), the confusion matrix, the
+  PNG, from :mod:`specstore.infer.plots`);
+* :mod:`~specstore.infer.explore.outcomes`: predictions joined to the store by path,
+  the metrics (:mod:`specstore.infer.metrics`), the confusion matrix, the
   most-confused clips;
-* :class:`Predictions` and the ``make infer`` CSV (:mod:`infer.predictions`,
+* :class:`Predictions` and the ``make infer`` CSV (:mod:`specstore.infer.predictions`,
   one schema for writing and reading), re-exported here;
 * :func:`quick_train`: a tiny model in seconds for a store without a checkpoint.
 

@@ -1,4 +1,4 @@
-"""Figures for notebooks: a clip's spectrograms, lengths, labels (and, from :mod:`infer.plots`, the confusion matrix).
+"""Figures for notebooks: a clip's spectrograms, lengths, labels (and, from :mod:`specstore.infer.plots`, the confusion matrix).
 
 Every function draws into a given matplotlib ``ax`` or, without one, into a
 new figure made without pyplot (nothing global to close or leak), and
@@ -8,11 +8,11 @@ inside the functions, so the rest of the package works without it
 (:class:`PlotError` then says how to install it).
 
 Spectrograms are drawn with ``librosa.display.specshow`` and the axes it
-derives from the stored :class:`store.FeatureSpec` (sample rate, hop, mel
+derives from the stored :class:`specstore.store.FeatureSpec` (sample rate, hop, mel
 range, CQT start note), so time is in seconds and frequency in Hz or note
 names, exactly as the values were computed.  Colours use fixed decibel
 limits per feature kind (:data:`DB_LIMITS`, read from the registry of kinds
-:mod:`store.kinds`; the store keeps absolute dB against a fixed reference),
+:mod:`specstore.store.kinds`; the store keeps absolute dB against a fixed reference),
 so colours compare across clips and panels.
 """
 
@@ -23,8 +23,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from store import FeatureSpec, Store
-from store.kinds import db_limits as _registry_db_limits
+from specstore.store import FeatureSpec, Store
+from specstore.store.kinds import db_limits as _registry_db_limits
 
 from ..plots import PlotError, confusion_matrix_figure, new_figure, plot_confusion, save_figure
 
@@ -52,7 +52,7 @@ UNLABELLED = "(unlabelled)"
 
 DB_LIMITS: Mapping[str, tuple[float, float]] = _registry_db_limits
 """Default colour limits (dB against the spec's fixed reference) per feature kind: the same for every clip,
-so colours compare across clips.  A read-only view of each kind's ``db_limits`` in :mod:`store.kinds`."""
+so colours compare across clips.  A read-only view of each kind's ``db_limits`` in :mod:`specstore.store.kinds`."""
 
 
 # -- clips, lengths, labels ------------------------------------------------------------------------
@@ -61,7 +61,7 @@ def specshow_kwargs(spec: FeatureSpec) -> dict[str, Any]:
     """The ``librosa.display.specshow`` arguments that label ``spec``'s axes correctly.
 
     Time: ``sr`` (Hz) and ``hop_length`` (samples) give seconds per frame.
-    Frequency: the kind's own axis (:attr:`store.kinds.FeatureKind.axis`):
+    Frequency: the kind's own axis (:attr:`specstore.store.kinds.FeatureKind.axis`):
     mel bins between ``fmin`` and ``fmax`` (Hz; None = sr / 2, as the mel
     filters were built); CQT bins as note names from ``fmin`` (Hz) with
     ``bins_per_octave``.

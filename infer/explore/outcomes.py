@@ -1,19 +1,19 @@
 """Looking at a model's results: outcomes per clip, metrics, confusion matrix, most-confused clips.
 
-Predictions come either as a :class:`~infer.predictions.Predictions`
+Predictions come either as a :class:`~specstore.infer.predictions.Predictions`
 object (full class probabilities) or as the CSV ``make infer`` writes (only
 the top-k probabilities).  Both are joined to the store by path and turned
 into :class:`Outcomes`, one entry per labelled clip, with the truth taken
 from the store's current labels.  From there:
 
 * :meth:`Outcomes.confusion` and :meth:`Outcomes.metrics` (accuracy and
-  per-class / macro precision, recall, F1 from :mod:`infer.metrics`, the one
+  per-class / macro precision, recall, F1 from :mod:`specstore.infer.metrics`, the one
   place metrics are computed, ``make eval`` included) and
   :func:`confusion_figure`;
 * :func:`most_confused`: the clips whose true class got the lowest
   probability, or the wrong predictions made with the highest confidence, as
   a :class:`Table` that a notebook renders as HTML; its ``rows`` are store
-  rows, ready for :func:`infer.explore.show_clip`.
+  rows, ready for :func:`specstore.infer.explore.show_clip`.
 
 Labels are matched by name, as in ``make eval``: the confusion matrix's
 classes are the model's labels, then any store label the model does not know
@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from store import Store
+from specstore.store import Store
 
 from ..metrics import classification_metrics, confusion, metrics_from_confusion
 from ..plots import confusion_matrix_figure
@@ -169,7 +169,7 @@ def _build(
 
 
 def outcomes_from_predictions(pred: Predictions, store: Store, *, source: str = "") -> Outcomes:
-    """Outcomes of ``pred`` (from :func:`infer.predict`) for the labelled clips of ``store`` (joined by path).
+    """Outcomes of ``pred`` (from :func:`specstore.infer.predict`) for the labelled clips of ``specstore.store`` (joined by path).
 
     ``source`` says where the predictions came from in :meth:`Outcomes.describe` (e.g. ``"model
     models/demo.pt"``; empty: not said).
@@ -195,7 +195,7 @@ def outcomes_from_predictions(pred: Predictions, store: Store, *, source: str = 
 
 
 def outcomes_from_csv(path: str | os.PathLike[str], store: Store) -> Outcomes:
-    """Outcomes of a ``make infer`` CSV for the labelled clips of ``store`` (joined by path).
+    """Outcomes of a ``make infer`` CSV for the labelled clips of ``specstore.store`` (joined by path).
 
     The truth is the store's label (the CSV's ``truth`` column is what the
     store said when predicting).  See the module notes on top-k bounds.
@@ -342,5 +342,5 @@ def per_class_table(outcomes: Outcomes) -> Table:
 
 
 def confusion_figure(outcomes: Outcomes, *, title: str = "Confusion matrix", ax: Axes | None = None) -> Figure:
-    """The confusion matrix of ``outcomes``, drawn by :func:`infer.explore.figures.confusion_matrix_figure`."""
+    """The confusion matrix of ``outcomes``, drawn by :func:`specstore.infer.explore.figures.confusion_matrix_figure`."""
     return confusion_matrix_figure(outcomes.confusion(), outcomes.label_names, title=title, ax=ax)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from store import Store
+from specstore.store import Store
 
 from ..train import TrainConfig, TrainResult, train
 
@@ -19,7 +19,7 @@ def quick_train(store: str | os.PathLike[str] | Store, model_path: str | os.Path
     """A tiny model (``width`` channels, ``crop_seconds`` crops, ``epochs`` passes) for a quick look.
 
     Seconds on a CPU for a few dozen clips; not a substitute for ``make
-    train``.  Raises :class:`infer.train.TrainError` when the store has no
+    train``.  Raises :class:`specstore.infer.train.TrainError` when the store has no
     usable labels.  A finished run at ``model_path`` with the same settings
     is reused (training resumes, so rerunning a notebook costs nothing).
     """

@@ -1,7 +1,7 @@
 """Pretrained models shipped as data: musicnn's weights (``infer/pretrained/musicnn/``), loaded without TensorFlow.
 
 :func:`load_musicnn` (``"musicnn-msd"``, ``"musicnn-mtt"``) returns the model in eval
-mode, its tag vocabulary and the :class:`~store.FeatureSpec` of its input (the
+mode, its tag vocabulary and the :class:`~specstore.store.FeatureSpec` of its input (the
 ``musicnn`` feature kind).  The tensors were converted once from musicnn 0.1.0's
 TensorFlow checkpoints by ``tools/musicnn_convert.py``; their sha256 is recorded in
 ``musicnn/models.json`` and checked at every load.  Licence (ISC) and attribution:

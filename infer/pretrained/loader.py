@@ -1,4 +1,4 @@
-"""Loading the shipped musicnn tensors into :class:`~infer.models.musicnn.MusiCNN`, checksum first.
+"""Loading the shipped musicnn tensors into :class:`~specstore.infer.models.musicnn.MusiCNN`, checksum first.
 
 The npz holds the TF1 checkpoint's variables as they were (``conv2d.kernel`` is
 TensorFlow's ``[frames, bands, in, out]``); :data:`_LAYERS` maps each TensorFlow
@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from store import ConfigError, FeatureSpec
+from specstore.store import ConfigError, FeatureSpec
 
 if TYPE_CHECKING:
     import torch

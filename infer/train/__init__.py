@@ -14,17 +14,17 @@
 * :mod:`.ensemble`: the sum of the from-scratch model and such a head, saved as one checkpoint;
 * :mod:`.choice`: the recipe's rule between the three, from the training clips alone.
 
-Data come through :mod:`infer.data` (the store dataset with per-item crops
-and :mod:`infer.augment`'s SpecAugment, the budgeted batch sampler, the
-padding collate); batches are planned by :func:`infer.planner.training_plan`
-under the engine's :class:`~infer.budget.Budget`; the split is
-:mod:`infer.split`'s.  The names below are imported on first use (:mod:`store.lazy`), so
+Data come through :mod:`specstore.infer.data` (the store dataset with per-item crops
+and :mod:`specstore.infer.augment`'s SpecAugment, the budgeted batch sampler, the
+padding collate); batches are planned by :func:`specstore.infer.planner.training_plan`
+under the engine's :class:`~specstore.infer.budget.Budget`; the split is
+:mod:`specstore.infer.split`'s.  The names below are imported on first use (:mod:`specstore.store.lazy`), so
 ``from infer.train.config import TrainConfig`` (the commands' options) costs no torch.
 """
 
 from typing import TYPE_CHECKING
 
-from store.lazy import lazy_package
+from specstore.store.lazy import lazy_package
 
 __all__ = lazy_package(__name__, {
     "..planner": ("MIN_TRAINING_EFFICIENCY", "training_plan"),

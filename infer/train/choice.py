@@ -4,15 +4,15 @@
 :func:`choose_backbone` before anything trains.  When the store holds no shipped backbone's feature (``make features
 FEATURES=musicnn`` adds it) the CNN trains from scratch, as always, and the rule says so.  When it does, the
 choice is made on the training clips alone, by grouped cross-validation (folds by work, the statistics head's
-folds, :func:`~infer.train.stats_head.fit_linear_head`) of two closed-form models on the same folds:
+folds, :func:`~specstore.infer.train.stats_head.fit_linear_head`) of two closed-form models on the same folds:
 
 * the transfer head: a logistic regression on the backbone's clip embeddings (the backbone runs once per
   training clip; its embeddings are cached beside the model, so a transfer chosen here costs no second pass);
 * the band statistics: a logistic regression on each clip's per-bin mean, standard deviation and change
-  (:func:`infer.baselines.clip_stats`) of the from-scratch features.
+  (:func:`specstore.infer.baselines.clip_stats`) of the from-scratch features.
 
 * their sum: the two regressions' out-of-fold probabilities averaged, as the saved sum averages the two
-  models' (:mod:`infer.train.ensemble`).
+  models' (:mod:`specstore.infer.train.ensemble`).
 
 Cross-validating the CNN itself would train it once per fold, several times the recipe's time budget, so the
 band-statistics figure stands for it: the default recipe (CNN plus a statistics head) scored at or above that
@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from store import Store, open_store
+from specstore.store import Store, open_store
 
 from ..baselines import clip_stats
 from ..checkpoint import Checkpoint, CheckpointError, check_store_matches
@@ -83,7 +83,7 @@ def decide(scratch: float, transfer: float, both: float, margin: float = MARGIN)
 
 
 def store_backbone(store: Store) -> Checkpoint | None:
-    """The first shipped model whose input feature ``store`` holds with the same spec (None: none does, or no
+    """The first shipped model whose input feature ``specstore.store`` holds with the same spec (None: none does, or no
     shipped model is available in this install)."""
     for name in SHIPPED:
         try:
@@ -173,7 +173,7 @@ def record_choice(model_path: str | os.PathLike[str], choice: BackboneChoice) ->
     (``recipe.rules.backbone``, ``backbone_choice``), beside the other automatic rules."""
     import json
 
-    from store import write_atomic
+    from specstore.store import write_atomic
 
     from ..checkpoint import load_checkpoint, save_checkpoint
     from .loop import config_path_for

@@ -12,9 +12,9 @@ and into the checkpoint itself.  Light: it imports no torch, so the commands' ``
 and their option errors answer at once.
 
 One home per setting: the built-in model's options (``width``, ``pooling``,
-...) are fields of :class:`~infer.model_config.ModelConfig` and the run's
+...) are fields of :class:`~specstore.infer.model_config.ModelConfig` and the run's
 (``device``, ``max_batch``, ...) fields of
-:class:`~infer.run_options.RunOptions`; :class:`TrainConfig` names them
+:class:`~specstore.infer.run_options.RunOptions`; :class:`TrainConfig` names them
 (:func:`_of`) and takes their defaults, bounds and help from there, and
 holds the :class:`ModelConfig` and :class:`RunOptions` they make
 (:attr:`TrainConfig.model`, :attr:`TrainConfig.run`), built, and so checked,
@@ -39,10 +39,10 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from store import ConfigError
-from store.limits import Limit, bounded, field_limit
-from store.options import add_options, borrowed, described, given, option
-from store.records import from_record
+from specstore.store import ConfigError
+from specstore.store.limits import Limit, bounded, field_limit
+from specstore.store.options import add_options, borrowed, described, given, option
+from specstore.store.records import from_record
 
 from ..defaults import MAX_SEED
 from ..model_config import ARCHS, ModelConfig
@@ -76,7 +76,7 @@ def _optional_count(text: str) -> int | None:
 
 
 def _optional_float(text: str) -> float | None:
-    """A number, or auto (None: chosen at the end of training, :mod:`infer.train.stats_head`)."""
+    """A number, or auto (None: chosen at the end of training, :mod:`specstore.infer.train.stats_head`)."""
     return None if text.strip().lower() == "auto" else float(text)
 
 
@@ -97,13 +97,13 @@ def _json_object(text: str) -> dict[str, Any]:
 
 
 _RULE = ("kind", "low_open", "high_open", "optional")
-"""The keywords of :func:`_opt` and :func:`_auto` that are the bound's rule (:class:`~store.limits.Limit`)."""
+"""The keywords of :func:`_opt` and :func:`_auto` that are the bound's rule (:class:`~specstore.store.limits.Limit`)."""
 
 
 def _opt(default: Any, help: str, bound: tuple[float, float, str] | None = None, **meta: Any) -> Any:
     """A recipe field with its command-line help (``meta``: ``parse``, ``choices``, ``metavar``) and, for a
     number, its ``bound``: ``(low, high, why)``, with ``kind``, ``low_open``, ``high_open``, ``optional`` in
-    ``meta`` (:func:`store.limits.bounded`), checked when the config is made and as the command line is
+    ``meta`` (:func:`specstore.store.limits.bounded`), checked when the config is made and as the command line is
     parsed."""
     if bound is None:
         return option(default, help, **meta)
@@ -276,7 +276,7 @@ class TrainConfig:
         configures and whose own business its fields are).
 
         Its data fields (``n_bins``, ``n_classes``, ``bin_mean``/``bin_std``) keep :class:`ModelConfig`'s
-        defaults here: training fills them from the store (:func:`~infer.train.prepare.model_spec_for`), as
+        defaults here: training fills them from the store (:func:`~specstore.infer.train.prepare.model_spec_for`), as
         it turns ``pool_seconds`` into ``pool_window`` frames; a given ``stats_head``/``stats_weight`` is
         checked here, an auto one set by the recipe."""
         if self.arch not in ARCHS:
@@ -328,7 +328,7 @@ class TrainConfig:
         run's ``MODEL.config.json``, whose ``train_config`` holds them).
 
         An ``arch`` import path read here is code a file names: training builds it only when trusted
-        (:mod:`infer.trust`)."""
+        (:mod:`specstore.infer.trust`)."""
         p = Path(path)
         try:
             text = p.read_text(encoding="utf-8")
@@ -356,7 +356,7 @@ class TrainConfig:
 
 
 AUTO_FIELDS = tuple(f.name for f in dataclasses.fields(TrainConfig) if f.metadata.get("shown") == "auto")
-"""Fields whose default (None) is auto: derived from the training data by :mod:`infer.train.recipe`."""
+"""Fields whose default (None) is auto: derived from the training data by :mod:`specstore.infer.train.recipe`."""
 
 
 def _taken(config: TrainConfig, cls: type) -> dict[str, Any]:
@@ -371,7 +371,7 @@ def model_options(config: TrainConfig) -> tuple[str, ...]:
 
 
 def add_config_arguments(parser: argparse.ArgumentParser) -> None:
-    """One option per :class:`TrainConfig` field (:func:`store.options.add_options`); an option not given is
+    """One option per :class:`TrainConfig` field (:func:`specstore.store.options.add_options`); an option not given is
     absent from the parsed namespace, so a config file or the defaults fill it."""
     add_options(parser, TrainConfig)
 

@@ -2,9 +2,9 @@
 
 :func:`train_sum` is what ``make train`` does when the default recipe chooses the sum (:mod:`.choice`), and
 what a user calls to have it anyway: the from-scratch model trains on the store's own features (every feature
-but the backbone's, as the recipe does; :func:`infer.train.train`) to ``MODEL.scratch.pt``, the head on the
+but the backbone's, as the recipe does; :func:`specstore.infer.train.train`) to ``MODEL.scratch.pt``, the head on the
 backbone's cached clip embeddings (:func:`~.transfer.train_transfer`, reusing the cache the choice filled) to
-``MODEL.transfer.pt``, and the two are saved together as a :class:`~infer.models.ensemble.SumClassifier` at
+``MODEL.transfer.pt``, and the two are saved together as a :class:`~specstore.infer.models.ensemble.SumClassifier` at
 ``MODEL``: the members' probabilities averaged, each after its own temperature.  The members' checkpoints stay
 beside it (each runs and evaluates alone).  The sum's held-out figures and its own temperature come from the
 members' logits on the validation clips (the head's from the embedding cache: no second pass of the backbone).
@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from store import Store, check_output_path, open_store, write_atomic
+from specstore.store import Store, check_output_path, open_store, write_atomic
 
 from ..calibration import Calibration, fit_temperature
 from ..checkpoint import Checkpoint, load_checkpoint, save_checkpoint
@@ -74,7 +74,7 @@ def _temperature(member: Checkpoint) -> float:
 
 def sum_checkpoint(members: list[Checkpoint], feature: str, specs: dict[str, Any],
                    extra: dict[str, Any] | None = None) -> Checkpoint:
-    """One checkpoint of the :class:`~infer.models.ensemble.SumClassifier` of ``members`` (trained checkpoints
+    """One checkpoint of the :class:`~specstore.infer.models.ensemble.SumClassifier` of ``members`` (trained checkpoints
     of the same labels, each reading one run of ``feature``'s parts, ``specs`` every part's spec); each member's
     temperature (1 when uncalibrated) divides its logits.  Built once here, so weights that do not fit fail now."""
     from ..models.ensemble import SumClassifier
@@ -124,7 +124,7 @@ class SumResult:
 def train_sum(store: str | os.PathLike[str] | Store, model_path: str | os.PathLike[str], cfg: TrainConfig,
               backbone: str, *, progress: bool = True, threads: int | None = None, margin_mb: float | None = None,
               overwrite: bool = False, rules: dict[str, str] | None = None) -> SumResult:
-    """Train the from-scratch model and a head on ``backbone`` (a shipped model's name) on ``store``; save their
+    """Train the from-scratch model and a head on ``backbone`` (a shipped model's name) on ``specstore.store``; save their
     sum to ``model_path`` and the members beside it (:func:`member_paths`).  ``cfg``'s ``feature`` (default: the
     store's) less the backbone's is what the scratch model reads.  ``rules``: automatic choices made before
     (the recipe's backbone rule), recorded in the sum's checkpoint.  Raises :class:`TrainError`,

@@ -1,7 +1,7 @@
 """Training set-up, before the first step: the run (data, split, recipe, engine, resume), the model, the batches.
 
 :func:`prepare_run` opens the store, splits the labelled rows
-(:mod:`infer.split`), resolves the ``auto`` options from the training data
+(:mod:`specstore.infer.split`), resolves the ``auto`` options from the training data
 (:mod:`.recipe`) and reads a resume file that fits; :func:`prepare_model`
 builds (or restores) the model with its input normalisation and statistics
 head, the optimiser and the weight average; :func:`prepare_data` turns the
@@ -25,8 +25,8 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader
 
-from store import ConfigError, FeatureSpec, Store, check_output_path, open_store
-from store.heap import KEPT_THRESHOLDS, set_malloc_thresholds
+from specstore.store import ConfigError, FeatureSpec, Store, check_output_path, open_store
+from specstore.store.heap import KEPT_THRESHOLDS, set_malloc_thresholds
 
 from ..augment import Augment, SpecAugment
 from ..budget import Budget
@@ -50,7 +50,7 @@ __all__ = [
     "prepare_data", "prepare_model", "prepare_run",
 ]
 
-log = logging.getLogger("infer.train")
+log = logging.getLogger("specstore.infer.train")
 
 
 def default_training_feature(store: Store) -> str:
@@ -76,14 +76,14 @@ def keep_freed_memory() -> bool:
 
 def release_freed_memory() -> bool:
     """Undo :func:`keep_freed_memory` when training ends: the ceiling glibc's own adjustment reaches
-    (``store.heap.KEPT_THRESHOLDS``: 32 MiB each) again, and the memory the heap kept handed back
+    (``specstore.store.heap.KEPT_THRESHOLDS``: 32 MiB each) again, and the memory the heap kept handed back
     (``malloc_trim``).
 
     Kept, the raised thresholds would outlive the run in the caller's process: a notebook or ``make train``
     that goes on to run a large model (musicnn's patch activations) would then grow its heap by fragments of
     freed activations instead of mapping and unmapping them (measured: 10 GB resident after a CNN training
     and a musicnn pass in one process).  Not glibc's initial 128 KiB: set explicitly, that value would also end
-    glibc's own adjustment and leave the process slower than it found it (``store.heap``).  A no-op (False)
+    glibc's own adjustment and leave the process slower than it found it (``specstore.store.heap``).  A no-op (False)
     where the C library is not glibc.
     """
     return set_malloc_thresholds(*KEPT_THRESHOLDS, trim=True)
@@ -256,7 +256,7 @@ def model_spec_for(cfg: TrainConfig, model: nn.Module | str | None, model_args: 
 
     ``available``: the store's facts a constructor may take (n_bins, n_classes, input_mean, input_std);
     ``stats``: the training frames' statistics (per-bin normalisation of the built-ins); ``trust``: the
-    model code that may be imported (:mod:`infer.trust`); ``frame_seconds``: the feature's hop, which turns
+    model code that may be imported (:mod:`specstore.infer.trust`); ``frame_seconds``: the feature's hop, which turns
     ``pool_seconds`` into frames (rounded down to the model's time stride, as the training crop is).
     """
     if isinstance(model, nn.Module):
@@ -295,7 +295,7 @@ def prepare_model(run: Run, model: nn.Module | str | None, model_args: dict[str,
                   trust: Trust = False) -> Learner:
     """The model (built fresh, its statistics head fitted, or restored from the resume state) and its optimiser.
 
-    ``trust``: the model code that may be imported (:mod:`infer.trust`).
+    ``trust``: the model code that may be imported (:mod:`specstore.infer.trust`).
     """
     cfg, state = run.cfg, run.state
     frames = frame_stats(StoreDataset(run.store, run.feature, rows=run.train_rows), cfg.seed)

@@ -2,7 +2,7 @@
 
 :func:`data_facts` measures the training split (clips, works, classes,
 seconds); :func:`resolve` turns every ``auto`` option of a
-:class:`~infer.train.TrainConfig` into a value by a fixed rule of those facts
+:class:`~specstore.infer.train.TrainConfig` into a value by a fixed rule of those facts
 and says why, in words that go to the training log and ``MODEL.config.json``.
 A value the user sets is kept as it is.
 
@@ -61,7 +61,7 @@ from typing import Any
 
 import numpy as np
 
-from store import Store
+from specstore.store import Store
 
 from ..models import ARCHS
 from .config import TrainConfig
@@ -122,7 +122,7 @@ class DataFacts:
 
 
 def data_facts(store: Store, rows: np.ndarray, keys: list[str]) -> DataFacts:
-    """:class:`DataFacts` of the training ``rows`` of ``store`` (``keys``: every row's split key)."""
+    """:class:`DataFacts` of the training ``rows`` of ``specstore.store`` (``keys``: every row's split key)."""
     rows = np.asarray(rows, dtype=np.int64)
     counts = np.bincount(store.labels[rows].astype(np.int64)) if len(rows) else np.zeros(0, dtype=np.int64)
     present = counts[counts > 0]

@@ -3,11 +3,11 @@
 A built-in model with ``stats_head=True`` carries a second classifier beside
 its CNN: a linear layer on the per-bin mean, standard deviation and mean
 absolute frame-to-frame change of the clip's (normalised) input
-(:meth:`~infer.models.MaskedClassifier.clip_statistics`), the statistics the
-simple baselines of :mod:`infer.baselines` use.  On a few hundred clips that
+(:meth:`~specstore.infer.models.MaskedClassifier.clip_statistics`), the statistics the
+simple baselines of :mod:`specstore.infer.baselines` use.  On a few hundred clips that
 linear model is hard to beat; on thousands the CNN is far better.  In eval
 mode the model adds the two experts' logits, so it keeps what each is good at
-(:mod:`infer.models`).
+(:mod:`specstore.infer.models`).
 
 :func:`fit_stats_head` computes the statistics of every training clip whole,
 standardises them, chooses the regularisation ``C`` of a multinomial logistic
@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from store import Store
+from specstore.store import Store
 
 from ..data import StoreDataset
 from ..models import MaskedClassifier
@@ -104,10 +104,10 @@ def _logistic(c: float, seed: int) -> Any:
 
 def fit_stats_head(model: MaskedClassifier, store: Store, feature: str, rows: np.ndarray, *, seed: int = 0,
                    folds: int = 5, grid: Sequence[float] = C_GRID) -> StatsFit:
-    """Fit ``model``'s statistics head on the training ``rows`` of ``store`` (see the module docstring).
+    """Fit ``model``'s statistics head on the training ``rows`` of ``specstore.store`` (see the module docstring).
 
     Labels are the model's class indices (the store's label order, as the
-    trainer uses).  Folds group clips by :func:`~infer.split.split_keys`, with a
+    trainer uses).  Folds group clips by :func:`~specstore.infer.split.split_keys`, with a
     seed of their own so they do not repeat the validation split's draw.
     """
     from threadpoolctl import threadpool_limits
@@ -136,7 +136,7 @@ def fit_linear_head(head: torch.nn.Linear, z: np.ndarray, y: np.ndarray, keys: l
     """Choose C of a logistic regression on standardised features ``z`` (labels ``y``, class indices) by
     grouped cross-validation (``keys``: each row's work; the least mean log-loss), refit on every row and write
     the weights into ``head`` (``out_features`` classes; classes without rows get a bias of -30: never
-    predicted).  The statistics head's fit, and the transfer head's (:mod:`infer.train.transfer`)."""
+    predicted).  The statistics head's fit, and the transfer head's (:mod:`specstore.infer.train.transfer`)."""
     from sklearn.metrics import log_loss
 
     classes = np.unique(y)

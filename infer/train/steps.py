@@ -22,7 +22,7 @@ from ..runtime import Engine
 
 __all__ = ["Mix", "Step", "WeightAverage", "class_weights", "epoch_seed", "forward_backward", "mixup", "param_groups"]
 
-log = logging.getLogger("infer.train")
+log = logging.getLogger("specstore.infer.train")
 
 
 def epoch_seed(seed: int, epoch: int, stream: int) -> int:

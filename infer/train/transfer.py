@@ -1,6 +1,6 @@
 """Transfer: a head on a pretrained backbone's clip embeddings (``make train ARCH=musicnn``).
 
-The backbone is a shipped model (:mod:`infer.shipped`; ``musicnn-msd`` by default for ``--arch musicnn``, any
+The backbone is a shipped model (:mod:`specstore.infer.shipped`; ``musicnn-msd`` by default for ``--arch musicnn``, any
 with ``--backbone NAME``).  It runs once per distinct clip of the store (on the engine: batches planned by
 length under the memory budget, masked, windows for clips too long for any batch), and its clip embeddings are
 cached beside the model, ``MODEL.embeddings.npz``: a plain npz (no pickle) of the content hashes, the
@@ -10,13 +10,13 @@ seconds.
 
 The head is a logistic regression on the standardised embeddings (the training clips' mean and standard
 deviation), its ``C`` chosen by grouped cross-validation on the training clips
-(:func:`~infer.train.stats_head.fit_linear_head`, as the statistics head's), then written into a
-:class:`~infer.models.transfer.TransferClassifier`, saved as any checkpoint (the backbone's weights included).
+(:func:`~specstore.infer.train.stats_head.fit_linear_head`, as the statistics head's), then written into a
+:class:`~specstore.infer.models.transfer.TransferClassifier`, saved as any checkpoint (the backbone's weights included).
 With held-out validation clips a temperature is fitted on the head's logits for them and recorded
-(``extra["calibration"]``, :mod:`infer.calibration`), as the training loop does for any model: a head is a
+(``extra["calibration"]``, :mod:`specstore.infer.calibration`), as the training loop does for any model: a head is a
 single-label softmax like any other; without them it is uncalibrated.
 With ``finetune = N`` the backbone's top ``N`` layers train with the head by SGD in the usual training loop
-(:func:`infer.train.train`), the head starting from the closed-form fit; no cache is kept then, since the
+(:func:`specstore.infer.train.train`), the head starting from the closed-form fit; no cache is kept then, since the
 embeddings change as the layers train.
 """
 
@@ -36,7 +36,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from store import Store, atomic_path, check_output_path, open_store, write_atomic
+from specstore.store import Store, atomic_path, check_output_path, open_store, write_atomic
 
 from ..calibration import Calibration, fit_temperature
 from ..checkpoint import Checkpoint, check_store_matches, save_checkpoint
@@ -177,10 +177,10 @@ class TransferResult:
 def train_transfer(store: str | os.PathLike[str] | Store, model_path: str | os.PathLike[str], cfg: TrainConfig, *,
                    progress: bool = True, threads: int | None = None, overwrite: bool = False,
                    cache_path: str | os.PathLike[str] | None = None, rules: dict[str, str] | None = None) -> Any:
-    """Fit a head on ``cfg``'s backbone (:func:`backbone_for`) for ``store``'s labels; save it to ``model_path``
+    """Fit a head on ``cfg``'s backbone (:func:`backbone_for`) for ``specstore.store``'s labels; save it to ``model_path``
     (see the module docstring).  ``cache_path``: the embedding cache (default :func:`embeddings_path_for`;
     cross-validation's folds share one); ``rules``: automatic choices made before, recorded with the head's.
-    Returns a :class:`TransferResult` (with ``finetune``: the training loop's :class:`~infer.train.TrainResult`);
+    Returns a :class:`TransferResult` (with ``finetune``: the training loop's :class:`~specstore.infer.train.TrainResult`);
     both have ``summary()``.  Raises :class:`TrainError`, ``CheckpointError`` (the store lacks the backbone's
     feature) and ``ConfigError`` in one line."""
     t0 = time.perf_counter()
@@ -288,9 +288,9 @@ def _cache_key(shipped: Checkpoint) -> str:
 
 def _finetune(s: Store, model_path: str | os.PathLike[str], cfg: TrainConfig, net: nn.Module, feature: str,
               extra: dict[str, Any], *, progress: bool, threads: int | None, overwrite: bool) -> Any:
-    """``finetune > 0``: the usual training loop (:func:`infer.train.train`) on ``net``, its head fitted in
+    """``finetune > 0``: the usual training loop (:func:`specstore.infer.train.train`) on ``net``, its head fitted in
     closed form and its backbone's top layers unfrozen; the rest of the backbone stays frozen (and in eval
-    mode).  Returns the loop's :class:`~infer.train.TrainResult`."""
+    mode).  Returns the loop's :class:`~specstore.infer.train.TrainResult`."""
     from .loop import train
 
     cfg = dataclasses.replace(cfg, feature=feature, backbone=None)

@@ -1,0 +1,36 @@
+"""specstore: music-genre classification at corpus scale, in one import namespace.
+
+An audio corpus is decoded once into a chunked zarr v3 feature store
+(:mod:`specstore.store`, written by :mod:`specstore.pipeline`); classifiers
+train, predict and evaluate from it in length-binned batches sized to a
+memory budget (:mod:`specstore.infer`); :mod:`specstore.serving` classifies
+uploads.  The repository keeps the design's folders (``store/``,
+``pipeline/``, ``infer/``, ...) at its top level; this package names them
+(``specstore/store`` links to ``store/``), and the wheel installs this one
+package.
+
+The names below are the face a notebook or a user's own training loop
+needs; each is imported on first use (:mod:`specstore.store.lazy`), so
+``import specstore`` loads no torch, librosa or zarr::
+
+    import specstore
+    store = specstore.open_store("data/demo.zarr")
+    sampler = specstore.BudgetBatchSampler(store.lengths, specstore.Budget(...))
+"""
+
+from typing import TYPE_CHECKING
+
+from .store.lazy import lazy_package
+
+__all__ = lazy_package(__name__, {
+    ".store": ("open_store",),
+    ".pipeline": ("extract",),
+    ".infer": ("Budget", "BudgetBatchSampler", "PadCollate", "StoreDataset", "pad_collate", "predict"),
+    ".infer.models": ("register_arch", "register_freq_pooling", "register_pooling"),
+})
+
+if TYPE_CHECKING:  # the lazy exports, for type checkers
+    from .infer import Budget, BudgetBatchSampler, PadCollate, StoreDataset, pad_collate, predict
+    from .infer.models import register_arch, register_freq_pooling, register_pooling
+    from .pipeline import extract
+    from .store import open_store
