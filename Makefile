@@ -171,50 +171,50 @@ browser-deps:  ## apt-get Debian's Chromium for the upload page's browser test, 
 	fi
 
 classify: install  ## FILES="a.mp3 dir/" MODEL=…|musicnn-msd (required): top-k genres (a shipped tagger: tags) of audio files, no store (ARGS=--csv|--json)
-	$(PY) -m specstore.serving classify $(FILES) --model $(call q,$(MODEL)) $(CLASSIFY_OPTS)
+	$(PY) -m specstore classify $(FILES) --model $(call q,$(MODEL)) $(CLASSIFY_OPTS)
 
 serve: install  ## MODEL=… (required) HOST=127.0.0.1 PORT=8000: upload page + JSON API + /metrics (SERVE_ARGS=--workers 4 …)
-	$(PY) -m specstore.serving serve --model $(call q,$(MODEL)) $(SERVE_OPTS)
+	$(PY) -m specstore serve --model $(call q,$(MODEL)) $(SERVE_OPTS)
 
 export: install  ## MODEL=… (required) FORMAT=onnx|torchscript OUT=…: the model as ONNX or TorchScript + a JSON sidecar (docs/export.md)
-	$(PY) -m specstore.serving export $(call q,$(MODEL)) $(EXPORT_OPTS)
+	$(PY) -m specstore export $(call q,$(MODEL)) $(EXPORT_OPTS)
 
 corpus: install  ## generate the synthetic demo corpus into data/demo-corpus (deterministic)
 	@if [ ! -f $(DEMO_CORPUS)/.complete ]; then \
-		$(PY) -m specstore.democorpus $(DEMO_CORPUS) && touch $(DEMO_CORPUS)/.complete; fi
+		$(PY) -m specstore demo-corpus $(DEMO_CORPUS) && touch $(DEMO_CORPUS)/.complete; fi
 
 features: install  ## CORPUS=dir|manifest.csv STORE=out.zarr (required) FEATURES=mel,cqt JOBS=n GROUP_BY=parent|REGEX LAYOUT=raw|zstd ARGS=...
 	@if [ $(call q,$(CORPUS)) = $(call q,$(DEMO_CORPUS)) ]; then $(MAKE) --no-print-directory corpus; fi
-	$(PY) -m specstore.pipeline.cli $(call q,$(CORPUS)) $(call q,$(STORE)) $(FEATURES_OPTS)
+	$(PY) -m specstore features $(call q,$(CORPUS)) $(call q,$(STORE)) $(FEATURES_OPTS)
 
 infer: install  ## STORE=… MODEL=… (required) OUT=predictions.csv DEVICE=auto|cpu|cuda BUDGET_MB=… TOPK=5 TRUST_MODEL_CODE=1
-	$(PY) -m specstore.infer predict $(call q,$(STORE)) $(call q,$(MODEL)) $(INFER_OPTS)
+	$(PY) -m specstore infer $(call q,$(STORE)) $(call q,$(MODEL)) $(INFER_OPTS)
 
 plan: install  ## print the batch plan for STORE (required; and MODEL if it exists) without running the model
-	$(PY) -m specstore.infer plan $(call q,$(STORE)) $(PLAN_OPTS)
+	$(PY) -m specstore plan $(call q,$(STORE)) $(PLAN_OPTS)
 
 init-model: install  ## write an untrained checkpoint for STORE to MODEL (both required; ARCH=cnn|resnet)
-	$(PY) -m specstore.infer init $(call q,$(STORE)) $(call q,$(MODEL)) $(strip $(call opt,ARCH,--arch) $(ARGS))
+	$(PY) -m specstore init-model $(call q,$(STORE)) $(call q,$(MODEL)) $(strip $(call opt,ARCH,--arch) $(ARGS))
 
 train: install  ## STORE MODEL (required) EPOCHS ARCH (musicnn: a head on the pretrained backbone) MODEL_ARGS WIDTH CROP (s; 0 = whole) LR SEED VAL CONFIG=f.toml ARGS=... OVERWRITE=1
-	$(PY) -m specstore.infer train $(call q,$(STORE)) $(call q,$(MODEL)) $(TRAIN_OPTS)
+	$(PY) -m specstore train $(call q,$(STORE)) $(call q,$(MODEL)) $(TRAIN_OPTS)
 
 cv: install  ## STORE (required) FOLDS=5 OUT_DIR=reports/cv + train's options: judge a recipe by grouped k-fold cross-validation on training data
-	$(PY) -m specstore.infer cv $(call q,$(STORE)) $(CV_OPTS)
+	$(PY) -m specstore cv $(call q,$(STORE)) $(CV_OPTS)
 
 eval: install  ## STORE MODEL (required) OUT_DIR=reports SPLIT=auto|all|val|train BASELINES=1 [BASELINE_STORE=train.zarr]
-	$(PY) -m specstore.infer eval $(call q,$(STORE)) $(call q,$(MODEL)) $(EVAL_OPTS)
+	$(PY) -m specstore eval $(call q,$(STORE)) $(call q,$(MODEL)) $(EVAL_OPTS)
 
 # The demo owns models/demo.pt: one trained under other options (an older version) is replaced; the same run resumes.
 demo: install  ## the whole system on the synthetic demo corpus: features, train, predict, evaluate
 	@$(MAKE) --no-print-directory features CORPUS=$(DEMO_CORPUS) STORE=$(DEMO_STORE)
-	$(PY) -m specstore.infer train $(DEMO_STORE) $(DEMO_MODEL) $(DEMO_TRAIN) --overwrite
-	$(PY) -m specstore.infer predict $(DEMO_STORE) $(DEMO_MODEL) --out reports/demo/predictions.csv
-	$(PY) -m specstore.infer eval $(DEMO_STORE) $(DEMO_MODEL) --out-dir reports/demo
+	$(PY) -m specstore train $(DEMO_STORE) $(DEMO_MODEL) $(DEMO_TRAIN) --overwrite
+	$(PY) -m specstore infer $(DEMO_STORE) $(DEMO_MODEL) --out reports/demo/predictions.csv
+	$(PY) -m specstore eval $(DEMO_STORE) $(DEMO_MODEL) --out-dir reports/demo
 	@echo
 	@echo "demo outputs:"
 	@echo "  corpus       $(DEMO_CORPUS)/  (synthetic, one folder per style)"
-	@echo "  store        $(DEMO_STORE)   (python -m specstore.store info $(DEMO_STORE))"
+	@echo "  store        $(DEMO_STORE)   (python -m specstore store info $(DEMO_STORE))"
 	@echo "  model        $(DEMO_MODEL)"
 	@echo "  predictions  reports/demo/predictions.csv"
 	@echo "  report       reports/demo/report.txt, report.json, confusion.png (held-out split)"
@@ -235,7 +235,7 @@ realcorpus-deps:  ## apt-get the renderer + SoundFonts that are missing (RC_APT=
 realcorpus: install  ## render the realistic dev corpus (music21 scores, SoundFonts) into REALCORPUS=data/realcorpus; JOBS, RC_SIZE=full|small|tiny; resumable
 	@$(MAKE) --no-print-directory realcorpus-deps RC_APT="$(if $(filter tiny,$(RC_SIZE)),$(RC_APT_MIN),$(RC_APT_ALL))"
 	@$(PY) -c "import music21" 2>/dev/null || $(VENV)/bin/pip install --quiet -e ".[realcorpus]"
-	$(PY) -m specstore.realcorpus $(call q,$(REALCORPUS)) --size $(call q,$(RC_SIZE)) $(call opt,JOBS,--jobs)
+	$(PY) -m specstore realcorpus $(call q,$(REALCORPUS)) --size $(call q,$(RC_SIZE)) $(call opt,JOBS,--jobs)
 
 gpu-check:  ## on a CUDA machine: CUDA tests + GPU figures -> GPU_OUT (no CUDA: says so, exits 0); docs/gpu-check.md
 	@if [ -d .whl ]; then python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \

@@ -89,7 +89,8 @@ class _TreeSampler(threading.Thread):
 
 
 def anon_probe(store: str, workers: int, budget_mb: float, epochs: int = 1) -> dict[str, Any]:
-    """``epochs`` epochs of StoreDataset + BudgetBatchSampler + PadCollate over ``specstore.store`` with ``workers`` workers.
+    """``epochs`` epochs of StoreDataset + BudgetBatchSampler + PadCollate over ``specstore.store`` with ``workers``
+    workers.
 
     The workers persist across epochs.  Returns the anonymous memory (KiB) of this process and
     its workers before and at peak.

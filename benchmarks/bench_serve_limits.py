@@ -1,6 +1,6 @@
 """``make bench ONLY=serve-limits``: `specstore serve` under a bounded slow-client attack, on loopback only.
 
-One server, started as a user starts it (``python -m specstore.serving serve``, its
+One server, started as a user starts it (``python -m specstore serve``, its
 default limits but ``--max-file-mb 10 --max-queue 16 --workers 1`` and
 ``--max-connections`` from the sizes, a small CNN), with its temporary
 folder in the benchmark's work folder.
@@ -171,7 +171,7 @@ def run(work: Path, *, n_slow: int, n_normal: int, seconds: tuple[float, float],
     port = _free_port()
     base = f"http://127.0.0.1:{port}"
     min_rate_kib = 16.0
-    argv = [sys.executable, "-m", "specstore.serving", "serve", "--model", str(ckpt), "--port", str(port), "--workers", "1",
+    argv = [sys.executable, "-m", "specstore", "serve", "--model", str(ckpt), "--port", str(port), "--workers", "1",
             "--max-file-mb", str(FILE_MB), "--max-queue", str(QUEUE), "--read-timeout", str(read_timeout),
             "--min-upload-kib-s", str(min_rate_kib), "--max-connections", str(max_connections),
             "--max-client-connections", str(min(64, max_connections)), "--device", "cpu"]

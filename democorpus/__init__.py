@@ -68,7 +68,7 @@ Modules, in the order a file is made:
   (:mod:`~specstore.democorpus.recording`), resample, master (:func:`render_clip`);
 * :mod:`~specstore.democorpus.encode`: file bytes (:func:`encode_clip`);
 * :mod:`~specstore.democorpus.generate`: the folder and the worker processes (:func:`generate_corpus`);
-* :mod:`~specstore.democorpus.cli`: ``python -m specstore.democorpus`` / ``specstore-demo-corpus``.
+* :mod:`~specstore.democorpus.cli`: ``python -m specstore demo-corpus`` / ``specstore-demo-corpus``.
 
 The package depends on ``specstore.store`` only for the project's error classes and CLI
 error handler; nothing else in the project imports it except tests and examples.

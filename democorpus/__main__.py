@@ -1,4 +1,4 @@
-"""``python -m specstore.democorpus OUT_DIR [options]``: see :mod:`specstore.democorpus.cli`."""
+"""``python -m specstore demo-corpus OUT_DIR [options]``: see :mod:`specstore.democorpus.cli`."""
 
 import sys
 

@@ -1,4 +1,4 @@
-"""``python -m specstore.democorpus`` (installed as ``specstore-demo-corpus``): write the demo corpus."""
+"""``python -m specstore demo-corpus`` (installed as ``specstore-demo-corpus``): write the demo corpus."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ __all__ = ["build_parser", "main"]
 logger = logging.getLogger(__name__)
 
 
-COMMAND = "python -m specstore.democorpus"
+COMMAND = "specstore demo-corpus"
 
 PER_STYLE = Limit(1, 100_000, "files per style; 100 000 files of each of the 7 styles is some 3 000 hours of audio")
 SEED = Limit(0, 2**32 - 1, "a 32-bit seed, as the other commands take")

@@ -115,7 +115,7 @@ def _readme(plans: Sequence[ClipPlan], n_per_style: int, seed: int) -> str:
     styles = sorted({p.style for p in plans})
     total = sum(p.n_frames / p.sample_rate for p in plans)
     return (
-        "Synthetic demo corpus written by `python -m specstore.democorpus`.\n"
+        "Synthetic demo corpus written by `python -m specstore demo-corpus`.\n"
         f"seed={seed} per_style={n_per_style} files={len(plans)} total_seconds={total:.1f}\n"
         f"styles (one folder per label): {', '.join(styles)}\n"
         "Regenerate with the same arguments to get byte-identical files.\n"

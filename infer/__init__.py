@@ -12,7 +12,8 @@ Read it as:
   :mod:`specstore.infer.checkpoint`, :mod:`specstore.infer.shipped` (the shipped models by name: the musicnn taggers);
 * data: :mod:`specstore.infer.data` (Dataset, BatchSampler, collate, prefetch), :mod:`specstore.infer.collate`,
   :mod:`specstore.infer.augment`, :mod:`specstore.infer.split`;
-* train: :mod:`specstore.infer.train` (a head on a shipped backbone: :mod:`specstore.infer.train.transfer`, and the recipe's
+* train: :mod:`specstore.infer.train` (a head on a shipped backbone: :mod:`specstore.infer.train.transfer`, and the
+  recipe's
   choice of it: :mod:`specstore.infer.train.choice`); predict: :mod:`specstore.infer.predict`; eval:
   :mod:`specstore.infer.evaluate` (:mod:`specstore.infer.metrics`, :mod:`specstore.infer.plots`); the
   predictions CSV: :mod:`specstore.infer.predictions`; notebooks: :mod:`specstore.infer.explore`

@@ -178,8 +178,8 @@ class Budget:
     # -- the batch-constraint interface (infer.constraints.BatchConstraint) ---------------------------
     def plan(self, lengths: np.ndarray, *, batch_overhead_frames: float | None = None,
              pad_to: int | None = None) -> Plan:
-        """The planner's length-sorted batches of ``lengths`` under this budget (:func:`specstore.infer.planner.plan_batches`;
-        ``batch_overhead_frames`` None: its default)."""
+        """The planner's length-sorted batches of ``lengths`` under this budget
+        (:func:`specstore.infer.planner.plan_batches`; ``batch_overhead_frames`` None: its default)."""
         from .planner import plan_batches  # the planner builds on this module
 
         more = {} if batch_overhead_frames is None else {"batch_overhead_frames": batch_overhead_frames}

@@ -263,7 +263,8 @@ def _check_model_config(model: ModelSpec, path: Path) -> None:
 def check_store_matches(ckpt: Checkpoint, store: Store) -> None:
     """Refuse a store whose features differ from the ones the checkpoint was trained on: one line naming every
     difference (a feature the store lacks, every field that differs) and the ``make features`` line that extracts
-    the model's features, with its settings, into a new store (:func:`specstore.store.spec_command.extraction_command`)."""
+    the model's features, with its settings, into a new store
+    (:func:`specstore.store.spec_command.extraction_command`)."""
     problems = []
     for name, spec in ckpt.specs.items():
         have = store.specs.get(name)

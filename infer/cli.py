@@ -39,7 +39,8 @@ __all__ = ["COMMANDS", "build_parser", "main"]
 
 
 RUN_FIELDS = ("device", "precision", "budget_mb", "max_batch")
-"""Run options a command passes to :class:`RunOptions` only when given (their defaults: :mod:`specstore.infer.defaults`)."""
+"""Run options a command passes to :class:`RunOptions` only when given (their defaults:
+:mod:`specstore.infer.defaults`)."""
 MACHINE_FIELDS = ("margin_mb", "threads")
 """Run options of this machine that training takes from the command line, not from its recorded config."""
 
@@ -310,12 +311,12 @@ def _eval_parser(p: argparse.ArgumentParser) -> None:
 
 COMMANDS: dict[str, tuple[str, str, Callable[[argparse.ArgumentParser], None],
                           Callable[[argparse.Namespace], int]]] = {
-    "predict": ("specstore-infer", "predict every indexed path; write a CSV", _predict_parser, cmd_predict),
-    "plan": ("specstore-plan", "print the batch plan without running the model", _plan_parser, cmd_plan),
-    "init": ("specstore-init-model", "write a randomly initialised checkpoint", _init_parser, cmd_init),
-    "train": ("specstore-train", "train a classifier (resumes if interrupted)", _train_parser, cmd_train),
-    "eval": ("specstore-eval", "accuracy, top-k, per-class P/R/F1, confusion matrix", _eval_parser, cmd_eval),
-    "cv": ("specstore-cv", "grouped k-fold cross-validation of a training recipe", _cv_parser, cmd_cv),
+    "predict": ("specstore infer", "predict every indexed path; write a CSV", _predict_parser, cmd_predict),
+    "plan": ("specstore plan", "print the batch plan without running the model", _plan_parser, cmd_plan),
+    "init": ("specstore init-model", "write a randomly initialised checkpoint", _init_parser, cmd_init),
+    "train": ("specstore train", "train a classifier (resumes if interrupted)", _train_parser, cmd_train),
+    "eval": ("specstore eval", "accuracy, top-k, per-class P/R/F1, confusion matrix", _eval_parser, cmd_eval),
+    "cv": ("specstore cv", "grouped k-fold cross-validation of a training recipe", _cv_parser, cmd_cv),
 }
 """command -> (console command, one-line help, parser builder, implementation)."""
 
@@ -350,7 +351,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _console(command: str) -> Callable[[Sequence[str] | None], int]:
-    """The console command for one sub-command (``specstore-train ...`` = ``python -m specstore.infer train ...``)."""
+    """The console command for one sub-command (``specstore-train ...`` = ``python -m specstore train ...``)."""
     prog, help_text, build, run = COMMANDS[command]
 
     def entry(argv: Sequence[str] | None = None) -> int:

@@ -32,7 +32,8 @@ __all__ = ["BatchConstraint", "FixedBatch"]
 
 @runtime_checkable
 class BatchConstraint(Protocol):
-    """A rule for cutting clips into batches; :class:`~specstore.infer.budget.Budget` and :class:`FixedBatch` are two."""
+    """A rule for cutting clips into batches; :class:`~specstore.infer.budget.Budget` and :class:`FixedBatch` are two.
+    """
 
     def plan(self, lengths: np.ndarray, *, batch_overhead_frames: float | None = None,
              pad_to: int | None = None) -> Plan:

@@ -63,6 +63,7 @@ from specstore.store import ConfigError
 
 from .models import ARCHS, MaskedClassifier, ModelConfig, build_model
 from .models.registry import ARCH_REGISTRY
+from .renamed import current_import_path
 from .trust import Trust, check_defined, check_trusted
 
 __all__ = [
@@ -88,8 +89,8 @@ def masks_padding(model: nn.Module) -> bool:
 
 
 def window_align(model: nn.Module) -> int:
-    """Frames a long clip's windows start and split on (:mod:`specstore.infer.windows`): the model's ``window_align`` (its
-    time stride or pooling window), else its ``time_stride`` (musicnn: its 187-frame patch)."""
+    """Frames a long clip's windows start and split on (:mod:`specstore.infer.windows`): the model's ``window_align``
+    (its time stride or pooling window), else its ``time_stride`` (musicnn: its 187-frame patch)."""
     return int(getattr(model, "window_align", getattr(model, "time_stride", 1)))
 
 
@@ -213,7 +214,10 @@ class ModelSpec:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ModelSpec:
-        return cls(str(data["target"]), dict(data.get("kwargs") or {}), str(data.get("builder") or ""))
+        """Inverse of :meth:`to_dict`; an import path recorded before the ``specstore`` namespace is read as the
+        path that names it today (:mod:`specstore.infer.renamed`)."""
+        return cls(current_import_path(str(data["target"])), dict(data.get("kwargs") or {}),
+                   current_import_path(str(data.get("builder") or "")))
 
     @classmethod
     def for_class(cls, target: str, kwargs: dict[str, Any] | None = None, *, trust_model_code: Trust = False,

@@ -124,8 +124,9 @@ def _oof_csv(s: Store, labelled: np.ndarray, fold_of: np.ndarray, truth: np.ndar
 def _train_fold(s: Store, model_path: Path, cfg: TrainConfig, val_rows: np.ndarray, out: Path, *, progress: bool,
                 threads: int | None, overwrite: bool, trust_model_code: Trust) -> np.ndarray:
     """Train one fold's model and return its logits on the fold's held-out ``val_rows``.  A head on a shipped
-    backbone (:mod:`specstore.infer.train.transfer`) shares one embedding cache across the folds (``out/embeddings.npz``):
-    the backbone runs once per clip for the whole cross-validation, and the held-out logits come from it."""
+    backbone (:mod:`specstore.infer.train.transfer`) shares one embedding cache across the folds
+    (``out/embeddings.npz``): the backbone runs once per clip for the whole cross-validation, and the held-out
+    logits come from it."""
     from .train.transfer import backbone_for, cached_logits, train_transfer
 
     if backbone_for(cfg) is not None:

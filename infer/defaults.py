@@ -62,7 +62,8 @@ elsewhere), or one of :data:`specstore.infer.split.SPLITS`; here so the command 
 
 
 class PlainModel(TypedDict):
-    """The :class:`~specstore.infer.model_config.ModelConfig` fields that make the plain CNN (see :data:`PLAIN_MODEL`)."""
+    """The :class:`~specstore.infer.model_config.ModelConfig` fields that make the plain CNN (see :data:`PLAIN_MODEL`).
+    """
 
     pooling: str
     freq_pooling: str

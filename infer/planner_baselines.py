@@ -25,8 +25,8 @@ __all__ = ["bucketed_batches", "fixed_batches"]
 
 
 def fixed_batches(lengths: np.ndarray, batch_size: int = 4) -> Plan:
-    """Consecutive groups of ``batch_size`` clips in arrival order (no budget): :class:`~specstore.infer.constraints.FixedBatch`'s
-    plan."""
+    """Consecutive groups of ``batch_size`` clips in arrival order (no budget):
+    :class:`~specstore.infer.constraints.FixedBatch`'s plan."""
     return FixedBatch(batch_size).plan(lengths)
 
 

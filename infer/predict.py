@@ -1,12 +1,11 @@
 """``make infer``: classify every indexed path of a store and write the predictions CSV.
 
-Flow: open the store (index only) -> load the checkpoint and refuse a
-feature-spec mismatch -> the engine (:mod:`specstore.infer.runtime`) measures the
-model's bytes per padded clip-frame, plans length-sorted batches of distinct
-contents under the memory budget, reads and pads them ahead of the model
-from the store's mmap views, and runs clips too long for any batch in
-windows -> softmax with the checkpoint's temperature (a tagger: sigmoids; :mod:`specstore.infer.calibration`) -> one CSV row
-per indexed path (:mod:`specstore.infer.predictions`).  Raw audio is never involved.
+Flow: open the store (index only) -> load the checkpoint and refuse a feature-spec mismatch -> the engine
+(:mod:`specstore.infer.runtime`) measures the model's bytes per padded clip-frame, plans length-sorted batches of
+distinct contents under the memory budget, reads and pads them ahead of the model from the store's mmap views, and runs
+clips too long for any batch in windows -> softmax with the checkpoint's temperature (a tagger: sigmoids;
+:mod:`specstore.infer.calibration`) -> one CSV row per indexed path (:mod:`specstore.infer.predictions`).  Raw audio is
+never involved.
 """
 
 from __future__ import annotations
@@ -47,7 +46,8 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class PredictStats(RunStats):
-    """Figures of one run: the engine's (:class:`~specstore.infer.runtime.RunStats`), the clips, their audio and the time.
+    """Figures of one run: the engine's (:class:`~specstore.infer.runtime.RunStats`), the clips, their audio and the
+    time.
 
     Times in seconds, memory in bytes; ``clips``: indexed paths (``distinct``
     counts each content once); ``peak_kind``: what ``peak_bytes`` measured.
@@ -77,7 +77,8 @@ ModelLike = str | os.PathLike[str] | Checkpoint | nn.Module
 @dataclass
 class LoadedModel:
     """A model ready to run on a store: the module, its labels and feature, the checkpoint's ``extra``;
-    ``outputs``: ``"classes"`` (a softmax) or ``"tags"`` (independent sigmoid scores, :mod:`specstore.infer.shipped`)."""
+    ``outputs``: ``"classes"`` (a softmax) or ``"tags"`` (independent sigmoid scores,
+    :mod:`specstore.infer.shipped`)."""
 
     module: nn.Module
     label_names: list[str]
@@ -88,8 +89,8 @@ class LoadedModel:
 
     @property
     def calibration(self) -> Calibration:
-        """The checkpoint's calibration (:mod:`specstore.infer.calibration`); uncalibrated for a module or import path, and
-        for a tagger (its sigmoid scores take no temperature)."""
+        """The checkpoint's calibration (:mod:`specstore.infer.calibration`); uncalibrated for a module or import path,
+        and for a tagger (its sigmoid scores take no temperature)."""
         return Calibration.of(self.extra, self.outputs)
 
 

@@ -22,11 +22,10 @@ and :func:`read_predictions_csv` share one column list, :data:`COLUMNS`:
   :mod:`specstore.infer.calibration`).  Readers need only the first five columns
   (:data:`REQUIRED_COLUMNS`), so files written before it still read.
 
-A multi-label tagger (``outputs == "tags"``, e.g. a shipped musicnn, :mod:`specstore.infer.shipped`) has no single answer:
-its scores are independent sigmoids, several high per clip.  Its file has the columns :data:`TAG_COLUMNS`,
-``path,tags,truth``, ``tags`` holding the top-k ``tag:score`` pairs as ``topk`` does; there is no ``pred``, no
-``prob`` and no ``unknown``.  ``labels`` (:func:`select_labels`) restricts either file to a subset of the
-model's labels.
+A multi-label tagger (``outputs == "tags"``, e.g. a shipped musicnn, :mod:`specstore.infer.shipped`) has no single
+answer: its scores are independent sigmoids, several high per clip.  Its file has the columns :data:`TAG_COLUMNS`,
+``path,tags,truth``, ``tags`` holding the top-k ``tag:score`` pairs as ``topk`` does; there is no ``pred``, no ``prob``
+and no ``unknown``.  ``labels`` (:func:`select_labels`) restricts either file to a subset of the model's labels.
 
 The file is standard CSV (RFC 4180 quoting), UTF-8, written atomically, or straight through a FIFO or
 ``/dev/stdout`` (:func:`specstore.store.atomic.open_output`).

@@ -150,7 +150,8 @@ class Engine:
         return x.contiguous(memory_format=torch.channels_last) if self.channels_last else x
 
     def memory(self) -> tuple[int, str]:
-        """Bytes one batch may use now, and where the figure comes from (see :func:`specstore.infer.device.memory_bytes`)."""
+        """Bytes one batch may use now, and where the figure comes from (see
+        :func:`specstore.infer.device.memory_bytes`)."""
         return memory_bytes(self.device, self.options.budget_mb, self.options.margin_mb)
 
     def budget(self, model: nn.Module, n_bins: int, *, training: bool = False) -> Budget:

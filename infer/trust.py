@@ -51,9 +51,9 @@ SHIPPED_MODELS = ("specstore.infer.models.musicnn:MusiCNN", "specstore.infer.mod
                   "specstore.infer.models.ensemble:SumClassifier")
 """The model classes that ship with specstore and build from a file without trust, as the built-in architectures
 do: the pretrained musicnn (a shipped model's checkpoint names it), a head on a pretrained backbone and a sum of
-models.  Each counts its parameters from its keyword arguments before it allocates anything
-(``count_parameters``) and refuses more than :data:`~specstore.infer.models.MAX_PARAMETERS`; no other class of the package
-is a model a file may ask for."""
+models.  Each counts its parameters from its keyword arguments before it allocates anything (``count_parameters``)
+and refuses more than :data:`~specstore.infer.models.MAX_PARAMETERS`; no other class of the package is a model a file
+may ask for."""
 
 Trust = bool | Collection[str]
 """A ``trust_model_code`` argument: True (every import path), False (none but :data:`TRUST_ENV`'s), or the

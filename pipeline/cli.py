@@ -32,7 +32,7 @@ m4a/AAC (.m4a .m4b .aac) and wma through PyAV where it is installed
 (pip install 'specstore[formats]'; otherwise such files are bad files naming it).
 Rerunning the same command resumes an interrupted run and adds only new or
 changed files; identical files are decoded once. Bad files are recorded in
-the store's error table with their reason (`python -m specstore.store info STORE`) and
+the store's error table with their reason (`python -m specstore store info STORE`) and
 never stop the run: among them links that lead out of the corpus folder (or
 the manifest's folder; --follow-links follows them) and files whose header
 declares more or less audio than they hold. One run writes a store at a
@@ -59,7 +59,7 @@ flags override it. The store records every feature's spec.
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="specstore-features", description="Decode an audio corpus into a zarr v3 feature store (log-mel, CQT).",
+        prog="specstore features", description="Decode an audio corpus into a zarr v3 feature store (log-mel, CQT).",
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("corpus", help="folder of label sub-folders, or a path,label CSV manifest")
     p.add_argument("store", help="output store: a local path or an fsspec URL (use --layout zstd for remote)")

@@ -1,4 +1,5 @@
-"""Fingerprints of a whole corpus, taken on the driver's threads before any decoding (:mod:`specstore.pipeline.hashing`)."""
+"""Fingerprints of a whole corpus, taken on the driver's threads before any decoding
+(:mod:`specstore.pipeline.hashing`)."""
 
 from __future__ import annotations
 

@@ -40,7 +40,8 @@ from specstore.store.limits import field_limit
 __all__ = ["DEFAULT_FEATURES", "parse_fmax", "read_spec_file", "specs_from_options"]
 
 DEFAULT_FEATURES = DEFAULT_KINDS
-"""The features extracted when neither ``--features`` nor a spec file names any (:data:`specstore.store.kinds.DEFAULT_KINDS`)."""
+"""The features extracted when neither ``--features`` nor a spec file names any
+(:data:`specstore.store.kinds.DEFAULT_KINDS`)."""
 
 _INT_FIELDS = {"sample_rate", "hop_length", "n_bins", "n_fft", "bins_per_octave"}
 _FLOAT_FIELDS = {"fmin", "fmax", "power", "db_ref", "amin"}
@@ -72,8 +73,9 @@ def _field_value(name: str, value: Any, where: str) -> Any:
 
 
 def _bounded(name: str, value: Any, spelled: str) -> Any:
-    """``value`` of FeatureSpec field ``name`` checked against the field's bound (:class:`~specstore.store.limits.Limit`),
-    the error naming it as the user spelled it (``--n-mels``, ``spec file X [mel]: n_bins``)."""
+    """``value`` of FeatureSpec field ``name`` checked against the field's bound
+    (:class:`~specstore.store.limits.Limit`), the error naming it as the user spelled it (``--n-mels``, ``spec file X
+    [mel]: n_bins``)."""
     field_limit(FeatureSpec, name).check(spelled, value)
     return value
 

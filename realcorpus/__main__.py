@@ -1,4 +1,4 @@
-"""``python -m specstore.realcorpus OUT``: see :mod:`specstore.realcorpus.generate`."""
+"""``python -m specstore realcorpus OUT``: see :mod:`specstore.realcorpus.generate`."""
 
 import sys
 

@@ -209,7 +209,7 @@ def _write_index(out: Path, clips: list[Clip], size: str, seed: int, train_clips
     versions = _versions(fonts)
     counts = per_class(clips)
     lines = [
-        "Realistic development corpus written by `specstore-realcorpus` (python -m specstore.realcorpus).",
+        "Realistic development corpus written by `specstore-realcorpus` (python -m specstore realcorpus).",
         f"size={size} seed={seed} train_clips={train_clips} clips={len(clips)} total_seconds={total:.1f}",
         "Scores: the corpus bundled with music21 (see docs/realcorpus.md for sources and licences).",
         "Versions: " + ", ".join(f"{k} {v}" for k, v in versions.items()),
@@ -313,7 +313,7 @@ EPILOG = """\
 examples:
   specstore-realcorpus data/realcorpus --jobs 2        # the development corpus (about 16 min on 2 cores)
   specstore-realcorpus /tmp/rc-tiny --tiny             # 18 short clips, seconds (the test suite's)
-  python -c "import pipeline; print(pipeline.extract('data/realcorpus/train.csv', 'data/rc-train.zarr').report())"
+  python -c "from specstore import pipeline; print(pipeline.extract('data/realcorpus/train.csv', 'data/rc-train.zarr').report())"
   make eval STORE=data/rc-test.zarr MODEL=models/rc.pt SPLIT=all BASELINES=1 BASELINE_STORE=data/rc-train.zarr
 
 Needs fluidsynth and the SoundFont packages (make realcorpus-deps; the tiny size
@@ -332,7 +332,7 @@ TRAIN_CLIPS = Limit(1, 64, "clips rendered from each training work, each about h
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="specstore-realcorpus",
+        prog="specstore realcorpus",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog=EPILOG,
         description=(

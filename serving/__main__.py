@@ -1,4 +1,4 @@
-"""``python -m specstore.serving classify|serve ...`` = ``specstore classify|serve ...``."""
+"""``python -m specstore classify|serve ...`` = ``specstore classify|serve ...``."""
 
 import sys
 

@@ -112,7 +112,7 @@ class Routes:
         self.formats = sorted(ext.lstrip(".") for ext in readable_extensions())
 
     async def page(self, request: Request) -> Response:
-        text = resources.files("serving").joinpath("page.html").read_text(encoding="utf-8")
+        text = resources.files("specstore.serving").joinpath("page.html").read_text(encoding="utf-8")
         return HTMLResponse(text)
 
     async def favicon(self, request: Request) -> Response:

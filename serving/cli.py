@@ -242,7 +242,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if not args.quiet:
         handler = logging.StreamHandler(sys.stderr)
         handler.setFormatter(logging.Formatter("%(message)s"))
-        access = logging.getLogger("serving.access")
+        access = logging.getLogger("specstore.serving.access")
         access.addHandler(handler)
         access.setLevel(logging.INFO)
         access.propagate = False

@@ -68,7 +68,8 @@ def auto_seconds(duration: float, min_seconds: float = 0.0) -> float:
 
 
 def check_segments(seconds: float | None) -> float | None:
-    """``seconds`` if it is a positive finite number (or None: no segments); else :class:`~specstore.store.ConfigError`."""
+    """``seconds`` if it is a positive finite number (or None: no segments); else :class:`~specstore.store.ConfigError`.
+    """
     if seconds is None:
         return None
     if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not math.isfinite(seconds) \

@@ -35,7 +35,7 @@ from .responses import StatusSent
 __all__ = ["AccessLog", "Starting", "bind", "serve"]
 
 log = logging.getLogger(__name__)
-access = logging.getLogger("serving.access")
+access = logging.getLogger("specstore.serving.access")
 
 
 def bind(host: str, port: int) -> socket.socket:

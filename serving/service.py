@@ -77,7 +77,8 @@ class Service:
 
     @property
     def folder(self) -> Path:
-        """The uploads' folder; :class:`~specstore.serving.errors.NotRunning` before :meth:`start` and after :meth:`stop`."""
+        """The uploads' folder; :class:`~specstore.serving.errors.NotRunning` before :meth:`start` and after
+        :meth:`stop`."""
         if self._folder is None:
             raise NotRunning(self.config.retry_after)
         return self._folder
@@ -136,7 +137,8 @@ class Service:
     async def segments_of(self, clip: DecodedClip, seconds: float, topk: int) -> list[Segment]:
         """``clip``'s windows of ``seconds`` with their top-k, each queued on the batcher as a clip of its own
         (masked in its batch, so exact whatever else runs; :mod:`specstore.serving.segments`).  Raises
-        :class:`~specstore.serving.clips.ClipError` for more than :data:`~specstore.serving.segments.MAX_SEGMENTS` windows."""
+        :class:`~specstore.serving.clips.ClipError` for more than
+        :data:`~specstore.serving.segments.MAX_SEGMENTS` windows."""
         c = self.classifier
         spans = segment_spans(clip.n_frames, clip.duration, seconds, c.frame_seconds, c.window_align)
         if len(spans) > MAX_SEGMENTS:

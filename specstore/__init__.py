@@ -25,12 +25,13 @@ from .store.lazy import lazy_package
 __all__ = lazy_package(__name__, {
     ".store": ("open_store",),
     ".pipeline": ("extract",),
-    ".infer": ("Budget", "BudgetBatchSampler", "PadCollate", "StoreDataset", "pad_collate", "predict"),
+    ".infer": ("Budget", "BudgetBatchSampler", "PadCollate", "StoreDataset", "evaluate", "pad_collate", "predict",
+               "train"),
     ".infer.models": ("register_arch", "register_freq_pooling", "register_pooling"),
 })
 
 if TYPE_CHECKING:  # the lazy exports, for type checkers
-    from .infer import Budget, BudgetBatchSampler, PadCollate, StoreDataset, pad_collate, predict
+    from .infer import Budget, BudgetBatchSampler, PadCollate, StoreDataset, evaluate, pad_collate, predict, train
     from .infer.models import register_arch, register_freq_pooling, register_pooling
     from .pipeline import extract
     from .store import open_store

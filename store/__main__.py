@@ -1,4 +1,4 @@
-"""Command line: ``python -m specstore.store validate|info|repair PATH``.
+"""Command line: ``python -m specstore store validate|info|repair PATH``.
 
 zarr is imported only once the arguments are parsed and the store path is known to be there, so ``--help``,
 a usage error and a mistyped path answer at once.
@@ -25,7 +25,7 @@ def _problems(path: str, *, deep: bool) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m specstore.store", description="Inspect, check and repair a specstore "
+    parser = argparse.ArgumentParser(prog="specstore store", description="Inspect, check and repair a specstore "
                                                                          "feature store.")
     sub = parser.add_subparsers(dest="command", required=True)
     v = sub.add_parser("validate", help="check the committed state; exit 0 if valid, 1 if not")

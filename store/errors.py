@@ -58,7 +58,7 @@ class IndexCorrupt(StoreCorrupt):
     """The committed index lies about where clips are (overlaps, extents outside a shard, values out of range).
 
     ``str(err)`` is the first problem on one line; ``problems`` lists one line
-    per kind of problem (what ``python -m specstore.store validate`` prints).
+    per kind of problem (what ``python -m specstore store validate`` prints).
     """
 
     def __init__(self, message: str, problems: list[str]) -> None:

@@ -1,7 +1,7 @@
 """Is every row of a committed index one clip, once, as many as the commit says?  Vectorised checks, no I/O.
 
 :mod:`specstore.store.extents` checks where each row's frames lie; this checks the
-rest a reader relies on and that ``python -m specstore.store validate`` has always
+rest a reader relies on and that ``python -m specstore store validate`` has always
 required:
 
 * the index has as many rows as the commit's ``n_clips``, and the error

@@ -31,8 +31,8 @@ def local_root(text: str) -> Path | None:
 
 
 def check_store_present(where: str | os.PathLike[str]) -> None:
-    """Raise :class:`~specstore.store.StoreNotFound` (``no store at WHERE``, :func:`~specstore.store.open_store`'s own words) when
-    ``where`` is a local store address with no root ``zarr.json``; return quietly otherwise."""
+    """Raise :class:`~specstore.store.StoreNotFound` (``no store at WHERE``, :func:`~specstore.store.open_store`'s own
+    words) when ``where`` is a local store address with no root ``zarr.json``; return quietly otherwise."""
     text = os.fspath(where)
     root = local_root(text)
     if root is None:

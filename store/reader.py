@@ -17,7 +17,7 @@ no two clips sharing frames, every extent inside its shard, nothing that
 wraps in int64) and about its rows (:mod:`specstore.store.index_rows`: as many as the
 commit records, no path twice, finite positive durations), and refuses a
 store whose index lies with one line (:class:`IndexCorrupt`), so a read can
-never return another clip's frames.  These are the checks ``python -m specstore.store
+never return another clip's frames.  These are the checks ``python -m specstore store
 validate`` reports, from the same code.  Where the commit does not record its
 shards' frame counts (older stores), each shard's end is checked when the
 shard is first opened, before any of its frames are returned.
@@ -148,7 +148,7 @@ class Store:
         return f"store {self.location}: clip {p.row} ({self.paths[p.row]}) {p.what}{more}"
 
     def _index_hint(self) -> str:
-        return (f"its index is damaged or forged (`python -m specstore.store validate {self.location}` lists every problem; "
+        return (f"its index is damaged or forged (`python -m specstore store validate {self.location}` lists every problem; "
                 f"extract the corpus into a new store)")
 
     # -- metadata ------------------------------------------------------------------------

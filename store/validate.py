@@ -1,4 +1,4 @@
-"""Consistency checks of a committed store (``python -m specstore.store validate PATH [--deep]``)."""
+"""Consistency checks of a committed store (``python -m specstore store validate PATH [--deep]``)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Committing to a store (in the driver) under the writer lock; shards are written by :mod:`specstore.store.shard_writer`.
+"""Committing to a store (in the driver) under the writer lock; shards are written by
+:mod:`specstore.store.shard_writer`.
 
 The protocol that makes a crash at any instant harmless:
 

@@ -1,5 +1,5 @@
-"""A tiny stand-in for a shipped model (:mod:`specstore.infer.shipped`), so the shipped-model paths are tested without the
-real weights: a built-in CNN (width 4) on :data:`factories.SPEC16` with a fixed seed, as a 5-tag tagger.
+"""A tiny stand-in for a shipped model (:mod:`specstore.infer.shipped`), so the shipped-model paths are tested without
+the real weights: a built-in CNN (width 4) on :data:`factories.SPEC16` with a fixed seed, as a 5-tag tagger.
 
 :func:`registered` adds it to the shipped registry as ``tiny-tags`` for a block (``load(name) -> (model, tags,
 spec)``, the loader contract).

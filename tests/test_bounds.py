@@ -48,7 +48,7 @@ CORES = len(os.sched_getaffinity(0))
 
 def _run(*args: str, timeout: float = 120, prelude: str = "") -> subprocess.CompletedProcess[str]:
     """``python -m specstore.infer ARGS`` in a fresh process (``prelude``: Python run first, e.g. a memory limit)."""
-    code = prelude + "\nimport sys\nfrom infer.cli import main\nsys.exit(main(sys.argv[1:]))\n"
+    code = prelude + "\nimport sys\nfrom specstore.infer.cli import main\nsys.exit(main(sys.argv[1:]))\n"
     return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=timeout,
                           cwd=ROOT)
 

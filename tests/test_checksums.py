@@ -4,7 +4,7 @@ Every fault is tried in both layouts: a deleted chunk (zarr would read its
 fill value, zeros), a truncated one (the raw mmap would be a shorter array)
 and a bit flip.  Reads raise :class:`StoreCorrupt` naming the shard, quick
 validation finds missing and short chunks, deep validation every checksum,
-and ``python -m specstore.store repair`` drops exactly the damaged shard.
+and ``python -m specstore store repair`` drops exactly the damaged shard.
 """
 
 from __future__ import annotations

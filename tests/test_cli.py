@@ -24,26 +24,39 @@ from specstore.infer.train import TrainConfig, config_path_for, metrics_path_for
 from specstore.store import SpecstoreError
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("store", "pipeline", "infer", "democorpus")
+PACKAGES = ("specstore.store", "specstore.pipeline", "specstore.infer", "specstore.democorpus")
 
 
 def test_every_make_target_has_a_console_command_with_help() -> None:
+    from specstore.cli import VERBS
+    from specstore.cli import main as front_door
+
     scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
-    for command, (console, *_rest) in COMMANDS.items():
-        assert console in scripts, (command, console)
+    assert scripts["specstore"] == "specstore.cli:main"
+    for command, (console, *_rest) in COMMANDS.items():  # each inference command is a verb of the front door
+        assert console.split()[0] == "specstore" and console.split()[1] in VERBS, (command, console)
+    assert set(VERBS) == {"features", "train", "cv", "infer", "eval", "plan", "init-model", "classify", "serve",
+                          "export", "store", "demo-corpus", "realcorpus"}
     expected = {"specstore-features", "specstore-store", "specstore-demo-corpus", "specstore-infer",
                 "specstore-plan", "specstore-init-model", "specstore-train", "specstore-eval"}
-    assert expected <= set(scripts)
+    assert expected <= set(scripts)  # the former commands stay, as aliases
     for name, target in scripts.items():
         module, func = target.split(":")
         entry = getattr(importlib.import_module(module), func)
+        if name == "specstore":
+            assert entry(["--help"]) == 0
+            continue
         with pytest.raises(SystemExit) as done:
             entry(["--help"])
         assert done.value.code == 0, name
+    for verb in VERBS:
+        with pytest.raises(SystemExit) as done:
+            front_door([verb, "--help"])
+        assert done.value.code == 0, verb
 
 
-@pytest.mark.parametrize("argv", [["-m", "specstore.infer", "--help"], ["-m", "specstore.infer", "train", "--help"],
-                                  ["-m", "specstore.store", "--help"], ["-m", "specstore.pipeline.cli", "--help"]])
+@pytest.mark.parametrize("argv", [["-m", "specstore.infer", "--help"], ["-m", "specstore", "train", "--help"],
+                                  ["-m", "specstore", "store", "--help"], ["-m", "specstore", "features", "--help"]])
 @pytest.mark.slow
 def test_python_dash_m_works(argv: list[str]) -> None:
     proc = subprocess.run([sys.executable, *argv], cwd=ROOT, capture_output=True, text=True, timeout=120,
@@ -73,7 +86,7 @@ def test_make_variables_are_train_options() -> None:
     dry = subprocess.run(["make", "-n", "--no-print-directory", "-C", str(ROOT), "train", "STORE=s.zarr",
                           "MODEL=m.pt", *every, "VENV=/nonexistent"], capture_output=True, text=True, timeout=60)
     assert dry.returncode == 0, dry.stderr
-    line = next(x for x in dry.stdout.splitlines() if " -m specstore.infer train " in x)
+    line = next(x for x in dry.stdout.splitlines() if " -m specstore train " in x)
     flags = set(re.findall(r"(--[a-z][a-z-]+)", line))
     known = {"--" + f.name.replace("_", "-") for f in dataclasses.fields(TrainConfig)}
     known |= {"--config", "--overwrite", "--margin-mb", "--threads", "--no-progress", "--verbose",

@@ -172,7 +172,7 @@ def test_a_worker_pool_diverts_only_the_decoders_lines(tmp_path: Path, noisy: li
 
 
 def _classify(*args: str) -> subprocess.CompletedProcess[str]:
-    code = "import sys\nfrom serving.cli import main\nsys.exit(main(sys.argv[1:]))\n"
+    code = "import sys\nfrom specstore.serving.cli import main\nsys.exit(main(sys.argv[1:]))\n"
     return subprocess.run([sys.executable, "-c", code, "classify", "--no-progress", *args], capture_output=True,
                           text=True, timeout=300, cwd=ROOT)
 
@@ -181,7 +181,7 @@ def _classify(*args: str) -> subprocess.CompletedProcess[str]:
 def test_classify_with_workers_prints_one_count_and_no_decoder_line(tmp_path: Path, noisy: list[Path]) -> None:
     """``specstore classify --jobs 2`` as a user runs it: stderr holds the summary line, not libmpg123's."""
     model = str(make_checkpoint(tmp_path / "m.pt", spec=SPEC))
-    code = "import sys\nfrom serving.cli import main\nsys.exit(main(sys.argv[1:]))\n"
+    code = "import sys\nfrom specstore.serving.cli import main\nsys.exit(main(sys.argv[1:]))\n"
     done = subprocess.run([sys.executable, "-c", code, "classify", "--jobs", "2", "--model", model,
                            *map(str, noisy)], capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert done.returncode == 0 and len(done.stdout.splitlines()) == 3, done.stdout + done.stderr

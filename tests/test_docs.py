@@ -351,7 +351,7 @@ def test_inline_make_examples_dry_run_and_quote_as_a_shell_needs() -> None:
 def test_blocks_run_in_a_fresh_shell_that_has_only_what_the_documents_say() -> None:
     """The harness itself: without the activation line nothing of ``.venv`` is reachable; with it, all is."""
     env = _env(ROOT, {})
-    probe = "command -v specstore-features && python -c 'import torch, store'"
+    probe = "command -v specstore-features && python -c 'import torch, specstore.store'"
     bare = subprocess.run(["/bin/bash", "-c", probe], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60,
                           check=False)
     assert bare.returncode != 0, bare.stdout
@@ -417,20 +417,20 @@ def test_the_readme_train_example_leaves_make_eval_clips_to_score(doc_corpus: Pa
     dry = subprocess.run(f"{example} VENV=/nonexistent -n --no-print-directory", shell=True, executable="bash",
                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=60, check=False)
     assert dry.returncode == 0, dry.stderr
-    argv = next(shlex.split(x) for x in dry.stdout.splitlines() if " -m specstore.infer train " in x)
+    argv = next(shlex.split(x) for x in dry.stdout.splitlines() if " -m specstore train " in x)
     assert "--val-fraction" in argv, f"README's `{example}` holds no clips out for `make eval` to score"
     val = float(argv[argv.index("--val-fraction") + 1])
     assert 0 < val < 1
     store, model = tmp_path / "gtzan.zarr", tmp_path / "genre.pt"
     shutil.copytree(doc_corpus / "data" / "gtzan.zarr", store)
     k = argv.index("train")
-    argv = [sys.executable, "-m", "specstore.infer", "train", str(store), str(model), *argv[k + 3:],
+    argv = [sys.executable, "-m", "specstore", "train", str(store), str(model), *argv[k + 3:],
             "--epochs", "1", "--width", "4", "--device", "cpu"]  # the example's options, shortened
     clean = {k: v for k, v in env.items() if not k.startswith(("PYTHONPATH", "SPECSTORE"))}
     trained = subprocess.run(argv, cwd=tmp_path, env=clean, capture_output=True, text=True, timeout=600,
                              check=False)
     assert trained.returncode == 0, trained.stderr[-3000:]
-    scored = subprocess.run([sys.executable, "-m", "specstore.infer", "eval", str(store), str(model), "--out-dir",
+    scored = subprocess.run([sys.executable, "-m", "specstore", "eval", str(store), str(model), "--out-dir",
                              str(tmp_path / "reports"), "--device", "cpu"], cwd=tmp_path, env=clean,
                             capture_output=True, text=True, timeout=600, check=False)
     assert scored.returncode == 0, scored.stderr[-3000:]

@@ -1,5 +1,6 @@
-"""The sum of models (:mod:`specstore.infer.models.ensemble`, :mod:`specstore.infer.train.ensemble`) and the recipe's three-way
-choice (:func:`specstore.infer.train.choice.decide`), with the tiny stand-in backbone of ``tests/shipped_stub.py``."""
+"""The sum of models (:mod:`specstore.infer.models.ensemble`, :mod:`specstore.infer.train.ensemble`) and the recipe's
+three-way choice (:func:`specstore.infer.train.choice.decide`), with the tiny stand-in backbone of
+``tests/shipped_stub.py``."""
 
 from __future__ import annotations
 

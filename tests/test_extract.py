@@ -259,7 +259,7 @@ def _cli(corpus: Path, store: Path, jobs: int = 2) -> list[str]:
     return [
         sys.executable,
         "-m",
-        "specstore.pipeline.cli",
+        "specstore", "features",
         str(corpus),
         str(store),
         "--jobs",

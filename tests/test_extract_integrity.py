@@ -332,7 +332,7 @@ def test_makefile_requires_store_and_model_and_quotes_values(tmp_path: Path) -> 
         assert "/nonexistent/bin/pip" not in res.stdout  # stopped before installing anything
     res = dry("features", "CORPUS=my corpus", "STORE=it's here.zarr")
     assert res.returncode == 0, res.stderr
-    assert "-m specstore.pipeline.cli 'my corpus' 'it'\\''s here.zarr'" in res.stdout
+    assert "-m specstore features 'my corpus' 'it'\\''s here.zarr'" in res.stdout
     assert dry("demo").returncode == 0  # the demo keeps its own fixed paths
 
 

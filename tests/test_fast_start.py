@@ -143,8 +143,9 @@ def test_a_bad_option_value_is_one_line_before_the_heavy_stack(name: str, args: 
     assert not set(HEAVY) & modules, sorted(set(HEAVY) & modules)
 
 
-@pytest.mark.parametrize("args", [["infer", "--help"], ["infer", "train", "--help"], ["specstore.pipeline.cli", "--help"],
-                                  ["store", "--help"], ["serving", "classify", "--help"]])
+@pytest.mark.parametrize("args", [["specstore", "--help"], ["specstore", "train", "--help"],
+                                  ["specstore", "features", "--help"], ["specstore", "store", "--help"],
+                                  ["specstore", "classify", "--help"], ["specstore.infer", "--help"]])
 def test_python_dash_m_help_answers_before_the_heavy_stack(args: list[str], tmp_path: Path) -> None:
     """The ``python -m`` spellings the docs and the Makefile use: the same parsers, the same promise."""
     record = tmp_path / "modules.json"
@@ -160,7 +161,8 @@ def test_python_dash_m_help_answers_before_the_heavy_stack(args: list[str], tmp_
 
 
 def test_importing_the_packages_costs_none_of_the_heavy_stack(tmp_path: Path) -> None:
-    code = ("import json, sys; import store, pipeline, infer, infer.train, serving; "
+    code = ("import json, sys; import specstore, specstore.store, specstore.pipeline, specstore.infer, "
+            "specstore.infer.train, specstore.serving; "
             "print(json.dumps(sorted({m.split('.')[0] for m in sys.modules})))")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=True,
                           cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
@@ -170,7 +172,8 @@ def test_importing_the_packages_costs_none_of_the_heavy_stack(tmp_path: Path) ->
 
 # -- the lazy packages ---------------------------------------------------------------------------------
 
-LAZY_PACKAGES = ("store", "infer", "specstore.infer.train", "pipeline")
+LAZY_PACKAGES = ("specstore", "specstore.store", "specstore.infer", "specstore.infer.train", "specstore.infer.models",
+                 "specstore.pipeline")
 
 
 def _declared(package: str) -> tuple[dict[str, set[str]], dict[str, set[str]]]:
@@ -206,11 +209,10 @@ def test_a_lazy_package_exports_what_type_checkers_see(package: str) -> None:
 
 
 def test_a_function_named_like_its_module_stays_the_function() -> None:
-    """``specstore.infer.train``, ``specstore.infer.evaluate``, ``specstore.pipeline.extract``, ``specstore.store.validate``: the exported function,
-    after its module is imported too, as an eager ``from .train import train`` left it."""
-    from specstore import infer
-    from specstore import pipeline
-    from specstore import store
+    """``specstore.infer.train``, ``specstore.infer.evaluate``, ``specstore.pipeline.extract``,
+    ``specstore.store.validate``: the exported function, after its module is imported too, as an eager ``from .train
+    import train`` left it."""
+    from specstore import infer, pipeline, store
 
     for package, name in ((infer, "train"), (infer, "evaluate"), (infer, "predict"), (pipeline, "extract"),
                           (store, "validate")):
@@ -221,7 +223,7 @@ def test_a_function_named_like_its_module_stays_the_function() -> None:
 def test_the_light_homes_agree_with_the_heavy_modules() -> None:
     """What moved out of torch modules for the command lines is the same object where it used to be."""
     defaults, evaluate, model_config, models, run_options, runtime, split = (
-        importlib.import_module(f"infer.{name}")  # (the attribute infer.evaluate is the function evaluate)
+        importlib.import_module(f"specstore.infer.{name}")  # (the attribute infer.evaluate is the function evaluate)
         for name in ("defaults", "evaluate", "model_config", "models", "run_options", "runtime", "split"))
 
     assert defaults.EVAL_SPLITS == ("auto", *split.SPLITS)

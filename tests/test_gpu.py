@@ -1,8 +1,8 @@
 """The CUDA paths (``gpu``-marked; skipped without CUDA, run by ``make gpu-check`` on a GPU machine), and the
 parts of their logic that can be proven on a CPU (out-of-memory split and retry, autocast batched == alone).
 
-This module imports only ``specstore.store`` and ``specstore.infer`` (plus torch and numpy), so the GPU machine needs no audio
-libraries to run it.
+This module imports only ``specstore.store`` and ``specstore.infer`` (plus torch and numpy), so the GPU machine needs no
+audio libraries to run it.
 """
 
 from __future__ import annotations

@@ -81,8 +81,8 @@ def test_every_extraction_task_keeps_freed_blocks(tmp_path: Path, monkeypatch: p
 def test_every_decoded_clip_keeps_freed_blocks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """``specstore classify`` and the server decode through serving.clips.decode_file, in any process."""
     from specstore.pipeline import features as features_module
-    from specstore.serving import clips as clips_module
     from specstore.pipeline.testing import write_music_like
+    from specstore.serving import clips as clips_module
     from specstore.store import default_specs
 
     calls: list[int] = []

@@ -36,12 +36,12 @@ def dry(*args: str, venv: str = "/nonexistent") -> list[str]:
 
 
 @pytest.mark.parametrize(("target", "command"), [
-    ("train", ["-m", "specstore.infer", "train", "s.zarr", "m.pt"]),
-    ("infer", ["-m", "specstore.infer", "predict", "s.zarr", "m.pt"]),
-    ("eval", ["-m", "specstore.infer", "eval", "s.zarr", "m.pt"]),
-    ("plan", ["-m", "specstore.infer", "plan", "s.zarr"]),
-    ("init-model", ["-m", "specstore.infer", "init", "s.zarr", "m.pt"]),
-    ("features", ["-m", "specstore.pipeline.cli", "corpus", "s.zarr"]),
+    ("train", ["-m", "specstore", "train", "s.zarr", "m.pt"]),
+    ("infer", ["-m", "specstore", "infer", "s.zarr", "m.pt"]),
+    ("eval", ["-m", "specstore", "eval", "s.zarr", "m.pt"]),
+    ("plan", ["-m", "specstore", "plan", "s.zarr"]),
+    ("init-model", ["-m", "specstore", "init-model", "s.zarr", "m.pt"]),
+    ("features", ["-m", "specstore", "features", "corpus", "s.zarr"]),
 ])
 def test_nothing_is_passed_that_was_not_set(target: str, command: list[str]) -> None:
     assert dry(target, "STORE=s.zarr", "MODEL=m.pt", "CORPUS=corpus")[1:] == command
@@ -50,7 +50,7 @@ def test_nothing_is_passed_that_was_not_set(target: str, command: list[str]) -> 
 
 def test_a_config_file_is_not_overridden() -> None:
     argv = dry("train", "STORE=s.zarr", "MODEL=m.pt", "CONFIG=c.toml")
-    assert argv[1:] == ["-m", "specstore.infer", "train", "s.zarr", "m.pt", "--config", "c.toml"]
+    assert argv[1:] == ["-m", "specstore", "train", "s.zarr", "m.pt", "--config", "c.toml"]
     argv = dry("train", "STORE=s.zarr", "MODEL=m.pt", "CONFIG=c.toml", "MAX_BATCH=8", "DEVICE=cpu")
     assert argv[-4:] == ["--device", "cpu", "--max-batch", "8"]
 

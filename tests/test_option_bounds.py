@@ -31,8 +31,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
 SCRIPTS: dict[str, str] = PROJECT["project"]["scripts"]
-PACKAGES = [p.rstrip("*") for p in PROJECT["tool"]["setuptools"]["packages"]["find"]["include"]]
-"""The distribution's packages; those with a ``__main__.py`` are ``python -m`` commands."""
+PACKAGES = sorted(f"specstore.{p.parent.name}" for p in (ROOT / "specstore").glob("*/__main__.py"))
+"""The distribution's packages with a ``__main__.py``: ``python -m`` commands."""
 
 BAD = ("nan", "inf", "-inf", "1e30", "-1e30")
 """What every numeric option refuses."""
@@ -86,8 +86,15 @@ def _entries() -> dict[str, Callable[[], Any]]:
                 sys.argv = argv
         return run
 
-    entries = {name: script(target) for name, target in SCRIPTS.items()}
-    entries.update({f"python -m {p}": dash_m(p) for p in PACKAGES if (ROOT / p / "__main__.py").is_file()})
+    def verb(name: str) -> Callable[[], Any]:
+        from specstore.cli import main
+        return lambda: main([name])
+
+    from specstore.cli import VERBS
+
+    entries = {name: script(target) for name, target in SCRIPTS.items() if target != "specstore.cli:main"}
+    entries.update({f"specstore {name}": verb(name) for name in VERBS})  # the front door's verbs
+    entries.update({f"python -m {p}": dash_m(p) for p in PACKAGES})
     return entries
 
 
@@ -159,13 +166,16 @@ def _parse(parser: argparse.ArgumentParser, argv: list[str]) -> tuple[int | str 
 
 def test_the_walk_finds_every_command_and_their_numeric_options(walk: dict[Case, Any]) -> None:
     commands = {command for command, _, _ in walk}
-    assert commands == set(_entries()) - {"specstore-store", "python -m specstore.store"}  # those take no number
-    assert {"python -m specstore.infer", "python -m specstore.serving", "python -m specstore.democorpus", "python -m specstore.realcorpus"} <= commands
+    no_number = {"specstore-store", "specstore store", "python -m specstore.store"}  # those take no number
+    assert commands == set(_entries()) - no_number
+    assert {"python -m specstore.infer", "python -m specstore.serving", "python -m specstore.democorpus",
+            "python -m specstore.realcorpus", "specstore features", "specstore train", "specstore serve"} <= commands
     flags = {flag for _, _, flag in walk}
     assert {"--block-seconds", "--jobs", "--commit-seconds", "--sample-rate", "--fmax", "--n-mels", "--budget-mb",
             "--epochs", "--lr", "--topk", "--top", "--folds", "--seed", "--per-style", "--max-seconds",
             "--train-clips", "--max-file-mb", "--port", "--batch-overhead-frames", "--unknown-below"} <= flags
-    assert {words for command, words, _ in walk if command == "specstore"} == {("classify",), ("serve",)}
+    assert {words for command, words, _ in walk if command == "python -m specstore.serving"} == {("classify",),
+                                                                                                 ("serve",)}
     assert {words for command, words, _ in walk if command == "python -m specstore.infer"} == {
         (c,) for c in ("predict", "plan", "init", "train", "cv", "eval")}
 

@@ -191,7 +191,7 @@ def test_standard_output_as_a_file_is_written_at_its_offset(stdout_name: str, tm
 
 def _predict_to_stdout(store: Path, model: Path, stdout: int | io.BufferedWriter) -> subprocess.CompletedProcess[bytes]:
     _stdout_is_written_through()
-    return _child(["-m", "specstore.infer", "predict", str(store), str(model), "--out", "/dev/stdout", "--device", "cpu",
+    return _child(["-m", "specstore", "infer", str(store), str(model), "--out", "/dev/stdout", "--device", "cpu",
                    "--no-progress"], stdout)
 
 

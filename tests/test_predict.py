@@ -11,7 +11,13 @@ import torch
 from factories import make_checkpoint as _make_checkpoint
 from factories import make_store as _make_store
 
-from specstore.infer.checkpoint import Checkpoint, CheckpointError, check_store_matches, load_checkpoint, save_checkpoint
+from specstore.infer.checkpoint import (
+    Checkpoint,
+    CheckpointError,
+    check_store_matches,
+    load_checkpoint,
+    save_checkpoint,
+)
 from specstore.infer.cli import main as infer_main
 from specstore.infer.collate import collate
 from specstore.infer.predict import predict

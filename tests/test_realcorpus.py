@@ -303,7 +303,7 @@ def test_seed_changes_the_choice() -> None:
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "specstore.realcorpus", *args], capture_output=True, text=True, cwd=REPO, check=False, timeout=120
+        [sys.executable, "-m", "specstore", "realcorpus", *args], capture_output=True, text=True, cwd=REPO, check=False, timeout=120
     )
 
 

@@ -29,10 +29,10 @@ def _free_port() -> int:
 
 @contextlib.contextmanager
 def serving(model: Path, *options: str) -> Iterator[tuple[subprocess.Popen[str], int, list[int]]]:
-    """``python -m specstore.serving serve`` on a free port; yields the process, the port and the /health statuses seen
+    """``python -m specstore serve`` on a free port; yields the process, the port and the /health statuses seen
     while it started (polled every 50 ms from the moment the port answered)."""
     port = _free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "specstore.serving", "serve", "--model", str(model), "--port", str(port),
+    proc = subprocess.Popen([sys.executable, "-m", "specstore", "serve", "--model", str(model), "--port", str(port),
                              "--workers", "1", *options], stderr=subprocess.PIPE, text=True,
                             env={**os.environ, "PYTHONUNBUFFERED": "1"})
     seen: list[int] = []
@@ -93,7 +93,7 @@ def test_a_busy_port_is_one_line_before_the_model_loads(model: Path) -> None:
         busy.listen(1)
         port = busy.getsockname()[1]
         t0 = time.monotonic()
-        proc = subprocess.run([sys.executable, "-X", "importtime", "-m", "specstore.serving", "serve", "--model", str(model),
+        proc = subprocess.run([sys.executable, "-X", "importtime", "-m", "specstore", "serve", "--model", str(model),
                                "--port", str(port)], capture_output=True, text=True, timeout=120, check=False)
     assert proc.returncode == 2
     lines = [x for x in proc.stderr.splitlines() if not x.startswith("import time:")]
@@ -106,7 +106,7 @@ def test_a_busy_port_is_one_line_before_the_model_loads(model: Path) -> None:
 
 def test_a_missing_checkpoint_is_one_line_at_once(tmp_path: Path) -> None:
     for command in (["serve"], ["classify", str(tmp_path)]):
-        proc = subprocess.run([sys.executable, "-X", "importtime", "-m", "specstore.serving", *command, "--model",
+        proc = subprocess.run([sys.executable, "-X", "importtime", "-m", "specstore", *command, "--model",
                                str(tmp_path / "none.pt")], capture_output=True, text=True, timeout=120, check=False)
         lines = [x for x in proc.stderr.splitlines() if not x.startswith("import time:")]
         assert proc.returncode == 2 and lines == [f"specstore: error: no checkpoint at {tmp_path / 'none.pt'} "
@@ -122,7 +122,7 @@ def test_every_option_is_checked_before_the_port_opens(model: Path) -> None:
     port = _free_port()
     for bad in (["--batch-overhead-frames", "nan"], ["--batch-overhead-frames", "-1"], ["--max-batch", "0"],
                 ["--max-file-mb", "0"], ["--max-delay-ms", "nan"], ["--max-client-connections", "600"]):
-        proc = subprocess.run([sys.executable, "-X", "importtime", "-m", "specstore.serving", "serve", "--model", str(model),
+        proc = subprocess.run([sys.executable, "-X", "importtime", "-m", "specstore", "serve", "--model", str(model),
                                "--port", str(port), *bad], capture_output=True, text=True, timeout=120, check=False)
         lines = [x for x in proc.stderr.splitlines() if not x.startswith("import time:")]
         assert proc.returncode == 2 and len(lines) == 1 and lines[0].startswith("specstore"), (bad, proc.stderr)
@@ -138,7 +138,7 @@ def test_ctrl_c_is_one_line(model: Path) -> None:
     import signal
 
     port = _free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "specstore.serving", "serve", "--model", str(model), "--port", str(port),
+    proc = subprocess.Popen([sys.executable, "-m", "specstore", "serve", "--model", str(model), "--port", str(port),
                              "--workers", "2", "--quiet"], stderr=subprocess.PIPE, text=True, start_new_session=True,
                             env={**os.environ, "PYTHONUNBUFFERED": "1"})
     try:

@@ -54,7 +54,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, list
              for k, ext in enumerate(["wav", "flac", "ogg", "wav"])]
     port = free_port()
     log = open(tmp / "server.log", "wb")  # noqa: SIM115  (closed below)
-    proc = subprocess.Popen([sys.executable, "-m", "specstore.serving", "serve", "--model", str(ckpt), "--port", str(port),
+    proc = subprocess.Popen([sys.executable, "-m", "specstore", "serve", "--model", str(ckpt), "--port", str(port),
                              "--device", "cpu", "--workers", "1", "--max-queue", "32", "--max-delay-ms", "100",
                              "--batch-overhead-frames", "1024"],
                             stdout=log, stderr=subprocess.STDOUT)

@@ -15,7 +15,15 @@ from starlette.testclient import TestClient
 
 from specstore.serving.answers import Answer, Classified, Failed
 from specstore.serving.app import create_app
-from specstore.serving.errors import FileRefused, InternalError, NoFileClassified, NotRunning, Refused, RequestError, TimedOut
+from specstore.serving.errors import (
+    FileRefused,
+    InternalError,
+    NoFileClassified,
+    NotRunning,
+    Refused,
+    RequestError,
+    TimedOut,
+)
 from specstore.serving.responses import answer_json, error_response
 
 

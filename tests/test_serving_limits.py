@@ -529,7 +529,7 @@ def test_listening_beyond_loopback_needs_allowed_hosts() -> None:
     ["--max-client-connections", "100000"], ["--host", "0.0.0.0"], ["--max-inflight-mb", "0.01"],
 ])
 def test_bad_serve_options_are_one_line_before_the_model_loads(tmp_path: Path, option: list[str]) -> None:
-    proc = subprocess.run([sys.executable, "-m", "specstore.serving", "serve", "--model", str(tmp_path / "missing.pt"),
+    proc = subprocess.run([sys.executable, "-m", "specstore", "serve", "--model", str(tmp_path / "missing.pt"),
                            *option], capture_output=True, text=True, timeout=120, check=False)
     assert proc.returncode == 2, proc.stderr
     lines = [x for x in proc.stderr.splitlines() if x.strip()]

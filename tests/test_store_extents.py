@@ -6,7 +6,7 @@ overlaps another clip's frames, runs past its shard's end, starts before
 it; a length, label or shard number out of range; a path in the metadata
 that leaves the store; a spec that disagrees with the shard arrays.
 ``open_store`` (what the notebook, ``specstore.infer``'s datasets and ``predict`` use)
-and plain ``python -m specstore.store validate`` must say what is wrong in one line
+and plain ``python -m specstore store validate`` must say what is wrong in one line
 naming the store, the clip and the fault, and a read must never return
 another clip's frames.
 """

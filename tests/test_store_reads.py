@@ -2,8 +2,8 @@
 disagree with the commit, durations that are not a finite positive number of seconds.
 
 Each case builds a small store with the project's factories and edits its index (or its commit) with plain
-zarr, as a broken tool or an attacker would.  ``python -m specstore.store validate`` (quick and ``--deep``),
-``open_store`` and ``python -m specstore.infer predict`` must all refuse it, each in one line naming the store.
+zarr, as a broken tool or an attacker would.  ``python -m specstore store validate`` (quick and ``--deep``),
+``open_store`` and ``python -m specstore infer`` must all refuse it, each in one line naming the store.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""Transfer (:mod:`specstore.infer.train.transfer`): a head on a shipped backbone's cached clip embeddings, with the tiny
-stand-in backbone of ``tests/shipped_stub.py`` (a width-4 CNN) in place of musicnn."""
+"""Transfer (:mod:`specstore.infer.train.transfer`): a head on a shipped backbone's cached clip embeddings, with the
+tiny stand-in backbone of ``tests/shipped_stub.py`` (a width-4 CNN) in place of musicnn."""
 
 from __future__ import annotations
 

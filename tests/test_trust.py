@@ -74,7 +74,7 @@ def test_a_checkpoint_naming_a_module_is_refused_on_the_command_line(tmp_path: P
     module, marker = marked
     store = make_separable_store(tmp_path / "s.zarr", n=6)
     ckpt = _checkpoint(tmp_path / "m.pt", module)
-    proc = subprocess.run([sys.executable, "-m", "specstore.infer", "predict", str(store), str(ckpt), "--out",
+    proc = subprocess.run([sys.executable, "-m", "specstore", "infer", str(store), str(ckpt), "--out",
                            str(tmp_path / "p.csv"), "--no-progress"], cwd=ROOT, capture_output=True, text=True,
                           timeout=300, env={**_env(), "PYTHONPATH": f"{marker.parent}:{ROOT}"}, check=False)
     assert proc.returncode == 2, proc.stderr

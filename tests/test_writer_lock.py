@@ -22,7 +22,16 @@ import pytest
 from factories import make_corpus
 
 from specstore.pipeline.cli import main as features_main
-from specstore.store import FeatureSpec, IndexRow, ShardWriter, StoreLocked, StoreWriter, create_store, open_store, validate
+from specstore.store import (
+    FeatureSpec,
+    IndexRow,
+    ShardWriter,
+    StoreLocked,
+    StoreWriter,
+    create_store,
+    open_store,
+    validate,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 SPECS = {"mel": FeatureSpec.mel()}  # what `--features mel` makes
@@ -99,7 +108,7 @@ def test_other_process_refused_while_this_one_writes(tmp_path: Path) -> None:
         [
             sys.executable,
             "-m",
-            "specstore.pipeline.cli",
+            "specstore", "features",
             str(tmp_path / "c"),
             str(tmp_path / "s.zarr"),
             "--features",

@@ -1,4 +1,5 @@
-"""Figures for notebooks: a clip's spectrograms, lengths, labels (and, from :mod:`specstore.infer.plots`, the confusion matrix).
+"""Figures for notebooks: a clip's spectrograms, lengths, labels (and, from :mod:`specstore.infer.plots`, the confusion
+matrix).
 
 Every function draws into a given matplotlib ``ax`` or, without one, into a
 new figure made without pyplot (nothing global to close or leak), and

@@ -169,7 +169,8 @@ def _build(
 
 
 def outcomes_from_predictions(pred: Predictions, store: Store, *, source: str = "") -> Outcomes:
-    """Outcomes of ``pred`` (from :func:`specstore.infer.predict`) for the labelled clips of ``specstore.store`` (joined by path).
+    """Outcomes of ``pred`` (from :func:`specstore.infer.predict`) for the labelled clips of ``specstore.store`` (joined
+    by path).
 
     ``source`` says where the predictions came from in :meth:`Outcomes.describe` (e.g. ``"model
     models/demo.pt"``; empty: not said).
@@ -342,5 +343,6 @@ def per_class_table(outcomes: Outcomes) -> Table:
 
 
 def confusion_figure(outcomes: Outcomes, *, title: str = "Confusion matrix", ax: Axes | None = None) -> Figure:
-    """The confusion matrix of ``outcomes``, drawn by :func:`specstore.infer.explore.figures.confusion_matrix_figure`."""
+    """The confusion matrix of ``outcomes``, drawn by :func:`specstore.infer.explore.figures.confusion_matrix_figure`.
+    """
     return confusion_matrix_figure(outcomes.confusion(), outcomes.label_names, title=title, ax=ax)

@@ -1,32 +1,32 @@
 """Masked classifiers for variable-length spectrogram clips, built from registered parts.
 
-* :mod:`infer.models.registry` (no torch): the architectures, time poolings
+* :mod:`specstore.infer.models.registry` (no torch): the architectures, time poolings
   and frequency poolings by name, with their parameter counts; what the
   command lines, :class:`ModelConfig`, the checkpoint loader and the
   documents read.  ``docs/architectures.md`` shows a new architecture
   registered from user code.
-* :mod:`infer.models.masking`: the ops that keep padding invisible (a
+* :mod:`specstore.infer.models.masking`: the ops that keep padding invisible (a
   clip's logits in a padded batch equal its logits alone).
-* :mod:`infer.models.classifier`: :class:`MaskedClassifier`, the input
+* :mod:`specstore.infer.models.classifier`: :class:`MaskedClassifier`, the input
   handling, backbone loop, pooling and head every architecture shares.
-* :mod:`infer.models.pooling`, :mod:`infer.models.pool_window`,
-  :mod:`infer.models.stats_head`: the parts a config chooses.
-* :mod:`infer.models.cnn`, :mod:`infer.models.resnet`: the built-in
+* :mod:`specstore.infer.models.pooling`, :mod:`specstore.infer.models.pool_window`,
+  :mod:`specstore.infer.models.stats_head`: the parts a config chooses.
+* :mod:`specstore.infer.models.cnn`, :mod:`specstore.infer.models.resnet`: the built-in
   architectures; :func:`build_model` builds any registered one.
-* :mod:`infer.models.musicnn`, :mod:`infer.models.transfer`,
-  :mod:`infer.models.ensemble`: the pretrained musicnn, a head on a
+* :mod:`specstore.infer.models.musicnn`, :mod:`specstore.infer.models.transfer`,
+  :mod:`specstore.infer.models.ensemble`: the pretrained musicnn, a head on a
   pretrained backbone, and the sum of models (probabilities averaged).
-* :mod:`infer.models.counts`: the parameters of any model a file may
+* :mod:`specstore.infer.models.counts`: the parameters of any model a file may
   build without trust, from its description alone (what a sum's bound
   reads before its first member is built).
 
-Exports load lazily (:mod:`store.lazy`), so importing the registry costs no
+Exports load lazily (:mod:`specstore.store.lazy`), so importing the registry costs no
 torch.
 """
 
 from typing import TYPE_CHECKING
 
-from store.lazy import lazy_package
+from specstore.store.lazy import lazy_package
 
 __all__ = lazy_package(__name__, {
     "..model_config": ("ARCHS", "BAND_STATS", "FREQ_POOLINGS", "MAX_PARAMETERS", "MAX_TIME_STRIDE", "MIN_FRAMES",

@@ -17,7 +17,7 @@ def build_model(config: ModelConfig) -> MaskedClassifier:
     """The model a config describes (fresh weights), built by its architecture's registered builder.
 
     Code the caller registered is code the caller runs: no trust check here;
-    a model a file names is checked by :class:`infer.contract.ModelSpec`.
+    a model a file names is checked by :class:`specstore.infer.contract.ModelSpec`.
     """
     return cast(MaskedClassifier, ARCH_REGISTRY.build(config.arch, config))
 

@@ -2,7 +2,7 @@
 
 A batch is ``x: (B, 1, n_bins, T)`` zero-padded in time to its longest clip,
 plus ``lengths: (B,)`` (real frames per clip); a clip's logits in a padded
-batch equal its logits run alone (:mod:`infer.models.masking` says how the
+batch equal its logits run alone (:mod:`specstore.infer.models.masking` says how the
 blocks guarantee it).
 
 Input normalisation is a fixed affine map ``(x - input_mean) / input_std``
@@ -18,13 +18,13 @@ each length) and zero-padded in time up to a multiple of the model's total
 time stride, so every time-strided op sees an even length.
 
 The parts are chosen by name from the registries
-(:mod:`infer.models.registry`): the frequency and time poolings
-(:mod:`infer.models.pooling`), what one pooling covers
-(:mod:`infer.models.pool_window`) and the optional statistics head
-(:mod:`infer.models.stats_head`).  :meth:`MaskedClassifier.pooled` returns
+(:mod:`specstore.infer.models.registry`): the frequency and time poolings
+(:mod:`specstore.infer.models.pooling`), what one pooling covers
+(:mod:`specstore.infer.models.pool_window`) and the optional statistics head
+(:mod:`specstore.infer.models.stats_head`).  :meth:`MaskedClassifier.pooled` returns
 their sums as a :class:`Pooled`; :meth:`~MaskedClassifier.pooled_sum` and
 :meth:`~MaskedClassifier.classify` are the same as flat tensors, the engine's
-contract (:mod:`infer.contract`) for windowing a long clip exactly.
+contract (:mod:`specstore.infer.contract`) for windowing a long clip exactly.
 """
 
 from __future__ import annotations
@@ -105,7 +105,7 @@ class MaskedClassifier(nn.Module):
 
     @property
     def pooling(self) -> TimePooling:
-        """The time pooling (:mod:`infer.models.pooling`), held under its registry name."""
+        """The time pooling (:mod:`specstore.infer.models.pooling`), held under its registry name."""
         pooling = self._modules[self.config.pooling]
         assert isinstance(pooling, TimePooling)
         return pooling
@@ -122,7 +122,7 @@ class MaskedClassifier(nn.Module):
 
     @property
     def window_align(self) -> int:
-        """Frames a long clip's windows (:mod:`infer.windows`) start and split on: the pooling window, or the
+        """Frames a long clip's windows (:mod:`specstore.infer.windows`) start and split on: the pooling window, or the
         time stride when the whole clip is pooled at once."""
         return self.config.pool_window or self._time_stride
 
@@ -262,7 +262,7 @@ class MaskedClassifier(nn.Module):
     def embed(self, x: Tensor, lengths: Tensor | Any) -> Tensor:
         """``(B, embedding_dim)`` clip embeddings: the time pooling's output over each clip's real frames, what
         the head reads (so any built-in model can be a frozen backbone for a transfer head,
-        :mod:`infer.transfer`).  Needs ``pool_window=0`` (a windowed model's sums are logits)."""
+        :mod:`specstore.infer.transfer`).  Needs ``pool_window=0`` (a windowed model's sums are logits)."""
         if not isinstance(self._span, Whole):
             raise ModelConfigError("embed needs a model that pools the whole clip (pool_window=0)")
         pooled = self.pooled(x, lengths)

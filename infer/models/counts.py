@@ -1,11 +1,11 @@
 """Parameters of a model a file describes, counted from its description alone, before anything is built.
 
 A file (a checkpoint, a sum of models' member list) may build, without trust, the built-in architectures
-(counted from their :class:`~infer.models.ModelConfig`, :mod:`infer.models.sizes`) and the model classes that
-ship with specstore (:data:`infer.trust.SHIPPED_MODELS`), each of which counts its own from its keyword
+(counted from their :class:`~specstore.infer.models.ModelConfig`, :mod:`specstore.infer.models.sizes`) and the model classes that
+ship with specstore (:data:`specstore.infer.trust.SHIPPED_MODELS`), each of which counts its own from its keyword
 arguments (its ``count_parameters`` class method).  :func:`spec_parameters` is that count for any
-:class:`~infer.contract.ModelSpec` a file may build; code that needs trust is refused as building would refuse it
-(:class:`~infer.trust.UntrustedModelError`), and code trusted by the allow-list (``SPECSTORE_TRUSTED_MODULES``)
+:class:`~specstore.infer.contract.ModelSpec` a file may build; code that needs trust is refused as building would refuse it
+(:class:`~specstore.infer.trust.UntrustedModelError`), and code trusted by the allow-list (``SPECSTORE_TRUSTED_MODULES``)
 counts as nothing (its size is its author's business, as with ``--trust-model-code``).  A sum of models bounds
 its members' total this way before its first member exists.
 """
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from store import ConfigError
+from specstore.store import ConfigError
 
 from ..trust import SHIPPED_MODELS, check_trusted
 
@@ -26,8 +26,8 @@ __all__ = ["spec_parameters"]
 
 def spec_parameters(spec: ModelSpec, *, source: str = "") -> int:
     """Parameters of the model ``spec`` builds without trust, from its config or keyword arguments alone (0 for
-    allow-listed user code); one-line :class:`~store.ConfigError` for a bad one and
-    :class:`~infer.trust.UntrustedModelError` for code that needs trust, ``source`` naming the file."""
+    allow-listed user code); one-line :class:`~specstore.store.ConfigError` for a bad one and
+    :class:`~specstore.infer.trust.UntrustedModelError` for code that needs trust, ``source`` naming the file."""
     from ..contract import resolve_class
 
     if spec.builtin:

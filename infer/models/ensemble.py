@@ -1,20 +1,20 @@
 """The sum of models: several trained models reading parts of one input, their probabilities averaged.
 
 :class:`SumClassifier` is what the default recipe saves when it chooses the sum of the from-scratch CNN and a
-head on a pretrained backbone (:mod:`infer.train.ensemble`).  Each member reads its own rows of the input
+head on a pretrained backbone (:mod:`specstore.infer.train.ensemble`).  Each member reads its own rows of the input
 (its feature's bins: the CNN ``mel+cqt``, the head ``musicnn``, all on one frame grid in one store), its logits
 are divided by its own temperature (fitted on the validation clips when it trained), and the sum's logits are
 ``log(mean of the members' softmax probabilities)``: a softmax of them gives the averaged probabilities.
 
-A member is rebuilt from its :class:`~infer.contract.ModelSpec` with no trust granted, so only the built-in
-architectures and the shipped model classes (:data:`infer.trust.SHIPPED_MODELS`: the transfer head, musicnn) can
+A member is rebuilt from its :class:`~specstore.infer.contract.ModelSpec` with no trust granted, so only the built-in
+architectures and the shipped model classes (:data:`specstore.infer.trust.SHIPPED_MODELS`: the transfer head, musicnn) can
 be members of a saved sum; a checkpoint naming other code as a member is refused as any untrusted import path is.
 A sum has 2 to :data:`MAX_MEMBERS` members, none of them a sum, and their parameters together, counted from
 their specs before the first member is built (:meth:`SumClassifier.count_parameters`), are held to the one bound
-on a model's size (:data:`~infer.models.MAX_PARAMETERS`), as are their temperatures to
-:data:`~infer.calibration.TEMPERATURE_LIMIT`.
+on a model's size (:data:`~specstore.infer.models.MAX_PARAMETERS`), as are their temperatures to
+:data:`~specstore.infer.calibration.TEMPERATURE_LIMIT`.
 
-The model contract (:mod:`infer.contract`) holds for the sum when it holds for every member: it masks
+The model contract (:mod:`specstore.infer.contract`) holds for the sum when it holds for every member: it masks
 padding when each member does (so each pads its own input to its own stride, and the sum's time stride is
 the members' largest, which the engine pads batches to and probes the cost with); its receptive field is the
 largest.  A clip too long for any batch windows exactly (``pooled_sum``/``classify``) when every member does
@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor, nn
 
-from store import ConfigError
+from specstore.store import ConfigError
 
 from ..model_config import ModelConfig, check_parameter_count
 
@@ -50,14 +50,14 @@ def average_probabilities(logits: list[Tensor], temperatures: list[float] | Tens
 
 MAX_MEMBERS = 16
 """Most members a sum may have: the recipe's has two (the CNN and the head); every member is a model of its own."""
-SUM_TARGET = "infer.models.ensemble:SumClassifier"
+SUM_TARGET = "specstore.infer.models.ensemble:SumClassifier"
 """The import path a checkpoint names a sum by."""
 
 
 def _read_members(members: Any, n_bins: Any) -> tuple[list[ModelSpec], list[tuple[int, int]], list[float]]:
     """The members' specs, input rows and temperatures, checked (one line each) before anything is built: two to
     :data:`MAX_MEMBERS` members, rows within ``n_bins``, temperatures within
-    :data:`~infer.calibration.TEMPERATURE_LIMIT`, no sum as a member."""
+    :data:`~specstore.infer.calibration.TEMPERATURE_LIMIT`, no sum as a member."""
     from ..calibration import TEMPERATURE_LIMIT
     from ..contract import ModelSpec
 
@@ -123,7 +123,7 @@ class SumClassifier(nn.Module):
     @classmethod
     def count_parameters(cls, members: list[dict[str, Any]], n_classes: int, n_bins: int) -> int:
         """The members' parameters together, each counted from its spec before any member is built
-        (:func:`~infer.models.counts.spec_parameters`): what the bound on a model's size holds a sum to."""
+        (:func:`~specstore.infer.models.counts.spec_parameters`): what the bound on a model's size holds a sum to."""
         from .counts import spec_parameters
 
         specs, _, _ = _read_members(members, n_bins)
@@ -146,7 +146,7 @@ class SumClassifier(nn.Module):
 
     def _pooled_sum(self, x: Tensor, lengths: Tensor | Any, pool_start: Tensor | None = None,
                     pool_stop: Tensor | None = None) -> tuple[Tensor, Tensor]:
-        """``pooled_sum`` (:mod:`infer.windows`): every member's sums side by side, then their counts as columns
+        """``pooled_sum`` (:mod:`specstore.infer.windows`): every member's sums side by side, then their counts as columns
         (summed over windows like the sums); the count returned is the first member's."""
         sums, counts = [], []
         for m, part in zip(self.members, self._parts(x), strict=True):

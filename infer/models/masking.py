@@ -19,7 +19,7 @@ mode, up to float rounding).  The parts here guarantee it:
   alone alike, and frames ``>= ceil(L / 2)`` pool only zeros, so they stay
   zero (no re-mask needed).  Lengths therefore
   follow ``L -> ceil(L / stride)`` and never reach 0: any clip of >= 1 frame
-  is supported (:data:`~infer.model_config.MIN_FRAMES`).
+  is supported (:data:`~specstore.infer.model_config.MIN_FRAMES`).
 * BatchNorm in eval mode is a per-channel affine map (folded into the conv
   weights at run time, :func:`conv_bn`, which saves a pass over the largest activations).  In training,
   :class:`MaskedBatchNorm2d` computes the batch mean/variance over real frames
@@ -78,7 +78,7 @@ def remask(x: Tensor, lengths: Tensor) -> Tensor:
 
 
 def strided_lengths(lengths: Tensor, stride: int) -> Tensor:
-    """Lengths after a time stride: ``ceil(L / stride)`` (see :mod:`infer.models.masking`)."""
+    """Lengths after a time stride: ``ceil(L / stride)`` (see :mod:`specstore.infer.models.masking`)."""
     if stride == 1:
         return lengths
     return torch.div(lengths + (stride - 1), stride, rounding_mode="floor")

@@ -1,13 +1,13 @@
 """What one pooling covers: the whole clip, or each window of ``pool_window`` frames judged on its own.
 
-With ``pool_window`` (:attr:`~infer.model_config.ModelConfig.pool_window`)
+With ``pool_window`` (:attr:`~specstore.infer.model_config.ModelConfig.pool_window`)
 the pooling and the head run on each window of that many input frames,
 counted from the clip's first frame (so the same windows in a batch as
 alone), and the clip's logits are the windows' logits averaged with their
 real frames as weights: the pooled "sums" are the weighted logits and the
 "counts" the real frames.  A window is owned whole by one of the windows a
 long clip is cut into when they start on multiples of it
-(:attr:`~infer.models.classifier.MaskedClassifier.window_align`), so exact
+(:attr:`~specstore.infer.models.classifier.MaskedClassifier.window_align`), so exact
 windowing holds too.  A long clip is then judged as the training crops of
 that length were.
 """

@@ -1,7 +1,7 @@
 """Poolings: how a clip's last activations become the features its head reads.
 
 Two small parts, each behind one interface and registered by name
-(:mod:`infer.models.registry`):
+(:mod:`specstore.infer.models.registry`):
 
 * a :class:`FreqPooling` turns ``(B, C, F', T')`` activations into per-frame
   features ``(B, features, T')``: :class:`FreqMean` averages over frequency,

@@ -1,8 +1,8 @@
 """The registries of model parts: architectures, time poolings and frequency poolings (no torch).
 
 Each registry is the one list its part is read from: the command lines'
-choices, :class:`~infer.model_config.ModelConfig`'s check and parameter
-count, the checkpoint loader (:mod:`infer.contract`) and the documents
+choices, :class:`~specstore.infer.model_config.ModelConfig`'s check and parameter
+count, the checkpoint loader (:mod:`specstore.infer.contract`) and the documents
 (``docs/architectures.md``).  An entry names its part, says what the part
 costs in parameters from the config alone (so ``--help``, a bad option or a
 checkpoint's bounds are answered before torch is imported), and names the
@@ -10,11 +10,11 @@ code that builds it by an import path ``package.module:attribute``, imported
 on first use.
 
 Adding a part is one entry: :func:`register_arch` (a
-:class:`~infer.models.classifier.MaskedClassifier` subclass from user code
+:class:`~specstore.infer.models.classifier.MaskedClassifier` subclass from user code
 included), :func:`register_pooling`, :func:`register_freq_pooling`.  The
-built-in entries (builders under ``infer.models.``) build freely; a model of
+built-in entries (builders under ``specstore.infer.models.``) build freely; a model of
 any other entry, read from a file, is built only when its module is trusted
-(:mod:`infer.trust`), as an import-path model is.
+(:mod:`specstore.infer.trust`), as an import-path model is.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, overload
 
-from store import ConfigError
+from specstore.store import ConfigError
 
 from . import sizes
 
@@ -37,7 +37,7 @@ __all__ = [
     "register_pooling",
 ]
 
-BUILTIN_PREFIX = "infer.models."
+BUILTIN_PREFIX = "specstore.infer.models."
 """Builders under this package ship with specstore: their models build without trust."""
 
 
@@ -67,7 +67,7 @@ class _Entry(Protocol):
 @dataclass(frozen=True)
 class Arch:
     """An architecture: ``name`` (:attr:`ModelConfig.arch`), ``builder`` (import path of a callable taking a
-    :class:`ModelConfig` and returning a :class:`~infer.models.classifier.MaskedClassifier`),
+    :class:`ModelConfig` and returning a :class:`~specstore.infer.models.classifier.MaskedClassifier`),
     ``n_parameters`` (the backbone's parameters, from the config) and ``last_activations`` (``(channels,
     frequency rows)`` of the backbone's output, which size the pooling and the head)."""
 
@@ -92,7 +92,7 @@ def _none(features: int) -> int:
 
 @dataclass(frozen=True)
 class PoolingEntry:
-    """A time pooling: ``builder`` names a :class:`~infer.models.pooling.TimePooling` class (built with the
+    """A time pooling: ``builder`` names a :class:`~specstore.infer.models.pooling.TimePooling` class (built with the
     feature count); ``head_inputs(features)``: what the head reads; ``n_parameters(features)``: its own."""
 
     name: str
@@ -103,7 +103,7 @@ class PoolingEntry:
 
 @dataclass(frozen=True)
 class FreqPoolingEntry:
-    """A frequency pooling: ``builder`` names a :class:`~infer.models.pooling.FreqPooling` class;
+    """A frequency pooling: ``builder`` names a :class:`~specstore.infer.models.pooling.FreqPooling` class;
     ``kept_rows(rows)``: the frequency rows each channel keeps as features of their own."""
 
     name: str
@@ -212,12 +212,12 @@ def _all(rows: int) -> int:
     return rows
 
 
-register_arch(Arch("cnn", "infer.models.cnn:SpectrogramCNN", sizes.cnn_parameters))
-register_arch(Arch("resnet", "infer.models.resnet:SpectrogramResNet", sizes.resnet_parameters))
-register_arch(Arch("musicnn", "infer.models.musicnn:build_musicnn", sizes.musicnn_parameters,
+register_arch(Arch("cnn", "specstore.infer.models.cnn:SpectrogramCNN", sizes.cnn_parameters))
+register_arch(Arch("resnet", "specstore.infer.models.resnet:SpectrogramResNet", sizes.resnet_parameters))
+register_arch(Arch("musicnn", "specstore.infer.models.musicnn:build_musicnn", sizes.musicnn_parameters,
                    sizes.musicnn_activations))
-register_pooling(PoolingEntry("mean", "infer.models.pooling:MeanPooling"))
-register_pooling(PoolingEntry("meanstd", "infer.models.pooling:MeanStdPooling", head_inputs=_double))
-register_pooling(PoolingEntry("attention", "infer.models.pooling:AttentionPooling", n_parameters=_score))
-register_freq_pooling(FreqPoolingEntry("mean", "infer.models.pooling:FreqMean", kept_rows=_one))
-register_freq_pooling(FreqPoolingEntry("keep", "infer.models.pooling:FreqKeep", kept_rows=_all))
+register_pooling(PoolingEntry("mean", "specstore.infer.models.pooling:MeanPooling"))
+register_pooling(PoolingEntry("meanstd", "specstore.infer.models.pooling:MeanStdPooling", head_inputs=_double))
+register_pooling(PoolingEntry("attention", "specstore.infer.models.pooling:AttentionPooling", n_parameters=_score))
+register_freq_pooling(FreqPoolingEntry("mean", "specstore.infer.models.pooling:FreqMean", kept_rows=_one))
+register_freq_pooling(FreqPoolingEntry("keep", "specstore.infer.models.pooling:FreqKeep", kept_rows=_all))

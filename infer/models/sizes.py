@@ -1,9 +1,9 @@
 """Shapes and parameter counts of the built-in architectures, from a config alone (no torch).
 
-The configuration check (:attr:`infer.model_config.ModelConfig.n_parameters`)
+The configuration check (:attr:`specstore.infer.model_config.ModelConfig.n_parameters`)
 bounds what a checkpoint can make the loader allocate before any tensor
 exists, so each architecture states here, beside its registry entry
-(:mod:`infer.models.registry`), how many parameters its backbone has and the
+(:mod:`specstore.infer.models.registry`), how many parameters its backbone has and the
 shape of its last activations; ``tests/test_architectures.py`` checks the
 counts against the built models for every registered part.
 """

@@ -2,12 +2,12 @@
 
 The statistics of a clip are, per input bin over its real frames (after the
 input normalisation): mean, standard deviation and mean absolute
-frame-to-frame change (:data:`~infer.model_config.BAND_STATS`).  They come
+frame-to-frame change (:data:`~specstore.infer.model_config.BAND_STATS`).  They come
 from sums over real frames (:class:`StatsSums`: of values, squares, absolute
 differences, and the frame counts), so a clip batched equals the clip alone
 and the windows of a long clip add up exactly, as the CNN's pooled sums do.
 The head's weights are fitted in closed form (a logistic regression,
-:mod:`infer.train.stats_head`) before the CNN trains; in training mode the
+:mod:`specstore.infer.train.stats_head`) before the CNN trains; in training mode the
 model is the CNN alone, in eval mode its logits are ``cnn + stats_weight *
 stats``: the product of two experts' probabilities.
 """
@@ -81,7 +81,7 @@ def stats_sums(h: Tensor, lengths: Tensor, pool_start: Tensor | None = None,
 
 class StatsHead(nn.Linear):
     """The head's linear map, ``3 * n_bins`` statistics -> ``n_classes`` logits: zero until fitted, and never
-    trained by SGD (fitted in closed form by :mod:`infer.train.stats_head`).
+    trained by SGD (fitted in closed form by :mod:`specstore.infer.train.stats_head`).
 
     The statistics' standardisation (``shift``, ``scale``, fitted with it) is
     held by the classifier as ``stats_shift`` / ``stats_scale``, the

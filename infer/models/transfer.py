@@ -1,7 +1,7 @@
 """A head on a pretrained backbone: a shipped model's clip embedding, standardised, then a linear layer.
 
-:class:`TransferClassifier` is what ``make train ARCH=musicnn`` saves (:mod:`infer.train.transfer`): the
-backbone is a shipped model (:mod:`infer.shipped`, e.g. ``musicnn-msd``) whose ``embed(x, lengths)`` gives a
+:class:`TransferClassifier` is what ``make train ARCH=musicnn`` saves (:mod:`specstore.infer.train.transfer`): the
+backbone is a shipped model (:mod:`specstore.infer.shipped`, e.g. ``musicnn-msd``) whose ``embed(x, lengths)`` gives a
 ``(B, embedding_dim)`` clip embedding; the head reads ``(embedding - shift) * scale`` (the training
 embeddings' mean and inverse standard deviation, saved as buffers).  Its checkpoint holds every weight, the
 backbone's included, so it runs like any checkpoint (``make infer``, ``specstore classify``); building it reads
@@ -12,7 +12,7 @@ for SGD with the head; the other layers keep ``requires_grad=False`` and stay in
 statistics frozen) even when the model trains.
 
 Any model with ``embed`` and ``embedding_dim`` can be a backbone: every built-in architecture has them
-(:meth:`~infer.models.MaskedClassifier.embed`), which is how the tests stand in a tiny one for musicnn.
+(:meth:`~specstore.infer.models.MaskedClassifier.embed`), which is how the tests stand in a tiny one for musicnn.
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor, nn
 
-from store import ConfigError
-from store.limits import Limit
+from specstore.store import ConfigError
+from specstore.store.limits import Limit
 
 from ..model_config import ModelConfig, check_parameter_count
 
@@ -35,7 +35,7 @@ __all__ = ["MAX_EMBEDDING", "TransferClassifier", "backbone_layers"]
 
 def backbone_layers(backbone: nn.Module) -> list[nn.Module]:
     """The backbone's layers, bottom to top: its ``layers()`` when it defines them, else its child modules that
-    hold parameters, but for its own output heads (a :class:`~infer.models.MaskedClassifier`'s blocks one by
+    hold parameters, but for its own output heads (a :class:`~specstore.infer.models.MaskedClassifier`'s blocks one by
     one), which the embedding does not read."""
     own = getattr(backbone, "layers", None)
     if callable(own):
@@ -54,7 +54,7 @@ MAX_EMBEDDING = 65_536
 
 
 def _shipped(backbone: Any) -> Checkpoint:
-    """The shipped model named ``backbone`` (:mod:`infer.shipped`), weights included: a fixed model of this
+    """The shipped model named ``backbone`` (:mod:`specstore.infer.shipped`), weights included: a fixed model of this
     install, whatever the file asks."""
     from ..shipped import SHIPPED, load_shipped
 
@@ -120,7 +120,7 @@ class TransferClassifier(nn.Module):
     def _embedding_sum(self, x: Tensor, lengths: Tensor | Any, pool_start: Tensor | None = None,
                        pool_stop: Tensor | None = None) -> tuple[Tensor, Tensor]:
         """``pooled_sum`` where the backbone has ``embedding_sum``: its embedding's frame-weighted sums over the
-        owned span and their counts (:mod:`infer.windows`)."""
+        owned span and their counts (:mod:`specstore.infer.windows`)."""
         fn: Any = self.backbone.embedding_sum
         return fn(x, lengths, pool_start, pool_stop)
 

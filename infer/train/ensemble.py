@@ -124,11 +124,11 @@ class SumResult:
 def train_sum(store: str | os.PathLike[str] | Store, model_path: str | os.PathLike[str], cfg: TrainConfig,
               backbone: str, *, progress: bool = True, threads: int | None = None, margin_mb: float | None = None,
               overwrite: bool = False, rules: dict[str, str] | None = None) -> SumResult:
-    """Train the from-scratch model and a head on ``backbone`` (a shipped model's name) on ``specstore.store``; save their
-    sum to ``model_path`` and the members beside it (:func:`member_paths`).  ``cfg``'s ``feature`` (default: the
-    store's) less the backbone's is what the scratch model reads.  ``rules``: automatic choices made before
-    (the recipe's backbone rule), recorded in the sum's checkpoint.  Raises :class:`TrainError`,
-    ``CheckpointError`` and ``ConfigError`` in one line."""
+    """Train the from-scratch model and a head on ``backbone`` (a shipped model's name) on ``specstore.store``; save
+    their sum to ``model_path`` and the members beside it (:func:`member_paths`).  ``cfg``'s ``feature`` (default: the
+    store's) less the backbone's is what the scratch model reads.  ``rules``: automatic choices made before (the
+    recipe's backbone rule), recorded in the sum's checkpoint.  Raises :class:`TrainError`, ``CheckpointError`` and
+    ``ConfigError`` in one line."""
     from .loop import config_path_for, train
 
     t0 = time.perf_counter()

@@ -177,12 +177,12 @@ class TransferResult:
 def train_transfer(store: str | os.PathLike[str] | Store, model_path: str | os.PathLike[str], cfg: TrainConfig, *,
                    progress: bool = True, threads: int | None = None, overwrite: bool = False,
                    cache_path: str | os.PathLike[str] | None = None, rules: dict[str, str] | None = None) -> Any:
-    """Fit a head on ``cfg``'s backbone (:func:`backbone_for`) for ``specstore.store``'s labels; save it to ``model_path``
-    (see the module docstring).  ``cache_path``: the embedding cache (default :func:`embeddings_path_for`;
-    cross-validation's folds share one); ``rules``: automatic choices made before, recorded with the head's.
-    Returns a :class:`TransferResult` (with ``finetune``: the training loop's :class:`~specstore.infer.train.TrainResult`);
-    both have ``summary()``.  Raises :class:`TrainError`, ``CheckpointError`` (the store lacks the backbone's
-    feature) and ``ConfigError`` in one line."""
+    """Fit a head on ``cfg``'s backbone (:func:`backbone_for`) for ``specstore.store``'s labels; save it to
+    ``model_path`` (see the module docstring).  ``cache_path``: the embedding cache (default
+    :func:`embeddings_path_for`; cross-validation's folds share one); ``rules``: automatic choices made before, recorded
+    with the head's. Returns a :class:`TransferResult` (with ``finetune``: the training loop's
+    :class:`~specstore.infer.train.TrainResult`); both have ``summary()``.  Raises :class:`TrainError`,
+    ``CheckpointError`` (the store lacks the backbone's feature) and ``ConfigError`` in one line."""
     t0 = time.perf_counter()
     name = backbone_for(cfg)
     if name is None:
