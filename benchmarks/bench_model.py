@@ -304,8 +304,8 @@ def run(work: Path, *, quick: bool) -> GroupResult:
             continue
         figures += _measure(corpus, work, TrainConfig(device="cpu"), train_csv, test_csv)
     method = ("Each corpus's training and test manifests (other works, or other contents, in the test set) are "
-              "extracted into two stores; `specstore.infer.train` runs with the defaults of `make train` (every auto option "
-              "resolved from that training set); `specstore.infer.evaluate(split='all', baselines=True)` scores the test "
+              "extracted into two stores; `specstore.train` runs with the defaults of `make train` (every auto option "
+              "resolved from that training set); `specstore.evaluate(split='all', baselines=True)` scores the test "
               "store with the baselines fitted on the same training clips. Intervals are percentile bootstraps over "
               "test clips (2000 resamples). The recipe was fixed by grouped cross-validation on training data "
               "before these runs; no figure here chose anything.")

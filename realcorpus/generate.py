@@ -313,7 +313,7 @@ EPILOG = """\
 examples:
   specstore-realcorpus data/realcorpus --jobs 2        # the development corpus (about 16 min on 2 cores)
   specstore-realcorpus /tmp/rc-tiny --tiny             # 18 short clips, seconds (the test suite's)
-  python -c "from specstore import pipeline; print(pipeline.extract('data/realcorpus/train.csv', 'data/rc-train.zarr').report())"
+  python -c "import specstore; print(specstore.extract('data/realcorpus/train.csv', 'data/rc-train.zarr').report())"
   make eval STORE=data/rc-test.zarr MODEL=models/rc.pt SPLIT=all BASELINES=1 BASELINE_STORE=data/rc-train.zarr
 
 Needs fluidsynth and the SoundFont packages (make realcorpus-deps; the tiny size

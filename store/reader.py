@@ -148,7 +148,7 @@ class Store:
         return f"store {self.location}: clip {p.row} ({self.paths[p.row]}) {p.what}{more}"
 
     def _index_hint(self) -> str:
-        return (f"its index is damaged or forged (`python -m specstore store validate {self.location}` lists every problem; "
+        return (f"its index is damaged or forged (`specstore store validate {self.location}` lists every problem; "
                 f"extract the corpus into a new store)")
 
     # -- metadata ------------------------------------------------------------------------

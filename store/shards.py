@@ -43,7 +43,7 @@ def chunk_key(shard: str, feature: str, k: int) -> str:
 
 
 def _repair_hint(loc: Location) -> str:
-    return f"the store is damaged: `python -m specstore store repair {loc}` drops the damaged shard, a rerun re-decodes it"
+    return f"the store is damaged: `specstore store repair {loc}` drops the damaged shard, a rerun re-decodes it"
 
 
 @dataclass(frozen=True)

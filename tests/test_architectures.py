@@ -191,8 +191,9 @@ def test_the_document_lists_every_registered_part() -> None:
 
 
 def test_the_registry_and_the_names_load_no_torch() -> None:
-    code = ("import sys; from specstore.infer.models.registry import ARCH_REGISTRY; from specstore.infer.model_config import ARCHS, "
-            "ModelConfig; assert ARCHS is ARCH_REGISTRY.names and ModelConfig(arch='resnet').n_parameters > 0; "
+    code = ("import sys; from specstore.infer.models.registry import ARCH_REGISTRY; "
+            "from specstore.infer.model_config import ARCHS, ModelConfig; "
+            "assert ARCHS is ARCH_REGISTRY.names and ModelConfig(arch='resnet').n_parameters > 0; "
             "print('torch' in sys.modules)")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=True,
                           cwd=ROOT)

@@ -360,8 +360,8 @@ def test_render_is_bounded_and_short_clips_work() -> None:
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     return subprocess.run(
-        [sys.executable, "-m", "specstore", "demo-corpus", *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=120
-    )
+        [sys.executable, "-m", "specstore", "demo-corpus", *args], cwd=REPO, env=env, capture_output=True, text=True,
+        timeout=120)
 
 
 @pytest.mark.slow

@@ -17,9 +17,15 @@ def _modules(folder: Path) -> list[Path]:
     return sorted(p for p in folder.rglob("*.py") if "__pycache__" not in p.parts)
 
 
+def _package(path: Path) -> str:
+    """The dotted package ``path`` lies in: a package folder's modules are ``specstore.<folder>...``."""
+    parts = path.relative_to(ROOT).with_suffix("").parts[:-1]
+    return ".".join(("specstore", *parts) if parts and parts[0] in PACKAGED else parts)
+
+
 def _imports(path: Path) -> set[str]:
     """Absolute names of every module ``path`` imports (relative imports resolved against its package)."""
-    package = ".".join(path.relative_to(ROOT).with_suffix("").parts[:-1])
+    package = _package(path)
     found: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
         if isinstance(node, ast.Import):
@@ -30,6 +36,31 @@ def _imports(path: Path) -> set[str]:
             found.add(module)
             found |= {f"{module}.{alias.name}" for alias in node.names}
     return found
+
+
+def _absolute_imports(path: Path) -> set[str]:
+    """The modules ``path`` imports by an absolute name (``import x.y``, ``from x.y import z``)."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            found.add(node.module)
+    return found
+
+
+def test_no_code_imports_a_folder_by_its_bare_name() -> None:
+    """One name per module: the package folders are ``specstore.store``, ``specstore.infer``, ...; an import of
+    ``store`` or ``infer.cli`` would load a second copy of every module under the bare name (ruff's TID251 rule
+    checks the same outside the package folders, where it can tell a relative import from an absolute one)."""
+    generators = {ROOT / "tests" / "fixtures" / "pre_specstore" / "make_fixtures.py"}  # run at the old commit only
+    offenders = {}
+    for folder in (*PACKAGED, "specstore", "tests", "benchmarks", "examples", "tools"):
+        for p in _modules(ROOT / folder):
+            bare = sorted(n for n in _absolute_imports(p) if n.split(".")[0] in PACKAGED)
+            if bare and p not in generators:
+                offenders[str(p.relative_to(ROOT))] = bare
+    assert not offenders
 
 
 def test_the_core_does_not_import_the_notebook_helpers() -> None:
@@ -193,7 +224,8 @@ def test_serving_follows_the_import_rules_of_the_core() -> None:
     """``serving/`` is packaged code over the core: like ``infer/``, it never imports the notebook helpers
     (``specstore.infer.explore``) or the benchmarks."""
     offenders = {str(p.relative_to(ROOT)): sorted(n for n in _imports(p) if n.split(".")[0] == "benchmarks"
-                                                  or n == "specstore.infer.explore" or n.startswith("specstore.infer.explore."))
+                                                  or n == "specstore.infer.explore"
+                                                  or n.startswith("specstore.infer.explore."))
                  for p in _modules(ROOT / "serving")}
     assert not {k: v for k, v in offenders.items() if v}, offenders
 

@@ -102,8 +102,8 @@ def test_an_import_path_names_a_class_defined_in_its_module_by_its_own_name(tmp_
     assert not is_trusted("specstore.infer.models.cnn:ConvBlock")  # a part of a model, not a model a file may ask for
     with pytest.raises(UntrustedModelError, match="--trust-model-code"):
         resolve_class("specstore.infer.models.cnn:ConvBlock")
-    assert all(is_trusted(t) for t in ("specstore.infer.models.musicnn:MusiCNN", "specstore.infer.models.transfer:TransferClassifier",
-                                       SUM))
+    assert all(is_trusted(t) for t in ("specstore.infer.models.musicnn:MusiCNN",
+                                       "specstore.infer.models.transfer:TransferClassifier", SUM))
     ckpt = _save(tmp_path / "chain.pt", ModelSpec("specstore.infer.models.ensemble:nn.Linear",
                                                   {"in_features": 16, "out_features": 3}))
     with pytest.raises(CheckpointError, match="attribute chain"):

@@ -303,8 +303,8 @@ def test_seed_changes_the_choice() -> None:
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "specstore", "realcorpus", *args], capture_output=True, text=True, cwd=REPO, check=False, timeout=120
-    )
+        [sys.executable, "-m", "specstore", "realcorpus", *args], capture_output=True, text=True, cwd=REPO, check=False,
+        timeout=120)
 
 
 @pytest.mark.slow
