@@ -252,9 +252,10 @@ gpu-wheels:  ## download the wheels the GPU machine lacks (Python 3.12) into .wh
 test: install  ## run the whole test suite (as CI does), in two pytest-xdist processes (about 8 min on 2 cores)
 	$(PY) -m pytest -q -n 2 tests
 
-lint: install  ## ruff and mypy, as CI runs them
+lint: install  ## ruff, mypy and the import contracts (import-linter; pyproject.toml), as CI runs them
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports
 
 test-fast: install  ## the inner loop: every test not marked slow, in 2 processes (about 75 s on 2 cores)
 	$(PY) -m pytest -q -n 2 -m "not slow" tests

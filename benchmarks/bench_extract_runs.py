@@ -185,7 +185,7 @@ class Isolated:
 
     What one variant does to its process shapes the next one's if they share it: glibc raises its heap
     thresholds after the naive loop frees whole decoded files (17 MB), which spared every later variant the
-    page faults a new process pays, and the extraction's own setting (``specstore.store.heap``) would in turn be
+    page faults a new process pays, and the extraction's own setting (``specstore.common.heap``) would in turn be
     inherited by the floor and the naive loop.  Each single-process variant therefore runs in its own child
     (the benchmark's process tree, so :class:`CpuWindow` still counts it); ``cpu`` is the child's CPU seconds
     in the last call.
@@ -239,8 +239,8 @@ def _max_db_difference(store: Path, naive_dir: Path, corpus: Path, files: list[P
 def features_of(paths: list[str]) -> float:
     """compute_features (log-mel, float16 out) on ``paths`` in this process; returns its CPU seconds.
 
-    compute_features sets the heap as an extraction does (``specstore.store.heap.keep_freed_blocks``), wherever it runs:
-    the bare work of one process and of several does not depend on what their processes did before.
+    compute_features sets the heap as an extraction does (``specstore.common.heap.keep_freed_blocks``), wherever
+    it runs: the bare work of one process and of several does not depend on what their processes did before.
     """
     from specstore.pipeline.features import compute_features
     from specstore.store import FeatureSpec

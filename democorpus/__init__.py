@@ -74,10 +74,10 @@ The package depends on ``specstore.store`` only for the project's error classes 
 error handler; nothing else in the project imports it except tests and examples.
 """
 
-
 if __name__ != "specstore.democorpus":  # one name per module: the folder is imported through specstore/
     raise ImportError(f"specstore's democorpus/ is the package specstore.democorpus; import it by that name, not as "
                       f"{__name__!r}")
+
 from .cli import main
 from .encode import encode_clip
 from .generate import CorpusSummary, generate_corpus

@@ -7,9 +7,9 @@ import logging
 import sys
 from collections.abc import Sequence
 
-from specstore.store import run_cli
-from specstore.store.limits import Limit
-from specstore.store.options import bounded_argument
+from specstore.common import run_cli
+from specstore.common.limits import Limit
+from specstore.common.options import bounded_argument
 
 from .generate import generate_corpus
 from .plan import FORMATS, MAX_SECONDS, MEDIAN_SECONDS, MIN_SECONDS, STYLES, DemoCorpusError

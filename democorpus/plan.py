@@ -18,7 +18,7 @@ import numpy as np
 import numpy.typing as npt
 from scipy.special import ndtr, ndtri
 
-from specstore.store import ConfigError
+from specstore.common import ConfigError
 
 __all__ = [
     "FORMATS", "LOG_SIGMA", "MAX_SECONDS", "MEDIAN_SECONDS", "MIN_SECONDS", "SAMPLE_RATES", "STYLES", "ClipPlan",
@@ -51,7 +51,7 @@ to ``[MIN_SECONDS, MAX_SECONDS]`` by default."""
 class DemoCorpusError(ConfigError):
     """Bad arguments, or an output directory that would mix this corpus with other files.
 
-    A :class:`specstore.store.ConfigError` (so also a ``ValueError``): commands report it as one line.
+    A :class:`specstore.common.ConfigError` (so also a ``ValueError``): commands report it as one line.
     """
 
 

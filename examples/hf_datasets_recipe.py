@@ -27,7 +27,8 @@ from typing import Any
 import numpy as np
 from datasets import Array2D, ClassLabel, Dataset, Features, Value
 
-from specstore.store import ConfigError, Store, open_store
+from specstore.common import ConfigError
+from specstore.store import Store, open_store
 
 __all__ = ["hf_features", "to_hf_dataset"]
 

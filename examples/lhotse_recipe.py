@@ -36,8 +36,9 @@ from lhotse.dataset.collation import collate_features
 from lhotse.features import Features
 from lhotse.features.io import FeaturesReader, register_reader
 
+from specstore.common import ConfigError
 from specstore.infer.budget import Budget
-from specstore.store import ConfigError, Store, open_store
+from specstore.store import Store, open_store
 
 __all__ = ["STORAGE_TYPE", "GenreCutDataset", "SpecstoreReader", "cuts_from_store", "max_duration_for"]
 

@@ -24,32 +24,17 @@ and ``specstore.infer.evaluate(store, model, out_dir)`` are what ``make infer``,
 train`` and ``make eval`` run.
 """
 
-
 if __name__ != "specstore.infer":  # one name per module: the folder is imported through specstore/
     raise ImportError(f"specstore's infer/ is the package specstore.infer; import it by that name, not as "
                       f"{__name__!r}")
+
 from typing import TYPE_CHECKING
 
-from specstore.store.lazy import lazy_package
+from specstore.common.lazy import lazy_package
 
-__all__ = lazy_package(__name__, {
-    "budget": ("Budget", "CostModel", "PlanError"),
-    "checkpoint": ("Checkpoint", "CheckpointError", "load_checkpoint", "save_checkpoint"),
-    "contract": ("ModelSpec",),
-    "cost": ("measure_cost_per_frame",),
-    "data": ("BudgetBatchSampler", "PadCollate", "StoreDataset", "pad_collate", "prefetch"),
-    "evaluate": ("Report", "evaluate"),
-    "planner": ("Plan", "plan_batches", "shuffled_training_plan", "training_plan"),
-    "predict": ("PredictStats", "predict"),
-    "predictions": ("Predictions",),
-    "run_options": ("RunOptions",),
-    "runtime": ("Engine",),
-    "shipped": ("load_shipped", "resolve_checkpoint", "shipped_names"),
-    "train": ("TrainConfig", "TrainError", "TrainResult", "train"),
-    "train.transfer": ("train_transfer",),
-})
+__all__ = lazy_package(__name__)
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # the exports, each imported on first use (specstore.common.lazy)
     from .budget import Budget, CostModel, PlanError
     from .checkpoint import Checkpoint, CheckpointError, load_checkpoint, save_checkpoint
     from .contract import ModelSpec

@@ -22,7 +22,8 @@ from typing import Any
 
 import numpy as np
 
-from specstore.store import ConfigError, Store
+from specstore.common import ConfigError
+from specstore.store import Store
 
 __all__ = ["STATS", "BaselineResult", "bootstrap_ci", "clip_stats", "fit_baselines"]
 
@@ -87,7 +88,7 @@ def fit_baselines(train_store: Store, train_rows: np.ndarray, test_store: Store,
     ``train_rows``: labelled rows of ``train_store`` to fit on; ``test_rows``
     and ``test_truth`` (label names): the evaluated clips.  Labels the
     training clips never show count as errors.  Raises
-    :class:`~specstore.store.ConfigError` when there is nothing to fit.
+    :class:`~specstore.common.ConfigError` when there is nothing to fit.
     """
     from sklearn.linear_model import LogisticRegression
     from sklearn.metrics import f1_score

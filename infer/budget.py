@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from specstore.store import ConfigError
+from specstore.common import ConfigError
 
 from .defaults import MAX_BATCH
 

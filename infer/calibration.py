@@ -37,8 +37,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from specstore.store import ConfigError
-from specstore.store.limits import Limit
+from specstore.common import ConfigError
+from specstore.common.limits import Limit
 
 __all__ = ["ECE_BINS", "TEMPERATURE_BOUNDS", "TEMPERATURE_LIMIT", "UNCALIBRATED", "Calibration", "calibration_fields",
            "calibration_report", "calibration_text", "expected_calibration_error", "fit_temperature", "probabilities"]

@@ -30,7 +30,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from specstore.store import ConfigError, FeatureSpec, SpecstoreError, Store, atomic_path, spec_differences
+from specstore.common import ConfigError, SpecstoreError, atomic_path
+from specstore.store import FeatureSpec, Store, spec_differences
 from specstore.store.spec_command import extraction_command
 
 from .calibration import Calibration

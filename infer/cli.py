@@ -6,7 +6,7 @@ command of its own (``specstore-infer``, ``specstore-plan``,
 Make targets call these.  Every failure a user can cause (missing store or
 checkpoint, spec mismatch, no GPU, a store without labels, a bad option) is
 one line on stderr, ``specstore: error: ...``, and exit status 2
-(:func:`specstore.store.run_cli`).
+(:func:`specstore.common.run_cli`).
 
 The parsers, the option checks and the path checks (a missing store or
 checkpoint) need no torch: torch, zarr and the models are imported inside
@@ -23,9 +23,10 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from specstore.store import ConfigError, StoreError, run_cli
-from specstore.store.atomic import check_output_path, output_target
-from specstore.store.options import add_options, given
+from specstore.common import ConfigError, run_cli
+from specstore.common.atomic import check_output_path, output_target
+from specstore.common.options import add_options, given
+from specstore.store import StoreError
 from specstore.store.presence import check_store_present
 
 from .cli_options import CvOptions, EvalOptions, InitOptions, PlanOptions, PredictOptions

@@ -1,7 +1,7 @@
 """The options of the inference commands that are not run options or training options, one dataclass each.
 
 Each field is one option of ``python -m specstore.infer <command>`` (its default and
-help here, :mod:`specstore.store.options` makes the option), so no command line
+help here, :mod:`specstore.common.options` makes the option), so no command line
 spells a default of its own.  The run options are
 :class:`~specstore.infer.run_options.RunOptions`, the training options
 :class:`~specstore.infer.train.config.TrainConfig`.  Pure: no torch.
@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from specstore.store.limits import bounded, field_limit
-from specstore.store.options import described, option
+from specstore.common.limits import bounded, field_limit
+from specstore.common.options import described, option
 
 from .defaults import EVAL_SPLITS, MAX_SEED
 from .model_config import ARCHS, ModelConfig

@@ -15,7 +15,7 @@ from typing import Protocol
 import numpy as np
 from torch.utils.data import Dataset
 
-from specstore.store import ConfigError
+from specstore.common import ConfigError
 
 __all__ = ["ArrayDataset", "ClipSource", "Item"]
 

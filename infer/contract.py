@@ -59,7 +59,7 @@ from typing import Any
 
 from torch import nn
 
-from specstore.store import ConfigError
+from specstore.common import ConfigError
 
 from .models import ARCHS, MaskedClassifier, ModelConfig, build_model
 from .models.registry import ARCH_REGISTRY

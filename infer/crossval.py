@@ -32,7 +32,8 @@ from typing import Any
 
 import numpy as np
 
-from specstore.store import ConfigError, Store, open_store, write_atomic
+from specstore.common import ConfigError, write_atomic
+from specstore.store import Store, open_store
 
 from .baselines import STATS, bootstrap_ci, clip_stats
 from .checkpoint import load_checkpoint

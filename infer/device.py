@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from specstore.store import ConfigError, SpecstoreError
+from specstore.common import ConfigError, SpecstoreError
 
 from . import defaults
 
@@ -73,7 +73,7 @@ def memory_bytes(device: torch.device, budget_mb: float | None = None,
     CUDA: ``torch.cuda.mem_get_info()`` free bytes minus ``margin_mb``
     (default :data:`DEFAULT_CUDA_MARGIN_MB`), capped by ``budget_mb`` when
     given.  CPU: ``budget_mb`` (default :data:`DEFAULT_CPU_BUDGET_MB`), a RAM
-    figure the user configures.  Raises :class:`~specstore.store.ConfigError` for a
+    figure the user configures.  Raises :class:`~specstore.common.ConfigError` for a
     budget or margin that is not a positive finite number.
     """
     budget = _positive_mb(budget_mb, "BUDGET_MB (--budget-mb)")
@@ -96,7 +96,7 @@ def autocast_dtype(precision: str, device: torch.device) -> torch.dtype | None:
     """The autocast dtype ``precision`` means on ``device`` (None = plain fp32).
 
     ``auto``: bf16 on CUDA where supported, else fp16; fp32 on CPU.  ``fp16``
-    needs CUDA (:class:`~specstore.store.ConfigError` otherwise).
+    needs CUDA (:class:`~specstore.common.ConfigError` otherwise).
     """
     if precision not in PRECISIONS:
         raise ConfigError(f"precision must be one of {', '.join(PRECISIONS)}, not {precision!r}")

@@ -37,7 +37,8 @@ from typing import Any
 
 import numpy as np
 
-from specstore.store import ConfigError, SpecstoreError, Store, open_store, write_atomic
+from specstore.common import ConfigError, SpecstoreError, write_atomic
+from specstore.store import Store, open_store
 
 from .baselines import BaselineResult, bootstrap_ci, fit_baselines
 from .calibration import ECE_BINS, calibration_report, calibration_text, probabilities

@@ -47,7 +47,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from specstore.store import ConfigError, SpecstoreError, atomic_path, write_atomic
+from specstore.common import ConfigError, SpecstoreError, atomic_path, write_atomic
 
 from .calibration import calibration_fields
 from .checkpoint import Checkpoint

@@ -13,8 +13,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from specstore.store import ConfigError, check_output_path
-from specstore.store.options import option
+from specstore.common import ConfigError, check_output_path
+from specstore.common.options import option
 
 __all__ = ["FORMATS", "SUFFIXES", "ExportOptions", "export_path", "sidecar_path"]
 
@@ -40,7 +40,7 @@ def export_path(checkpoint: str | os.PathLike[str], fmt: str, out: str | os.Path
     """Where an export of ``checkpoint`` to ``fmt`` goes: ``out``, or the checkpoint's name with the format's
     suffix (:data:`SUFFIXES`) beside it.  Refuses an unknown format, the checkpoint's own path and, in one line
     before any work, a path that cannot be written as a regular file (a FIFO or ``/dev/stdout`` included: the file is
-    read back to check it and its sidecar goes beside it; :func:`specstore.store.check_output_path`)."""
+    read back to check it and its sidecar goes beside it; :func:`specstore.common.check_output_path`)."""
     if fmt not in FORMATS:
         raise ConfigError(f"unknown export format {fmt!r}; expected one of {', '.join(FORMATS)}")
     src = Path(checkpoint)

@@ -15,10 +15,10 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from specstore.store import ConfigError
-from specstore.store.limits import Limit, bounded, check_fields, field_limit
-from specstore.store.options import described, option
-from specstore.store.records import from_record
+from specstore.common import ConfigError
+from specstore.common.limits import Limit, bounded, check_fields, field_limit
+from specstore.common.options import described, option
+from specstore.common.records import from_record
 
 from .models.registry import ARCH_REGISTRY, FREQ_POOLING_REGISTRY, POOLING_REGISTRY
 
@@ -108,7 +108,7 @@ class ModelConfig:
     windows' logits, weighted by their real frames, so a long clip is judged
     as the training crops of that length were.
 
-    Every numeric field is bounded (its :class:`~specstore.store.limits.Limit`, stated
+    Every numeric field is bounded (its :class:`~specstore.common.limits.Limit`, stated
     beside it with the reason), the total time stride is at most
     :data:`MAX_TIME_STRIDE` and the parameter count (:attr:`n_parameters`,
     computed from the config) at most :data:`MAX_PARAMETERS`: a config is

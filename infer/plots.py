@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from specstore.store import SpecstoreError, atomic_path
+from specstore.common import SpecstoreError, atomic_path
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes

@@ -21,7 +21,8 @@ from typing import Any
 import numpy as np
 from torch import nn
 
-from specstore.store import ConfigError, Store, check_output_path, open_store
+from specstore.common import ConfigError, check_output_path
+from specstore.store import Store, open_store
 
 from .calibration import Calibration, probabilities
 from .checkpoint import Checkpoint, check_store_matches

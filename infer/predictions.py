@@ -28,7 +28,7 @@ answer: its scores are independent sigmoids, several high per clip.  Its file ha
 and no ``unknown``.  ``labels`` (:func:`select_labels`) restricts either file to a subset of the model's labels.
 
 The file is standard CSV (RFC 4180 quoting), UTF-8, written atomically, or straight through a FIFO or
-``/dev/stdout`` (:func:`specstore.store.atomic.open_output`).
+``/dev/stdout`` (:func:`specstore.common.atomic.open_output`).
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ from typing import Any
 
 import numpy as np
 
-from specstore.store import SpecstoreError, open_output
+from specstore.common import SpecstoreError, open_output
 
 __all__ = [
     "COLUMNS", "NO_UNKNOWN_FOR_TAGS", "REQUIRED_COLUMNS", "TAG_COLUMNS", "UNKNOWN", "CsvPrediction", "Predictions",
@@ -172,7 +172,7 @@ def answer(label: str, prob: float, unknown_below: float | None) -> str:
 def write_predictions_csv(pred: Predictions, out: str | os.PathLike[str], *, topk: int = 5,
                           unknown_below: float | None = None) -> Path:
     """Write the predictions CSV (see the module docstring) to ``out`` (atomically, or straight through a FIFO or
-    ``/dev/stdout``: :func:`specstore.store.atomic.open_output`); return its path.
+    ``/dev/stdout``: :func:`specstore.common.atomic.open_output`); return its path.
 
     ``unknown_below``: ``pred`` is ``unknown`` where the top probability is below it (None: off).
     """

@@ -12,9 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from specstore.store import ConfigError
-from specstore.store.limits import bounded, check_fields, field_limit, usable_cores
-from specstore.store.options import described, option
+from specstore.common import ConfigError
+from specstore.common.limits import bounded, check_fields, field_limit, usable_cores
+from specstore.common.options import described, option
 
 from . import defaults
 from .defaults import PRECISIONS
@@ -44,7 +44,7 @@ class RunOptions:
     fastest for mmap-backed stores on a few cores) or by that many
     DataLoader worker processes (for a GPU that one thread cannot keep
     busy).  ``progress``: tqdm bars.
-    Every number is bounded (the :class:`~specstore.store.limits.Limit` beside it, the
+    Every number is bounded (the :class:`~specstore.common.limits.Limit` beside it, the
     reason with it) and checked when the options are made, so every command
     that runs a model refuses a value out of range in one line.
     """

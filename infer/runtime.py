@@ -35,7 +35,8 @@ from torch import nn
 from torch.utils.data import DataLoader
 from tqdm.auto import tqdm
 
-from specstore.store import ConfigError, Store
+from specstore.common import ConfigError
+from specstore.store import Store
 
 from .budget import Budget
 from .clip_source import ClipSource
@@ -114,7 +115,7 @@ class Engine:
     """:class:`RunOptions` resolved on this machine; see the module docstring.
 
     Choosing the device may raise :class:`~specstore.infer.device.DeviceError`; bad
-    options raise :class:`~specstore.store.ConfigError`.  Sets the process's CPU
+    options raise :class:`~specstore.common.ConfigError`.  Sets the process's CPU
     thread count when running on CPU.
     """
 

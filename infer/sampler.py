@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 from torch.utils.data import Sampler
 
-from specstore.store import ConfigError
+from specstore.common import ConfigError
 
 from .budget import Budget, CostModel
 from .defaults import MAX_BATCH

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from specstore.store import ConfigError
+from specstore.common import ConfigError
 
 if TYPE_CHECKING:
     from .checkpoint import Checkpoint

@@ -38,7 +38,8 @@ from typing import Any
 
 import numpy as np
 
-from specstore.store import ConfigError, Store
+from specstore.common import ConfigError
+from specstore.store import Store
 
 __all__ = [
     "MIN_CLIPS_UNGROUPED", "RULE", "RULE_OFFSET", "SPLITS", "SplitError", "SplitRule", "split_keys", "split_score",

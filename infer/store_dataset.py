@@ -18,7 +18,8 @@ from typing import Any
 import numpy as np
 from torch.utils.data import Dataset
 
-from specstore.store import ConfigError, FeatureSpec, Store, open_store, stack_parts
+from specstore.common import ConfigError
+from specstore.store import FeatureSpec, Store, open_store, stack_parts
 
 from .augment import Augment, SpecAugment
 from .clip_source import Item

@@ -39,7 +39,7 @@ import os
 from collections.abc import Collection
 from typing import Any
 
-from specstore.store import ConfigError
+from specstore.common import ConfigError
 
 __all__ = ["SHIPPED_MODELS", "TRUST_ENV", "Trust", "UntrustedModelError", "add_trust_argument", "check_defined",
            "check_import_path", "check_trusted", "is_trusted", "trusted_modules", "with_named"]
@@ -92,7 +92,7 @@ def with_named(trust: Trust, *targets: str) -> Trust:
 
 def check_import_path(target: str, *, source: str = "") -> tuple[str, str]:
     """``(module, name)`` of an import path ``package.module:Name`` that names its class directly (a Python
-    identifier after the colon, no attribute chain); :class:`~specstore.store.ConfigError` in one line otherwise."""
+    identifier after the colon, no attribute chain); :class:`~specstore.common.ConfigError` in one line otherwise."""
     module, sep, name = target.partition(":") if isinstance(target, str) else ("", "", "")
     if not sep or not module or not all(part.isidentifier() for part in module.split(".")):
         raise ConfigError(f"{source or 'the model'} names its model by {target!r}, which is not an import path "

@@ -43,7 +43,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from specstore.store import ConfigError
+from specstore.common import ConfigError
 
 from .budget import align_frames
 from .clip_source import ClipSource, Item

@@ -4,25 +4,21 @@
 decodes every file once, computes the features and commits them into the store.
 ``specstore.pipeline.stored_features(path, specs)`` gives one file's features as a store would hold them, in memory.
 
-The names below are imported on first use (:mod:`specstore.store.lazy`), so ``specstore-features --help`` and a
+The names below are imported on first use (:mod:`specstore.common.lazy`), so ``specstore-features --help`` and a
 mistyped corpus path answer before librosa and zarr are imported.
 """
-
 
 if __name__ != "specstore.pipeline":  # one name per module: the folder is imported through specstore/
     raise ImportError(f"specstore's pipeline/ is the package specstore.pipeline; import it by that name, not as "
                       f"{__name__!r}")
+
 from typing import TYPE_CHECKING
 
-from specstore.store.lazy import lazy_package
+from specstore.common.lazy import lazy_package
 
-__all__ = lazy_package(__name__, {
-    "corpus": ("CorpusError", "scan_corpus"),
-    "extract": ("ExtractError", "ExtractSummary", "extract"),
-    "features": ("stored_features",),
-})
+__all__ = lazy_package(__name__)
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # the exports, each imported on first use (specstore.common.lazy)
     from .corpus import CorpusError, scan_corpus
     from .extract import ExtractError, ExtractSummary, extract
     from .features import stored_features

@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from specstore.store import SpecstoreError
+from specstore.common import SpecstoreError
 
 __all__ = ["AV_EXTENSIONS", "SOUNDFILE_EXTENSIONS", "AudioError", "AudioInfo"]
 

@@ -7,10 +7,11 @@ import logging
 import sys
 from pathlib import Path
 
-from specstore.store import ConfigError, FeatureSpec, run_cli
+from specstore.common import ConfigError, run_cli
+from specstore.common.limits import field_limit
+from specstore.common.options import bounded_argument
+from specstore.store import FeatureSpec
 from specstore.store.kinds import kind_names
-from specstore.store.limits import field_limit
-from specstore.store.options import bounded_argument
 
 from .corpus import CorpusError
 from .extract_options import BLOCK_SECONDS, COMMIT_SECONDS, JOBS

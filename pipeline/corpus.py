@@ -46,7 +46,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from specstore.store import ConfigError, SpecstoreError, escape_path
+from specstore.common import ConfigError, SpecstoreError
+from specstore.store import escape_path
 
 from .audio_types import AV_EXTENSIONS, SOUNDFILE_EXTENSIONS
 
@@ -167,7 +168,7 @@ def group_rule(group_by: str) -> Callable[[str], str]:
     """The function giving a folder corpus's stored path (relative to its root) its group ("" = none).
 
     ``group_by`` is :data:`GROUP_BY_PARENT` or a regular expression (see
-    the module docstring).  Raises :class:`~specstore.store.ConfigError`, one line,
+    the module docstring).  Raises :class:`~specstore.common.ConfigError`, one line,
     for an empty value or a regular expression that does not compile.
     """
     if not group_by:
@@ -254,7 +255,7 @@ def scan_corpus(corpus: str | os.PathLike[str], *, follow_links: bool = False,
     rows of the store, with their reason), not skipped; so are links whose
     target is outside the root, unless ``follow_links`` (then followed).
     ``group_by`` groups a folder corpus's files (see the module docstring);
-    a bad regular expression is a :class:`~specstore.store.ConfigError` and a manifest
+    a bad regular expression is a :class:`~specstore.common.ConfigError` and a manifest
     a :class:`CorpusError` (it has its own ``group`` column), both raised
     before the corpus is read.
     """

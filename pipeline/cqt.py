@@ -23,7 +23,7 @@ import numpy.typing as npt
 import scipy.fft
 import scipy.sparse
 
-from specstore.store import ConfigError
+from specstore.common import ConfigError
 from specstore.store.spec import FeatureSpec
 
 from .audio import StreamResampler

@@ -19,7 +19,8 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
-from specstore.store import ConfigError, Corpus, FeatureSpec, StoreWriter, create_store, default_specs, escape_path
+from specstore.common import ConfigError
+from specstore.store import Corpus, FeatureSpec, StoreWriter, create_store, default_specs, escape_path
 from specstore.store.kinds import DEFAULT_KINDS, kind_names
 from specstore.store.location import as_location
 

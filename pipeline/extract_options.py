@@ -1,7 +1,7 @@
 """The bounds of the extraction run's own settings: ``--jobs``, ``--block-seconds``, ``--commit-seconds``.
 
 One home for each bound and its reason: ``specstore-features`` checks them
-as its command line is parsed (:func:`specstore.store.options.bounded_argument`) and
+as its command line is parsed (:func:`specstore.common.options.bounded_argument`) and
 :func:`specstore.pipeline.extract` checks the same values when called from Python.
 The feature parameters' bounds are :class:`specstore.store.FeatureSpec`'s.  Pure: no
 audio libraries.
@@ -9,7 +9,7 @@ audio libraries.
 
 from __future__ import annotations
 
-from specstore.store.limits import Limit
+from specstore.common.limits import Limit
 
 __all__ = ["BLOCK_SECONDS", "COMMIT_SECONDS", "JOBS"]
 

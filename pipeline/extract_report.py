@@ -6,7 +6,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from specstore.store import SpecstoreError
+from specstore.common import SpecstoreError
 
 from .decoder_log import DecoderWarnings
 

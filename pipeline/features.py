@@ -30,9 +30,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from specstore.common import ConfigError
+from specstore.common.heap import keep_freed_blocks
 from specstore.pipeline.audio import AudioError, probe, stream_mono
-from specstore.store import ConfigError
-from specstore.store.heap import keep_freed_blocks
 from specstore.store.spec import FeatureSpec
 
 from .kinds import FeaturePlan, FeatureStream, plan_for
@@ -132,7 +132,7 @@ def compute_features(
     already handed over some rows: the caller drops them.
 
     Sets glibc's heap thresholds for the rest of the process
-    (:func:`specstore.store.heap.keep_freed_blocks`: freed blocks up to 32 MiB are
+    (:func:`specstore.common.heap.keep_freed_blocks`: freed blocks up to 32 MiB are
     kept for reuse), what every extraction worker and decoded upload needs.
 
     Raises ValueError for inconsistent or unsupported specs (different
@@ -153,7 +153,7 @@ def compute_features(
     streams: dict[str, FeatureStream] = {name: p.stream(hint, dtypes[name], out.get(name))
                                          for name, p in plans.items()}
     # Decoded blocks and each batch of frames are freed and allocated again every step: kept in the heap
-    # instead of unmapped and page-faulted in again (store.heap: 17% of a run's time in a new process).
+    # instead of unmapped and page-faulted in again (specstore.common.heap: 17% of a run's time in a new process).
     keep_freed_blocks()
     n = 0  # samples fed so far
     for block in _blocks(path, sr, block_seconds):

@@ -33,7 +33,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from specstore.store import SpecstoreError
+from specstore.common import SpecstoreError
 from specstore.store.layout import CONTENT_HASH, LEGACY_CONTENT_HASH
 
 __all__ = [

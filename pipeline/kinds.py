@@ -17,7 +17,7 @@ from typing import Protocol
 import numpy as np
 import numpy.typing as npt
 
-from specstore.store import ConfigError
+from specstore.common import ConfigError
 from specstore.store.kinds import CQT, MEL, MUSICNN
 from specstore.store.spec import FeatureSpec
 

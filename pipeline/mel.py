@@ -23,7 +23,7 @@ import numpy.typing as npt
 import scipy.fft
 import scipy.signal
 
-from specstore.store import ConfigError
+from specstore.common import ConfigError
 from specstore.store.spec import FeatureSpec
 
 from .streaming import Output, Signal, centered_frames, ready_frames, to_db

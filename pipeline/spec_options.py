@@ -33,9 +33,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from specstore.store import ConfigError, FeatureSpec, default_specs
+from specstore.common import ConfigError
+from specstore.common.limits import field_limit
+from specstore.store import FeatureSpec, default_specs
 from specstore.store.kinds import DEFAULT_KINDS, feature_kind, kind_names
-from specstore.store.limits import field_limit
 
 __all__ = ["DEFAULT_FEATURES", "parse_fmax", "read_spec_file", "specs_from_options"]
 
@@ -74,7 +75,7 @@ def _field_value(name: str, value: Any, where: str) -> Any:
 
 def _bounded(name: str, value: Any, spelled: str) -> Any:
     """``value`` of FeatureSpec field ``name`` checked against the field's bound
-    (:class:`~specstore.store.limits.Limit`), the error naming it as the user spelled it (``--n-mels``, ``spec file X
+    (:class:`~specstore.common.limits.Limit`), the error naming it as the user spelled it (``--n-mels``, ``spec file X
     [mel]: n_bins``)."""
     field_limit(FeatureSpec, name).check(spelled, value)
     return value
@@ -121,7 +122,7 @@ def specs_from_options(
     (None: half the sample rate; ``"default"``: leave it), ``n_mels`` and
     ``cqt_bins`` bins.  A value for a feature that is not extracted (e.g.
     ``n_mels`` with ``features=("cqt",)``) is refused rather than ignored.
-    Raises :class:`~specstore.store.ConfigError` with one line.
+    Raises :class:`~specstore.common.ConfigError` with one line.
     """
     flags = {"--sample-rate": ("sample_rate", sample_rate), "--hop": ("hop_length", hop),
              "--n-mels": ("n_bins", n_mels), "--n-fft": ("n_fft", n_fft), "--cqt-bins": ("n_bins", cqt_bins),

@@ -4,10 +4,10 @@
 describes the classes, sources, licences and how rendering varies.
 """
 
-
 if __name__ != "specstore.realcorpus":  # one name per module: the folder is imported through specstore/
     raise ImportError(f"specstore's realcorpus/ is the package specstore.realcorpus; import it by that name, not as "
                       f"{__name__!r}")
+
 from .catalogue import CLASSES, SIZES, Clip, Piece, RealCorpusError, Work, list_works, plan_corpus
 from .generate import Summary, generate, main
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from specstore.store import ConfigError
+from specstore.common import ConfigError
 
 from .sources import SOURCES, Piece, Work
 

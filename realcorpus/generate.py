@@ -36,9 +36,9 @@ from typing import Any
 
 from tqdm import tqdm
 
-from specstore.store import run_cli
-from specstore.store.limits import Limit
-from specstore.store.options import bounded_argument
+from specstore.common import run_cli
+from specstore.common.limits import Limit
+from specstore.common.options import bounded_argument
 
 from .catalogue import CLASSES, SIZES, Clip, RealCorpusError, music21_version, per_class, plan_corpus, rng_for
 from .render import SOUNDFONTS, check_renderer, encode, render_clip

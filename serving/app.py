@@ -48,8 +48,8 @@ from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, R
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from specstore.common import ConfigError
 from specstore.pipeline.audio import readable_extensions
-from specstore.store import ConfigError
 
 from .errors import InternalError, Refused, RequestError
 from .metrics import CONTENT_TYPE

@@ -55,9 +55,10 @@ from typing import IO
 
 import numpy as np
 
+from specstore.common import ConfigError, OutputPathError, atomic_path
+from specstore.common.cli import one_line
 from specstore.pipeline.features import common_grid, min_samples
-from specstore.store import ConfigError, FeatureSpec, OutputPathError, atomic_path
-from specstore.store.errors import one_line
+from specstore.store import FeatureSpec
 
 from .clips import DecodedClip
 

@@ -29,11 +29,12 @@ from pathlib import Path
 import numpy as np
 from tqdm.auto import tqdm
 
+from specstore.common import ConfigError
 from specstore.infer.predictions import NO_UNKNOWN_FOR_TAGS, PredictionsError, answer, check_unknown_below
 from specstore.pipeline.corpus import AUDIO_EXTENSIONS
 from specstore.pipeline.corpus_hashes import hash_batch
 from specstore.pipeline.decoder_log import DecoderLogListener, DecoderWarnings, captured_stderr, log_summary
-from specstore.store import ConfigError, FeatureSpec
+from specstore.store import FeatureSpec
 from specstore.store.layout import CONTENT_HASH
 
 from .cache import ClipCache
@@ -90,7 +91,7 @@ class ClassifyResult:
 def expand_inputs(inputs: Sequence[str | os.PathLike[str]]) -> list[str]:
     """Files to classify: each file argument as given, each folder's audio files (recursive, sorted).
 
-    Raises :class:`~specstore.store.ConfigError` for an argument that does not exist
+    Raises :class:`~specstore.common.ConfigError` for an argument that does not exist
     or a folder holding no audio files.
     """
     out: list[str] = []
@@ -200,7 +201,7 @@ def classify_files(inputs: Sequence[str | os.PathLike[str]], classifier: Classif
     top-k (:mod:`specstore.serving.segments`: each window classified alone, masked,
     so exact under batching).  A file whose probabilities come out non-finite is a
     failure, never a row with NaN in it.  Raises
-    :class:`~specstore.store.ConfigError` for bad arguments; unreadable or
+    :class:`~specstore.common.ConfigError` for bad arguments; unreadable or
     undecodable files become failures.
     """
     unknown_below, segments = _check_args(classifier, topk, jobs, unknown_below, segments)

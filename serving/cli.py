@@ -4,7 +4,7 @@
 options of ``make infer`` (device, budget, max batch, precision); ``export``
 takes a checkpoint and writes it as ONNX or TorchScript
 (:func:`specstore.infer.export.export_model`).  User errors print one line,
-``specstore: error: ...``, and exit 2 (:func:`specstore.store.run_cli`);
+``specstore: error: ...``, and exit 2 (:func:`specstore.common.run_cli`);
 ``classify`` exits 1 when some files could not be classified (each named
 on stderr with its reason) and 0 when all were.
 """
@@ -20,8 +20,8 @@ import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from specstore.store import PROG, run_cli
-from specstore.store.options import add_options, given
+from specstore.common import PROG, run_cli
+from specstore.common.options import add_options, given
 
 if TYPE_CHECKING:
     from specstore.infer.calibration import Calibration
@@ -107,7 +107,7 @@ def _check_model(path: str) -> None:
     from specstore.infer.shipped import is_shipped, no_checkpoint_hint
 
     if not os.path.isfile(path) and not is_shipped(path):
-        from specstore.store import ConfigError
+        from specstore.common import ConfigError
 
         raise ConfigError(f"no checkpoint at {path} ({no_checkpoint_hint()})")
 
@@ -146,7 +146,7 @@ def _list_tags(model: str) -> int:
 
 def cmd_classify(args: argparse.Namespace) -> int:
     _check_model(args.model)
-    from specstore.store import ConfigError
+    from specstore.common import ConfigError
 
     if not args.inputs and not args.list_tags:
         raise ConfigError("name audio files or folders to classify (or --list-tags to list the model's labels)")

@@ -36,10 +36,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from specstore.common import SpecstoreError
 from specstore.pipeline.audio import AudioError, AudioInfo, probe
 from specstore.pipeline.features import stored_features
 from specstore.pipeline.hashing import content_hash, digest_bytes
-from specstore.store import FeatureSpec, SpecstoreError, stack_parts
+from specstore.store import FeatureSpec, stack_parts
 
 from .config import DEFAULT_MAX_CHANNELS, DEFAULT_MAX_SAMPLE_RATE  # the server's defaults, re-exported
 

@@ -24,7 +24,7 @@ Each limit is checked where it is cheapest to refuse:
   per client (503 + ``Retry-After``).
 
 Every number has a lower and an upper bound, stated beside its field with
-the reason (:func:`specstore.store.limits.bounded`), so ``nan``, ``inf`` or ``1e30``
+the reason (:func:`specstore.common.limits.bounded`), so ``nan``, ``inf`` or ``1e30``
 never turns a limit off: the command line refuses them as it is parsed, and
 the dataclasses when they are made.
 """
@@ -35,13 +35,13 @@ import ipaddress
 import os
 from dataclasses import dataclass, field
 
+from specstore.common import ConfigError
+from specstore.common.limits import Limit, bounded, check_fields
+from specstore.common.options import borrowed, described, option
 from specstore.infer.budget import CPU_BATCH_OVERHEAD_FRAMES, DEFAULT_BATCH_OVERHEAD_FRAMES
 from specstore.infer.cli_options import LABELS_HELP, UNKNOWN_BELOW_HELP
 from specstore.infer.defaults import MAX_BATCH_LIMIT
 from specstore.infer.predictions import parse_unknown_below
-from specstore.store import ConfigError
-from specstore.store.limits import Limit, bounded, check_fields
-from specstore.store.options import borrowed, described, option
 
 from .policy import BATCHING, BatchPolicy
 from .segments import parse_segments
@@ -120,7 +120,7 @@ class ServeConfig:
 
     ``topk``: labels per file unless the request asks for another number;
     ``policy``: how batches close (:class:`~specstore.serving.policy.BatchPolicy`).
-    Every number is bounded, the reason beside it (:func:`specstore.store.limits.bounded`).
+    Every number is bounded, the reason beside it (:func:`specstore.common.limits.bounded`).
     """
 
     host: str = option("127.0.0.1", "address to listen on (127.0.0.1: this machine only)")

@@ -71,7 +71,7 @@ import h11
 import uvicorn
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
-from specstore.store import ConfigError
+from specstore.common import ConfigError
 
 from .config import ServeConfig
 from .metrics import Metrics
@@ -404,7 +404,7 @@ def uvicorn_config(app: Any, config: ServeConfig, guard: ConnectionGuard, **kwar
 def ensure_descriptors(config: ServeConfig) -> int:
     """Raise this process's soft open-file limit so ``max_connections`` fit beside the server's own files.
 
-    Returns the descriptors needed; a hard limit too low for them is one :class:`~specstore.store.ConfigError` line
+    Returns the descriptors needed; a hard limit too low for them is one :class:`~specstore.common.ConfigError` line
     (running out of descriptors would stop the server answering anyone, ``/health`` included).
     """
     need = config.max_connections + _OWN_DESCRIPTORS + 8 * config.workers

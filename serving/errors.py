@@ -8,7 +8,7 @@ maps them to HTTP responses in one place, so neither the routes nor
 
 from __future__ import annotations
 
-from specstore.store import SpecstoreError
+from specstore.common import SpecstoreError
 
 from .answers import Failed
 

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from specstore.common import ConfigError
 from specstore.infer.budget import CPU_BATCH_OVERHEAD_FRAMES, DEFAULT_BATCH_OVERHEAD_FRAMES, Budget, PlanError
 from specstore.infer.calibration import Calibration, probabilities
 from specstore.infer.checkpoint import Checkpoint
@@ -30,7 +31,7 @@ from specstore.infer.predictions import PredictionsError, select_labels
 from specstore.infer.runtime import Engine, RunOptions, RunStats
 from specstore.infer.shipped import resolve_checkpoint
 from specstore.infer.trust import Trust
-from specstore.store import ConfigError, FeatureSpec
+from specstore.store import FeatureSpec
 from specstore.store.kinds import picture_feature
 
 __all__ = ["CPU_BATCH_OVERHEAD_FRAMES", "Classifier", "ClipResults", "top_k"]

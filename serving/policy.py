@@ -25,10 +25,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from specstore.common import ConfigError
 from specstore.infer.budget import Budget
 from specstore.infer.constraints import BatchConstraint, FixedBatch
 from specstore.infer.planner import DEFAULT_BATCH_OVERHEAD_FRAMES
-from specstore.store import ConfigError
 
 __all__ = ["BATCHING", "BatchPolicy", "Waiting", "ready_batches"]
 

@@ -16,7 +16,7 @@ context 0, of :mod:`specstore.infer.windows`), so its probabilities do not depen
 the other clips or segments of the run.  A segment sees no audio across its
 boundaries: the model's receptive field is cut there, as at a clip's ends.
 SECONDS below one alignment step (e.g. 4 frames, about 0.09 s at the
-default features) is refused with a one-line :class:`~specstore.store.ConfigError`.
+default features) is refused with a one-line :class:`~specstore.common.ConfigError`.
 """
 
 from __future__ import annotations
@@ -28,8 +28,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from specstore.common import ConfigError
 from specstore.infer.predictions import answer
-from specstore.store import ConfigError
 
 AUTO = "auto"
 """The server's ``segments=auto``: the window picked by :func:`auto_seconds` from each file's duration."""
@@ -68,8 +68,8 @@ def auto_seconds(duration: float, min_seconds: float = 0.0) -> float:
 
 
 def check_segments(seconds: float | None) -> float | None:
-    """``seconds`` if it is a positive finite number (or None: no segments); else :class:`~specstore.store.ConfigError`.
-    """
+    """``seconds`` if it is a positive finite number (or None: no segments); else
+    :class:`~specstore.common.ConfigError`."""
     if seconds is None:
         return None
     if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not math.isfinite(seconds) \
@@ -90,7 +90,7 @@ def parse_segments(text: str) -> float:
 
 def check_segment_length(seconds: float, frame_seconds: float, align: int = 1) -> float:
     """``seconds`` if it is positive and at least one alignment step (``align`` frames of ``frame_seconds``);
-    else :class:`~specstore.store.ConfigError`."""
+    else :class:`~specstore.common.ConfigError`."""
     checked = check_segments(seconds)
     assert checked is not None
     step_s = align * frame_seconds
@@ -106,7 +106,7 @@ def segment_spans(n_frames: int, duration: float, seconds: float, frame_seconds:
 
     ``n_frames``: the clip's frames; ``duration``: its seconds of audio;
     ``frame_seconds``: seconds per frame; ``align``: the model's window
-    alignment (frames).  Raises :class:`~specstore.store.ConfigError` when
+    alignment (frames).  Raises :class:`~specstore.common.ConfigError` when
     ``seconds`` is shorter than one alignment step.
     """
     seconds = check_segment_length(seconds, frame_seconds, align)

@@ -26,7 +26,7 @@ import uvicorn
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from specstore.store import ConfigError
+from specstore.common import ConfigError
 
 from .config import ServeConfig
 from .connections import ConnectionGuard, ensure_descriptors, uvicorn_config

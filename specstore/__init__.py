@@ -10,7 +10,7 @@ uploads.  The repository keeps the design's folders (``store/``,
 package.
 
 The names below are the face a notebook or a user's own training loop
-needs; each is imported on first use (:mod:`specstore.store.lazy`), so
+needs; each is imported on first use (:mod:`specstore.common.lazy`), so
 ``import specstore`` loads no torch, librosa or zarr::
 
     import specstore
@@ -20,17 +20,11 @@ needs; each is imported on first use (:mod:`specstore.store.lazy`), so
 
 from typing import TYPE_CHECKING
 
-from .store.lazy import lazy_package
+from .common.lazy import lazy_package
 
-__all__ = lazy_package(__name__, {
-    ".store": ("open_store",),
-    ".pipeline": ("extract",),
-    ".infer": ("Budget", "BudgetBatchSampler", "PadCollate", "StoreDataset", "evaluate", "pad_collate", "predict",
-               "train"),
-    ".infer.models": ("register_arch", "register_freq_pooling", "register_pooling"),
-})
+__all__ = lazy_package(__name__)
 
-if TYPE_CHECKING:  # the lazy exports, for type checkers
+if TYPE_CHECKING:  # the exports, each imported on first use (specstore.common.lazy)
     from .infer import Budget, BudgetBatchSampler, PadCollate, StoreDataset, evaluate, pad_collate, predict, train
     from .infer.models import register_arch, register_freq_pooling, register_pooling
     from .pipeline import extract

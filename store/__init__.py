@@ -1,45 +1,22 @@
 """specstore's feature store: a zarr v3 group of ragged spectrograms with a length index.
 
 This package is the stable centre of the project and knows nothing of audio
-or torch.  The format is documented in ``store/FORMAT.md``.
+or torch.  The format is documented in ``store/FORMAT.md``.  What every package
+shares (errors, options, atomic writes) is :mod:`specstore.common`.
 """
-
 
 if __name__ != "specstore.store":  # one name per module: the folder is imported through specstore/
     raise ImportError(f"specstore's store/ is the package specstore.store; import it by that name, not as "
                       f"{__name__!r}")
+
 from typing import TYPE_CHECKING
 
-from .lazy import lazy_package
+from specstore.common.lazy import lazy_package
 
-__all__ = lazy_package(__name__, {
-    "atomic": ("atomic_path", "check_output_path", "open_output", "write_atomic"),
-    "errors": ("PROG", "ConfigError", "OutputPathError", "SpecMismatch", "SpecstoreError", "StoreCorrupt",
-               "StoreError", "StoreLocked", "StoreNotFound", "run_cli"),
-    "layout": ("FORMAT_VERSION", "escape_path", "unescape_path"),
-    "metadata": ("Corpus",),
-    "reader": ("FeatureView", "Store", "open_store"),
-    "shard_writer": ("ShardInfo", "ShardWriter", "StoredClip", "write_shard"),
-    "spec": ("COMPUTE_VERSION", "FeatureSpec", "default_specs", "spec_differences"),
-    "stacking": ("stack_parts",),
-    "validate": ("validate",),
-    "writer": ("ErrorRow", "IndexRow", "RepairReport", "StoreWriter", "create_store"),
-})
+__all__ = lazy_package(__name__)
 
-if TYPE_CHECKING:
-    from .atomic import atomic_path, check_output_path, open_output, write_atomic
-    from .errors import (
-        PROG,
-        ConfigError,
-        OutputPathError,
-        SpecMismatch,
-        SpecstoreError,
-        StoreCorrupt,
-        StoreError,
-        StoreLocked,
-        StoreNotFound,
-        run_cli,
-    )
+if TYPE_CHECKING:  # the exports, each imported on first use (specstore.common.lazy)
+    from .errors import IndexCorrupt, SpecMismatch, StoreCorrupt, StoreError, StoreLocked, StoreNotFound
     from .layout import FORMAT_VERSION, escape_path, unescape_path
     from .metadata import Corpus
     from .reader import FeatureView, Store, open_store

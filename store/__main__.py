@@ -9,7 +9,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from .errors import StoreNotFound, run_cli
+from specstore.common.cli import run_cli
+
+from .errors import StoreNotFound
 from .presence import check_store_present
 
 

@@ -15,7 +15,9 @@ from typing import Any
 
 import numpy as np
 
-from .errors import ConfigError, StoreError
+from specstore.common.errors import ConfigError
+
+from .errors import StoreError
 from .layout import INDEX_COLUMNS
 from .shard_writer import ShardInfo
 

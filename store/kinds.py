@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
-from .errors import ConfigError
+from specstore.common.errors import ConfigError
 
 if TYPE_CHECKING:
     from .spec import FeatureSpec

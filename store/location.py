@@ -18,7 +18,8 @@ from zarr.core.buffer import default_buffer_prototype
 from zarr.core.sync import sync
 from zarr.storage import FsspecStore, LocalStore
 
-from .errors import ConfigError, OutputPathError
+from specstore.common.errors import ConfigError, OutputPathError
+
 from .presence import local_root
 
 __all__ = ["Location", "as_location"]
@@ -68,7 +69,7 @@ class Location:
     def put(self, key: str, data: bytes) -> None:
         """Write one small object (a whole-object replace; atomic on local disks)."""
         if self.local is not None:
-            from .atomic import write_atomic
+            from specstore.common.atomic import write_atomic
 
             write_atomic(self.local / key, data, stream=False)
             return

@@ -31,8 +31,9 @@ import numpy as np
 import zarr
 import zarr.codecs
 
+from specstore.common.errors import ConfigError
+
 from .checksum import ChunkSums, crc32c, values_bytes
-from .errors import ConfigError
 from .layout import SHARDS_GROUP, ZSTD_CHUNK_FRAMES, ZSTD_LEVEL, shard_path
 from .location import Location, as_location
 from .metadata import StoreMetadata, open_root

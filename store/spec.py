@@ -13,10 +13,11 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from .errors import ConfigError
+from specstore.common.errors import ConfigError
+from specstore.common.limits import bounded, check_fields
+from specstore.common.records import from_record
+
 from .kinds import DEFAULT_KINDS, FeatureKind, feature_kind, kind_names
-from .limits import bounded, check_fields
-from .records import from_record
 
 __all__ = ["COMPUTE_VERSION", "MAX_BINS", "MAX_FRAME_RATE", "MAX_SAMPLE_RATE", "FeatureSpec", "default_specs",
            "spec_differences"]
@@ -55,7 +56,7 @@ class FeatureSpec:
     (:data:`COMPUTE_VERSION`); specs that differ only in compatible versions
     are the same feature (:func:`spec_differences`).
 
-    Every number is bounded (its :class:`~specstore.store.limits.Limit` beside the
+    Every number is bounded (its :class:`~specstore.common.limits.Limit` beside the
     field, with the reason), ``fmin``/``fmax`` lie below half the sample
     rate and a spec gives at most :data:`MAX_FRAME_RATE` frames per second:
     a spec is checked when it is made, so one read from a store, a

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from .errors import ConfigError
+from specstore.common.errors import ConfigError
 
 __all__ = ["stack_parts"]
 
@@ -24,7 +24,7 @@ def stack_parts(parts: Sequence[np.ndarray]) -> np.ndarray:
 
     float16 values convert to float32 exactly, so features computed in the
     store's dtype give exactly the input a store of them gives.  Raises
-    :class:`~specstore.store.ConfigError` for no parts or parts of different lengths.
+    :class:`~specstore.common.ConfigError` for no parts or parts of different lengths.
     """
     if not parts:
         raise ConfigError("a clip needs at least one feature part")

@@ -14,7 +14,8 @@ import numpy as np
 import zarr
 import zarr.codecs
 
-from .atomic import write_atomic
+from specstore.common.atomic import write_atomic
+
 from .errors import StoreCorrupt
 from .zarr_files import write_array_document, write_group_document, zarr_document
 

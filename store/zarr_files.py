@@ -21,7 +21,7 @@ from typing import Any
 import zarr
 import zarr.storage
 
-from .atomic import write_atomic
+from specstore.common.atomic import write_atomic
 
 __all__ = ["write_array_document", "write_group_document", "zarr_document"]
 

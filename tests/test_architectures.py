@@ -20,13 +20,13 @@ import pytest
 import torch
 from factories import LABELS, SPEC16
 
+from specstore.common import ConfigError
 from specstore.infer.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
 from specstore.infer.contract import ModelSpec, spec_of
 from specstore.infer.model_config import ARCHS, FREQ_POOLINGS, POOLINGS, ModelConfig, ModelConfigError
 from specstore.infer.models import build_model
 from specstore.infer.models.registry import ARCH_REGISTRY, Arch, RegistryError
 from specstore.infer.trust import TRUST_ENV, UntrustedModelError
-from specstore.store import ConfigError
 
 ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "architectures.md"

@@ -26,6 +26,7 @@ from pathlib import Path
 import pytest
 from factories import make_checkpoint, make_store
 
+from specstore.common import ConfigError
 from specstore.infer.budget import Budget, PlanError
 from specstore.infer.checkpoint import Checkpoint, CheckpointError, load_checkpoint, save_checkpoint, save_torch_file
 from specstore.infer.cli import _run_options, build_parser
@@ -35,7 +36,6 @@ from specstore.infer.defaults import PLAIN_MODEL
 from specstore.infer.models import MaskedClassifier, ModelConfig, ModelConfigError, build_model
 from specstore.infer.runtime import RunOptions
 from specstore.infer.train import TrainConfig, TrainError
-from specstore.store import ConfigError
 
 # (names new with the bounds are imported inside the tests, so this file also runs, and fails, on the code
 # before them)
@@ -212,7 +212,7 @@ def test_training_options_that_become_the_model_config_are_checked_up_front() ->
 
 
 def test_threads_up_to_the_cores_this_process_may_use() -> None:
-    from specstore.store.limits import usable_cores
+    from specstore.common.limits import usable_cores
 
     assert usable_cores() == CORES
     assert RunOptions(threads=CORES).threads == CORES

@@ -15,12 +15,13 @@ import torch
 import torch.nn.functional as F
 from factories import make_checkpoint, make_corpus, make_store
 
+from specstore.common import ConfigError
 from specstore.infer.calibration import Calibration, expected_calibration_error, fit_temperature, probabilities
 from specstore.infer.checkpoint import CheckpointError, load_checkpoint
 from specstore.infer.evaluate import evaluate
 from specstore.infer.predict import predict
 from specstore.serving.cli import main as specstore_main
-from specstore.store import ConfigError, FeatureSpec
+from specstore.store import FeatureSpec
 
 T = 2.0
 

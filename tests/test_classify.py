@@ -16,6 +16,7 @@ import pytest
 import torch
 from factories import LABELS, SMALL_SPECS, make_checkpoint, make_corpus, make_store
 
+from specstore.common import ConfigError
 from specstore.infer.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
 from specstore.infer.data import ArrayDataset, StoreDataset
 from specstore.infer.defaults import PLAIN_MODEL
@@ -29,7 +30,7 @@ from specstore.serving.classify import classify_files
 from specstore.serving.cli import main as specstore_main
 from specstore.serving.clips import decode_file
 from specstore.serving.model import Classifier
-from specstore.store import ConfigError, FeatureSpec, open_store, stack_parts
+from specstore.store import FeatureSpec, open_store, stack_parts
 
 CPU = RunOptions(device="cpu", progress=False)
 

@@ -24,13 +24,14 @@ import numpy as np
 import pytest
 from factories import make_checkpoint, make_corpus
 
+from specstore.common import ConfigError
 from specstore.infer.runtime import RunOptions
 from specstore.serving.cache import specs_key
 from specstore.serving.classify import ClassifyResult, classify_files
 from specstore.serving.cli import main as specstore_main
 from specstore.serving.clips import DecodedClip, decode_file
 from specstore.serving.model import Classifier
-from specstore.store import ConfigError, FeatureSpec
+from specstore.store import FeatureSpec
 
 SPEC = FeatureSpec.mel(n_bins=16)
 CPU = RunOptions(device="cpu", progress=False)
@@ -209,7 +210,8 @@ BOMB_MIB = 256
 READ_BOMB = """
 import sys, tracemalloc
 from specstore.serving.cache import ClipCache
-from specstore.store import ConfigError, FeatureSpec
+from specstore.common import ConfigError
+from specstore.store import FeatureSpec
 cache = ClipCache(sys.argv[1], {"mel": FeatureSpec.mel(n_bins=16)})
 tracemalloc.start()
 clip = cache.get(sys.argv[2])

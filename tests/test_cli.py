@@ -18,10 +18,10 @@ from pathlib import Path
 import pytest
 from factories import make_checkpoint, make_separable_store, make_store
 
+from specstore.common import SpecstoreError
 from specstore.infer.cli import COMMANDS
 from specstore.infer.cli import main as infer_main
 from specstore.infer.train import TrainConfig, config_path_for, metrics_path_for
-from specstore.store import SpecstoreError
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("specstore.store", "specstore.pipeline", "specstore.infer", "specstore.democorpus")

@@ -16,6 +16,7 @@ from factories import SPEC16, make_separable_store, make_store
 from torch.utils.data import DataLoader
 from user_models import PoolsOverPadding, TinyUserNet
 
+from specstore.common import ConfigError
 from specstore.infer.augment import SpecAugment
 from specstore.infer.budget import Budget, CostModel
 from specstore.infer.checkpoint import load_checkpoint
@@ -30,7 +31,7 @@ from specstore.infer.planner import plan_batches
 from specstore.infer.predict import predict
 from specstore.infer.train import TrainConfig, train
 from specstore.infer.trust import UntrustedModelError
-from specstore.store import ConfigError, IndexRow, create_store, open_store
+from specstore.store import IndexRow, create_store, open_store
 
 COST = CostModel(bytes_per_frame=1000.0, fixed_bytes=0)
 

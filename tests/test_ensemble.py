@@ -13,6 +13,7 @@ import shipped_stub
 import torch
 from factories import make_separable_store
 
+from specstore.common import ConfigError
 from specstore.infer.checkpoint import load_checkpoint
 from specstore.infer.collate import collate
 from specstore.infer.contract import spec_of
@@ -23,7 +24,7 @@ from specstore.infer.predict import predict
 from specstore.infer.train.choice import MARGIN, decide
 from specstore.infer.train.config import TrainConfig
 from specstore.infer.windows import run_windowed
-from specstore.store import ConfigError, open_store
+from specstore.store import open_store
 
 NAME = shipped_stub.NAME
 stand_in = shipped_stub.stand_in  # the module's autouse fixture: the stand-in tagger registered

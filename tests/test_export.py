@@ -11,9 +11,9 @@ import torch
 from factories import LABELS, SPEC16, make_checkpoint
 from torch import Tensor, nn
 
+from specstore.common import ConfigError
 from specstore.infer.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from specstore.infer.export import ExportError, export_model, sidecar
-from specstore.store import ConfigError
 
 pytestmark = pytest.mark.filterwarnings("ignore:`torch.jit.load` is deprecated:DeprecationWarning")
 

@@ -19,13 +19,14 @@ import numpy as np
 import pytest
 from factories import SMALL_SPECS, make_corpus, store_content
 
+from specstore.common import ConfigError
 from specstore.pipeline.cli import main as features_main
 from specstore.pipeline.corpus import CorpusError, scan_corpus
 from specstore.pipeline.extract import extract
 from specstore.pipeline.features import compute_features
 from specstore.pipeline.hashing import content_hash
 from specstore.pipeline.testing import write_music_like
-from specstore.store import ConfigError, open_store, unescape_path, validate
+from specstore.store import open_store, unescape_path, validate
 
 ROOT = Path(__file__).resolve().parents[1]
 MEL = {"mel": SMALL_SPECS["mel"]}

@@ -6,7 +6,7 @@ fresh interpreter, and its imports are read back at exit: ``--help`` (exit
 or checkpoint (exit 2, one ``specstore: error:`` line) must not import
 torch or librosa (nor, for ``--help``, zarr).  Under load those imports
 took minutes before the command said anything.  The lazy packages
-(:mod:`specstore.store.lazy`) that make this possible are checked too: what each
+(:mod:`specstore.common.lazy`) that make this possible are checked too: what each
 exports lazily is what its ``if TYPE_CHECKING:`` imports tell type checkers,
 and every name resolves to that object.  How long the commands take is a
 benchmark row (``python -m benchmarks --only startup``).
@@ -22,7 +22,6 @@ import subprocess
 import sys
 import tomllib
 from pathlib import Path
-from typing import Any
 
 import pytest
 from factories import make_store
@@ -172,36 +171,36 @@ def test_importing_the_packages_costs_none_of_the_heavy_stack(tmp_path: Path) ->
 
 # -- the lazy packages ---------------------------------------------------------------------------------
 
-LAZY_PACKAGES = ("specstore", "specstore.store", "specstore.infer", "specstore.infer.train", "specstore.infer.models",
-                 "specstore.pipeline")
+LAZY_PACKAGES = ("specstore", "specstore.common", "specstore.store", "specstore.infer", "specstore.infer.train",
+                 "specstore.infer.models", "specstore.pipeline")
 
 
-def _declared(package: str) -> tuple[dict[str, set[str]], dict[str, set[str]]]:
-    """A lazy package's exports as its ``lazy_package`` call maps them, and as its ``if TYPE_CHECKING:``
-    imports name them: module (relative, with its leading dots) -> names."""
+def _declared(package: str) -> dict[str, set[str]]:
+    """A lazy package's exports as its ``if TYPE_CHECKING:`` imports name them (read here from the source, as
+    type checkers read it): module (relative, with its leading dots) -> names.  Its one list of exports."""
     path = ROOT.joinpath(*package.split("."), "__init__.py")
-    tree = ast.parse(path.read_text(encoding="utf-8"))
-    lazy: dict[str, set[str]] = {}
     typed: dict[str, set[str]] = {}
-    for node in ast.walk(tree):
+    calls = 0
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
         if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "lazy_package":
-            mapping: Any = ast.literal_eval(node.args[1])
-            lazy = {m if m.startswith(".") else f".{m}": set(names) for m, names in mapping.items()}
+            calls += 1
+            assert len(node.args) == 1 and not node.keywords, "the exports are listed once, in TYPE_CHECKING"
         if isinstance(node, ast.If) and getattr(node.test, "id", None) == "TYPE_CHECKING":
             for stmt in node.body:
                 assert isinstance(stmt, ast.ImportFrom) and stmt.level, ast.dump(stmt)
                 typed["." * stmt.level + (stmt.module or "")] = {alias.name for alias in stmt.names}
-    return lazy, typed
+    assert calls == 1
+    return typed
 
 
 @pytest.mark.parametrize("package", LAZY_PACKAGES)
 def test_a_lazy_package_exports_what_type_checkers_see(package: str) -> None:
-    lazy, typed = _declared(package)
-    assert lazy and lazy == typed
+    typed = _declared(package)
+    assert typed
     importlib.import_module(package)
     module = sys.modules[package]  # (the attribute infer.train is the function train, not the package)
-    assert sorted(module.__all__) == sorted(name for names in lazy.values() for name in names)
-    for where, names in lazy.items():
+    assert sorted(module.__all__) == sorted(name for names in typed.values() for name in names)
+    for where, names in typed.items():
         home = importlib.import_module(where, package)
         for name in names:
             assert getattr(module, name) is getattr(home, name), f"{package}.{name}"

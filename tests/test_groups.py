@@ -15,9 +15,10 @@ from pathlib import Path
 import pytest
 from factories import make_separable_store
 
+from specstore.common import ConfigError
 from specstore.pipeline.cli import main as features_main
 from specstore.pipeline.testing import write_tone
-from specstore.store import ConfigError, open_store
+from specstore.store import open_store
 
 LABELS = ("drums", "bass", "keys")
 #: Fast extraction: one thread, one small feature.

@@ -1,4 +1,4 @@
-"""store.heap: after :func:`keep_freed_blocks` a freed multi-MiB block stays in the heap for reuse, one above
+"""specstore.common.heap: after :func:`keep_freed_blocks` a freed multi-MiB block stays in the heap for reuse, one above
 the 32 MiB ceiling still goes back to the system; every decoded file sets it; CPU training keeps freed memory for
 its steps (:func:`specstore.infer.train.prepare.keep_freed_memory`) and comes back to it when it ends, so the caller's
 process does not keep growing its heap afterwards.
@@ -46,7 +46,7 @@ def _run(body: str, cwd: Path) -> str:
 
 def test_freed_blocks_kept_up_to_the_ceiling(tmp_path: Path) -> None:
     out = _run("""
-        from specstore.store.heap import keep_freed_blocks
+        from specstore.common.heap import keep_freed_blocks
         before = kept_after_free(16 * MiB)   # a new process: glibc maps and unmaps a 16 MiB block
         assert keep_freed_blocks()
         after = kept_after_free(16 * MiB)

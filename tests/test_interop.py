@@ -24,8 +24,9 @@ import pytest
 import torch
 from factories import make_separable_store, make_store
 
+from specstore.common import ConfigError
 from specstore.infer.checkpoint import load_checkpoint
-from specstore.store import ConfigError, open_store
+from specstore.store import open_store
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"

@@ -17,12 +17,13 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
+from specstore.common import ConfigError
 from specstore.pipeline import extract  # make features' Python API
 from specstore.pipeline.features import compute_features
 from specstore.pipeline.kinds import computation_names, plan_for, register_computation, unregister_computation
 from specstore.pipeline.streaming import Output
 from specstore.pipeline.testing import write_music_like
-from specstore.store import ConfigError, FeatureSpec, default_specs, open_store
+from specstore.store import FeatureSpec, default_specs, open_store
 from specstore.store.kinds import (
     DEFAULT_KINDS,
     FeatureKind,

@@ -220,15 +220,6 @@ def test_every_architecture_and_pooling_is_reached_through_its_registry() -> Non
     assert ARCH_SWITCH.search('if config.arch == "cnn":') and ARCH_SWITCH.search('pooling == "meanstd"')
 
 
-def test_serving_follows_the_import_rules_of_the_core() -> None:
-    """``serving/`` is packaged code over the core: like ``infer/``, it never imports the notebook helpers
-    (``specstore.infer.explore``) or the benchmarks."""
-    offenders = {str(p.relative_to(ROOT)): sorted(n for n in _imports(p) if n.split(".")[0] == "benchmarks"
-                                                  or n == "specstore.infer.explore"
-                                                  or n.startswith("specstore.infer.explore."))
-                 for p in _modules(ROOT / "serving")}
-    assert not {k: v for k, v in offenders.items() if v}, offenders
-
 CLI_MODULES = ("infer/cli.py", "serving/cli.py", "infer/train/config.py")
 """The modules that build command lines (``specstore.infer``'s commands, ``train`` and ``cv``'s options, ``specstore``).
 """
@@ -236,7 +227,7 @@ CLI_MODULES = ("infer/cli.py", "serving/cli.py", "infer/train/config.py")
 
 def test_no_command_line_spells_a_default() -> None:
     """An option's default lives on its dataclass field; the CLI modules make options with the one generator
-    (:func:`specstore.store.options.add_options`), so no ``add_argument`` call there carries a ``default=``."""
+    (:func:`specstore.common.options.add_options`), so no ``add_argument`` call there carries a ``default=``."""
     spelled = [f"{module}:{node.lineno}" for module in CLI_MODULES
                for node in ast.walk(ast.parse((ROOT / module).read_text(encoding="utf-8")))
                if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)

@@ -27,6 +27,7 @@ import pytest
 import torch
 from factories import LABELS, SPEC16, make_checkpoint, make_store
 
+from specstore.common import ConfigError
 from specstore.infer.checkpoint import Checkpoint, CheckpointError, load_checkpoint, save_checkpoint
 from specstore.infer.cli import main as infer_main
 from specstore.infer.contract import ModelSpec, resolve_class
@@ -34,7 +35,7 @@ from specstore.infer.models import ModelConfig
 from specstore.infer.predict import predict
 from specstore.infer.predictions import PredictionsError
 from specstore.infer.trust import UntrustedModelError, is_trusted
-from specstore.store import ConfigError, FeatureSpec
+from specstore.store import FeatureSpec
 
 SUM = "specstore.infer.models.ensemble:SumClassifier"
 BIG = dict(n_bins=16, n_classes=3, width=4096, max_width=4096, depth=2, time_kernel=15)

@@ -10,10 +10,11 @@ import numpy as np
 import pytest
 import torch
 
+from specstore.common import ConfigError
 from specstore.infer.models import ModelConfig, ModelConfigError, build_model
 from specstore.infer.models.musicnn import EMBEDDING_DIM, PATCH_FRAMES, MusiCNN
 from specstore.infer.pretrained import MUSICNN_MODELS, PRETRAINED_DIR, PretrainedError, load_musicnn
-from specstore.store import ConfigError, FeatureSpec
+from specstore.store import FeatureSpec
 
 FIXTURE = Path(__file__).parent / "fixtures" / "musicnn" / "fixture.npz"
 SIGNALS = ("chirp", "bursts", "chord")  # 4 s (1 patch + partial), 2 s (< 1 patch), 7 s (2 patches + partial)

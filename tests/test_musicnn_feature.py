@@ -8,11 +8,12 @@ import librosa
 import numpy as np
 import pytest
 
+from specstore.common import ConfigError
 from specstore.pipeline import extract
 from specstore.pipeline.features import compute_features
 from specstore.pipeline.spec_options import specs_from_options
 from specstore.pipeline.testing import write_music_like
-from specstore.store import ConfigError, FeatureSpec, open_store
+from specstore.store import FeatureSpec, open_store
 
 
 def musicnn_reference(y: np.ndarray) -> np.ndarray:

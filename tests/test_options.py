@@ -1,4 +1,4 @@
-"""The option generator (store/options.py): one dataclass field is one option, its default, type and help."""
+"""The option generator (common/options.py): one dataclass field is one option, its default, type and help."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from specstore.store.options import add_options, borrowed, given, option
+from specstore.common.options import add_options, borrowed, given, option
 
 
 def _parse(value: str) -> int | None:
@@ -83,8 +83,8 @@ def _refusal(parser: argparse.ArgumentParser, argv: list[str], capsys: pytest.Ca
 def test_a_bounded_field_is_checked_as_the_command_line_is_parsed(capsys: pytest.CaptureFixture[str]) -> None:
     """Its refusal is the one line the dataclass would raise, naming the flag too; NaN, infinities, huge values
     and text that is no number (``1e30`` for an integer) alike."""
-    from specstore.store.limits import bounded
-    from specstore.store.options import described
+    from specstore.common.limits import bounded
+    from specstore.common.options import described
 
     @dataclass(frozen=True)
     class Bounded:
@@ -106,8 +106,8 @@ def test_a_bounded_field_is_checked_as_the_command_line_is_parsed(capsys: pytest
 
 
 def test_a_hand_written_option_gets_the_same_check(capsys: pytest.CaptureFixture[str]) -> None:
-    from specstore.store.limits import Limit
-    from specstore.store.options import bounded_argument
+    from specstore.common.limits import Limit
+    from specstore.common.options import bounded_argument
 
     p = argparse.ArgumentParser()
     bounded_argument(p, "--jobs", "-j", limit=Limit(1, 8, "processes", optional=True), default=None)
@@ -120,8 +120,8 @@ def test_a_hand_written_option_gets_the_same_check(capsys: pytest.CaptureFixture
 
 
 def test_a_limit_the_generator_cannot_check_is_refused_when_the_options_are_made() -> None:
-    from specstore.store.limits import bounded
-    from specstore.store.options import described
+    from specstore.common.limits import bounded
+    from specstore.common.options import described
 
     @dataclass(frozen=True)
     class Switch:

@@ -1,5 +1,5 @@
 """Output paths: a FIFO or standard output is written straight through, never replaced; a link's target is
-written and the link kept; other special files are refused in one line (``specstore.store.atomic``).
+written and the link kept; other special files are refused in one line (``specstore.common.atomic``).
 
 No test writes to a real device: standard output is always a pipe or a file of the test's own, in a child
 process, and a child names it ``/dev/stdout`` only once the code under test is seen to write it through.
@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from specstore.store import OutputPathError, atomic_path, check_output_path, write_atomic
+from specstore.common import OutputPathError, atomic_path, check_output_path, write_atomic
 
 ROOT = Path(__file__).resolve().parents[1]
 PAYLOAD = bytes(range(256)) * 1024
@@ -134,7 +134,7 @@ def test_a_socket_is_refused_in_one_line_and_left_as_it_is(unix_socket: Path) ->
 
 WRITER = """
 import sys
-from specstore.store import atomic_path, write_atomic
+from specstore.common import atomic_path, write_atomic
 write_atomic(sys.argv[1], "first\\n")
 with atomic_path(sys.argv[1]) as tmp, open(tmp, "wb") as f:
     f.write(b"xxxxxx\\n"); f.seek(0); f.write(b"second")
@@ -151,7 +151,7 @@ def _child(argv: list[str], stdout: int | io.BufferedWriter) -> subprocess.Compl
 def _stdout_is_written_through() -> None:
     """Name ``/dev/stdout`` itself only where the code under test writes it through: code that renames a file over
     its output would replace the system's ``/dev/stdout`` when run as root."""
-    from specstore.store.atomic import output_target
+    from specstore.common.atomic import output_target
 
     assert output_target("/dev/stdout").fd == 1
 

@@ -13,12 +13,13 @@ import numpy as np
 import pytest
 from factories import LABELS, make_checkpoint, make_corpus
 
+from specstore.common import ConfigError
 from specstore.infer.runtime import RunOptions
 from specstore.serving.classify import classify_files
 from specstore.serving.cli import main as specstore_main
 from specstore.serving.model import Classifier
 from specstore.serving.segments import auto_seconds, parse_segments, segment_spans
-from specstore.store import ConfigError, FeatureSpec
+from specstore.store import FeatureSpec
 
 CPU = RunOptions(device="cpu", progress=False)
 

@@ -28,6 +28,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
+from specstore.common import ConfigError
 from specstore.infer.runtime import RunOptions
 from specstore.pipeline.testing import write_music_like
 from specstore.serving.app import Service, create_app
@@ -35,7 +36,7 @@ from specstore.serving.config import ServeConfig
 from specstore.serving.connections import ConnectionGuard, uvicorn_config
 from specstore.serving.model import Classifier
 from specstore.serving.policy import BatchPolicy
-from specstore.store import ConfigError, FeatureSpec
+from specstore.store import FeatureSpec
 
 SPEC = FeatureSpec.mel(n_bins=16)
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from specstore.common import ConfigError
 from specstore.infer.budget import Budget
 from specstore.serving.policy import BatchPolicy, Waiting, ready_batches
-from specstore.store import ConfigError
 
 # 1 MiB per frame-clip: a batch of B clips padded to T frames fits when B * T <= 64
 BUDGET = Budget(budget_bytes=64 << 20, cost_per_frame=float(1 << 20), max_batch=4, frame_align=1)

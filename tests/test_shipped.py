@@ -144,8 +144,8 @@ def test_the_server_answers_tags_for_a_shipped_name(song: Path) -> None:
 
 
 def test_eval_refuses_a_tagger_in_one_line(store: Path) -> None:
+    from specstore.common import ConfigError
     from specstore.infer.evaluate import evaluate
-    from specstore.store import ConfigError
 
     with pytest.raises(ConfigError, match="is a tagger"):
         evaluate(store, NAME, device="cpu", progress=False)

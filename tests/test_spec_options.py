@@ -6,10 +6,11 @@ from pathlib import Path
 
 import pytest
 
+from specstore.common import ConfigError
 from specstore.pipeline.cli import build_parser
 from specstore.pipeline.cli import main as features_main
 from specstore.pipeline.spec_options import specs_from_options
-from specstore.store import ConfigError, FeatureSpec, open_store
+from specstore.store import FeatureSpec, open_store
 
 
 def test_help_lists_every_spec_option(capsys: pytest.CaptureFixture[str]) -> None:

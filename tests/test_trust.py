@@ -169,8 +169,8 @@ def test_training_trusts_what_the_user_names_not_what_a_file_names(tmp_path: Pat
 
 def test_a_model_module_that_cannot_be_imported_names_the_fix(tmp_path: Path,
                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    from specstore.common import ConfigError
     from specstore.infer.contract import resolve_class
-    from specstore.store import ConfigError
 
     with pytest.raises(ConfigError) as missing:
         resolve_class("yourmodule_nowhere:YourNet", True)

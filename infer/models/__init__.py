@@ -20,73 +20,34 @@
   build without trust, from its description alone (what a sum's bound
   reads before its first member is built).
 
-Exports load lazily (:mod:`specstore.store.lazy`), so importing the registry costs no
+Exports load lazily (:mod:`specstore.common.lazy`), so importing the registry costs no
 torch.
 """
 
 from typing import TYPE_CHECKING
 
-from specstore.store.lazy import lazy_package
+from specstore.common.lazy import lazy_package
 
-__all__ = lazy_package(__name__, {
-    "..model_config": ("ARCHS", "BAND_STATS", "FREQ_POOLINGS", "MAX_PARAMETERS", "MAX_TIME_STRIDE", "MIN_FRAMES",
-                       "POOLINGS", "ModelConfig", "ModelConfigError", "check_parameter_count"),
-    "build": ("build_model", "count_parameters"),
-    "classifier": ("MaskedClassifier", "Pooled"),
-    "cnn": ("ConvBlock", "SpectrogramCNN"),
-    "masking": ("MaskedBatchNorm2d", "time_mask"),
-    "pooling": ("AttentionPooling", "FreqPooling", "TimePooling"),
-    "registry": ("Arch", "FreqPoolingEntry", "PoolingEntry", "register_arch", "register_freq_pooling",
-                 "register_pooling"),
-    "resnet": ("SpectrogramResNet",),
-    "stats_head": ("StatsSums",),
-})
+__all__ = lazy_package(__name__)
 
-if TYPE_CHECKING:  # the lazy exports, for type checkers (``X as X``: a re-export)
+if TYPE_CHECKING:  # the exports, each imported on first use (specstore.common.lazy)
     from ..model_config import (
-        ARCHS as ARCHS,
-        BAND_STATS as BAND_STATS,
-        FREQ_POOLINGS as FREQ_POOLINGS,
-        MAX_PARAMETERS as MAX_PARAMETERS,
-        MAX_TIME_STRIDE as MAX_TIME_STRIDE,
-        MIN_FRAMES as MIN_FRAMES,
-        POOLINGS as POOLINGS,
-        ModelConfig as ModelConfig,
-        ModelConfigError as ModelConfigError,
-        check_parameter_count as check_parameter_count,
+        ARCHS,
+        BAND_STATS,
+        FREQ_POOLINGS,
+        MAX_PARAMETERS,
+        MAX_TIME_STRIDE,
+        MIN_FRAMES,
+        POOLINGS,
+        ModelConfig,
+        ModelConfigError,
+        check_parameter_count,
     )
-    from .build import (
-        build_model as build_model,
-        count_parameters as count_parameters,
-    )
-    from .classifier import (
-        MaskedClassifier as MaskedClassifier,
-        Pooled as Pooled,
-    )
-    from .cnn import (
-        ConvBlock as ConvBlock,
-        SpectrogramCNN as SpectrogramCNN,
-    )
-    from .masking import (
-        MaskedBatchNorm2d as MaskedBatchNorm2d,
-        time_mask as time_mask,
-    )
-    from .pooling import (
-        AttentionPooling as AttentionPooling,
-        FreqPooling as FreqPooling,
-        TimePooling as TimePooling,
-    )
-    from .registry import (
-        Arch as Arch,
-        FreqPoolingEntry as FreqPoolingEntry,
-        PoolingEntry as PoolingEntry,
-        register_arch as register_arch,
-        register_freq_pooling as register_freq_pooling,
-        register_pooling as register_pooling,
-    )
-    from .resnet import (
-        SpectrogramResNet as SpectrogramResNet,
-    )
-    from .stats_head import (
-        StatsSums as StatsSums,
-    )
+    from .build import build_model, count_parameters
+    from .classifier import MaskedClassifier, Pooled
+    from .cnn import ConvBlock, SpectrogramCNN
+    from .masking import MaskedBatchNorm2d, time_mask
+    from .pooling import AttentionPooling, FreqPooling, TimePooling
+    from .registry import Arch, FreqPoolingEntry, PoolingEntry, register_arch, register_freq_pooling, register_pooling
+    from .resnet import SpectrogramResNet
+    from .stats_head import StatsSums

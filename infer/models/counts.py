@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from specstore.store import ConfigError
+from specstore.common import ConfigError
 
 from ..trust import SHIPPED_MODELS, check_trusted
 
@@ -26,7 +26,7 @@ __all__ = ["spec_parameters"]
 
 def spec_parameters(spec: ModelSpec, *, source: str = "") -> int:
     """Parameters of the model ``spec`` builds without trust, from its config or keyword arguments alone (0 for
-    allow-listed user code); one-line :class:`~specstore.store.ConfigError` for a bad one and
+    allow-listed user code); one-line :class:`~specstore.common.ConfigError` for a bad one and
     :class:`~specstore.infer.trust.UntrustedModelError` for code that needs trust, ``source`` naming the file."""
     from ..contract import resolve_class
 

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor, nn
 
-from specstore.store import ConfigError
+from specstore.common import ConfigError
 
 from ..model_config import ModelConfig, check_parameter_count
 

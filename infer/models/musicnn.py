@@ -35,7 +35,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from specstore.store import ConfigError
+from specstore.common import ConfigError
 
 from ..model_config import ModelConfig, check_parameter_count
 from .sizes import MUSICNN_BACKBONE_PARAMETERS

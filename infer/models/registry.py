@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, overload
 
-from specstore.store import ConfigError
+from specstore.common import ConfigError
 
 from . import sizes
 

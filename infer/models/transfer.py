@@ -22,8 +22,8 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor, nn
 
-from specstore.store import ConfigError
-from specstore.store.limits import Limit
+from specstore.common import ConfigError
+from specstore.common.limits import Limit
 
 from ..model_config import ModelConfig, check_parameter_count
 

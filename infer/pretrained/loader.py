@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from specstore.store import ConfigError, FeatureSpec
+from specstore.common import ConfigError
+from specstore.store import FeatureSpec
 
 if TYPE_CHECKING:
     import torch

@@ -18,24 +18,17 @@ Data come through :mod:`specstore.infer.data` (the store dataset with per-item c
 and :mod:`specstore.infer.augment`'s SpecAugment, the budgeted batch sampler, the
 padding collate); batches are planned by :func:`specstore.infer.planner.training_plan`
 under the engine's :class:`~specstore.infer.budget.Budget`; the split is
-:mod:`specstore.infer.split`'s.  The names below are imported on first use (:mod:`specstore.store.lazy`), so
+:mod:`specstore.infer.split`'s.  The names below are imported on first use (:mod:`specstore.common.lazy`), so
 ``from infer.train.config import TrainConfig`` (the commands' options) costs no torch.
 """
 
 from typing import TYPE_CHECKING
 
-from specstore.store.lazy import lazy_package
+from specstore.common.lazy import lazy_package
 
-__all__ = lazy_package(__name__, {
-    "..planner": ("MIN_TRAINING_EFFICIENCY", "training_plan"),
-    "..split": ("training_rows",),
-    "config": ("TrainConfig", "TrainError", "add_config_arguments", "config_from_args"),
-    "loop": ("TrainResult", "config_path_for", "metrics_path_for", "train"),
-    "resume": ("resume_path_for",),
-    "schedule": ("lr_at",),
-})
+__all__ = lazy_package(__name__)
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # the exports, each imported on first use (specstore.common.lazy)
     from ..planner import MIN_TRAINING_EFFICIENCY, training_plan
     from ..split import training_rows
     from .config import TrainConfig, TrainError, add_config_arguments, config_from_args

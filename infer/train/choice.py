@@ -173,7 +173,7 @@ def record_choice(model_path: str | os.PathLike[str], choice: BackboneChoice) ->
     (``recipe.rules.backbone``, ``backbone_choice``), beside the other automatic rules."""
     import json
 
-    from specstore.store import write_atomic
+    from specstore.common import write_atomic
 
     from ..checkpoint import load_checkpoint, save_checkpoint
     from .loop import config_path_for

@@ -39,10 +39,10 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from specstore.store import ConfigError
-from specstore.store.limits import Limit, bounded, field_limit
-from specstore.store.options import add_options, borrowed, described, given, option
-from specstore.store.records import from_record
+from specstore.common import ConfigError
+from specstore.common.limits import Limit, bounded, field_limit
+from specstore.common.options import add_options, borrowed, described, given, option
+from specstore.common.records import from_record
 
 from ..defaults import MAX_SEED
 from ..model_config import ARCHS, ModelConfig
@@ -97,13 +97,14 @@ def _json_object(text: str) -> dict[str, Any]:
 
 
 _RULE = ("kind", "low_open", "high_open", "optional")
-"""The keywords of :func:`_opt` and :func:`_auto` that are the bound's rule (:class:`~specstore.store.limits.Limit`)."""
+"""The keywords of :func:`_opt` and :func:`_auto` that are the bound's rule
+(:class:`~specstore.common.limits.Limit`)."""
 
 
 def _opt(default: Any, help: str, bound: tuple[float, float, str] | None = None, **meta: Any) -> Any:
     """A recipe field with its command-line help (``meta``: ``parse``, ``choices``, ``metavar``) and, for a
     number, its ``bound``: ``(low, high, why)``, with ``kind``, ``low_open``, ``high_open``, ``optional`` in
-    ``meta`` (:func:`specstore.store.limits.bounded`), checked when the config is made and as the command line is
+    ``meta`` (:func:`specstore.common.limits.bounded`), checked when the config is made and as the command line is
     parsed."""
     if bound is None:
         return option(default, help, **meta)
@@ -371,7 +372,7 @@ def model_options(config: TrainConfig) -> tuple[str, ...]:
 
 
 def add_config_arguments(parser: argparse.ArgumentParser) -> None:
-    """One option per :class:`TrainConfig` field (:func:`specstore.store.options.add_options`); an option not given is
+    """One option per :class:`TrainConfig` field (:func:`specstore.common.options.add_options`); an option not given is
     absent from the parsed namespace, so a config file or the defaults fill it."""
     add_options(parser, TrainConfig)
 

@@ -24,7 +24,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from specstore.store import Store, check_output_path, open_store, write_atomic
+from specstore.common import check_output_path, write_atomic
+from specstore.store import Store, open_store
 
 from ..calibration import Calibration, fit_temperature
 from ..checkpoint import Checkpoint, load_checkpoint, save_checkpoint

@@ -52,7 +52,8 @@ import torch.nn.functional as F
 from torch import nn
 from tqdm.auto import tqdm
 
-from specstore.store import Store, write_atomic
+from specstore.common import write_atomic
+from specstore.store import Store
 
 from ..calibration import Calibration, fit_temperature
 from ..checkpoint import Checkpoint, load_checkpoint, save_checkpoint

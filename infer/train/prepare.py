@@ -25,8 +25,9 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader
 
-from specstore.store import ConfigError, FeatureSpec, Store, check_output_path, open_store
-from specstore.store.heap import KEPT_THRESHOLDS, set_malloc_thresholds
+from specstore.common import ConfigError, check_output_path
+from specstore.common.heap import KEPT_THRESHOLDS, set_malloc_thresholds
+from specstore.store import FeatureSpec, Store, open_store
 
 from ..augment import Augment, SpecAugment
 from ..budget import Budget
@@ -76,14 +77,14 @@ def keep_freed_memory() -> bool:
 
 def release_freed_memory() -> bool:
     """Undo :func:`keep_freed_memory` when training ends: the ceiling glibc's own adjustment reaches
-    (``specstore.store.heap.KEPT_THRESHOLDS``: 32 MiB each) again, and the memory the heap kept handed back
+    (``specstore.common.heap.KEPT_THRESHOLDS``: 32 MiB each) again, and the memory the heap kept handed back
     (``malloc_trim``).
 
     Kept, the raised thresholds would outlive the run in the caller's process: a notebook or ``make train``
     that goes on to run a large model (musicnn's patch activations) would then grow its heap by fragments of
     freed activations instead of mapping and unmapping them (measured: 10 GB resident after a CNN training
     and a musicnn pass in one process).  Not glibc's initial 128 KiB: set explicitly, that value would also end
-    glibc's own adjustment and leave the process slower than it found it (``specstore.store.heap``).  A no-op (False)
+    glibc's own adjustment and leave the process slower than it found it (``specstore.common.heap``).  A no-op (False)
     where the C library is not glibc.
     """
     return set_malloc_thresholds(*KEPT_THRESHOLDS, trim=True)

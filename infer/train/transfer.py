@@ -36,7 +36,8 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from specstore.store import Store, atomic_path, check_output_path, open_store, write_atomic
+from specstore.common import atomic_path, check_output_path, write_atomic
+from specstore.store import Store, open_store
 
 from ..calibration import Calibration, fit_temperature
 from ..checkpoint import Checkpoint, check_store_matches, save_checkpoint

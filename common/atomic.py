@@ -24,7 +24,7 @@ before any link is resolved (:func:`output_target`):
   sees an end.  :func:`open_output` writes into it as the caller writes;
   :func:`atomic_path` writes a temporary file first and copies it in whole;
 - a folder, a block device, a socket or any other special file: refused in
-  one line (:class:`~specstore.store.errors.OutputPathError`).
+  one line (:class:`~specstore.common.errors.OutputPathError`).
 """
 
 from __future__ import annotations

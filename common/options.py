@@ -21,7 +21,7 @@ such, ``bool`` becomes ``--name/--no-name``, ``tuple[X, ...]`` a repeatable
 option, and ``X | None`` parses as ``X``.  Stdlib only, so every package
 (``specstore.store``, ``specstore.pipeline``, ``specstore.infer``, ``specstore.serving``) can use it.
 
-A field with a :class:`~specstore.store.limits.Limit` (:func:`specstore.store.limits.bounded`)
+A field with a :class:`~specstore.common.limits.Limit` (:func:`specstore.common.limits.bounded`)
 is checked as the command line is parsed: a value out of its bounds, or text
 that is no number at all (``nan``, ``1e30`` for an integer), ends the parse
 with one line, ``specstore: error: NAME (--flag) must be ..., got X (why)``,
@@ -39,7 +39,7 @@ import typing
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from .errors import PROG
+from .cli import PROG
 from .limits import Limit
 
 __all__ = ["BoundedType", "add_options", "borrowed", "bounded_argument", "described", "flag_of", "given", "option",
@@ -64,7 +64,7 @@ def option(default: Any = _MISSING, help: str = "", *, default_factory: Callable
 
 
 def described(f: Any, help: str, **meta: Any) -> Any:
-    """Field ``f`` (e.g. a bounded one, :func:`specstore.store.limits.bounded`) with option metadata added."""
+    """Field ``f`` (e.g. a bounded one, :func:`specstore.common.limits.bounded`) with option metadata added."""
     field: dataclasses.Field[Any] = f
     metadata = {**field.metadata, "help": help, **meta}
     if field.default_factory is not dataclasses.MISSING:
@@ -126,7 +126,7 @@ class _Refused:
 
 
 class BoundedType:
-    """The ``type`` of a numeric option with a :class:`~specstore.store.limits.Limit`: the text parsed by ``parse``
+    """The ``type`` of a numeric option with a :class:`~specstore.common.limits.Limit`: the text parsed by ``parse``
     (``int``, ``float`` or the field's own parser), then checked against ``limit``.
 
     Text ``parse`` cannot read is checked as it is (and refused: it is no number), so an integer option given
@@ -152,7 +152,7 @@ class BoundedType:
 
 class _BoundedStore(argparse.Action):
     """Stores what :class:`BoundedType` accepted; a refused value ends the parse: one line and status 2, as a
-    bad value found by a command's body is (:func:`specstore.store.run_cli`)."""
+    bad value found by a command's body is (:func:`specstore.common.run_cli`)."""
 
     def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
                  option_string: str | None = None) -> None:
@@ -182,7 +182,7 @@ def add_options(parser: argparse.ArgumentParser | argparse._ArgumentGroup, cls: 
     """One option per option field of ``cls`` (only ``names`` when given), absent from the parsed namespace
     unless given (``absent=False``: present with the field's default); its help ends with the default
     (``(default X)``, or ``(default: a phrase)``, :func:`shown_default`).  ``help_of`` replaces a field's
-    help for this command.  A field with a :class:`~specstore.store.limits.Limit` is checked as the command line is
+    help for this command.  A field with a :class:`~specstore.common.limits.Limit` is checked as the command line is
     parsed (:class:`BoundedType`), its refusal naming the field and the flag."""
     for f in option_fields(cls, names):
         text = (help_of or {}).get(f.name, f.metadata["help"])

@@ -1,0 +1,44 @@
+"""The one command-line error handler: every command's body runs in :func:`run_cli`.
+
+A user error (any :class:`~specstore.common.errors.SpecstoreError`) is one
+line, ``specstore: error: <message>``, and exit status 2; Ctrl-C is one line
+and 130.  Anything else is a bug and keeps its traceback.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from collections.abc import Callable
+
+from .errors import SpecstoreError
+
+__all__ = ["PROG", "one_line", "run_cli"]
+
+#: The prefix of every command's one-line error messages.
+PROG = "specstore"
+
+
+def one_line(err: BaseException) -> str:
+    """The first non-empty line of ``str(err)``, or the exception's type name."""
+    text = str(err).strip()
+    return text.splitlines()[0] if text else type(err).__name__
+
+
+def run_cli(main: Callable[[], int], *, interrupted: str = "interrupted", verbose: bool = False) -> int:
+    """Run a command's body: one line and exit status 2 for user errors, 130 on Ctrl-C.
+
+    ``interrupted`` is what to tell the user after Ctrl-C (for example how to
+    resume).  ``verbose`` also logs the traceback of a user error at debug
+    level.
+    """
+    try:
+        return int(main())
+    except SpecstoreError as e:
+        if verbose:
+            logging.getLogger(__name__).debug("user error", exc_info=True)
+        print(f"{PROG}: error: {one_line(e)}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"{PROG}: {interrupted}", file=sys.stderr)
+        return 130
