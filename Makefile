@@ -2,7 +2,7 @@
 # Every target installs what it needs first; variables can be set on the command line.
 #
 # An option goes to a command only when its variable is set: an empty variable means the command's own
-# default (`make TARGET ARGS=--help` lists them; run defaults live in infer/defaults.py, training defaults in
+# default (`make TARGET ARGS=--help` lists them; run defaults live in infer/options/defaults.py, training defaults in
 # infer/train/config.py), so a CONFIG=file.toml is never overridden by a default spelled here.
 # ARGS passes more options as they are, word by word to the shell: quote inside it as a shell needs
 # (ARGS="--n-mels 64 --hop 256"; JSON belongs in MODEL_ARGS='{"width": 16}', which is quoted for you).

@@ -36,14 +36,14 @@ def available() -> str | None:
 
 def backbone_feature() -> str:
     """The feature the backbone reads (its kind's name), which the grid's stores must hold for the transfer row."""
-    from specstore.infer.shipped import load_shipped
+    from specstore.infer.models.shipped import load_shipped
 
     return load_shipped(BACKBONE).feature
 
 
 def transfer_figures(name: str, title: str, stores: dict[str, Path], work: Path) -> list[Figure]:
     """The transfer row of one corpus: train a head on the backbone (stores hold its feature), score the test."""
-    from specstore.infer.evaluate import evaluate
+    from specstore.infer.evaluation.evaluate import evaluate
     from specstore.infer.train import TrainConfig
     from specstore.infer.train.transfer import train_transfer
 
@@ -80,9 +80,9 @@ def backbone_throughput(*, n_clips: int, seconds: float, repeats: int) -> list[F
         return [Figure("model_backbone_clips_per_s", f"{BACKBONE} embedding pass, clips/s (CPU)", None, "clips/s",
                        why, note=why)]
     from specstore.infer.data import ArrayDataset
+    from specstore.infer.engine.runtime import Engine, RunOptions
     from specstore.infer.models import ModelConfig, build_model
-    from specstore.infer.runtime import Engine, RunOptions
-    from specstore.infer.shipped import load_shipped
+    from specstore.infer.models.shipped import load_shipped
     from specstore.infer.train.transfer import _Embedder
     from specstore.store import FeatureSpec
 

@@ -4,9 +4,9 @@ Throughput (CPU): stores of synthetic float16 log-mel features whose lengths
 follow the planner benchmark's two distributions; one default CNN checkpoint
 (untrained weights: speed does not depend on them).  Three variants,
 interleaved in every repeat, all in float32 with channels-last activations
-(what :func:`specstore.infer.predict.predict` uses by default on CPU):
+(what :func:`specstore.infer.engine.predict.predict` uses by default on CPU):
 
-* ``ours``: :func:`specstore.infer.predict.predict` end to end (open the store, load
+* ``ours``: :func:`specstore.infer.engine.predict.predict` end to end (open the store, load
   the checkpoint, measure the memory cost, plan, read + pad batches on the
   loader thread, run, softmax); no CSV.
 * ``fixed4``: the loop users write: batches of 4 clips in arrival order,
@@ -15,7 +15,7 @@ interleaved in every repeat, all in float32 with channels-last activations
   padding at all, holding the same total of real frames, already in memory
   as tensors (nothing but the forward passes is timed).
 
-Memory: :func:`specstore.infer.predict.predict` on a 1k-clip and a 20k-clip store of
+Memory: :func:`specstore.infer.engine.predict.predict` on a 1k-clip and a 20k-clip store of
 short clips with a small model, each in a fresh interpreter; peak RssAnon.
 
 The synthetic stores and checkpoint come from :mod:`benchmarks.bench_infer_data`, the timed variants from
@@ -211,7 +211,7 @@ def run_gpu(work: Path, *, n_clips: int, repeats: int) -> GroupResult:
             [Figure(k, t, None, u, reason, target=None, op=None, note=reason) for k, t, u, _, _ in keys],
             method=reason,
         )
-    from specstore.infer.runtime import Engine, RunOptions
+    from specstore.infer.engine.runtime import Engine, RunOptions
 
     work.mkdir(parents=True, exist_ok=True)
     ckpt = make_checkpoint(work / "gpu.pt")

@@ -31,7 +31,7 @@ def typical_order(lengths: np.ndarray, seed: int, batch_size: int = 4, tries: in
     """A median arrival order: of ``tries`` random orders of ``lengths``, the one whose fixed-batch
     padding efficiency is the median, so a small store is neither a lucky nor an unlucky draw for
     the fixed-batch baseline."""
-    from specstore.infer.planner_baselines import fixed_batches
+    from specstore.infer.batching.planner_baselines import fixed_batches
 
     rng = np.random.default_rng(seed)
     perms = [rng.permutation(len(lengths)) for _ in range(tries)]
@@ -64,9 +64,9 @@ def make_store(path: Path, lengths: np.ndarray, n_bins: int = 128, seed: int = 0
 def make_checkpoint(path: Path, n_bins: int = 128, **config: Any) -> Path:
     import torch
 
-    from specstore.infer.checkpoint import Checkpoint, save_checkpoint
-    from specstore.infer.defaults import PLAIN_MODEL
     from specstore.infer.models import ModelConfig, build_model
+    from specstore.infer.models.checkpoint import Checkpoint, save_checkpoint
+    from specstore.infer.options.defaults import PLAIN_MODEL
     from specstore.store import FeatureSpec
 
     torch.manual_seed(0)

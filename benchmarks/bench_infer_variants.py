@@ -18,7 +18,7 @@ __all__ = ["DenseLimit", "FixedCore", "OursCore", "run_fixed", "run_ours"]
 
 
 def run_ours(store: Path, ckpt: Path, device: str = "cpu") -> Any:
-    from specstore.infer.predict import predict
+    from specstore.infer.engine.predict import predict
 
     return predict(str(store), str(ckpt), device=device, progress=False)
 
@@ -30,10 +30,10 @@ def run_fixed(store: Path, ckpt: Path, batch_size: int = 4, device: str = "cpu",
 
     import torch
 
-    from specstore.infer.checkpoint import load_checkpoint
-    from specstore.infer.contract import time_stride
+    from specstore.infer.batching.planner_baselines import fixed_batches
     from specstore.infer.data import PadCollate, StoreDataset, prefetch
-    from specstore.infer.planner_baselines import fixed_batches
+    from specstore.infer.models.checkpoint import load_checkpoint
+    from specstore.infer.models.contract import time_stride
     from specstore.store import open_store
 
     dev = torch.device(device)
@@ -60,7 +60,7 @@ class DenseLimit:
     def __init__(self, store: Path, ckpt: Path, batch: int = 16, frames: int = 2048) -> None:
         import torch
 
-        from specstore.infer.checkpoint import load_checkpoint
+        from specstore.infer.models.checkpoint import load_checkpoint
         from specstore.store import open_store
 
         s = open_store(str(store))
@@ -101,18 +101,18 @@ class DenseLimit:
 
 
 class OursCore:
-    """Our prediction loop as :func:`specstore.infer.predict.predict` runs it, set-up excluded.
+    """Our prediction loop as :func:`specstore.infer.engine.predict.predict` runs it, set-up excluded.
 
     Set-up (untimed, once): open the store, load the checkpoint, resolve
-    device/precision/layout exactly as ``predict`` does (:class:`specstore.infer.runtime.Engine`)
+    device/precision/layout exactly as ``predict`` does (:class:`specstore.infer.engine.runtime.Engine`)
     and measure the model's memory budget.  A call is :meth:`Engine.logits`
     over every row (plan by length under the budget, read + pad on the
     loader thread, run) plus the softmax.
     """
 
     def __init__(self, store: Path, ckpt: Path) -> None:
-        from specstore.infer.checkpoint import load_checkpoint
-        from specstore.infer.runtime import Engine, RunOptions
+        from specstore.infer.engine.runtime import Engine, RunOptions
+        from specstore.infer.models.checkpoint import load_checkpoint
         from specstore.store import open_store
 
         self.store = open_store(str(store))
@@ -138,8 +138,8 @@ class FixedCore:
     def __init__(self, store: Path, ckpt: Path, batch_size: int = 4) -> None:
         import torch
 
-        from specstore.infer.checkpoint import load_checkpoint
-        from specstore.infer.planner_baselines import fixed_batches
+        from specstore.infer.batching.planner_baselines import fixed_batches
+        from specstore.infer.models.checkpoint import load_checkpoint
         from specstore.store import open_store
 
         self.store = open_store(str(store))

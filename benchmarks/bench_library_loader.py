@@ -21,7 +21,7 @@ def prefetch_vs_workers(work: Path, *, n_clips: int, median_s: float, repeats: i
     from torch.utils.data import DataLoader
 
     from specstore.infer.data import BudgetBatchSampler, PadCollate, StoreDataset, prefetch
-    from specstore.infer.runtime import Engine, RunOptions
+    from specstore.infer.engine.runtime import Engine, RunOptions
 
     from .bench_infer_data import make_checkpoint, make_store
 
@@ -29,7 +29,7 @@ def prefetch_vs_workers(work: Path, *, n_clips: int, median_s: float, repeats: i
     lengths = _lognormal_frames(n_clips, median_s, seed)
     store = make_store(work / "loader.zarr", lengths)
     ckpt = make_checkpoint(work / "loader.pt", **model)
-    from specstore.infer.checkpoint import load_checkpoint
+    from specstore.infer.models.checkpoint import load_checkpoint
 
     engine = Engine(RunOptions(device="cpu", progress=False))
     net = engine.prepare(load_checkpoint(ckpt).build())

@@ -98,7 +98,7 @@ def anon_probe(store: str, workers: int, budget_mb: float, epochs: int = 1) -> d
     import torch
     from torch.utils.data import DataLoader
 
-    from specstore.infer.budget import CostModel
+    from specstore.infer.batching.budget import CostModel
     from specstore.infer.data import BudgetBatchSampler, PadCollate, StoreDataset
 
     torch.set_num_threads(1)

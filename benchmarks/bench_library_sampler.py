@@ -34,7 +34,7 @@ def _lhotse_batches(lengths: np.ndarray, max_duration: float, epochs: int, seed:
 
 
 def sampler_vs_lhotse(*, n_clips: int, epochs: int, seed: int = 1000) -> list[Figure]:
-    from specstore.infer.budget import Budget
+    from specstore.infer.batching.budget import Budget
     from specstore.infer.data import BudgetBatchSampler
 
     budget = Budget(BUDGET, COST, max_batch=MAX_BATCH, frame_align=ALIGN)

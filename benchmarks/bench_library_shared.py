@@ -30,6 +30,6 @@ def _cores() -> int:
 
 def _computed(lengths: np.ndarray, batches: list[list[int]], align: int) -> int:
     """Frames computed for ``batches``: batch size x longest clip rounded up to ``align``."""
-    from specstore.infer.budget import align_frames
+    from specstore.infer.batching.budget import align_frames
 
     return int(sum(len(b) * align_frames(int(lengths[b].max()), align) for b in batches))

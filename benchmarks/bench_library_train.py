@@ -45,12 +45,12 @@ def train_throughput(work: Path, *, n_clips: int, median_s: float, budget_mb: fl
                      model: dict[str, Any], seed: int = 7) -> list[Figure]:
     import torch
 
-    from specstore.infer.budget import Budget
-    from specstore.infer.contract import time_stride
-    from specstore.infer.cost import measure_cost_per_frame
+    from specstore.infer.batching.budget import Budget
     from specstore.infer.data import BudgetBatchSampler, PadCollate, StoreDataset
-    from specstore.infer.defaults import PLAIN_MODEL
+    from specstore.infer.engine.cost import measure_cost_per_frame
     from specstore.infer.models import ModelConfig, build_model
+    from specstore.infer.models.contract import time_stride
+    from specstore.infer.options.defaults import PLAIN_MODEL
 
     from .bench_infer_data import make_store
 

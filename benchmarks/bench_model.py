@@ -3,8 +3,8 @@
 Each corpus of the grid is a training manifest and a test manifest of other
 works (or other contents).  Both are extracted into stores, `specstore.infer.train`
 runs with its defaults (no flags, as a user's `make train` does: every
-``auto`` option resolved from that training set), and `specstore.infer.evaluate`
-scores the test store with the simple baselines of `specstore.infer.baselines` fitted on
+``auto`` option resolved from that training set), and `specstore.infer.evaluation.evaluate`
+scores the test store with the simple baselines of `specstore.infer.evaluation.baselines` fitted on
 the same training clips, side by side, with bootstrap intervals.  Nothing
 here is chosen on a test figure: the recipe was fixed before (by grouped
 cross-validation on training data, docs/model.md), and these are reports.
@@ -104,7 +104,7 @@ def _demo(work: Path) -> tuple[Path, Path]:
     """The demo corpus (generated when missing), a seeded quarter of its files by content as the test set."""
     import hashlib
 
-    from specstore.infer.split import split_score
+    from specstore.infer.data.split import split_score
 
     root = DATA / "demo-corpus"
     if not (root / ".complete").is_file():
@@ -166,7 +166,7 @@ def fresh_model_path(model: Path) -> Path:
 
 def _measure(corpus: Corpus, work: Path, config: Any, train_csv: Path, test_csv: Path) -> list[Figure]:
     from specstore import pipeline
-    from specstore.infer.evaluate import evaluate
+    from specstore.infer.evaluation.evaluate import evaluate
     from specstore.infer.train import train
 
     from .bench_backbone import available, backbone_feature, transfer_figures
@@ -228,9 +228,9 @@ def train_step_layout(*, steps: int, repeats: int, n_bins: int = 212, frames: in
     ratios (> 1: channels-last is faster)."""
     import torch
 
-    from specstore.infer.defaults import PLAIN_MODEL
+    from specstore.infer.engine.runtime import Engine, RunOptions
     from specstore.infer.models import ModelConfig, build_model
-    from specstore.infer.runtime import Engine, RunOptions
+    from specstore.infer.options.defaults import PLAIN_MODEL
     from specstore.infer.train.steps import forward_backward
 
     generator = torch.Generator().manual_seed(0)

@@ -3,9 +3,9 @@
 Lengths (frames at 22 050 / 512 = 43.07 frames/s): uniform 15-240 s, and
 log-normal with a median of 60 s and sigma 0.9.  Planners: a fixed batch of
 4 in arrival order; lhotse-like shuffled equal-duration buckets
-(:func:`specstore.infer.planner_baselines.bucketed_batches` with lhotse's default of 10
-buckets); ours (:func:`specstore.infer.planner.plan_batches`);
-our training plan (:func:`specstore.infer.planner.shuffled_training_plan`), which
+(:func:`specstore.infer.batching.planner_baselines.bucketed_batches` with lhotse's default of 10
+buckets); ours (:func:`specstore.infer.batching.planner.plan_batches`);
+our training plan (:func:`specstore.infer.batching.planner.shuffled_training_plan`), which
 must also reshuffle its batches every epoch.  Budgeted planners share one
 budget rule: the CPU default budget (2 GiB), the design's 33 MiB per 1000
 clip-frames, max batch 16, lengths aligned to the CNN's time stride (16).
@@ -67,9 +67,9 @@ def _batch_sets(plan: object) -> set[tuple[int, ...]]:
 
 
 def run(*, n_clips: int, repeats: int) -> GroupResult:
-    from specstore.infer.budget import Budget
-    from specstore.infer.planner import plan_batches, shuffled_training_plan
-    from specstore.infer.planner_baselines import bucketed_batches, fixed_batches
+    from specstore.infer.batching.budget import Budget
+    from specstore.infer.batching.planner import plan_batches, shuffled_training_plan
+    from specstore.infer.batching.planner_baselines import bucketed_batches, fixed_batches
 
     budget = Budget(BUDGET, COST, max_batch=MAX_BATCH, frame_align=ALIGN)
     figures = []

@@ -8,7 +8,7 @@
         ``auto`` or ``pyav``, both decoders imported first); prints VmHWM
         before and after.
     python -m benchmarks.bench_probe predict-mem STORE CHECKPOINT CSV
-        Runs :func:`specstore.infer.predict.predict` on a store (CPU); prints the peak
+        Runs :func:`specstore.infer.engine.predict.predict` on a store (CPU); prints the peak
         anonymous RSS (RssAnon) sampled every 2 ms by a thread, and predict's own.
 
 The last stdout line is a JSON object.
@@ -83,7 +83,7 @@ class _AnonSampler(threading.Thread):
 
 
 def predict_mem(store: str, checkpoint: str, csv_out: str) -> dict[str, object]:
-    from specstore.infer.predict import predict
+    from specstore.infer.engine.predict import predict
 
     base = _status_kib("RssAnon")
     sampler = _AnonSampler()

@@ -47,7 +47,7 @@ def serve(model: str, port: int, workers: int, max_delay_ms: float, device: str 
     from starlette.applications import Starlette
     from starlette.routing import Mount
 
-    from specstore.infer.runtime import RunOptions
+    from specstore.infer.engine.runtime import RunOptions
     from specstore.serving.app import Service, create_app
     from specstore.serving.config import ServeConfig
     from specstore.serving.model import Classifier
@@ -85,9 +85,9 @@ def _free_port() -> int:
 
 def save_model(work: Path, model: dict[str, Any]) -> Path:
     """An untrained checkpoint of ``model`` options for the default log-mel and 6 labels, at ``work/model.pt``."""
-    from specstore.infer.checkpoint import Checkpoint, save_checkpoint
-    from specstore.infer.defaults import PLAIN_MODEL
     from specstore.infer.models import ModelConfig, build_model
+    from specstore.infer.models.checkpoint import Checkpoint, save_checkpoint
+    from specstore.infer.options.defaults import PLAIN_MODEL
     from specstore.store import FeatureSpec
 
     spec = FeatureSpec.mel()

@@ -133,8 +133,8 @@ def run_figures(report: Report, work: Path, *, device: str, clips: int, repeats:
     ``deadline`` (time.perf_counter seconds) has passed."""
     import torch
 
-    from specstore.infer.defaults import PLAIN_MODEL
     from specstore.infer.models import ModelConfig, build_model
+    from specstore.infer.options.defaults import PLAIN_MODEL
     from specstore.store import open_store
 
     t0 = time.perf_counter()
@@ -163,8 +163,8 @@ def _train_ckpt_figure(device: str) -> tuple[Any, ...]:
     import torch
     import torch.nn.functional as F
 
-    from specstore.infer.defaults import PLAIN_MODEL
     from specstore.infer.models import ModelConfig, build_model
+    from specstore.infer.options.defaults import PLAIN_MODEL
 
     peaks = {}
     frames = 2048 if device == "cuda" else 64
@@ -193,7 +193,7 @@ def _train_ckpt_figure(device: str) -> tuple[Any, ...]:
 def _throughput_figures(report: Report, net: Any, store: Any, rows: np.ndarray, lengths: np.ndarray, *, device: str,
                         repeats: int, deadline: float) -> None:
     """``gpu_infer_vs_fixed4`` and ``gpu_oom_retries``: the engine's loop with its defaults vs batches of 4."""
-    from specstore.infer.runtime import Engine, RunOptions
+    from specstore.infer.engine.runtime import Engine, RunOptions
     from specstore.store import open_store
 
     # 1. throughput: the engine's loop (defaults) vs batches of 4, same autocast and loader
@@ -232,7 +232,7 @@ def _memory_figures(report: Report, net: Any, store: Any, rows: np.ndarray, *, d
     returns that engine, its model, its budget and the idle fraction of its run."""
     import torch
 
-    from specstore.infer.runtime import Engine, RunOptions
+    from specstore.infer.engine.runtime import Engine, RunOptions
 
     # 2. memory: peak allocated vs a budget the planner can fill (many clips per batch allowed)
     big = Engine(RunOptions(device=device, progress=False, max_batch=4096, budget_mb=budget_mb))
@@ -274,7 +274,7 @@ def _memory_figures(report: Report, net: Any, store: Any, rows: np.ndarray, *, d
 def _idle_figure(report: Report, net: Any, store: Any, rows: np.ndarray, idle_big: float, b_big: Any, *,
                  device: str, budget_mb: float, deadline: float) -> None:
     """``gpu_idle_fraction``: the idle share between forwards, reader thread vs 4 and 8 DataLoader workers."""
-    from specstore.infer.runtime import Engine, RunOptions
+    from specstore.infer.engine.runtime import Engine, RunOptions
 
     # 3. the loader keeps the GPU busy: idle share between forwards, thread vs DataLoader workers
     idle = {"thread, budget-bound batches": idle_big}

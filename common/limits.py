@@ -6,7 +6,7 @@ number), and the reason for the bound.  The dataclass checks its fields when
 it is made (:func:`check_fields`), so a value out of range (from a command
 line, a config file or a checkpoint) is refused with one line naming the
 field, the value, the bound and why, before anything is sized by it.
-:class:`~specstore.infer.models.ModelConfig` and :class:`~specstore.infer.runtime.RunOptions`
+:class:`~specstore.infer.models.ModelConfig` and :class:`~specstore.infer.engine.runtime.RunOptions`
 use it; a setting copied elsewhere (the training config's copies of them) is
 checked against the same :class:`Limit` with :func:`field_limit`.  It lives
 in ``specstore.store``, the floor every package shares, so the feature specs, the

@@ -37,7 +37,7 @@ from lhotse.features import Features
 from lhotse.features.io import FeaturesReader, register_reader
 
 from specstore.common import ConfigError
-from specstore.infer.budget import Budget
+from specstore.infer.batching.budget import Budget
 from specstore.store import Store, open_store
 
 __all__ = ["STORAGE_TYPE", "GenreCutDataset", "SpecstoreReader", "cuts_from_store", "max_duration_for"]
@@ -150,7 +150,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     from lhotse.dataset import DynamicBucketingSampler
     from torch.utils.data import DataLoader
 
-    from specstore.infer.budget import Budget
+    from specstore.infer.batching.budget import Budget
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("store")

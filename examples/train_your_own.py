@@ -16,10 +16,10 @@ What it does (every step is ordinary PyTorch; specstore supplies the data pieces
 4. evaluates on the whole held-out clips (sorted, unshuffled batches under the inference budget);
 5. saves a specstore checkpoint (``Checkpoint.from_model(..., model_spec=ModelSpec(...))`` and
    ``save_checkpoint``): the model is recorded by import path and JSON arguments, never pickled;
-6. runs ``specstore.infer.predict`` on that checkpoint, as ``make infer`` would, and checks that its
+6. runs ``specstore.infer.engine.predict`` on that checkpoint, as ``make infer`` would, and checks that its
    probabilities for the held-out clips are the ones step 4 computed.
 
-The checkpoint names the model ``train_your_own:GenreNet``, so ``make infer``/``specstore.infer.predict``
+The checkpoint names the model ``train_your_own:GenreNet``, so ``make infer``/``specstore.infer.engine.predict``
 can rebuild it wherever this file's folder is importable (``PYTHONPATH=examples``) and the caller
 trusts that code (``--trust-model-code``, ``trust_model_code=True``, or the
 ``SPECSTORE_TRUSTED_MODULES`` allow-list: importing a module runs it); a model in your own
@@ -41,10 +41,10 @@ from torch import Tensor, nn
 from torch.utils.data import DataLoader
 
 from specstore import infer
-from specstore.infer.checkpoint import Checkpoint, save_checkpoint
-from specstore.infer.contract import ModelSpec
-from specstore.infer.cost import measure_cost_per_frame
 from specstore.infer.data import BudgetBatchSampler, PadCollate, StoreDataset  # the three imports
+from specstore.infer.engine.cost import measure_cost_per_frame
+from specstore.infer.models.checkpoint import Checkpoint, save_checkpoint
+from specstore.infer.models.contract import ModelSpec
 from specstore.store import open_store
 
 #: The import path the checkpoint records (``__main__`` is not importable later, the file's name is).
@@ -52,7 +52,7 @@ MODULE = Path(__file__).stem if __name__ == "__main__" else __name__
 
 
 class GenreNet(nn.Module):
-    """A small user model following specstore's model contract (:mod:`specstore.infer.contract`).
+    """A small user model following specstore's model contract (:mod:`specstore.infer.models.contract`).
 
     ``x``: ``(B, 1, n_bins, T)`` dB values, zero beyond each clip's ``lengths`` (frames).
     Two 1-D convolutions over time (the mel bins are the input channels), the second with

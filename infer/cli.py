@@ -26,22 +26,22 @@ from typing import Any
 from specstore.common import ConfigError, run_cli
 from specstore.common.atomic import check_output_path, output_target
 from specstore.common.options import add_options, given
+from specstore.infer.models.config import ModelConfig
+from specstore.infer.models.trust import Trust, add_trust_argument
+from specstore.infer.options.cli_options import CvOptions, EvalOptions, InitOptions, PlanOptions, PredictOptions
+from specstore.infer.options.defaults import PLAIN_MODEL
+from specstore.infer.options.run_options import RunOptions, check_run_option
 from specstore.store import StoreError
 from specstore.store.presence import check_store_present
 
-from .cli_options import CvOptions, EvalOptions, InitOptions, PlanOptions, PredictOptions
-from .defaults import PLAIN_MODEL
-from .model_config import ModelConfig
-from .run_options import RunOptions, check_run_option
 from .train.config import TrainConfig, add_config_arguments, config_from_args
-from .trust import Trust, add_trust_argument
 
 __all__ = ["COMMANDS", "build_parser", "main"]
 
 
 RUN_FIELDS = ("device", "precision", "budget_mb", "max_batch")
 """Run options a command passes to :class:`RunOptions` only when given (their defaults:
-:mod:`specstore.infer.defaults`)."""
+:mod:`specstore.infer.options.defaults`)."""
 MACHINE_FIELDS = ("margin_mb", "threads")
 """Run options of this machine that training takes from the command line, not from its recorded config."""
 
@@ -70,9 +70,9 @@ def _machine(args: argparse.Namespace) -> dict[str, Any]:
 
 def _check_checkpoint(model: str | None) -> None:
     """A checkpoint path that is not a file is one line before torch is imported (loading it would say the
-    same, seconds later); an import path ``package.module:Class`` (:mod:`specstore.infer.contract`) is left to the
-    loader, and a shipped model's name (:mod:`specstore.infer.shipped`) is taken as it is."""
-    from .shipped import is_shipped, no_checkpoint_hint
+    same, seconds later); an import path ``package.module:Class`` (:mod:`specstore.infer.models.contract`) is
+    left to the loader, and a shipped model's name (:mod:`specstore.infer.models.shipped`) is taken as it is."""
+    from specstore.infer.models.shipped import is_shipped, no_checkpoint_hint
 
     if model is not None and ":" not in model and not Path(model).is_file() and not is_shipped(model):
         raise ConfigError(f"no checkpoint at {Path(model)} ({no_checkpoint_hint()})")
@@ -84,8 +84,8 @@ def cmd_predict(args: argparse.Namespace) -> int:
     options = _run_options(args)
     check_store_present(args.store)
     _check_checkpoint(args.model)
-    from .calibration import UNCALIBRATED
-    from .predict import predict
+    from specstore.infer.engine.predict import predict
+    from specstore.infer.models.calibration import UNCALIBRATED
 
     res = predict(args.store, args.model, args.out, topk=args.topk, unknown_below=args.unknown_below,
                   labels=args.labels, options=options,
@@ -107,11 +107,11 @@ def cmd_plan(args: argparse.Namespace) -> int:
     options = _run_options(args)  # bad options first, before the store is opened
     check_store_present(args.store)
     _check_checkpoint(args.model)
+    from specstore.infer.engine.runtime import Engine
+    from specstore.infer.models.shipped import resolve_checkpoint
     from specstore.store import open_store
 
     from .models import build_model
-    from .runtime import Engine
-    from .shipped import resolve_checkpoint
 
     s = open_store(args.store)
     engine = Engine(options)
@@ -142,7 +142,8 @@ def cmd_init(args: argparse.Namespace) -> int:
     config = ModelConfig(**PLAIN_MODEL, arch=args.arch, n_bins=s.specs[feature].n_bins, n_classes=len(s.label_names))
     import torch
 
-    from .checkpoint import Checkpoint, save_checkpoint
+    from specstore.infer.models.checkpoint import Checkpoint, save_checkpoint
+
     from .models import build_model
 
     torch.manual_seed(args.seed)
@@ -198,7 +199,7 @@ def cmd_cv(args: argparse.Namespace) -> int:
     config = config_from_args(args, base)
     trust: Trust = True if args.trust_model_code else [args.arch] if hasattr(args, "arch") else False
     check_store_present(args.store)
-    from .crossval import cross_validate
+    from specstore.infer.train.crossval import cross_validate
 
     result = cross_validate(args.store, args.out_dir, config, folds=args.folds, progress=not args.no_progress,
                             threads=threads, overwrite=args.overwrite, trust_model_code=trust)
@@ -213,7 +214,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     _check_checkpoint(args.model)
     if args.baseline_store is not None:
         check_store_present(args.baseline_store)
-    from .evaluate import evaluate
+    from specstore.infer.evaluation.evaluate import evaluate
 
     report = evaluate(args.store, args.model, args.out_dir, split=args.split, baselines=args.baselines,
                       baseline_store=args.baseline_store, options=options,

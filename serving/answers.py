@@ -67,7 +67,7 @@ class Answer:
     """A request's answer: the model's file name, its labels and one answer per file, in upload order;
     ``outputs``: ``"classes"`` (probabilities, a softmax) or ``"tags"`` (a tagger's independent scores);
     ``temperature``: the checkpoint's calibration temperature a softmax was made with (None: uncalibrated,
-    plain softmax; always None for a tagger, whose scores take none; :mod:`specstore.infer.calibration`)."""
+    plain softmax; always None for a tagger, whose scores take none; :mod:`specstore.infer.models.calibration`)."""
 
     model: str
     labels: list[str]
@@ -119,7 +119,7 @@ def answer_json(answer: Answer, scale: PictureScale | None = None) -> dict[str, 
     for a single-label model its ``calibration`` (``temperature`` or ``uncalibrated``) with its
     ``temperature`` (null when uncalibrated) -- a tagger's answer has neither key (its independent scores take
     no temperature) -- and one object per file (:func:`file_json`)."""
-    from specstore.infer.calibration import calibration_fields  # here: the server answers its port before torch loads
+    from specstore.infer.models.calibration import calibration_fields
 
     cal = calibration_fields(answer.temperature, answer.outputs)
     return {"model": answer.model, "labels": answer.labels, "outputs": answer.outputs, **cal,

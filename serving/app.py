@@ -95,7 +95,7 @@ def health_json(service: Service, formats: list[str]) -> dict[str, Any]:
 
 def _calibration(classifier: Any) -> dict[str, Any]:
     """A single-label model's ``calibration`` and ``temperature`` (as in each answer); nothing for a tagger."""
-    from specstore.infer.calibration import calibration_fields  # here: the server answers its port before torch loads
+    from specstore.infer.models.calibration import calibration_fields
 
     calibration = getattr(classifier, "calibration", None)
     return calibration_fields(None if calibration is None else calibration.temperature,

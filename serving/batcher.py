@@ -34,7 +34,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from specstore.infer.budget import Budget
+from specstore.infer.batching.budget import Budget
 
 from .errors import ServerFault
 from .metrics import Metrics

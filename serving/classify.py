@@ -30,7 +30,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from specstore.common import ConfigError
-from specstore.infer.predictions import NO_UNKNOWN_FOR_TAGS, PredictionsError, answer, check_unknown_below
+from specstore.infer.engine.predictions import NO_UNKNOWN_FOR_TAGS, PredictionsError, answer, check_unknown_below
 from specstore.pipeline.corpus import AUDIO_EXTENSIONS
 from specstore.pipeline.corpus_hashes import hash_batch
 from specstore.pipeline.decoder_log import DecoderLogListener, DecoderWarnings, captured_stderr, log_summary

@@ -3,7 +3,7 @@
 ``classify`` and ``serve`` take a checkpoint (``--model``) and the run
 options of ``make infer`` (device, budget, max batch, precision); ``export``
 takes a checkpoint and writes it as ONNX or TorchScript
-(:func:`specstore.infer.export.export_model`).  User errors print one line,
+(:func:`specstore.infer.engine.export.export_model`).  User errors print one line,
 ``specstore: error: ...``, and exit 2 (:func:`specstore.common.run_cli`);
 ``classify`` exits 1 when some files could not be classified (each named
 on stderr with its reason) and 0 when all were.
@@ -24,8 +24,8 @@ from specstore.common import PROG, run_cli
 from specstore.common.options import add_options, given
 
 if TYPE_CHECKING:
-    from specstore.infer.calibration import Calibration
-    from specstore.infer.run_options import RunOptions
+    from specstore.infer.models.calibration import Calibration
+    from specstore.infer.options.run_options import RunOptions
 
     from .answers import Answer
     from .classify import ClassifyResult
@@ -74,15 +74,15 @@ TLS in front of it to expose it (docs/serving.md).
 
 
 RUN_FIELDS = ("device", "budget_mb", "margin_mb", "max_batch", "precision", "threads")
-"""The run options (:class:`~specstore.infer.run_options.RunOptions`) ``classify`` and ``serve`` take."""
+"""The run options (:class:`~specstore.infer.options.run_options.RunOptions`) ``classify`` and ``serve`` take."""
 
 
 def _add_run_args(p: argparse.ArgumentParser) -> None:
     """``--model``, the run options and the planner's batch price, from their dataclasses' fields (an option
     not given is left out: the dataclass fills its default)."""
-    from specstore.infer.run_options import RunOptions
-    from specstore.infer.shipped import shipped_names
-    from specstore.infer.trust import add_trust_argument
+    from specstore.infer.models.shipped import shipped_names
+    from specstore.infer.models.trust import add_trust_argument
+    from specstore.infer.options.run_options import RunOptions
 
     from .config import ClassifierOptions
 
@@ -96,15 +96,15 @@ def _add_run_args(p: argparse.ArgumentParser) -> None:
 
 def _options(args: argparse.Namespace, progress: bool) -> RunOptions:
     """The run options, checked (one line for a bad value) without importing torch."""
-    from specstore.infer.run_options import RunOptions
+    from specstore.infer.options.run_options import RunOptions
 
     return RunOptions(**given(args, RunOptions, RUN_FIELDS), progress=progress)
 
 
 def _check_model(path: str) -> None:
     """A missing checkpoint is one line before torch is imported (loading it would say the same, seconds later);
-    a shipped model's name (:mod:`specstore.infer.shipped`) is taken as it is."""
-    from specstore.infer.shipped import is_shipped, no_checkpoint_hint
+    a shipped model's name (:mod:`specstore.infer.models.shipped`) is taken as it is."""
+    from specstore.infer.models.shipped import is_shipped, no_checkpoint_hint
 
     if not os.path.isfile(path) and not is_shipped(path):
         from specstore.common import ConfigError
@@ -132,7 +132,7 @@ def _list_tags(model: str) -> int:
     """``--list-tags``: the model's vocabulary on stdout, one label a line (no engine, no memory probe); on
     stderr, ``#`` lines saying what it is and, for a shipped tagger, the music it fits (so a user picks between
     musicnn-msd and musicnn-mtt)."""
-    from specstore.infer.shipped import SHIPPED, is_shipped, resolve_checkpoint
+    from specstore.infer.models.shipped import SHIPPED, is_shipped, resolve_checkpoint
 
     ckpt = resolve_checkpoint(model)
     kind = "tags (independent scores)" if ckpt.outputs == "tags" else "labels (one softmax)"
@@ -182,8 +182,8 @@ def _print_results(res: ClassifyResult, args: argparse.Namespace, calibration: C
     "tags" and nothing of calibration (independent scores take no temperature): JSON ``"tags": [{"tag",
     "score"}]``, CSV ``path,tags,truth``, a "top N tags" table column; its windows have the same shape.
     """
-    from specstore.infer.calibration import UNCALIBRATED
-    from specstore.infer.predictions import COLUMNS, TAG_COLUMNS, escape_label
+    from specstore.infer.engine.predictions import COLUMNS, TAG_COLUMNS, escape_label
+    from specstore.infer.models.calibration import UNCALIBRATED
 
     from .answers import answer_json
 
@@ -273,12 +273,12 @@ logits become probabilities (docs/export.md shows onnxruntime reading it).
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from specstore.infer.export_options import ExportOptions, export_path
+    from specstore.infer.options.export_options import ExportOptions, export_path
 
     options = ExportOptions(**given(args, ExportOptions))
     _check_model(args.model)
     out = export_path(args.model, options.format, options.out)  # a bad --out is one line before torch loads
-    from specstore.infer.export import export_model
+    from specstore.infer.engine.export import export_model
 
     res = export_model(args.model, out, format=options.format, trust_model_code=args.trust_model_code)
     checked = ("not run to check it (no onnxruntime)" if res.max_difference is None else
@@ -288,8 +288,8 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 def _export_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    from specstore.infer.export_options import ExportOptions
-    from specstore.infer.trust import add_trust_argument
+    from specstore.infer.models.trust import add_trust_argument
+    from specstore.infer.options.export_options import ExportOptions
 
     e = sub.add_parser("export", help="write the model as ONNX or TorchScript, with a JSON sidecar, for use "
                                       "outside specstore", epilog=EXPORT_EPILOG,
@@ -342,8 +342,8 @@ def _serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
 
 def build_parser() -> argparse.ArgumentParser:
     """``specstore``'s parser: ``classify``, ``serve`` and ``export``, their options generated from their
-    dataclasses (:mod:`specstore.serving.config`, :class:`~specstore.infer.run_options.RunOptions`,
-    :class:`~specstore.infer.export_options.ExportOptions`)."""
+    dataclasses (:mod:`specstore.serving.config`, :class:`~specstore.infer.options.run_options.RunOptions`,
+    :class:`~specstore.infer.options.export_options.ExportOptions`)."""
     parser = argparse.ArgumentParser(prog=PROG, description="Classify audio files by genre, or serve a model over "
                                      "HTTP, with memory-budgeted batching; or export it for use elsewhere.")
     sub = parser.add_subparsers(dest="command", required=True)

@@ -38,10 +38,9 @@ from dataclasses import dataclass, field
 from specstore.common import ConfigError
 from specstore.common.limits import Limit, bounded, check_fields
 from specstore.common.options import borrowed, described, option
-from specstore.infer.budget import CPU_BATCH_OVERHEAD_FRAMES, DEFAULT_BATCH_OVERHEAD_FRAMES
-from specstore.infer.cli_options import LABELS_HELP, UNKNOWN_BELOW_HELP
-from specstore.infer.defaults import MAX_BATCH_LIMIT
-from specstore.infer.predictions import parse_unknown_below
+from specstore.infer.batching.budget import CPU_BATCH_OVERHEAD_FRAMES, DEFAULT_BATCH_OVERHEAD_FRAMES
+from specstore.infer.options.cli_options import LABELS_HELP, UNKNOWN_BELOW_HELP, parse_unknown_below
+from specstore.infer.options.defaults import MAX_BATCH_LIMIT
 
 from .policy import BATCHING, BatchPolicy
 from .segments import parse_segments
@@ -298,7 +297,7 @@ class BatchingOptions:
 @dataclass(frozen=True)
 class ClassifierOptions:
     """How ``classify`` and ``serve`` plan a model's batches beyond the run options
-    (:class:`~specstore.infer.run_options.RunOptions`)."""
+    (:class:`~specstore.infer.options.run_options.RunOptions`)."""
 
     batch_overhead_frames: float | None = described(
         bounded(None, 0.0, float(1 << 30), "padded frames; 2**30 frames (290 days at 43 frames/s) outweighs any "

@@ -2,9 +2,9 @@
 
 :class:`Classifier` is the one piece ``specstore classify`` and the server
 share on the inference side.  It loads the checkpoint through
-:mod:`specstore.infer.checkpoint` (its FeatureSpecs say how to decode), measures the
-model's memory cost once with :meth:`specstore.infer.runtime.Engine.budget`, and runs
-clips with :meth:`specstore.infer.runtime.Engine.clip_logits`: the planner's
+:mod:`specstore.infer.models.checkpoint` (its FeatureSpecs say how to decode), measures the
+model's memory cost once with :meth:`specstore.infer.engine.runtime.Engine.budget`, and runs
+clips with :meth:`specstore.infer.engine.runtime.Engine.clip_logits`: the planner's
 length-sorted batches under the budget, windows for clips too long for
 any batch, a CUDA out-of-memory split and retried.  Nothing here knows
 the architecture: only the model contract (``forward(x, lengths)``).
@@ -22,15 +22,15 @@ from dataclasses import dataclass
 import numpy as np
 
 from specstore.common import ConfigError
-from specstore.infer.budget import CPU_BATCH_OVERHEAD_FRAMES, DEFAULT_BATCH_OVERHEAD_FRAMES, Budget, PlanError
-from specstore.infer.calibration import Calibration, probabilities
-from specstore.infer.checkpoint import Checkpoint
-from specstore.infer.constraints import BatchConstraint
+from specstore.infer.batching.budget import CPU_BATCH_OVERHEAD_FRAMES, DEFAULT_BATCH_OVERHEAD_FRAMES, Budget, PlanError
+from specstore.infer.batching.constraints import BatchConstraint
 from specstore.infer.data import ArrayDataset
-from specstore.infer.predictions import PredictionsError, select_labels
-from specstore.infer.runtime import Engine, RunOptions, RunStats
-from specstore.infer.shipped import resolve_checkpoint
-from specstore.infer.trust import Trust
+from specstore.infer.engine.predictions import PredictionsError, select_labels
+from specstore.infer.engine.runtime import Engine, RunOptions, RunStats
+from specstore.infer.models.calibration import Calibration, probabilities
+from specstore.infer.models.checkpoint import Checkpoint
+from specstore.infer.models.shipped import resolve_checkpoint
+from specstore.infer.models.trust import Trust
 from specstore.store import FeatureSpec
 from specstore.store.kinds import picture_feature
 
@@ -56,23 +56,20 @@ def top_k(probs: np.ndarray, labels: Sequence[str], k: int) -> list[tuple[str, f
 
 
 class Classifier:
-    """A checkpoint on an :class:`~specstore.infer.runtime.Engine`; see the module docstring.
+    """A checkpoint on an :class:`~specstore.infer.engine.runtime.Engine`; see the module docstring.
 
-    ``model``: a checkpoint path or object, or a shipped model's name (``musicnn-msd``, :mod:`specstore.infer.shipped`).
-    ``outputs``: ``"classes"`` (probabilities are a softmax) or ``"tags"`` (a tagger's independent sigmoid
-    scores, several high per clip).  ``calibration``: the checkpoint's temperature a softmax is divided by
-    (:mod:`specstore.infer.calibration`; uncalibrated for a tagger).  ``labels`` (comma-separated or a list; None: all):
-    the results keep only these of the model's labels (one line naming any it lacks), taken after the
-    (calibrated) probabilities.  ``options``: device, precision, memory budget, ``max_batch``
-    (:class:`~specstore.infer.runtime.RunOptions`).
-    ``trust_model_code``: build a checkpoint that names a user model class
-    (:mod:`specstore.infer.trust`; a built-in model needs nothing).
-    ``batch_overhead_frames``: the planner's price of one more batch, in
-    padded frames (default :data:`CPU_BATCH_OVERHEAD_FRAMES` on a CPU, the
-    planner's default elsewhere).  Raises
-    ``CheckpointError``, ``DeviceError`` and ``ConfigError`` with one-line
-    messages.  :meth:`run` is safe to call from one thread at a time.
-    """
+    ``model``: a checkpoint path or object, or a shipped model's name (``musicnn-msd``,
+    :mod:`specstore.infer.models.shipped`). ``outputs``: ``"classes"`` (probabilities are a softmax) or
+    ``"tags"`` (a tagger's independent sigmoid scores, several high per clip).  ``calibration``: the checkpoint's
+    temperature a softmax is divided by (:mod:`specstore.infer.models.calibration`; uncalibrated for a tagger).
+    ``labels`` (comma-separated or a list; None: all): the results keep only these of the model's labels (one
+    line naming any it lacks), taken after the (calibrated) probabilities.  ``options``: device, precision,
+    memory budget, ``max_batch`` (:class:`~specstore.infer.engine.runtime.RunOptions`). ``trust_model_code``:
+    build a checkpoint that names a user model class (:mod:`specstore.infer.models.trust`; a built-in model needs
+    nothing). ``batch_overhead_frames``: the planner's price of one more batch, in padded frames (default
+    :data:`CPU_BATCH_OVERHEAD_FRAMES` on a CPU, the planner's default elsewhere).  Raises ``CheckpointError``,
+    ``DeviceError`` and ``ConfigError`` with one-line messages.  :meth:`run` is safe to call from one thread at a
+    time."""
 
     def __init__(self, model: str | os.PathLike[str] | Checkpoint, options: RunOptions | None = None, *,
                  batch_overhead_frames: float | None = None, trust_model_code: Trust = False,
@@ -143,7 +140,7 @@ class Classifier:
         """Probabilities of ``clips`` (``(n_bins, n_frames)`` float32 each), in their order.
 
         The engine cuts them into batches by ``constraint``
-        (:mod:`specstore.infer.constraints`, e.g. the server's fixed batches; default:
+        (:mod:`specstore.infer.batching.constraints`, e.g. the server's fixed batches; default:
         the planner's length-sorted batches under ``budget``, itself by
         default :meth:`current_budget`).
         """

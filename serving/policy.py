@@ -1,11 +1,11 @@
 """When the online batcher closes a batch: pure functions over the queue, the budget and the clock.
 
-The offline planner (:func:`specstore.infer.planner.plan_batches`) sees every clip at
+The offline planner (:func:`specstore.infer.batching.planner.plan_batches`) sees every clip at
 once.  Online, clips arrive one by one, so the only new decision is *when*
 to close a batch; *which* clips go together is still the planner's:
 
 * ``"budget"`` (the default): plan the waiting clips with
-  :func:`~specstore.infer.planner.plan_batches` under the memory budget.  A planned
+  :func:`~specstore.infer.batching.planner.plan_batches` under the memory budget.  A planned
   batch is closed as soon as it is full (``max_batch`` clips, or the next
   clip of its length would break the budget); every batch is closed once
   the oldest waiting clip has waited ``max_delay`` seconds.  A clip too
@@ -26,9 +26,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from specstore.common import ConfigError
-from specstore.infer.budget import Budget
-from specstore.infer.constraints import BatchConstraint, FixedBatch
-from specstore.infer.planner import DEFAULT_BATCH_OVERHEAD_FRAMES
+from specstore.infer.batching.budget import Budget
+from specstore.infer.batching.constraints import BatchConstraint, BudgetBatches, FixedBatch
+from specstore.infer.batching.planner import DEFAULT_BATCH_OVERHEAD_FRAMES
 
 __all__ = ["BATCHING", "BatchPolicy", "Waiting", "ready_batches"]
 
@@ -57,8 +57,8 @@ class BatchPolicy:
             raise ConfigError(f"fixed_size must be >= 1, got {self.fixed_size}")
 
     def constraint(self, budget: Budget) -> BatchConstraint:
-        """What cuts the waiting clips into batches under ``budget`` (:mod:`specstore.infer.constraints`)."""
-        return FixedBatch(self.fixed_size, budget) if self.batching == "fixed" else budget
+        """What cuts the waiting clips into batches under ``budget`` (:mod:`specstore.infer.batching.constraints`)."""
+        return FixedBatch(self.fixed_size, budget) if self.batching == "fixed" else BudgetBatches(budget)
 
 
 @dataclass(frozen=True)

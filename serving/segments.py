@@ -7,12 +7,12 @@ parameter share these pieces.  A clip of ``duration`` seconds gives
 shorter when the duration is not a multiple.  In frames, each boundary is
 ``k * SECONDS`` rounded to the nearest multiple of the model's window
 alignment (its time stride or pooling window, as for the windows of
-``make infer``, :func:`specstore.infer.windows.windows_for`), so no pooling window is
+``make infer``, :func:`specstore.infer.engine.windows.windows_for`), so no pooling window is
 split; the last segment ends at the clip's last frame.
 
 Each segment is classified as a clip of its own: its real frames only,
 masked in whatever batch the engine puts it in (the disjoint windows,
-context 0, of :mod:`specstore.infer.windows`), so its probabilities do not depend on
+context 0, of :mod:`specstore.infer.engine.windows`), so its probabilities do not depend on
 the other clips or segments of the run.  A segment sees no audio across its
 boundaries: the model's receptive field is cut there, as at a clip's ends.
 SECONDS below one alignment step (e.g. 4 frames, about 0.09 s at the
@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from specstore.common import ConfigError
-from specstore.infer.predictions import answer
+from specstore.infer.engine.predictions import answer
 
 AUTO = "auto"
 """The server's ``segments=auto``: the window picked by :func:`auto_seconds` from each file's duration."""

@@ -68,14 +68,6 @@ class FeatureKind:
     fixed_grid: bool = False
     flags: Mapping[str, str] = field(default_factory=dict)
 
-    def spec(self, **overrides: Any) -> FeatureSpec:
-        """A spec of this kind: its defaults, then ``overrides``."""
-        from .spec import FeatureSpec
-
-        base: dict[str, Any] = {"kind": self.name, **self.defaults}
-        base.update(overrides)
-        return FeatureSpec(**base)
-
 
 _REGISTRY: dict[str, FeatureKind] = {}
 """name -> entry, in registration order (the one explicit registry of kinds)."""

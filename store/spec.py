@@ -129,17 +129,17 @@ class FeatureSpec:
     @classmethod
     def mel(cls, **overrides: Any) -> FeatureSpec:
         """Log-mel defaults: 22 050 Hz, n_fft 2048, hop 512, 128 mels, 0-8000 Hz, power dB."""
-        return feature_kind("mel").spec(**overrides)
+        return cls.of_kind("mel", **overrides)
 
     @classmethod
     def cqt(cls, **overrides: Any) -> FeatureSpec:
         """CQT defaults: 22 050 Hz, hop 512, 84 bins (7 octaves from C1), magnitude dB."""
-        return feature_kind("cqt").spec(**overrides)
+        return cls.of_kind("cqt", **overrides)
 
     @classmethod
     def of_kind(cls, kind: str, **overrides: Any) -> FeatureSpec:
         """The registered defaults of ``kind`` (:mod:`specstore.store.kinds`), then ``overrides``."""
-        return feature_kind(kind).spec(**overrides)
+        return cls(**{"kind": kind, **feature_kind(kind).defaults, **overrides})
 
 
 def default_specs(names: tuple[str, ...] | list[str] = DEFAULT_KINDS) -> dict[str, FeatureSpec]:
@@ -150,7 +150,7 @@ def default_specs(names: tuple[str, ...] | list[str] = DEFAULT_KINDS) -> dict[st
             entry = feature_kind(n)
         except ConfigError:
             raise ConfigError(f"unknown feature {n!r}; choose from {sorted(kind_names())}") from None
-        out[n] = entry.spec()
+        out[n] = FeatureSpec.of_kind(entry.name)
     return out
 
 

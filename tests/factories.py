@@ -133,9 +133,9 @@ def make_checkpoint(path: Path | str, *, spec: FeatureSpec = SPEC16, labels: Seq
     """
     import torch
 
-    from specstore.infer.checkpoint import Checkpoint, save_checkpoint
-    from specstore.infer.defaults import PLAIN_MODEL
     from specstore.infer.models import ModelConfig, build_model
+    from specstore.infer.models.checkpoint import Checkpoint, save_checkpoint
+    from specstore.infer.options.defaults import PLAIN_MODEL
 
     torch.manual_seed(seed)
     model = build_model(ModelConfig(n_bins=spec.n_bins, n_classes=len(labels), **{**PLAIN_MODEL,

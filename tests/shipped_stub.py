@@ -1,5 +1,5 @@
-"""A tiny stand-in for a shipped model (:mod:`specstore.infer.shipped`), so the shipped-model paths are tested without
-the real weights: a built-in CNN (width 4) on :data:`factories.SPEC16` with a fixed seed, as a 5-tag tagger.
+"""A tiny stand-in for a shipped model (:mod:`specstore.infer.models.shipped`), so the shipped-model paths are tested
+without the real weights: a built-in CNN (width 4) on :data:`factories.SPEC16` with a fixed seed, as a 5-tag tagger.
 
 :func:`registered` adds it to the shipped registry as ``tiny-tags`` for a block (``load(name) -> (model, tags,
 spec)``, the loader contract).
@@ -22,8 +22,8 @@ def load(name: str) -> tuple[Any, list[str], Any]:
     """The stand-in tagger with fixed weights (seed 7) and non-trivial BatchNorm statistics."""
     import torch
 
-    from specstore.infer.defaults import PLAIN_MODEL
     from specstore.infer.models import ModelConfig, build_model
+    from specstore.infer.options.defaults import PLAIN_MODEL
 
     torch.manual_seed(7)
     model = build_model(ModelConfig(**{**PLAIN_MODEL, "width": 4, "depth": 2, "n_bins": SPEC16.n_bins,
@@ -39,7 +39,7 @@ def load(name: str) -> tuple[Any, list[str], Any]:
 def registered() -> Iterator[str]:
     """The stand-in registered as :data:`NAME` while the block runs (so no other test's store, whose mel is the
     stand-in's input, finds it as a backbone)."""
-    from specstore.infer.shipped import ShippedModel, register_shipped, unregister_shipped
+    from specstore.infer.models.shipped import ShippedModel, register_shipped, unregister_shipped
 
     register_shipped(ShippedModel(NAME, "shipped_stub:load", "tags", "a test stand-in", "test only"))
     try:

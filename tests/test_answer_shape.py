@@ -23,7 +23,7 @@ from specstore.store import FeatureSpec
 def test_classify_json_is_the_servers_answer(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from starlette.testclient import TestClient
 
-    from specstore.infer.runtime import RunOptions
+    from specstore.infer.engine.runtime import RunOptions
     from specstore.serving.app import Service, create_app
     from specstore.serving.config import ServeConfig
     from specstore.serving.model import Classifier

@@ -1,7 +1,7 @@
 """The registries of model parts (infer/models/registry.py) and an architecture registered from user code.
 
 The user architecture is ``docs/architectures.md``'s example module, run as the document shows it; its
-checkpoints build where it is registered, and elsewhere only when its module is trusted (infer/trust.py).
+checkpoints build where it is registered, and elsewhere only when its module is trusted (infer/models/trust.py).
 """
 
 from __future__ import annotations
@@ -21,12 +21,12 @@ import torch
 from factories import LABELS, SPEC16
 
 from specstore.common import ConfigError
-from specstore.infer.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
-from specstore.infer.contract import ModelSpec, spec_of
-from specstore.infer.model_config import ARCHS, FREQ_POOLINGS, POOLINGS, ModelConfig, ModelConfigError
 from specstore.infer.models import build_model
+from specstore.infer.models.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
+from specstore.infer.models.config import ARCHS, FREQ_POOLINGS, POOLINGS, ModelConfig, ModelConfigError
+from specstore.infer.models.contract import ModelSpec, spec_of
 from specstore.infer.models.registry import ARCH_REGISTRY, Arch, RegistryError
-from specstore.infer.trust import TRUST_ENV, UntrustedModelError
+from specstore.infer.models.trust import TRUST_ENV, UntrustedModelError
 
 ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "architectures.md"
@@ -192,7 +192,7 @@ def test_the_document_lists_every_registered_part() -> None:
 
 def test_the_registry_and_the_names_load_no_torch() -> None:
     code = ("import sys; from specstore.infer.models.registry import ARCH_REGISTRY; "
-            "from specstore.infer.model_config import ARCHS, ModelConfig; "
+            "from specstore.infer.models.config import ARCHS, ModelConfig; "
             "assert ARCHS is ARCH_REGISTRY.names and ModelConfig(arch='resnet').n_parameters > 0; "
             "print('torch' in sys.modules)")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=True,

@@ -9,10 +9,10 @@ import pytest
 from factories import make_separable_store, make_store
 
 from specstore.common import ConfigError
-from specstore.infer.baselines import bootstrap_ci, clip_stats, fit_baselines
 from specstore.infer.cli import main as infer_main
-from specstore.infer.evaluate import evaluate
-from specstore.infer.split import SplitRule, training_rows
+from specstore.infer.data.split import SplitRule, training_rows
+from specstore.infer.evaluation.baselines import bootstrap_ci, clip_stats, fit_baselines
+from specstore.infer.evaluation.evaluate import evaluate
 from specstore.infer.train import TrainConfig, train
 from specstore.store import FeatureSpec, open_store
 

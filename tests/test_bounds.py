@@ -3,7 +3,7 @@
 A checkpoint's model config is checked against the bounds beside each field
 of :class:`~specstore.infer.models.ModelConfig` (and a parameter count computed from
 it) when it is read, before any tensor is allocated; the run options
-(:class:`~specstore.infer.runtime.RunOptions`: budget, margin, batch size, threads)
+(:class:`~specstore.infer.engine.runtime.RunOptions`: budget, margin, batch size, threads)
 are checked when they are made; :meth:`Budget.max_window` ends for any
 budget.  Every refusal is one line and exit status 2.
 """
@@ -27,14 +27,20 @@ import pytest
 from factories import make_checkpoint, make_store
 
 from specstore.common import ConfigError
-from specstore.infer.budget import Budget, PlanError
-from specstore.infer.checkpoint import Checkpoint, CheckpointError, load_checkpoint, save_checkpoint, save_torch_file
+from specstore.infer.batching.budget import Budget, PlanError
 from specstore.infer.cli import _run_options, build_parser
 from specstore.infer.cli import main as infer_main
-from specstore.infer.contract import ModelSpec
-from specstore.infer.defaults import PLAIN_MODEL
+from specstore.infer.engine.runtime import RunOptions
 from specstore.infer.models import MaskedClassifier, ModelConfig, ModelConfigError, build_model
-from specstore.infer.runtime import RunOptions
+from specstore.infer.models.checkpoint import (
+    Checkpoint,
+    CheckpointError,
+    load_checkpoint,
+    save_checkpoint,
+    save_torch_file,
+)
+from specstore.infer.models.contract import ModelSpec
+from specstore.infer.options.defaults import PLAIN_MODEL
 from specstore.infer.train import TrainConfig, TrainError
 
 # (names new with the bounds are imported inside the tests, so this file also runs, and fails, on the code

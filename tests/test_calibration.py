@@ -16,10 +16,10 @@ import torch.nn.functional as F
 from factories import make_checkpoint, make_corpus, make_store
 
 from specstore.common import ConfigError
-from specstore.infer.calibration import Calibration, expected_calibration_error, fit_temperature, probabilities
-from specstore.infer.checkpoint import CheckpointError, load_checkpoint
-from specstore.infer.evaluate import evaluate
-from specstore.infer.predict import predict
+from specstore.infer.engine.predict import predict
+from specstore.infer.evaluation.evaluate import evaluate
+from specstore.infer.models.calibration import Calibration, expected_calibration_error, fit_temperature, probabilities
+from specstore.infer.models.checkpoint import CheckpointError, load_checkpoint
 from specstore.serving.cli import main as specstore_main
 from specstore.store import FeatureSpec
 

@@ -17,13 +17,13 @@ import torch
 from factories import LABELS, SMALL_SPECS, make_checkpoint, make_corpus, make_store
 
 from specstore.common import ConfigError
-from specstore.infer.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
 from specstore.infer.data import ArrayDataset, StoreDataset
-from specstore.infer.defaults import PLAIN_MODEL
+from specstore.infer.engine.predict import predict
+from specstore.infer.engine.predictions import read_predictions_csv
+from specstore.infer.engine.runtime import Engine, RunOptions
 from specstore.infer.models import ModelConfig, build_model
-from specstore.infer.predict import predict
-from specstore.infer.predictions import read_predictions_csv
-from specstore.infer.runtime import Engine, RunOptions
+from specstore.infer.models.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
+from specstore.infer.options.defaults import PLAIN_MODEL
 from specstore.pipeline import extract
 from specstore.pipeline.hashing import content_hash, digest_bytes
 from specstore.serving.classify import classify_files

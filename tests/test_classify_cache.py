@@ -25,7 +25,7 @@ import pytest
 from factories import make_checkpoint, make_corpus
 
 from specstore.common import ConfigError
-from specstore.infer.runtime import RunOptions
+from specstore.infer.engine.runtime import RunOptions
 from specstore.serving.cache import specs_key
 from specstore.serving.classify import ClassifyResult, classify_files
 from specstore.serving.cli import main as specstore_main

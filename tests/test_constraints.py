@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 from factories import make_checkpoint
 
-from specstore.infer.budget import Budget, PlanError
-from specstore.infer.constraints import BatchConstraint, FixedBatch
-from specstore.infer.planner import plan_batches
-from specstore.infer.runtime import RowLogits, RunOptions, RunStats
-from specstore.infer.windows import tile_spans, windows_for
+from specstore.infer.batching.budget import Budget, PlanError
+from specstore.infer.batching.constraints import BatchConstraint, BudgetBatches, FixedBatch
+from specstore.infer.batching.planner import plan_batches
+from specstore.infer.engine.runtime import RowLogits, RunOptions, RunStats
+from specstore.infer.engine.windows import tile_spans, windows_for
 from specstore.serving.batcher import Batcher
 from specstore.serving.model import Classifier, ClipResults
 from specstore.serving.policy import BatchPolicy
@@ -24,16 +24,17 @@ BUDGET = Budget(budget_bytes=64 << 20, cost_per_frame=float(1 << 20), max_batch=
 
 
 def test_both_kinds_are_constraints() -> None:
-    assert isinstance(BUDGET, BatchConstraint) and isinstance(FixedBatch(2), BatchConstraint)
+    assert isinstance(BudgetBatches(BUDGET), BatchConstraint) and isinstance(FixedBatch(2), BatchConstraint)
 
 
 def test_a_budget_plans_as_the_planner_does() -> None:
     lengths = np.array([2, 15, 3, 16, 2, 14, 3, 15, 100])
-    ours, planner = BUDGET.plan(lengths, batch_overhead_frames=8.0), plan_batches(lengths, BUDGET,
-                                                                                  batch_overhead_frames=8.0)
+    batches = BudgetBatches(BUDGET)
+    ours, planner = batches.plan(lengths, batch_overhead_frames=8.0), plan_batches(lengths, BUDGET,
+                                                                                batch_overhead_frames=8.0)
     assert [b.tolist() for b in ours.batches] == [b.tolist() for b in planner.batches]
     assert ours.too_long.tolist() == planner.too_long.tolist() == [8]
-    assert BUDGET.full(4, 1) and BUDGET.full(2, 30) and not BUDGET.full(1, 30)
+    assert batches.full(4, 1) and batches.full(2, 30) and not batches.full(1, 30)
 
 
 def test_a_fixed_batch_keeps_arrival_order_and_leaves_clips_too_long_alone() -> None:
@@ -69,7 +70,7 @@ def test_the_engine_cuts_batches_by_any_constraint_and_the_answers_do_not_change
     planned = clf.run(clips)
     fixed = clf.run(clips, constraint=FixedBatch(2, clf.budget))
     np.testing.assert_allclose(fixed.probs, planned.probs, atol=1e-5)
-    plan = clf.budget.plan(np.array(lengths), batch_overhead_frames=clf.batch_overhead_frames)
+    plan = BudgetBatches(clf.budget).plan(np.array(lengths), batch_overhead_frames=clf.batch_overhead_frames)
     assert planned.run == RunStats(distinct=6, batches=plan.n_batches, real_frames=plan.real_frames,
                                    computed_frames=plan.computed_frames, peak_bytes=planned.run.peak_bytes,
                                    budget_bytes=clf.budget.budget_bytes)

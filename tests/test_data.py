@@ -17,20 +17,20 @@ from torch.utils.data import DataLoader
 from user_models import PoolsOverPadding, TinyUserNet
 
 from specstore.common import ConfigError
-from specstore.infer.augment import SpecAugment
-from specstore.infer.budget import Budget, CostModel
-from specstore.infer.checkpoint import load_checkpoint
+from specstore.infer.batching.budget import Budget, CostModel
+from specstore.infer.batching.planner import plan_batches
 from specstore.infer.cli import main as infer_main
-from specstore.infer.contract import ModelSpec, spec_of
-from specstore.infer.cost import measure_cost_per_frame
 from specstore.infer.data import BudgetBatchSampler, PadCollate, StoreDataset, pad_collate
-from specstore.infer.defaults import PLAIN_MODEL
-from specstore.infer.evaluate import evaluate
+from specstore.infer.data.augment import SpecAugment
+from specstore.infer.engine.cost import measure_cost_per_frame
+from specstore.infer.engine.predict import predict
+from specstore.infer.evaluation.evaluate import evaluate
 from specstore.infer.models import ModelConfig, build_model
-from specstore.infer.planner import plan_batches
-from specstore.infer.predict import predict
+from specstore.infer.models.checkpoint import load_checkpoint
+from specstore.infer.models.contract import ModelSpec, spec_of
+from specstore.infer.models.trust import UntrustedModelError
+from specstore.infer.options.defaults import PLAIN_MODEL
 from specstore.infer.train import TrainConfig, train
-from specstore.infer.trust import UntrustedModelError
 from specstore.store import IndexRow, create_store, open_store
 
 COST = CostModel(bytes_per_frame=1000.0, fixed_bytes=0)

@@ -12,10 +12,10 @@ import torch.multiprocessing as mp
 import torch.nn.functional as F
 from factories import make_separable_store
 
-from specstore.infer.budget import Budget
+from specstore.infer.batching.budget import Budget
 from specstore.infer.data import BudgetBatchSampler, PadCollate, StoreDataset
-from specstore.infer.defaults import PLAIN_MODEL
 from specstore.infer.models import ModelConfig, build_model
+from specstore.infer.options.defaults import PLAIN_MODEL
 
 pytestmark = pytest.mark.slow
 

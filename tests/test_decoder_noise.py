@@ -237,7 +237,7 @@ def test_the_server_counts_its_workers_decoder_lines_in_metrics_and_at_shutdown(
         capfd: pytest.CaptureFixture[str]) -> None:
     from starlette.testclient import TestClient
 
-    from specstore.infer.runtime import RunOptions
+    from specstore.infer.engine.runtime import RunOptions
     from specstore.serving.app import Service, create_app
     from specstore.serving.config import ServeConfig
     from specstore.serving.model import Classifier

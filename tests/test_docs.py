@@ -190,10 +190,10 @@ def doc_corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
     ``HOME`` are only read, and stay where the stores recorded them.
     """
     from specstore import pipeline
-    from specstore.infer.checkpoint import Checkpoint, save_checkpoint
-    from specstore.infer.defaults import PLAIN_MODEL
+    from specstore.infer.engine.predict import predict
     from specstore.infer.models import ModelConfig, build_model
-    from specstore.infer.predict import predict
+    from specstore.infer.models.checkpoint import Checkpoint, save_checkpoint
+    from specstore.infer.options.defaults import PLAIN_MODEL
     from specstore.pipeline.testing import write_music_like
     from specstore.store import open_store
 

@@ -14,16 +14,16 @@ import torch
 from factories import make_separable_store
 
 from specstore.common import ConfigError
-from specstore.infer.checkpoint import load_checkpoint
-from specstore.infer.collate import collate
-from specstore.infer.contract import spec_of
-from specstore.infer.defaults import PLAIN_MODEL
+from specstore.infer.data.collate import collate
+from specstore.infer.engine.predict import predict
+from specstore.infer.engine.windows import run_windowed
 from specstore.infer.models import ModelConfig, build_model
+from specstore.infer.models.checkpoint import load_checkpoint
+from specstore.infer.models.contract import spec_of
 from specstore.infer.models.ensemble import SumClassifier
-from specstore.infer.predict import predict
+from specstore.infer.options.defaults import PLAIN_MODEL
 from specstore.infer.train.choice import MARGIN, decide
 from specstore.infer.train.config import TrainConfig
-from specstore.infer.windows import run_windowed
 from specstore.store import open_store
 
 NAME = shipped_stub.NAME
@@ -82,7 +82,7 @@ def test_a_clip_too_long_for_any_batch_windows_exactly(summed: Summed) -> None:
 
 
 def test_members_whose_window_alignments_do_not_divide_average_their_windows() -> None:
-    from specstore.infer.windows import mean_of_windows
+    from specstore.infer.engine.windows import mean_of_windows
 
     a, b = _member(1, 16, pool_window=12), _member(2, 8, depth=3)  # windows on 12 frames and on 8: none exact
     net = SumClassifier([{"model": spec_of(a).to_dict(), "rows": [0, 16]},
@@ -179,8 +179,8 @@ def test_make_train_trains_the_sum_when_the_rule_chooses_it(tmp_path: Path, monk
 def test_a_saved_sum_exports_and_the_export_equals_it(summed: Summed, tmp_path: Path) -> None:
     from factories import SPEC16
 
-    from specstore.infer.checkpoint import Checkpoint, save_checkpoint
-    from specstore.infer.export import export_model
+    from specstore.infer.engine.export import export_model
+    from specstore.infer.models.checkpoint import Checkpoint, save_checkpoint
     from specstore.store import FeatureSpec
 
     net, _ = summed

@@ -10,12 +10,12 @@ import pytest
 from factories import make_checkpoint as _make_checkpoint
 from factories import make_store
 
-from specstore.infer.checkpoint import load_checkpoint
 from specstore.infer.cli import main as infer_main
-from specstore.infer.evaluate import EvaluateError, evaluate
+from specstore.infer.data.split import SplitRule
+from specstore.infer.engine.predict import predict
+from specstore.infer.evaluation.evaluate import EvaluateError, evaluate
 from specstore.infer.explore import metrics_from_confusion, plot_confusion
-from specstore.infer.predict import predict
-from specstore.infer.split import SplitRule
+from specstore.infer.models.checkpoint import load_checkpoint
 from specstore.store import FeatureSpec, open_store
 
 SPEC = FeatureSpec.mel(n_bins=16)

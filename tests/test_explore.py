@@ -13,7 +13,6 @@ import pytest
 from factories import make_store as _make_store
 from matplotlib.figure import Figure
 
-from specstore.infer.checkpoint import load_checkpoint
 from specstore.infer.explore import (
     ExploreError,
     Outcomes,
@@ -31,6 +30,7 @@ from specstore.infer.explore import (
 )
 from specstore.infer.explore import confusion_matrix_figure as draw_confusion
 from specstore.infer.explore import figures as plots
+from specstore.infer.models.checkpoint import load_checkpoint
 from specstore.store import FeatureSpec, create_store, open_store
 
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -336,7 +336,7 @@ def test_colours_compare_across_clips_time_is_labelled_and_notes_reach_the_title
 
 def test_topk_labels_with_separators_round_trip(tmp_path: Path) -> None:
     """Labels holding ':' ';' or '%' cannot make the topk column ambiguous: they are escaped, and read back."""
-    from specstore.infer.predictions import escape_label, unescape_label
+    from specstore.infer.engine.predictions import escape_label, unescape_label
 
     names = ["a:b", "c;d", "50%:x", "plain"]
     for name in names:

@@ -12,8 +12,8 @@ from factories import LABELS, SPEC16, make_checkpoint
 from torch import Tensor, nn
 
 from specstore.common import ConfigError
-from specstore.infer.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
-from specstore.infer.export import ExportError, export_model, sidecar
+from specstore.infer.engine.export import ExportError, export_model, sidecar
+from specstore.infer.models.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 
 pytestmark = pytest.mark.filterwarnings("ignore:`torch.jit.load` is deprecated:DeprecationWarning")
 
@@ -133,8 +133,8 @@ class ReadsTheLengths(nn.Module):
 
 
 def test_an_export_that_would_compute_other_logits_is_refused(tmp_path: Path) -> None:
-    from specstore.infer.checkpoint import Checkpoint
-    from specstore.infer.contract import spec_of
+    from specstore.infer.models.checkpoint import Checkpoint
+    from specstore.infer.models.contract import spec_of
 
     sizes = {"n_bins": SPEC16.n_bins, "n_classes": len(LABELS)}
     ckpt = Checkpoint.from_model(ReadsTheLengths(**sizes), LABELS, "mel", SPEC16,

@@ -208,14 +208,15 @@ def test_a_lazy_package_exports_what_type_checkers_see(package: str) -> None:
 
 
 def test_a_function_named_like_its_module_stays_the_function() -> None:
-    """``specstore.infer.train``, ``specstore.infer.evaluate``, ``specstore.pipeline.extract``,
+    """``specstore.infer.train``, ``specstore.infer.evaluation.evaluate``, ``specstore.pipeline.extract``,
     ``specstore.store.validate``: the exported function, after its module is imported too, as an eager ``from .train
     import train`` left it."""
     from specstore import infer, pipeline, store
 
-    for package, name in ((infer, "train"), (infer, "evaluate"), (infer, "predict"), (pipeline, "extract"),
-                          (store, "validate")):
-        importlib.import_module(f"{package.__name__}.{name}")
+    for package, module in ((infer, "train"), (infer, "evaluation.evaluate"), (infer, "engine.predict"),
+                            (pipeline, "extract"), (store, "validate")):
+        importlib.import_module(f"{package.__name__}.{module}")
+        name = module.rsplit(".", 1)[-1]
         assert callable(getattr(package, name)) and not isinstance(getattr(package, name), type(infer)), name
 
 
@@ -223,10 +224,22 @@ def test_the_light_homes_agree_with_the_heavy_modules() -> None:
     """What moved out of torch modules for the command lines is the same object where it used to be."""
     defaults, evaluate, model_config, models, run_options, runtime, split = (
         importlib.import_module(f"specstore.infer.{name}")  # (the attribute infer.evaluate is the function evaluate)
-        for name in ("defaults", "evaluate", "model_config", "models", "run_options", "runtime", "split"))
+        for name in ("options.defaults", "evaluation.evaluate", "models.config", "models", "options.run_options",
+                     "engine.runtime", "data.split"))
 
     assert defaults.EVAL_SPLITS == ("auto", *split.SPLITS)
     assert evaluate.EVAL_SPLITS is defaults.EVAL_SPLITS
     for name in model_config.__all__:
         assert getattr(models, name) is getattr(model_config, name), name
     assert runtime.RunOptions is run_options.RunOptions and runtime.check_run_option is run_options.check_run_option
+
+
+def test_the_options_room_imports_no_torch() -> None:
+    """``specstore.infer.options`` is the torch-free room: every command line is generated from it, so ``--help`` and
+    a bad value answer before torch is imported."""
+    code = ("import pkgutil, importlib, sys, specstore.infer.options as room; "
+            "[importlib.import_module(m.name) for m in pkgutil.walk_packages(room.__path__, room.__name__ + '.')]; "
+            "print(sorted({m.split('.')[0] for m in sys.modules} & {'torch', 'librosa', 'zarr'}))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=True,
+                          cwd=ROOT)
+    assert proc.stdout.strip() == "[]", proc.stdout

@@ -17,15 +17,15 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from specstore.infer.budget import Budget
-from specstore.infer.checkpoint import Checkpoint, save_checkpoint
-from specstore.infer.cost import measure_cost_per_frame
+from specstore.infer.batching.budget import Budget
 from specstore.infer.data import PadCollate, StoreDataset
-from specstore.infer.defaults import PLAIN_MODEL
-from specstore.infer.device import memory_bytes
+from specstore.infer.engine.cost import measure_cost_per_frame
+from specstore.infer.engine.device import memory_bytes
+from specstore.infer.engine.predict import predict
+from specstore.infer.engine.runtime import Engine, RunOptions
 from specstore.infer.models import ModelConfig, build_model
-from specstore.infer.predict import predict
-from specstore.infer.runtime import Engine, RunOptions
+from specstore.infer.models.checkpoint import Checkpoint, save_checkpoint
+from specstore.infer.options.defaults import PLAIN_MODEL
 from specstore.infer.train import TrainConfig, train
 from specstore.store import FeatureSpec, create_store, open_store
 
@@ -77,7 +77,7 @@ def no_tf32() -> Iterator[None]:
 
 def alone_probs(store: Path, ckpt: Path, device: str, precision: str) -> np.ndarray:
     """Every clip in a batch of its own (the reference for batched == alone)."""
-    from specstore.infer.checkpoint import load_checkpoint
+    from specstore.infer.models.checkpoint import load_checkpoint
 
     s = open_store(store)
     engine = Engine(RunOptions(device=device, precision=precision, progress=False))
@@ -111,7 +111,7 @@ class _OomAbove(nn.Module):
 
 
 def test_out_of_memory_is_split_and_retried_with_no_clip_lost(tmp_path: Path) -> None:
-    from specstore.infer.checkpoint import load_checkpoint
+    from specstore.infer.models.checkpoint import load_checkpoint
 
     store = make_store(tmp_path / "s.zarr", [40 + 7 * k for k in range(30)])
     ckpt = load_checkpoint(make_checkpoint(tmp_path / "m.pt"))

@@ -73,7 +73,7 @@ def test_group_rule_parent_and_regex() -> None:
 # -- stored groups -------------------------------------------------------------------------------------
 
 def test_group_by_parent_stores_groups_and_keeps_every_group_on_one_side(tmp_path: Path) -> None:
-    from specstore.infer.split import SplitRule, training_rows, ungrouped_split_warning
+    from specstore.infer.data.split import SplitRule, training_rows, ungrouped_split_warning
 
     expected = _stem_corpus(tmp_path / "c")
     write_tone(tmp_path / "c" / "keys" / "solo.wav", 0.3, freq=3000.0)  # directly in a label folder: no group
@@ -145,7 +145,7 @@ def test_group_by_errors_are_one_line_exit_2(tmp_path: Path, case: str, capsys: 
 # -- the warning on a small split by content ---------------------------------------------------------------
 
 def test_ungrouped_warning_names_the_smallest_class_under_30(tmp_path: Path) -> None:
-    from specstore.infer.split import MIN_CLIPS_UNGROUPED, ungrouped_split_warning
+    from specstore.infer.data.split import MIN_CLIPS_UNGROUPED, ungrouped_split_warning
 
     assert MIN_CLIPS_UNGROUPED == 30
     enough = open_store(make_separable_store(tmp_path / "90.zarr", n=90))  # 30 clips in each class
@@ -157,9 +157,9 @@ def test_ungrouped_warning_names_the_smallest_class_under_30(tmp_path: Path) -> 
 
 def test_a_small_ungrouped_split_is_warned_once_in_train_cv_and_eval(
         tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    from specstore.infer.crossval import cross_validate
-    from specstore.infer.evaluate import evaluate
+    from specstore.infer.evaluation.evaluate import evaluate
     from specstore.infer.train import TrainConfig, train
+    from specstore.infer.train.crossval import cross_validate
 
     store = make_separable_store(tmp_path / "s.zarr", n=36)  # 12 clips a class, no groups
     tiny = dict(epochs=1, width=4, depth=2, max_batch=8, crop_seconds=None, stats_head=False, device="cpu")

@@ -25,7 +25,7 @@ import torch
 from factories import make_separable_store, make_store
 
 from specstore.common import ConfigError
-from specstore.infer.checkpoint import load_checkpoint
+from specstore.infer.models.checkpoint import load_checkpoint
 from specstore.store import open_store
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -102,7 +102,7 @@ def test_lhotse_cuts_read_the_store_through_a_registered_reader(tmp_path: Path, 
     from lhotse.features.io import get_reader
     from torch.utils.data import DataLoader
 
-    from specstore.infer.budget import Budget
+    from specstore.infer.batching.budget import Budget
 
     recipe = _recipe("lhotse_recipe")
     assert get_reader("specstore") is recipe.SpecstoreReader

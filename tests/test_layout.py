@@ -72,7 +72,7 @@ def test_the_core_does_not_import_the_notebook_helpers() -> None:
 
 def test_packaged_code_and_tests_do_not_import_the_benchmarks() -> None:
     """``benchmarks/`` is not packaged: nothing installed, and no test, may need it (its planners live in
-    ``specstore.infer.planner_baselines``)."""
+    ``specstore.infer.batching.planner_baselines``)."""
     offenders = {}
     for folder in (*PACKAGED, "tests"):
         for p in _modules(ROOT / folder):
@@ -87,24 +87,24 @@ ROUND_UP = re.compile(r"-\(-[^()]*//\s*([\w.]+)\)\s*\*\s*\1")
 
 
 def test_the_stride_round_up_is_written_once() -> None:
-    from specstore.infer import budget
+    from specstore.infer.batching import budget
 
     hits = [f"{p.relative_to(ROOT)}:{i}" for folder in ("infer", "pipeline", "store", "benchmarks")
             for p in _modules(ROOT / folder)
             for i, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1) if ROUND_UP.search(line)]
     source_lines, start = inspect.getsourcelines(budget.align_frames)
-    home = [f"infer/budget.py:{start + k}" for k, line in enumerate(source_lines) if ROUND_UP.search(line)]
+    home = [f"infer/batching/budget.py:{start + k}" for k, line in enumerate(source_lines) if ROUND_UP.search(line)]
     assert len(home) == 1 and hits == home, hits
 
 
 def test_run_defaults_have_one_home() -> None:
     """Device, precision, budget and batch size: infer.defaults, read by every object that has a default."""
-    from specstore.infer import defaults
-    from specstore.infer.budget import Budget
+    from specstore.infer.batching.budget import Budget
     from specstore.infer.cli import build_parser
     from specstore.infer.data import BudgetBatchSampler
-    from specstore.infer.device import DEFAULT_CPU_BUDGET_MB, DEFAULT_CUDA_MARGIN_MB
-    from specstore.infer.runtime import RunOptions
+    from specstore.infer.engine.device import DEFAULT_CPU_BUDGET_MB, DEFAULT_CUDA_MARGIN_MB
+    from specstore.infer.engine.runtime import RunOptions
+    from specstore.infer.options import defaults
     from specstore.infer.train import TrainConfig
 
     options, config = RunOptions(), TrainConfig()
@@ -200,8 +200,9 @@ def test_every_architecture_and_pooling_is_reached_through_its_registry() -> Non
     """The architectures and poolings are the entries of their registries (infer/models/registry.py), the one
     list that the command lines' choices, ModelConfig's check and parameter count and the checkpoint loader
     read; no module switches on their names."""
-    from specstore.infer import cli, contract, model_config
-    from specstore.infer.models import registry
+    from specstore.infer import cli
+    from specstore.infer.models import config as model_config
+    from specstore.infer.models import contract, registry
 
     offenders = [f"{p.relative_to(ROOT)}:{i}: {line.strip()}"
                  for folder in (*PACKAGED, "benchmarks", "examples") for p in _modules(ROOT / folder)
@@ -233,3 +234,48 @@ def test_no_command_line_spells_a_default() -> None:
                if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
                and node.func.attr == "add_argument" and any(k.arg == "default" for k in node.keywords)]
     assert not spelled, spelled
+
+
+def test_no_import_circle() -> None:
+    """No module of specstore reaches itself through its imports (run-time imports, function-local ones included;
+    what only type checkers read is left out).  import-linter's contracts in pyproject.toml keep the arrows
+    pointing down between packages and between the inference side's rooms; this keeps them from closing."""
+    grimp = pytest.importorskip("grimp")
+    graph = grimp.build_graph("specstore", exclude_type_checking_imports=True)
+    edges = {m: {d for d in graph.find_modules_directly_imported_by(m) if d.startswith("specstore.")}
+             for m in graph.modules if m.startswith("specstore.")}
+    # Tarjan's strongly connected components, iteratively
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    circles: list[list[str]] = []
+    for root in sorted(edges):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(edges[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    work.append((child, iter(sorted(edges.get(child, ())))))
+                elif child in stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                part = []
+                while True:
+                    member = stack.pop()
+                    part.append(member)
+                    if member == node:
+                        break
+                if len(part) > 1:
+                    circles.append(sorted(part))
+    assert not circles, circles

@@ -19,7 +19,7 @@ CHECKPOINTS = ("cnn_recipe", "resnet_attention", "cnn_window")
 def test_a_legacy_checkpoint_computes_the_same_logits(name: str) -> None:
     import torch
 
-    from specstore.infer.checkpoint import load_checkpoint
+    from specstore.infer.models.checkpoint import load_checkpoint
 
     expected = np.load(LEGACY / "expected.npz")
     model = load_checkpoint(LEGACY / f"{name}.pt").build().eval()

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from factories import make_separable_store
 
-from specstore.infer.checkpoint import load_checkpoint
+from specstore.infer.models.checkpoint import load_checkpoint
 
 ROOT = Path(__file__).resolve().parents[1]
 

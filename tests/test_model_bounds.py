@@ -28,13 +28,13 @@ import torch
 from factories import LABELS, SPEC16, make_checkpoint, make_store
 
 from specstore.common import ConfigError
-from specstore.infer.checkpoint import Checkpoint, CheckpointError, load_checkpoint, save_checkpoint
 from specstore.infer.cli import main as infer_main
-from specstore.infer.contract import ModelSpec, resolve_class
+from specstore.infer.engine.predict import predict
+from specstore.infer.engine.predictions import PredictionsError
 from specstore.infer.models import ModelConfig
-from specstore.infer.predict import predict
-from specstore.infer.predictions import PredictionsError
-from specstore.infer.trust import UntrustedModelError, is_trusted
+from specstore.infer.models.checkpoint import Checkpoint, CheckpointError, load_checkpoint, save_checkpoint
+from specstore.infer.models.contract import ModelSpec, resolve_class
+from specstore.infer.models.trust import UntrustedModelError, is_trusted
 from specstore.store import FeatureSpec
 
 SUM = "specstore.infer.models.ensemble:SumClassifier"
@@ -165,7 +165,7 @@ def test_a_sum_of_models_is_bounded_by_its_members_together(tmp_path: Path,
 
 def test_a_temperature_outside_its_range_is_one_line_when_the_checkpoint_is_read(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from specstore.infer.calibration import Calibration
+    from specstore.infer.models.calibration import Calibration
 
     assert Calibration(0.01).temperature == 0.01 and Calibration(100.0).temperature == 100.0
     store = make_store(tmp_path / "s.zarr", lengths=[20, 30])
@@ -304,8 +304,8 @@ def _specs_of_command(args: list[str], features: str, spec_file: Path | None = N
 
 def test_a_spec_mismatch_names_every_difference_and_a_command_that_works(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from specstore.infer.defaults import PLAIN_MODEL
     from specstore.infer.models import build_model
+    from specstore.infer.options.defaults import PLAIN_MODEL
 
     specs = {"mel": FeatureSpec.mel(n_bins=64), "cqt": FeatureSpec.cqt()}
     net = build_model(ModelConfig(**{**PLAIN_MODEL, "width": 4, "depth": 2, "n_bins": 64 + 84, "n_classes": 3}))

@@ -9,10 +9,10 @@ import pytest
 import torch
 from torch import nn
 
-from specstore.infer.budget import Budget, CostModel
-from specstore.infer.collate import Batch, CollateError, collate
-from specstore.infer.cost import activation_peak_bytes, measure_cost_per_frame
-from specstore.infer.defaults import PLAIN_MODEL
+from specstore.infer.batching.budget import Budget, CostModel
+from specstore.infer.batching.planner import plan_batches
+from specstore.infer.data.collate import Batch, CollateError, collate
+from specstore.infer.engine.cost import activation_peak_bytes, measure_cost_per_frame
 from specstore.infer.models import (
     AttentionPooling,
     MaskedBatchNorm2d,
@@ -22,7 +22,7 @@ from specstore.infer.models import (
     build_model,
     count_parameters,
 )
-from specstore.infer.planner import plan_batches
+from specstore.infer.options.defaults import PLAIN_MODEL
 
 ATOL = 1e-4
 
@@ -128,7 +128,7 @@ def bin_stats(n_bins: int, seed: int = 0) -> dict[str, list[float]]:
 @pytest.mark.parametrize("pooling", ["mean", "meanstd", "attention"])
 def test_every_pooling_with_per_bin_normalisation_is_batched_equal_alone_and_windows_exactly(
         arch: str, pooling: str) -> None:
-    from specstore.infer.windows import run_windowed
+    from specstore.infer.engine.windows import run_windowed
 
     model = eval_model(tiny(arch, pooling=pooling, **bin_stats(20)))
     if isinstance(model.pooling, AttentionPooling):  # a non-trivial attention score
@@ -458,7 +458,7 @@ def stats_model(arch: str = "cnn", weight: float = 1.0) -> MaskedClassifier:
 def _assert_batched_equal_alone_and_windows_exactly(model: torch.nn.Module, *, seed: int, align: int | None) -> None:
     """Six clips of 1-97 frames batched equal each alone; a 500-frame clip windowed (context rounded up to
     ``align``, default the time stride) equals it whole."""
-    from specstore.infer.windows import run_windowed
+    from specstore.infer.engine.windows import run_windowed
 
     clips = make_clips(20, [1, 3, 8, 9, 31, 97], seed=seed)
     batch = collate(clips, multiple_of=model.time_stride)
@@ -494,7 +494,7 @@ def test_statistics_head_adds_weighted_logits_in_eval_and_is_absent_in_training(
 
 
 def test_clip_statistics_are_the_baselines_band_statistics_of_the_normalised_input() -> None:
-    from specstore.infer.baselines import STATS
+    from specstore.infer.evaluation.baselines import STATS
 
     model = stats_model()
     clip = make_clips(20, [57], seed=6)[0].astype(np.float64)

@@ -13,7 +13,7 @@ import torch
 from specstore.common import ConfigError
 from specstore.infer.models import ModelConfig, ModelConfigError, build_model
 from specstore.infer.models.musicnn import EMBEDDING_DIM, PATCH_FRAMES, MusiCNN
-from specstore.infer.pretrained import MUSICNN_MODELS, PRETRAINED_DIR, PretrainedError, load_musicnn
+from specstore.infer.models.pretrained import MUSICNN_MODELS, PRETRAINED_DIR, PretrainedError, load_musicnn
 from specstore.store import FeatureSpec
 
 FIXTURE = Path(__file__).parent / "fixtures" / "musicnn" / "fixture.npz"
@@ -122,8 +122,8 @@ def test_the_memory_probe_takes_one_patch_per_stride_and_predicts_longer_batches
         models: dict[str, tuple[MusiCNN, list[str], FeatureSpec]]) -> None:
     """The CPU cost probe uses 1, 2 and 3 patches (not 4, 8, 12: a 187-frame stride made the probe the slow part of
     classify's start), and its line still bounds the live tensors of a 2 x 7-patch batch, within 1 %."""
-    from specstore.infer.budget import Budget
-    from specstore.infer.cost import _probe_frames, activation_peak_bytes, measure_cost_per_frame
+    from specstore.infer.batching.budget import Budget
+    from specstore.infer.engine.cost import _probe_frames, activation_peak_bytes, measure_cost_per_frame
 
     model = models[MUSICNN_MODELS[0]][0]
     assert _probe_frames(model, None, torch.device("cpu")) == (PATCH_FRAMES, 2 * PATCH_FRAMES, 3 * PATCH_FRAMES)
@@ -142,7 +142,7 @@ def test_the_exported_tagger_equals_the_model_for_any_number_of_patches(
         models: dict[str, tuple[MusiCNN, list[str], FeatureSpec]], tmp_path: Path) -> None:
     """``specstore export musicnn-msd``: no shape in the graph depends on the example's lengths (a traced patch
     count once gave other logits on clips of more patches), so the file equals the model on any batch."""
-    from specstore.infer.export import export_model
+    from specstore.infer.engine.export import export_model
 
     res = export_model("musicnn-msd", tmp_path / "m.torchscript.pt", format="torchscript")
     assert res.compared == "scores" and res.max_difference is not None and res.max_difference < 1e-5
@@ -170,8 +170,8 @@ def test_a_clip_too_long_for_any_batch_is_windowed_exactly(
         models: dict[str, tuple[MusiCNN, list[str], FeatureSpec]]) -> None:
     """Windows cut on patch boundaries, their patch scores summed (``pooled_sum``/``classify``): the clip's
     logits equal the whole clip's, where the mean of the windows' logits would not (unequal windows)."""
-    from specstore.infer.contract import exact_windows
-    from specstore.infer.windows import run_windowed, windowed_pooled_sum
+    from specstore.infer.engine.windows import run_windowed, windowed_pooled_sum
+    from specstore.infer.models.contract import exact_windows
 
     model = models[MUSICNN_MODELS[0]][0]
     assert exact_windows(model)
@@ -191,9 +191,9 @@ def test_a_clip_too_long_for_any_batch_is_windowed_exactly(
 def test_a_head_on_the_backbone_windows_a_long_clip_exactly() -> None:
     """A transfer head (``make train ARCH=musicnn``) sums the backbone's patch embeddings over the windows
     (``embedding_sum``): its logits for a clip too long for any batch equal the whole clip's."""
-    from specstore.infer.contract import exact_windows
+    from specstore.infer.engine.windows import run_windowed
+    from specstore.infer.models.contract import exact_windows
     from specstore.infer.models.transfer import TransferClassifier
-    from specstore.infer.windows import run_windowed
 
     model = TransferClassifier("musicnn-msd", n_classes=3, embedding_dim=EMBEDDING_DIM).eval()
     torch.nn.init.normal_(model.head.weight, std=0.05)

@@ -53,7 +53,7 @@ def test_every_name_gets_the_same_reason_from_probe_and_decode(tmp_path: Path,
 def test_features_classify_and_the_server_say_the_same(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
     from starlette.testclient import TestClient
 
-    from specstore.infer.runtime import RunOptions
+    from specstore.infer.engine.runtime import RunOptions
     from specstore.serving.app import Service, create_app
     from specstore.serving.config import ServeConfig
     from specstore.serving.model import Classifier

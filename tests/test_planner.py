@@ -11,9 +11,9 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from specstore.infer.budget import Budget
-from specstore.infer.planner import Plan, PlanError, plan_batches, shuffled_training_plan
-from specstore.infer.planner_baselines import bucketed_batches, fixed_batches
+from specstore.infer.batching.budget import Budget
+from specstore.infer.batching.planner import Plan, PlanError, plan_batches, shuffled_training_plan
+from specstore.infer.batching.planner_baselines import bucketed_batches, fixed_batches
 
 FRAMES_PER_SECOND = 22050 / 512  # 43.07 frames/s, the default hop
 COST = 33 * 2**20 / 1000  # bytes per clip-frame: ~33 MiB per 1000 frames (4-layer CNN, float32)

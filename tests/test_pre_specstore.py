@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import torch
 
-from specstore.infer.checkpoint import load_checkpoint, read_torch_file
+from specstore.infer.models.checkpoint import load_checkpoint, read_torch_file
 from specstore.infer.train.config import TrainConfig
 from specstore.pipeline import extract
 from specstore.store import Corpus, StoreWriter, open_store, validate

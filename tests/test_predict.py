@@ -11,17 +11,17 @@ import torch
 from factories import make_checkpoint as _make_checkpoint
 from factories import make_store as _make_store
 
-from specstore.infer.checkpoint import (
+from specstore.infer.cli import main as infer_main
+from specstore.infer.data.collate import collate
+from specstore.infer.engine.predict import predict
+from specstore.infer.engine.runtime import RunOptions, distinct_rows
+from specstore.infer.models.checkpoint import (
     Checkpoint,
     CheckpointError,
     check_store_matches,
     load_checkpoint,
     save_checkpoint,
 )
-from specstore.infer.cli import main as infer_main
-from specstore.infer.collate import collate
-from specstore.infer.predict import predict
-from specstore.infer.runtime import RunOptions, distinct_rows
 from specstore.store import FeatureSpec, IndexRow, create_store, open_store
 
 SPEC = FeatureSpec.mel(n_bins=16)
@@ -134,7 +134,7 @@ def test_over_long_clip_runs_in_windows_not_dropped(tmp_path: Path) -> None:
     ck = make_checkpoint(tmp_path / "m.pt", time_kernel=1)
 
     def budget_for(frames: int, path: Path) -> float:  # a budget that fits `frames` frames of one clip
-        from specstore.infer.cost import measure_cost_per_frame
+        from specstore.infer.engine.cost import measure_cost_per_frame
         cost = measure_cost_per_frame(load_checkpoint(path).build(), SPEC.n_bins)
         return (cost.fixed_bytes + cost.bytes_per_frame * frames) / 2**20
 

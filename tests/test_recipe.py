@@ -10,11 +10,11 @@ import pytest
 import torch
 from factories import make_separable_store
 
-from specstore.infer.checkpoint import load_checkpoint
-from specstore.infer.crossval import CrossValError, cross_validate
+from specstore.infer.data.split import RULE, RULE_OFFSET, SplitRule, split_keys
 from specstore.infer.models import MaskedClassifier
-from specstore.infer.split import RULE, RULE_OFFSET, SplitRule, split_keys
+from specstore.infer.models.checkpoint import load_checkpoint
 from specstore.infer.train import TrainConfig, TrainError, config_path_for, train
+from specstore.infer.train.crossval import CrossValError, cross_validate
 from specstore.infer.train.recipe import (
     CROPS_PER_EPOCH,
     MAX_CROPS_PER_CLIP,
@@ -207,8 +207,8 @@ def test_statistics_head_chooses_c_by_grouped_cross_validation(store: Path) -> N
     assert all(len(v) == 1 for v in by_key.values())  # duplicates never straddle folds
     rows = np.flatnonzero(s.labels >= 0)
     torch.manual_seed(0)
-    from specstore.infer.defaults import PLAIN_MODEL
     from specstore.infer.models import ModelConfig, build_model
+    from specstore.infer.options.defaults import PLAIN_MODEL
 
     model = build_model(ModelConfig(**PLAIN_MODEL, n_bins=16, n_classes=3, width=4, depth=2, stats_head=True))
     assert isinstance(model, MaskedClassifier)

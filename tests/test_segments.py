@@ -14,7 +14,7 @@ import pytest
 from factories import LABELS, make_checkpoint, make_corpus
 
 from specstore.common import ConfigError
-from specstore.infer.runtime import RunOptions
+from specstore.infer.engine.runtime import RunOptions
 from specstore.serving.classify import classify_files
 from specstore.serving.cli import main as specstore_main
 from specstore.serving.model import Classifier

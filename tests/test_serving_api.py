@@ -18,7 +18,7 @@ import pytest
 from factories import make_checkpoint
 from starlette.testclient import TestClient
 
-from specstore.infer.runtime import RunOptions
+from specstore.infer.engine.runtime import RunOptions
 from specstore.pipeline.testing import write_music_like
 from specstore.serving.app import Service, create_app
 from specstore.serving.clips import decode_file
@@ -242,7 +242,7 @@ def test_segments_are_each_windows_own_answer_and_bad_values_are_400(server: Ser
 def test_health_names_the_calibration_of_a_single_label_model_only() -> None:
     from types import SimpleNamespace
 
-    from specstore.infer.calibration import Calibration
+    from specstore.infer.models.calibration import Calibration
     from specstore.serving.app import _calibration
 
     assert _calibration(SimpleNamespace(outputs="classes", calibration=Calibration(1.7, 20))) == {

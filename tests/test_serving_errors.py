@@ -64,7 +64,7 @@ def test_an_answer_is_the_json_it_always_was() -> None:
 def test_a_service_not_started_answers_503_through_the_handler(tmp_path: Any) -> None:
     from factories import make_checkpoint
 
-    from specstore.infer.runtime import RunOptions
+    from specstore.infer.engine.runtime import RunOptions
     from specstore.serving.config import ServeConfig
     from specstore.serving.model import Classifier
     from specstore.serving.service import Service

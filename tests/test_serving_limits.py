@@ -29,7 +29,7 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from specstore.common import ConfigError
-from specstore.infer.runtime import RunOptions
+from specstore.infer.engine.runtime import RunOptions
 from specstore.pipeline.testing import write_music_like
 from specstore.serving.app import Service, create_app
 from specstore.serving.config import ServeConfig

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from specstore.common import ConfigError
-from specstore.infer.budget import Budget
+from specstore.infer.batching.budget import Budget
 from specstore.serving.policy import BatchPolicy, Waiting, ready_batches
 
 # 1 MiB per frame-clip: a batch of B clips padded to T frames fits when B * T <= 64

@@ -19,7 +19,7 @@ import pytest
 from factories import make_checkpoint
 from starlette.testclient import TestClient
 
-from specstore.infer.runtime import RunOptions
+from specstore.infer.engine.runtime import RunOptions
 from specstore.pipeline.testing import write_music_like
 from specstore.serving.app import Service, create_app
 from specstore.serving.batcher import Batcher, BatchError

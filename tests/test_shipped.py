@@ -1,4 +1,4 @@
-"""Shipped models by name (:mod:`specstore.infer.shipped`) and multi-label tag outputs, on a tiny stand-in tagger
+"""Shipped models by name (:mod:`specstore.infer.models.shipped`) and multi-label tag outputs, on a tiny stand-in tagger
 (``tests/shipped_stub.py``: a width-4 CNN on 16 mel bins), so nothing here needs the real weights."""
 
 from __future__ import annotations
@@ -14,10 +14,10 @@ import shipped_stub
 import torch
 from factories import SPEC16, make_corpus, make_store
 
-from specstore.infer.checkpoint import CheckpointError
-from specstore.infer.predict import predict
-from specstore.infer.predictions import PredictionsError, read_predictions_csv
-from specstore.infer.shipped import is_shipped, resolve_checkpoint
+from specstore.infer.engine.predict import predict
+from specstore.infer.engine.predictions import PredictionsError, read_predictions_csv
+from specstore.infer.models.checkpoint import CheckpointError
+from specstore.infer.models.shipped import is_shipped, resolve_checkpoint
 from specstore.store import FeatureSpec, open_store
 
 NAME = shipped_stub.NAME
@@ -123,7 +123,7 @@ def test_classify_lists_tags_and_refuses_unknown_labels(song: Path, capsys: pyte
 def test_the_server_answers_tags_for_a_shipped_name(song: Path) -> None:
     from starlette.testclient import TestClient
 
-    from specstore.infer.runtime import RunOptions
+    from specstore.infer.engine.runtime import RunOptions
     from specstore.serving.app import Service, create_app
     from specstore.serving.config import ServeConfig
     from specstore.serving.model import Classifier
@@ -145,7 +145,7 @@ def test_the_server_answers_tags_for_a_shipped_name(song: Path) -> None:
 
 def test_eval_refuses_a_tagger_in_one_line(store: Path) -> None:
     from specstore.common import ConfigError
-    from specstore.infer.evaluate import evaluate
+    from specstore.infer.evaluation.evaluate import evaluate
 
     with pytest.raises(ConfigError, match="is a tagger"):
         evaluate(store, NAME, device="cpu", progress=False)

@@ -3,7 +3,7 @@
 ``musicnn-msd``'s 50 last.fm tags have no classical tag, so it calls
 orchestral and classical recordings ambient or instrumental; ``musicnn-mtt``
 tags them classical, strings, violin.  The texts are checked against the
-models' own vocabularies (``infer/pretrained/musicnn/models.json``).
+models' own vocabularies (``infer/models/pretrained/musicnn/models.json``).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from specstore.infer.pretrained import musicnn_info
+from specstore.infer.models.pretrained import musicnn_info
 from specstore.serving.cli import CLASSIFY_EPILOG
 from specstore.serving.cli import main as specstore_main
 

@@ -14,17 +14,17 @@ import torch
 import torch.nn.functional as F
 from factories import make_separable_store
 
-from specstore.infer.augment import Augment, SpecAugment
-from specstore.infer.budget import Budget
-from specstore.infer.checkpoint import load_checkpoint
+from specstore.infer.batching.budget import Budget
 from specstore.infer.cli import main as infer_main
-from specstore.infer.cost import measure_cost_per_frame
 from specstore.infer.data import Item, PadCollate
-from specstore.infer.defaults import PLAIN_MODEL
-from specstore.infer.device import DEFAULT_CPU_BUDGET_MB
+from specstore.infer.data.augment import Augment, SpecAugment
+from specstore.infer.data.split import RULE, SplitRule, split_score
+from specstore.infer.engine.cost import measure_cost_per_frame
+from specstore.infer.engine.device import DEFAULT_CPU_BUDGET_MB
+from specstore.infer.engine.predict import predict
 from specstore.infer.models import ModelConfig, build_model
-from specstore.infer.predict import predict
-from specstore.infer.split import RULE, SplitRule, split_score
+from specstore.infer.models.checkpoint import load_checkpoint
+from specstore.infer.options.defaults import PLAIN_MODEL
 from specstore.infer.train import (
     MIN_TRAINING_EFFICIENCY as MIN_EFFICIENCY,
 )
@@ -300,7 +300,7 @@ def test_eval_is_honest_by_default(store: Path, tmp_path: Path) -> None:
     many training clips a requested split holds; on other data it scores everything."""
     import shutil
 
-    from specstore.infer.evaluate import evaluate
+    from specstore.infer.evaluation.evaluate import evaluate
 
     model = tmp_path / "m.pt"
     train(store, model, TrainConfig(epochs=1, **TINY), progress=False)

@@ -10,8 +10,8 @@ import pytest
 import shipped_stub
 from factories import make_separable_store, make_store
 
-from specstore.infer.checkpoint import CheckpointError, load_checkpoint
-from specstore.infer.predict import predict
+from specstore.infer.engine.predict import predict
+from specstore.infer.models.checkpoint import CheckpointError, load_checkpoint
 from specstore.infer.train.config import TrainConfig
 from specstore.infer.train.transfer import embeddings_path_for, train_transfer
 from specstore.store import FeatureSpec, open_store
@@ -89,7 +89,7 @@ def test_finetune_trains_the_top_layers_only(trained: tuple[Path, Path, object],
 
 def test_cross_validation_of_a_head_shares_one_embedding_cache(trained: tuple[Path, Path, object],
                                                                     tmp_path: Path) -> None:
-    from specstore.infer.crossval import cross_validate
+    from specstore.infer.train.crossval import cross_validate
 
     store, _, _ = trained
     res = cross_validate(store, tmp_path, TrainConfig(backbone=NAME, device="cpu"), folds=3, progress=False,

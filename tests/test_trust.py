@@ -1,4 +1,4 @@
-"""A model file runs no code it was not trusted to run (infer/trust.py).
+"""A model file runs no code it was not trusted to run (infer/models/trust.py).
 
 The model module used here writes a marker file when it is imported: if the
 marker exists, code named by a checkpoint or a config file ran.
@@ -14,13 +14,13 @@ from pathlib import Path
 import pytest
 from factories import LABELS, SPEC16, make_separable_store
 
-from specstore.infer.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
 from specstore.infer.cli import main as infer_main
-from specstore.infer.contract import ModelSpec
-from specstore.infer.evaluate import evaluate
-from specstore.infer.predict import predict
+from specstore.infer.engine.predict import predict
+from specstore.infer.evaluation.evaluate import evaluate
+from specstore.infer.models.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
+from specstore.infer.models.contract import ModelSpec
+from specstore.infer.models.trust import TRUST_ENV, UntrustedModelError, is_trusted
 from specstore.infer.train import TrainConfig, train
-from specstore.infer.trust import TRUST_ENV, UntrustedModelError, is_trusted
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -170,7 +170,7 @@ def test_training_trusts_what_the_user_names_not_what_a_file_names(tmp_path: Pat
 def test_a_model_module_that_cannot_be_imported_names_the_fix(tmp_path: Path,
                                                               monkeypatch: pytest.MonkeyPatch) -> None:
     from specstore.common import ConfigError
-    from specstore.infer.contract import resolve_class
+    from specstore.infer.models.contract import resolve_class
 
     with pytest.raises(ConfigError) as missing:
         resolve_class("yourmodule_nowhere:YourNet", True)

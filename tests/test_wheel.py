@@ -33,11 +33,11 @@ SHADOWS = ("store", "pipeline", "infer", "serving")
 PACKAGE_DATA = (
     "specstore/store/FORMAT.md",
     "specstore/serving/page.html",
-    "specstore/infer/pretrained/musicnn/models.json",
-    "specstore/infer/pretrained/musicnn/msd.npz",
-    "specstore/infer/pretrained/musicnn/mtt.npz",
-    "specstore/infer/pretrained/musicnn/LICENSE.md",
-    "specstore/infer/pretrained/musicnn/ATTRIBUTION.md",
+    "specstore/infer/models/pretrained/musicnn/models.json",
+    "specstore/infer/models/pretrained/musicnn/msd.npz",
+    "specstore/infer/models/pretrained/musicnn/mtt.npz",
+    "specstore/infer/models/pretrained/musicnn/LICENSE.md",
+    "specstore/infer/models/pretrained/musicnn/ATTRIBUTION.md",
 )
 
 
@@ -92,7 +92,7 @@ def test_importing_all_of_specstore_loads_no_bare_name(tmp_path: Path) -> None:
     assert Path(str(got["file"])).resolve() == ROOT / "specstore" / "__init__.py"
     names = set(got["names"])
     assert {f"specstore.{name}" for name in BARE} <= names
-    assert {"specstore.cli", "specstore.infer.shipped", "specstore.serving.app"} <= names
+    assert {"specstore.cli", "specstore.infer.models.shipped", "specstore.serving.app"} <= names
     assert got["errors"] == []
     assert got["bare"] == []
 
@@ -128,8 +128,8 @@ INSTALLED = """
     from importlib import resources
     page = resources.files("specstore.serving").joinpath("page.html")
     fmt = resources.files("specstore.store").joinpath("FORMAT.md")
-    from specstore.infer.pretrained import PRETRAINED_DIR
-    from specstore.infer.shipped import load_shipped
+    from specstore.infer.models.pretrained import PRETRAINED_DIR
+    from specstore.infer.models.shipped import load_shipped
     ckpt = load_shipped("musicnn-msd")
     print(json.dumps({{
         "file": specstore.__file__,
@@ -218,7 +218,7 @@ def test_the_wheel_installs_one_package_that_works_beside_shadowing_files(tmp_pa
     assert got["bare_after_all"] == [], got["bare_after_all"]
     assert got["page"] == [str(site / "specstore" / "serving" / "page.html"), True]
     assert got["format"] == [str(site / "specstore" / "store" / "FORMAT.md"), True]
-    assert got["pretrained"] == str(site / "specstore" / "infer" / "pretrained" / "musicnn")
+    assert got["pretrained"] == str(site / "specstore" / "infer" / "models" / "pretrained" / "musicnn")
     assert (got["labels"], got["outputs"]) == (50, "tags")
     assert got["tensors"] > 0
 

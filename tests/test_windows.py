@@ -8,10 +8,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from specstore.infer.collate import collate
-from specstore.infer.defaults import PLAIN_MODEL
-from specstore.infer.models import MaskedBatchNorm2d, MaskedClassifier, ModelConfig, build_model
-from specstore.infer.windows import (
+from specstore.infer.data.collate import collate
+from specstore.infer.engine.windows import (
     WindowError,
     default_context,
     owned_spans,
@@ -19,6 +17,8 @@ from specstore.infer.windows import (
     windowed_pooled_sum,
     windows_for,
 )
+from specstore.infer.models import MaskedBatchNorm2d, MaskedClassifier, ModelConfig, build_model
+from specstore.infer.options.defaults import PLAIN_MODEL
 
 
 def make_model(**overrides: object) -> MaskedClassifier:

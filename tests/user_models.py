@@ -1,4 +1,4 @@
-"""Models a user might write, kept here to prove the model contract (infer/contract.py) with code we do not own.
+"""Models a user might write, kept here to prove the model contract (infer/models/contract.py) with code we do not own.
 
 * :class:`TinyUserNet`: masks its padding (a strided masked conv, then a masked mean), has ``time_stride`` 2,
   takes ``n_bins`` and ``n_classes`` from the store;

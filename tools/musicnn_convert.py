@@ -8,7 +8,7 @@ by ``make install`` or CI; docs/model.md, "Pretrained musicnn")::
     /tmp/tfvenv/bin/pip install --no-deps musicnn==0.1.0   # its metadata pins numpy<1.17, tensorflow>=1.14
     TF_USE_LEGACY_KERAS=1 /tmp/tfvenv/bin/python tools/musicnn_convert.py
 
-It writes, under ``infer/pretrained/musicnn/``:
+It writes, under ``infer/models/pretrained/musicnn/``:
 
 * ``msd.npz``, ``mtt.npz``: the 64 tensors of ``MSD_musicnn`` / ``MTT_musicnn`` (792 079 parameters; the Adam
   slots and ``beta1_power``/``beta2_power`` left out), float32, keyed by the checkpoint's variable names with
@@ -46,7 +46,7 @@ import tensorflow as tf  # noqa: E402
 from musicnn import configuration, extractor  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-OUT = ROOT / "infer" / "pretrained" / "musicnn"
+OUT = ROOT / "infer" / "models" / "pretrained" / "musicnn"
 FIXTURE = ROOT / "tests" / "fixtures" / "musicnn" / "fixture.npz"
 PACKAGE = Path(musicnn.__file__).parent
 MODELS = {"musicnn-msd": ("MSD_musicnn", "msd.npz", configuration.MSD_LABELS, "Million Song Dataset (last.fm tags)"),

@@ -2,11 +2,11 @@
 
 * :mod:`~specstore.infer.explore.figures`: a clip's spectrograms (:func:`show_clip`),
   the length histogram, label counts, and the confusion matrix (inline or
-  PNG, from :mod:`specstore.infer.plots`);
+  PNG, from :mod:`specstore.infer.evaluation.plots`);
 * :mod:`~specstore.infer.explore.outcomes`: predictions joined to the store by path,
-  the metrics (:mod:`specstore.infer.metrics`), the confusion matrix, the
+  the metrics (:mod:`specstore.infer.evaluation.metrics`), the confusion matrix, the
   most-confused clips;
-* :class:`Predictions` and the ``make infer`` CSV (:mod:`specstore.infer.predictions`,
+* :class:`Predictions` and the ``make infer`` CSV (:mod:`specstore.infer.engine.predictions`,
   one schema for writing and reading), re-exported here;
 * :func:`quick_train`: a tiny model in seconds for a store without a checkpoint.
 
@@ -15,8 +15,15 @@ the core modules (``make eval`` and ``make infer`` use the same metrics,
 figure and CSV code); nothing in the core imports this package.
 """
 
-from ..predictions import COLUMNS, CsvPrediction, Predictions, read_predictions_csv, write_predictions_csv
-from ..predictions import PredictionsError as ExploreError
+from specstore.infer.engine.predictions import (
+    COLUMNS,
+    CsvPrediction,
+    Predictions,
+    read_predictions_csv,
+    write_predictions_csv,
+)
+from specstore.infer.engine.predictions import PredictionsError as ExploreError
+
 from .figures import (
     DB_LIMITS,
     UNLABELLED,

@@ -1,5 +1,5 @@
-"""Figures for notebooks: a clip's spectrograms, lengths, labels (and, from :mod:`specstore.infer.plots`, the confusion
-matrix).
+"""Figures for notebooks: a clip's spectrograms, lengths, labels (and, from :mod:`specstore.infer.evaluation.plots`, the
+confusion matrix).
 
 Every function draws into a given matplotlib ``ax`` or, without one, into a
 new figure made without pyplot (nothing global to close or leak), and
@@ -24,10 +24,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from specstore.infer.evaluation.plots import PlotError, confusion_matrix_figure, new_figure, plot_confusion, save_figure
 from specstore.store import FeatureSpec, Store
 from specstore.store.kinds import db_limits as _registry_db_limits
-
-from ..plots import PlotError, confusion_matrix_figure, new_figure, plot_confusion, save_figure
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes

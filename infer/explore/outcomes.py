@@ -1,13 +1,13 @@
 """Looking at a model's results: outcomes per clip, metrics, confusion matrix, most-confused clips.
 
-Predictions come either as a :class:`~specstore.infer.predictions.Predictions`
+Predictions come either as a :class:`~specstore.infer.engine.predictions.Predictions`
 object (full class probabilities) or as the CSV ``make infer`` writes (only
 the top-k probabilities).  Both are joined to the store by path and turned
 into :class:`Outcomes`, one entry per labelled clip, with the truth taken
 from the store's current labels.  From there:
 
 * :meth:`Outcomes.confusion` and :meth:`Outcomes.metrics` (accuracy and
-  per-class / macro precision, recall, F1 from :mod:`specstore.infer.metrics`, the one
+  per-class / macro precision, recall, F1 from :mod:`specstore.infer.evaluation.metrics`, the one
   place metrics are computed, ``make eval`` included) and
   :func:`confusion_figure`;
 * :func:`most_confused`: the clips whose true class got the lowest
@@ -34,12 +34,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from specstore.infer.engine.predictions import Predictions, read_predictions_csv
+from specstore.infer.engine.predictions import PredictionsError as ExploreError
+from specstore.infer.evaluation.metrics import classification_metrics, confusion, metrics_from_confusion
+from specstore.infer.evaluation.plots import confusion_matrix_figure
 from specstore.store import Store
-
-from ..metrics import classification_metrics, confusion, metrics_from_confusion
-from ..plots import confusion_matrix_figure
-from ..predictions import Predictions, read_predictions_csv
-from ..predictions import PredictionsError as ExploreError
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -169,8 +168,8 @@ def _build(
 
 
 def outcomes_from_predictions(pred: Predictions, store: Store, *, source: str = "") -> Outcomes:
-    """Outcomes of ``pred`` (from :func:`specstore.infer.predict`) for the labelled clips of ``specstore.store`` (joined
-    by path).
+    """Outcomes of ``pred`` (from :func:`specstore.infer.engine.predict`) for the labelled clips of ``specstore.store``
+    (joined by path).
 
     ``source`` says where the predictions came from in :meth:`Outcomes.describe` (e.g. ``"model
     models/demo.pt"``; empty: not said).

@@ -31,7 +31,7 @@ from specstore.common.lazy import lazy_package
 __all__ = lazy_package(__name__)
 
 if TYPE_CHECKING:  # the exports, each imported on first use (specstore.common.lazy)
-    from ..model_config import (
+    from .config import (
         ARCHS,
         BAND_STATS,
         FREQ_POOLINGS,

@@ -6,7 +6,7 @@ from typing import cast
 
 from torch import nn
 
-from ..model_config import ModelConfig
+from specstore.infer.models.config import ModelConfig
 from .classifier import MaskedClassifier
 from .registry import ARCH_REGISTRY
 
@@ -17,7 +17,7 @@ def build_model(config: ModelConfig) -> MaskedClassifier:
     """The model a config describes (fresh weights), built by its architecture's registered builder.
 
     Code the caller registered is code the caller runs: no trust check here;
-    a model a file names is checked by :class:`specstore.infer.contract.ModelSpec`.
+    a model a file names is checked by :class:`specstore.infer.models.contract.ModelSpec`.
     """
     return cast(MaskedClassifier, ARCH_REGISTRY.build(config.arch, config))
 

@@ -24,7 +24,7 @@ The parts are chosen by name from the registries
 (:mod:`specstore.infer.models.stats_head`).  :meth:`MaskedClassifier.pooled` returns
 their sums as a :class:`Pooled`; :meth:`~MaskedClassifier.pooled_sum` and
 :meth:`~MaskedClassifier.classify` are the same as flat tensors, the engine's
-contract (:mod:`specstore.infer.contract`) for windowing a long clip exactly.
+contract (:mod:`specstore.infer.models.contract`) for windowing a long clip exactly.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
-from ..model_config import MIN_FRAMES, ModelConfig, ModelConfigError
+from specstore.infer.models.config import MIN_FRAMES, ModelConfig, ModelConfigError
 from .masking import exporting, recompute_context, remask, strided_lengths
 from .pool_window import PoolSpan, Whole, pool_span
 from .pooling import FreqPooling, TimePooling
@@ -122,7 +122,7 @@ class MaskedClassifier(nn.Module):
 
     @property
     def window_align(self) -> int:
-        """Frames a long clip's windows (:mod:`specstore.infer.windows`) start and split on: the pooling window, or the
+        """Frames a long clip's windows (:mod:`specstore.infer.engine.windows`) start and split on: the pooling window, or the
         time stride when the whole clip is pooled at once."""
         return self.config.pool_window or self._time_stride
 
@@ -152,7 +152,7 @@ class MaskedClassifier(nn.Module):
         h = remask(h, lengths)
         frames = x.shape[-1]
         # infer.budget.align_frames' rule, spelled with positive integers only: ONNX divides integers toward
-        # zero, so -(-frames // stride) would export as the wrong size (infer/export.py)
+        # zero, so -(-frames // stride) would export as the wrong size (infer/engine/export.py)
         padded = (frames + self.time_stride - 1) // self.time_stride * self.time_stride
         if exporting() or padded != frames:  # exported: the pad is part of the graph, whatever the frames
             h = F.pad(h, (0, padded - frames))

@@ -6,15 +6,15 @@ head on a pretrained backbone (:mod:`specstore.infer.train.ensemble`).  Each mem
 are divided by its own temperature (fitted on the validation clips when it trained), and the sum's logits are
 ``log(mean of the members' softmax probabilities)``: a softmax of them gives the averaged probabilities.
 
-A member is rebuilt from its :class:`~specstore.infer.contract.ModelSpec` with no trust granted, so only the built-in
-architectures and the shipped model classes (:data:`specstore.infer.trust.SHIPPED_MODELS`: the transfer head, musicnn) can
+A member is rebuilt from its :class:`~specstore.infer.models.contract.ModelSpec` with no trust granted, so only the built-in
+architectures and the shipped model classes (:data:`specstore.infer.models.trust.SHIPPED_MODELS`: the transfer head, musicnn) can
 be members of a saved sum; a checkpoint naming other code as a member is refused as any untrusted import path is.
 A sum has 2 to :data:`MAX_MEMBERS` members, none of them a sum, and their parameters together, counted from
 their specs before the first member is built (:meth:`SumClassifier.count_parameters`), are held to the one bound
 on a model's size (:data:`~specstore.infer.models.MAX_PARAMETERS`), as are their temperatures to
-:data:`~specstore.infer.calibration.TEMPERATURE_LIMIT`.
+:data:`~specstore.infer.models.calibration.TEMPERATURE_LIMIT`.
 
-The model contract (:mod:`specstore.infer.contract`) holds for the sum when it holds for every member: it masks
+The model contract (:mod:`specstore.infer.models.contract`) holds for the sum when it holds for every member: it masks
 padding when each member does (so each pads its own input to its own stride, and the sum's time stride is
 the members' largest, which the engine pads batches to and probes the cost with); its receptive field is the
 largest.  A clip too long for any batch windows exactly (``pooled_sum``/``classify``) when every member does
@@ -33,10 +33,10 @@ from torch import Tensor, nn
 
 from specstore.common import ConfigError
 
-from ..model_config import ModelConfig, check_parameter_count
+from specstore.infer.models.config import ModelConfig, check_parameter_count
 
 if TYPE_CHECKING:
-    from ..contract import ModelSpec
+    from specstore.infer.models.contract import ModelSpec
 
 __all__ = ["MAX_MEMBERS", "SUM_TARGET", "SumClassifier", "average_probabilities"]
 
@@ -57,9 +57,9 @@ SUM_TARGET = "specstore.infer.models.ensemble:SumClassifier"
 def _read_members(members: Any, n_bins: Any) -> tuple[list[ModelSpec], list[tuple[int, int]], list[float]]:
     """The members' specs, input rows and temperatures, checked (one line each) before anything is built: two to
     :data:`MAX_MEMBERS` members, rows within ``n_bins``, temperatures within
-    :data:`~specstore.infer.calibration.TEMPERATURE_LIMIT`, no sum as a member."""
-    from ..calibration import TEMPERATURE_LIMIT
-    from ..contract import ModelSpec
+    :data:`~specstore.infer.models.calibration.TEMPERATURE_LIMIT`, no sum as a member."""
+    from specstore.infer.models.calibration import TEMPERATURE_LIMIT
+    from specstore.infer.models.contract import ModelSpec
 
     ModelConfig.check_field("n_bins", n_bins, ConfigError)
     if not isinstance(members, list) or not 2 <= len(members) <= MAX_MEMBERS:
@@ -91,7 +91,7 @@ class SumClassifier(nn.Module):
     """
 
     def __init__(self, members: list[dict[str, Any]], n_classes: int, n_bins: int) -> None:
-        from ..contract import exact_windows, masks_padding, time_stride, window_align
+        from specstore.infer.models.contract import exact_windows, masks_padding, time_stride, window_align
 
         specs, rows, temperatures = _read_members(members, n_bins)
         ModelConfig.check_field("n_classes", n_classes, ConfigError)
@@ -146,7 +146,7 @@ class SumClassifier(nn.Module):
 
     def _pooled_sum(self, x: Tensor, lengths: Tensor | Any, pool_start: Tensor | None = None,
                     pool_stop: Tensor | None = None) -> tuple[Tensor, Tensor]:
-        """``pooled_sum`` (:mod:`specstore.infer.windows`): every member's sums side by side, then their counts as columns
+        """``pooled_sum`` (:mod:`specstore.infer.engine.windows`): every member's sums side by side, then their counts as columns
         (summed over windows like the sums); the count returned is the first member's."""
         sums, counts = [], []
         for m, part in zip(self.members, self._parts(x), strict=True):

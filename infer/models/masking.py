@@ -19,7 +19,7 @@ mode, up to float rounding).  The parts here guarantee it:
   alone alike, and frames ``>= ceil(L / 2)`` pool only zeros, so they stay
   zero (no re-mask needed).  Lengths therefore
   follow ``L -> ceil(L / stride)`` and never reach 0: any clip of >= 1 frame
-  is supported (:data:`~specstore.infer.model_config.MIN_FRAMES`).
+  is supported (:data:`~specstore.infer.models.config.MIN_FRAMES`).
 * BatchNorm in eval mode is a per-channel affine map (folded into the conv
   weights at run time, :func:`conv_bn`, which saves a pass over the largest activations).  In training,
   :class:`MaskedBatchNorm2d` computes the batch mean/variance over real frames

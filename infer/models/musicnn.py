@@ -1,7 +1,7 @@
 """musicnn in PyTorch: the pretrained music tagger of Pons & Serra (MTG, UPF 2019), ported from its checkpoint.
 
 Written from the TF1 checkpoint's tensor names and shapes (``tools/musicnn_convert.py``
-reads them; :mod:`specstore.infer.pretrained` loads the converted tensors).  One 3 s *patch*
+reads them; :mod:`specstore.infer.models.pretrained` loads the converted tensors).  One 3 s *patch*
 (187 frames of the ``musicnn`` feature: 16 kHz, n_fft 512, hop 256, 96 mel bands,
 ``log10(1 + 10000 * power)``) goes through:
 
@@ -37,7 +37,7 @@ from torch import Tensor, nn
 
 from specstore.common import ConfigError
 
-from ..model_config import ModelConfig, check_parameter_count
+from specstore.infer.models.config import ModelConfig, check_parameter_count
 from .sizes import MUSICNN_BACKBONE_PARAMETERS
 
 __all__ = ["EMBEDDING_DIM", "N_MELS", "PATCH_FRAMES", "MusiCNN", "build_musicnn"]
@@ -182,7 +182,7 @@ class MusiCNN(nn.Module):
 
     receptive_field = 0
     """Frames of context a patch's outputs need beyond the patch itself: none (windows of a long clip are cut
-    on patch boundaries, :mod:`specstore.infer.windows`, so they need no overlap)."""
+    on patch boundaries, :mod:`specstore.infer.engine.windows`, so they need no overlap)."""
 
     def _owned_sums(self, x: Tensor, lengths: Tensor, pool_start: Tensor | None,
                     pool_stop: Tensor | None) -> tuple[Tensor, Tensor, Tensor]:
@@ -208,7 +208,7 @@ class MusiCNN(nn.Module):
         """``(sums (B, n_classes), counts (B,))``: the patches' sigmoid outputs times their real frames, summed
         over the patches that start in ``[pool_start, pool_stop)`` (frames; default: all), and those frames.
         Summed over the windows of a clip too long for any batch (cut on patch boundaries), :meth:`classify`
-        gives exactly the whole clip's logits (:func:`specstore.infer.windows.run_windowed`)."""
+        gives exactly the whole clip's logits (:func:`specstore.infer.engine.windows.run_windowed`)."""
         scores, _, counts = self._owned_sums(x, lengths, pool_start, pool_stop)
         return scores, counts
 
@@ -237,7 +237,7 @@ class MusiCNN(nn.Module):
 
 
 def build_musicnn(config: ModelConfig) -> MusiCNN:
-    """A musicnn with ``config.n_classes`` outputs (fresh weights; :func:`specstore.infer.pretrained.load_musicnn` loads
+    """A musicnn with ``config.n_classes`` outputs (fresh weights; :func:`specstore.infer.models.pretrained.load_musicnn` loads
     the shipped ones); the config must have 96 bins."""
     if config.n_bins != N_MELS:
         raise ConfigError(f"musicnn reads {N_MELS} mel bands (the musicnn feature), not {config.n_bins}")

@@ -1,6 +1,6 @@
 """What one pooling covers: the whole clip, or each window of ``pool_window`` frames judged on its own.
 
-With ``pool_window`` (:attr:`~specstore.infer.model_config.ModelConfig.pool_window`)
+With ``pool_window`` (:attr:`~specstore.infer.models.config.ModelConfig.pool_window`)
 the pooling and the head run on each window of that many input frames,
 counted from the clip's first frame (so the same windows in a batch as
 alone), and the clip's logits are the windows' logits averaged with their

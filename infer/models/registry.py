@@ -1,8 +1,8 @@
 """The registries of model parts: architectures, time poolings and frequency poolings (no torch).
 
 Each registry is the one list its part is read from: the command lines'
-choices, :class:`~specstore.infer.model_config.ModelConfig`'s check and parameter
-count, the checkpoint loader (:mod:`specstore.infer.contract`) and the documents
+choices, :class:`~specstore.infer.models.config.ModelConfig`'s check and parameter
+count, the checkpoint loader (:mod:`specstore.infer.models.contract`) and the documents
 (``docs/architectures.md``).  An entry names its part, says what the part
 costs in parameters from the config alone (so ``--help``, a bad option or a
 checkpoint's bounds are answered before torch is imported), and names the
@@ -14,7 +14,7 @@ Adding a part is one entry: :func:`register_arch` (a
 included), :func:`register_pooling`, :func:`register_freq_pooling`.  The
 built-in entries (builders under ``specstore.infer.models.``) build freely; a model of
 any other entry, read from a file, is built only when its module is trusted
-(:mod:`specstore.infer.trust`), as an import-path model is.
+(:mod:`specstore.infer.models.trust`), as an import-path model is.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from specstore.common import ConfigError
 from . import sizes
 
 if TYPE_CHECKING:
-    from ..model_config import ModelConfig
+    from specstore.infer.models.config import ModelConfig
 
 __all__ = [
     "ARCH_REGISTRY", "Arch", "BUILTIN_PREFIX", "FREQ_POOLING_REGISTRY", "FreqPoolingEntry", "Names", "POOLING_REGISTRY",

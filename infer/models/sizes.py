@@ -1,6 +1,6 @@
 """Shapes and parameter counts of the built-in architectures, from a config alone (no torch).
 
-The configuration check (:attr:`specstore.infer.model_config.ModelConfig.n_parameters`)
+The configuration check (:attr:`specstore.infer.models.config.ModelConfig.n_parameters`)
 bounds what a checkpoint can make the loader allocate before any tensor
 exists, so each architecture states here, beside its registry entry
 (:mod:`specstore.infer.models.registry`), how many parameters its backbone has and the
@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from ..model_config import ModelConfig
+    from specstore.infer.models.config import ModelConfig
 
 __all__ = ["MUSICNN_BACKBONE_PARAMETERS", "cnn_parameters", "halved", "last_activations", "musicnn_activations",
            "musicnn_parameters", "resnet_parameters"]

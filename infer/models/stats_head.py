@@ -2,7 +2,7 @@
 
 The statistics of a clip are, per input bin over its real frames (after the
 input normalisation): mean, standard deviation and mean absolute
-frame-to-frame change (:data:`~specstore.infer.model_config.BAND_STATS`).  They come
+frame-to-frame change (:data:`~specstore.infer.models.config.BAND_STATS`).  They come
 from sums over real frames (:class:`StatsSums`: of values, squares, absolute
 differences, and the frame counts), so a clip batched equals the clip alone
 and the windows of a long clip add up exactly, as the CNN's pooled sums do.
@@ -19,7 +19,7 @@ from typing import NamedTuple
 import torch
 from torch import Tensor, nn
 
-from ..model_config import BAND_STATS
+from specstore.infer.models.config import BAND_STATS
 
 __all__ = ["StatsHead", "StatsSums", "stats_sums", "stats_width"]
 

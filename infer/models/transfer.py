@@ -1,7 +1,7 @@
 """A head on a pretrained backbone: a shipped model's clip embedding, standardised, then a linear layer.
 
 :class:`TransferClassifier` is what ``make train ARCH=musicnn`` saves (:mod:`specstore.infer.train.transfer`): the
-backbone is a shipped model (:mod:`specstore.infer.shipped`, e.g. ``musicnn-msd``) whose ``embed(x, lengths)`` gives a
+backbone is a shipped model (:mod:`specstore.infer.models.shipped`, e.g. ``musicnn-msd``) whose ``embed(x, lengths)`` gives a
 ``(B, embedding_dim)`` clip embedding; the head reads ``(embedding - shift) * scale`` (the training
 embeddings' mean and inverse standard deviation, saved as buffers).  Its checkpoint holds every weight, the
 backbone's included, so it runs like any checkpoint (``make infer``, ``specstore classify``); building it reads
@@ -25,10 +25,10 @@ from torch import Tensor, nn
 from specstore.common import ConfigError
 from specstore.common.limits import Limit
 
-from ..model_config import ModelConfig, check_parameter_count
+from specstore.infer.models.config import ModelConfig, check_parameter_count
 
 if TYPE_CHECKING:
-    from ..checkpoint import Checkpoint
+    from specstore.infer.models.checkpoint import Checkpoint
 
 __all__ = ["MAX_EMBEDDING", "TransferClassifier", "backbone_layers"]
 
@@ -54,9 +54,9 @@ MAX_EMBEDDING = 65_536
 
 
 def _shipped(backbone: Any) -> Checkpoint:
-    """The shipped model named ``backbone`` (:mod:`specstore.infer.shipped`), weights included: a fixed model of this
+    """The shipped model named ``backbone`` (:mod:`specstore.infer.models.shipped`), weights included: a fixed model of this
     install, whatever the file asks."""
-    from ..shipped import SHIPPED, load_shipped
+    from specstore.infer.models.shipped import SHIPPED, load_shipped
 
     if not isinstance(backbone, str) or backbone not in SHIPPED:
         raise ConfigError(f"a head's backbone is a shipped model ({', '.join(SHIPPED) or 'none'}), not {backbone!r}")
@@ -120,7 +120,7 @@ class TransferClassifier(nn.Module):
     def _embedding_sum(self, x: Tensor, lengths: Tensor | Any, pool_start: Tensor | None = None,
                        pool_stop: Tensor | None = None) -> tuple[Tensor, Tensor]:
         """``pooled_sum`` where the backbone has ``embedding_sum``: its embedding's frame-weighted sums over the
-        owned span and their counts (:mod:`specstore.infer.windows`)."""
+        owned span and their counts (:mod:`specstore.infer.engine.windows`)."""
         fn: Any = self.backbone.embedding_sum
         return fn(x, lengths, pool_start, pool_stop)
 

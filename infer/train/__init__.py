@@ -15,11 +15,11 @@
 * :mod:`.choice`: the recipe's rule between the three, from the training clips alone.
 
 Data come through :mod:`specstore.infer.data` (the store dataset with per-item crops
-and :mod:`specstore.infer.augment`'s SpecAugment, the budgeted batch sampler, the
-padding collate); batches are planned by :func:`specstore.infer.planner.training_plan`
-under the engine's :class:`~specstore.infer.budget.Budget`; the split is
-:mod:`specstore.infer.split`'s.  The names below are imported on first use (:mod:`specstore.common.lazy`), so
-``from infer.train.config import TrainConfig`` (the commands' options) costs no torch.
+and :mod:`specstore.infer.data.augment`'s SpecAugment, the budgeted batch sampler, the
+padding collate); batches are planned by :func:`specstore.infer.batching.planner.training_plan`
+under the engine's :class:`~specstore.infer.batching.budget.Budget`; the split is
+:mod:`specstore.infer.data.split`'s.  The names below are imported on first use (:mod:`specstore.common.lazy`), so
+``from specstore.infer.train.config import TrainConfig`` (the commands' options) costs no torch.
 """
 
 from typing import TYPE_CHECKING
@@ -29,8 +29,8 @@ from specstore.common.lazy import lazy_package
 __all__ = lazy_package(__name__)
 
 if TYPE_CHECKING:  # the exports, each imported on first use (specstore.common.lazy)
-    from ..planner import MIN_TRAINING_EFFICIENCY, training_plan
-    from ..split import training_rows
+    from ..batching.planner import MIN_TRAINING_EFFICIENCY, training_plan
+    from ..data.split import training_rows
     from .config import TrainConfig, TrainError, add_config_arguments, config_from_args
     from .loop import TrainResult, config_path_for, metrics_path_for, train
     from .resume import resume_path_for

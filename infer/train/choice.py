@@ -9,7 +9,7 @@ folds, :func:`~specstore.infer.train.stats_head.fit_linear_head`) of two closed-
 * the transfer head: a logistic regression on the backbone's clip embeddings (the backbone runs once per
   training clip; its embeddings are cached beside the model, so a transfer chosen here costs no second pass);
 * the band statistics: a logistic regression on each clip's per-bin mean, standard deviation and change
-  (:func:`specstore.infer.baselines.clip_stats`) of the from-scratch features.
+  (:func:`specstore.infer.evaluation.baselines.clip_stats`) of the from-scratch features.
 
 * their sum: the two regressions' out-of-fold probabilities averaged, as the saved sum averages the two
   models' (:mod:`specstore.infer.train.ensemble`).
@@ -37,13 +37,13 @@ from typing import Any
 import numpy as np
 import torch
 
+from specstore.infer.data.split import SplitRule, split_keys, training_rows
+from specstore.infer.engine.runtime import Engine
+from specstore.infer.evaluation.baselines import clip_stats
+from specstore.infer.models.checkpoint import Checkpoint, CheckpointError, check_store_matches
+from specstore.infer.models.shipped import SHIPPED, load_shipped
 from specstore.store import Store, open_store
 
-from ..baselines import clip_stats
-from ..checkpoint import Checkpoint, CheckpointError, check_store_matches
-from ..runtime import Engine
-from ..shipped import SHIPPED, load_shipped
-from ..split import SplitRule, split_keys, training_rows
 from .config import TrainConfig
 from .ensemble import sum_feature
 from .recipe import resolve_validation
@@ -174,8 +174,8 @@ def record_choice(model_path: str | os.PathLike[str], choice: BackboneChoice) ->
     import json
 
     from specstore.common import write_atomic
+    from specstore.infer.models.checkpoint import load_checkpoint, save_checkpoint
 
-    from ..checkpoint import load_checkpoint, save_checkpoint
     from .loop import config_path_for
 
     if choice.why is None:

@@ -12,9 +12,9 @@ and into the checkpoint itself.  Light: it imports no torch, so the commands' ``
 and their option errors answer at once.
 
 One home per setting: the built-in model's options (``width``, ``pooling``,
-...) are fields of :class:`~specstore.infer.model_config.ModelConfig` and the run's
+...) are fields of :class:`~specstore.infer.models.config.ModelConfig` and the run's
 (``device``, ``max_batch``, ...) fields of
-:class:`~specstore.infer.run_options.RunOptions`; :class:`TrainConfig` names them
+:class:`~specstore.infer.options.run_options.RunOptions`; :class:`TrainConfig` names them
 (:func:`_of`) and takes their defaults, bounds and help from there, and
 holds the :class:`ModelConfig` and :class:`RunOptions` they make
 (:attr:`TrainConfig.model`, :attr:`TrainConfig.run`), built, and so checked,
@@ -43,10 +43,9 @@ from specstore.common import ConfigError
 from specstore.common.limits import Limit, bounded, field_limit
 from specstore.common.options import add_options, borrowed, described, given, option
 from specstore.common.records import from_record
-
-from ..defaults import MAX_SEED
-from ..model_config import ARCHS, ModelConfig
-from ..run_options import RunOptions
+from specstore.infer.models.config import ARCHS, ModelConfig
+from specstore.infer.options.defaults import MAX_SEED
+from specstore.infer.options.run_options import RunOptions
 
 __all__ = ["RUNTIME_FIELDS", "TrainConfig", "TrainError", "add_config_arguments", "config_from_args", "model_options"]
 
@@ -211,7 +210,7 @@ class TrainConfig:
     seed: int = _opt(0, "split and training seed (every random draw derives from it)",
                      (0, MAX_SEED, "scikit-learn's random_state, the statistics head's, takes at most 2**32 - 1"))
     arch: str = _opt("cnn", "model: cnn, resnet, or an import path package.module:Class of any nn.Module with "
-                            "forward(x, lengths) (see infer/contract.py)", metavar="ARCH")
+                            "forward(x, lengths) (see infer/models/contract.py)", metavar="ARCH")
     backbone: str | None = _auto("a shipped model (e.g. musicnn-msd, musicnn-mtt) whose clip embeddings a "
                                  "transfer head learns from (its feature must be in the store), or none (the model "
                                  "trains from scratch); auto: musicnn-msd with --arch musicnn; with a built-in arch "
@@ -329,7 +328,7 @@ class TrainConfig:
         run's ``MODEL.config.json``, whose ``train_config`` holds them).
 
         An ``arch`` import path read here is code a file names: training builds it only when trusted
-        (:mod:`specstore.infer.trust`)."""
+        (:mod:`specstore.infer.models.trust`)."""
         p = Path(path)
         try:
             text = p.read_text(encoding="utf-8")

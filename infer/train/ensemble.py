@@ -25,15 +25,15 @@ import numpy as np
 import torch
 
 from specstore.common import check_output_path, write_atomic
+from specstore.infer.data.split import SplitRule, training_rows
+from specstore.infer.engine.runtime import Engine
+from specstore.infer.models.calibration import Calibration, fit_temperature
+from specstore.infer.models.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
+from specstore.infer.models.contract import spec_of
+from specstore.infer.models.shipped import load_shipped
 from specstore.store import Store, open_store
 
-from ..calibration import Calibration, fit_temperature
-from ..checkpoint import Checkpoint, load_checkpoint, save_checkpoint
-from ..contract import spec_of
 from ..models.ensemble import average_probabilities
-from ..runtime import Engine
-from ..shipped import load_shipped
-from ..split import SplitRule, training_rows
 from .config import TrainConfig, TrainError
 from .recipe import resolve_validation
 from .transfer import cached_logits, embeddings_path_for, train_transfer

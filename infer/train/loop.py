@@ -1,16 +1,16 @@
 """``make train``: fit a model on a store's labelled clips, resumably.
 
 Flow: :func:`~.prepare.prepare_run` opens the store (index only), splits the
-labelled rows by work or content (:mod:`specstore.infer.split`; duplicates and works
+labelled rows by work or content (:mod:`specstore.infer.data.split`; duplicates and works
 never straddle it) and resolves the ``auto`` options from the training split
 (:mod:`.recipe`) -> :func:`~.prepare.prepare_model` fits the model's input
 normalisation on training frames and its statistics head on training clips
 (:mod:`.stats_head`) -> :func:`~.prepare.prepare_data`: the engine
-(:mod:`specstore.infer.runtime`) measures the model's training memory per padded
-clip-frame and gives the :class:`~specstore.infer.budget.Budget`, which sets the crop
+(:mod:`specstore.infer.engine.runtime`) measures the model's training memory per padded
+clip-frame and gives the :class:`~specstore.infer.batching.budget.Budget`, which sets the crop
 and the budgeted batch sampler -> every epoch (:func:`_run_epoch`) a fresh
 plan over the cropped lengths, random crops read straight from the store's
-mmap views, augmentation inside real frames (:mod:`specstore.infer.augment`), AdamW
+mmap views, augmentation inside real frames (:mod:`specstore.infer.data.augment`), AdamW
 with warm-up and cosine decay (:mod:`.schedule`), autocast on CUDA ->
 validation (every ``val_every`` epochs and after the last) on whole
 held-out clips with the engine's prediction loop -> the checkpoint at
@@ -22,7 +22,7 @@ the fixed schedule, so a few validation clips choose nothing; validation
 reports, and at the end :func:`~.report.held_out_report` scores the model and
 each of its experts on the held-out clips with intervals, and a temperature
 is fitted on the kept model's held-out logits and recorded in the checkpoint
-(:mod:`specstore.infer.calibration`; none without held-out clips: uncalibrated).  ``select="best"``
+(:mod:`specstore.infer.models.calibration`; none without held-out clips: uncalibrated).  ``select="best"``
 keeps the epoch with the best validation accuracy (then loss).
 
 Resuming: after every epoch ``<model>.resume.pt`` (:mod:`.resume`) is
@@ -53,13 +53,13 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from specstore.common import write_atomic
+from specstore.infer.models.calibration import Calibration, fit_temperature
+from specstore.infer.models.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
+from specstore.infer.models.contract import ModelSpec
+from specstore.infer.models.trust import Trust, with_named
 from specstore.store import Store
 
-from ..calibration import Calibration, fit_temperature
-from ..checkpoint import Checkpoint, load_checkpoint, save_checkpoint
-from ..contract import ModelSpec
 from ..models import MaskedClassifier, count_parameters
-from ..trust import Trust, with_named
 from .config import TrainConfig, TrainError
 from .prepare import (
     Learner,
@@ -191,12 +191,12 @@ def train(
 
     ``model``: None (the config's ``arch``), an import path
     ``package.module:Class``, or an ``nn.Module`` instance following the
-    contract of :mod:`specstore.infer.contract`; ``model_args``: its constructor's
+    contract of :mod:`specstore.infer.models.contract`; ``model_args``: its constructor's
     keyword arguments (JSON values), recorded in the checkpoint so it can be
     rebuilt without pickle.  ``model`` is trusted (you name it); an import
     path in the config's ``arch`` (which may come from a file) needs
     ``trust_model_code`` (True, or the trusted import paths; see
-    :mod:`specstore.infer.trust`).  ``config`` fields may also be given as keyword
+    :mod:`specstore.infer.models.trust`).  ``config`` fields may also be given as keyword
     ``overrides``; options left ``auto`` are resolved from the training data
     (:mod:`.recipe`).  ``threads``:
     CPU threads (default all cores); ``margin_mb``: GPU memory kept free.

@@ -1,7 +1,7 @@
 """Training set-up, before the first step: the run (data, split, recipe, engine, resume), the model, the batches.
 
 :func:`prepare_run` opens the store, splits the labelled rows
-(:mod:`specstore.infer.split`), resolves the ``auto`` options from the training data
+(:mod:`specstore.infer.data.split`), resolves the ``auto`` options from the training data
 (:mod:`.recipe`) and reads a resume file that fits; :func:`prepare_model`
 builds (or restores) the model with its input normalisation and statistics
 head, the optimiser and the weight average; :func:`prepare_data` turns the
@@ -27,17 +27,24 @@ from torch.utils.data import DataLoader
 
 from specstore.common import ConfigError, check_output_path
 from specstore.common.heap import KEPT_THRESHOLDS, set_malloc_thresholds
+from specstore.infer.batching.budget import Budget
+from specstore.infer.data.augment import Augment, SpecAugment
+from specstore.infer.data.split import (
+    SplitError,
+    SplitRule,
+    split_keys,
+    training_fingerprint,
+    training_rows,
+    ungrouped_split_warning,
+)
+from specstore.infer.engine.runtime import Engine
+from specstore.infer.models.checkpoint import load_checkpoint
+from specstore.infer.models.contract import ModelSpec, masks_padding, spec_of, time_stride, window_frames
+from specstore.infer.models.trust import Trust, UntrustedModelError, with_named
 from specstore.store import FeatureSpec, Store, open_store
 
-from ..augment import Augment, SpecAugment
-from ..budget import Budget
-from ..checkpoint import load_checkpoint
-from ..contract import ModelSpec, masks_padding, spec_of, time_stride, window_frames
 from ..data import BudgetBatchSampler, PadCollate, StoreDataset, feature_specs, prefetch
 from ..models import ARCHS, MaskedClassifier
-from ..runtime import Engine
-from ..split import SplitError, SplitRule, split_keys, training_fingerprint, training_rows, ungrouped_split_warning
-from ..trust import Trust, UntrustedModelError, with_named
 from .config import TrainConfig, TrainError, model_options
 from .frames import FrameStats, frame_stats
 from .recipe import DataFacts, data_facts, resolve, resolve_validation
@@ -255,9 +262,9 @@ def model_spec_for(cfg: TrainConfig, model: nn.Module | str | None, model_args: 
                    frame_seconds: float | None = None) -> ModelSpec:
     """How to build the model: the config's built-in architecture or import path, or a given module.
 
-    ``available``: the store's facts a constructor may take (n_bins, n_classes, input_mean, input_std);
-    ``stats``: the training frames' statistics (per-bin normalisation of the built-ins); ``trust``: the
-    model code that may be imported (:mod:`specstore.infer.trust`); ``frame_seconds``: the feature's hop, which turns
+    ``available``: the store's facts a constructor may take (n_bins, n_classes, input_mean, input_std); ``stats``:
+    the training frames' statistics (per-bin normalisation of the built-ins); ``trust``: the model code that may be
+    imported (:mod:`specstore.infer.models.trust`); ``frame_seconds``: the feature's hop, which turns
     ``pool_seconds`` into frames (rounded down to the model's time stride, as the training crop is).
     """
     if isinstance(model, nn.Module):
@@ -296,7 +303,7 @@ def prepare_model(run: Run, model: nn.Module | str | None, model_args: dict[str,
                   trust: Trust = False) -> Learner:
     """The model (built fresh, its statistics head fitted, or restored from the resume state) and its optimiser.
 
-    ``trust``: the model code that may be imported (:mod:`specstore.infer.trust`).
+    ``trust``: the model code that may be imported (:mod:`specstore.infer.models.trust`).
     """
     cfg, state = run.cfg, run.state
     frames = frame_stats(StoreDataset(run.store, run.feature, rows=run.train_rows), cfg.seed)

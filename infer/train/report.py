@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from ..baselines import bootstrap_ci
+from specstore.infer.evaluation.baselines import bootstrap_ci
 
 __all__ = ["METRICS_COLUMNS", "HeldOut", "Scalars", "held_out_report", "held_out_text", "macro_f1", "metrics_csv"]
 

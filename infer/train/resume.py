@@ -3,7 +3,7 @@
 ``<model>.resume.pt`` (next to the checkpoint) is a ``torch.save`` file of
 plain containers and tensors, read with ``torch.load(weights_only=True)``:
 the configuration and its resume key, a fingerprint of the training data,
-the model's :class:`~specstore.infer.contract.ModelSpec`, model / optimiser / grad-scaler states, the epoch, the
+the model's :class:`~specstore.infer.models.contract.ModelSpec`, model / optimiser / grad-scaler states, the epoch, the
 history and the best score so far (and the weight average, with ``ema``).  It holds no random-number state because
 none is needed: every random draw of an epoch (batches, crops, masks,
 dropout) is seeded from ``(seed, epoch)``, so a resumed run follows the
@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..checkpoint import CheckpointError, read_torch_file, save_torch_file
+from specstore.infer.models.checkpoint import CheckpointError, read_torch_file, save_torch_file
 
 __all__ = ["RESUME_FORMAT", "RESUME_VERSION", "ResumeState", "load_resume", "resume_path_for", "save_resume"]
 

@@ -4,7 +4,7 @@ A built-in model with ``stats_head=True`` carries a second classifier beside
 its CNN: a linear layer on the per-bin mean, standard deviation and mean
 absolute frame-to-frame change of the clip's (normalised) input
 (:meth:`~specstore.infer.models.MaskedClassifier.clip_statistics`), the statistics the
-simple baselines of :mod:`specstore.infer.baselines` use.  On a few hundred clips that
+simple baselines of :mod:`specstore.infer.evaluation.baselines` use.  On a few hundred clips that
 linear model is hard to beat; on thousands the CNN is far better.  In eval
 mode the model adds the two experts' logits, so it keeps what each is good at
 (:mod:`specstore.infer.models`).
@@ -27,11 +27,11 @@ from typing import Any
 import numpy as np
 import torch
 
+from specstore.infer.data.split import split_keys, split_scores
 from specstore.store import Store
 
 from ..data import StoreDataset
 from ..models import MaskedClassifier
-from ..split import split_keys, split_scores
 
 __all__ = [
     "C_GRID", "DEFAULT_WEIGHT", "MIN_VALIDATION_CLIPS", "WEIGHTS", "StatsFit", "WeightChoice", "choose_weight",
@@ -107,7 +107,7 @@ def fit_stats_head(model: MaskedClassifier, store: Store, feature: str, rows: np
     """Fit ``model``'s statistics head on the training ``rows`` of ``specstore.store`` (see the module docstring).
 
     Labels are the model's class indices (the store's label order, as the
-    trainer uses).  Folds group clips by :func:`~specstore.infer.split.split_keys`, with a
+    trainer uses).  Folds group clips by :func:`~specstore.infer.data.split.split_keys`, with a
     seed of their own so they do not repeat the validation split's draw.
     """
     from threadpoolctl import threadpool_limits

@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..runtime import Engine
+from specstore.infer.engine.runtime import Engine
 
 __all__ = ["Mix", "Step", "WeightAverage", "class_weights", "epoch_seed", "forward_backward", "mixup", "param_groups"]
 

@@ -1,23 +1,21 @@
 """Transfer: a head on a pretrained backbone's clip embeddings (``make train ARCH=musicnn``).
 
-The backbone is a shipped model (:mod:`specstore.infer.shipped`; ``musicnn-msd`` by default for ``--arch musicnn``, any
-with ``--backbone NAME``).  It runs once per distinct clip of the store (on the engine: batches planned by
-length under the memory budget, masked, windows for clips too long for any batch), and its clip embeddings are
-cached beside the model, ``MODEL.embeddings.npz``: a plain npz (no pickle) of the content hashes, the
-embeddings ``(n, embedding_dim)`` float32, the backbone's name and its feature spec; entries of another backbone
-or spec are never used.  A second run (a new head, another seed, a cross-validation) reads them back and costs
-seconds.
+The backbone is a shipped model (:mod:`specstore.infer.models.shipped`; ``musicnn-msd`` by default for ``--arch
+musicnn``, any with ``--backbone NAME``).  It runs once per distinct clip of the store (on the engine: batches planned
+by length under the memory budget, masked, windows for clips too long for any batch), and its clip embeddings are cached
+beside the model, ``MODEL.embeddings.npz``: a plain npz (no pickle) of the content hashes, the embeddings ``(n,
+embedding_dim)`` float32, the backbone's name and its feature spec; entries of another backbone or spec are never used.
+A second run (a new head, another seed, a cross-validation) reads them back and costs seconds.
 
-The head is a logistic regression on the standardised embeddings (the training clips' mean and standard
-deviation), its ``C`` chosen by grouped cross-validation on the training clips
+The head is a logistic regression on the standardised embeddings (the training clips' mean and standard deviation), its
+``C`` chosen by grouped cross-validation on the training clips
 (:func:`~specstore.infer.train.stats_head.fit_linear_head`, as the statistics head's), then written into a
 :class:`~specstore.infer.models.transfer.TransferClassifier`, saved as any checkpoint (the backbone's weights included).
 With held-out validation clips a temperature is fitted on the head's logits for them and recorded
-(``extra["calibration"]``, :mod:`specstore.infer.calibration`), as the training loop does for any model: a head is a
-single-label softmax like any other; without them it is uncalibrated.
-With ``finetune = N`` the backbone's top ``N`` layers train with the head by SGD in the usual training loop
-(:func:`specstore.infer.train.train`), the head starting from the closed-form fit; no cache is kept then, since the
-embeddings change as the layers train.
+(``extra["calibration"]``, :mod:`specstore.infer.models.calibration`), as the training loop does for any model: a head
+is a single-label softmax like any other; without them it is uncalibrated. With ``finetune = N`` the backbone's top
+``N`` layers train with the head by SGD in the usual training loop (:func:`specstore.infer.train.train`), the head
+starting from the closed-form fit; no cache is kept then, since the embeddings change as the layers train.
 """
 
 from __future__ import annotations
@@ -37,14 +35,14 @@ import torch
 from torch import Tensor, nn
 
 from specstore.common import atomic_path, check_output_path, write_atomic
+from specstore.infer.data.split import SplitRule, split_keys, training_rows
+from specstore.infer.engine.runtime import Engine
+from specstore.infer.models.calibration import Calibration, fit_temperature
+from specstore.infer.models.checkpoint import Checkpoint, check_store_matches, save_checkpoint
+from specstore.infer.models.contract import spec_of
+from specstore.infer.models.shipped import SHIPPED, load_shipped
 from specstore.store import Store, open_store
 
-from ..calibration import Calibration, fit_temperature
-from ..checkpoint import Checkpoint, check_store_matches, save_checkpoint
-from ..contract import spec_of
-from ..runtime import Engine
-from ..shipped import SHIPPED, load_shipped
-from ..split import SplitRule, split_keys, training_rows
 from .config import TrainConfig, TrainError
 from .recipe import resolve_validation
 from .stats_head import fit_linear_head
@@ -257,7 +255,8 @@ def cached_logits(model_path: str | os.PathLike[str], store: Store, rows: np.nda
                   cache_path: str | os.PathLike[str] | None = None) -> np.ndarray | None:
     """``(len(rows), n_classes)`` logits of a saved transfer head on store ``rows`` from the embedding cache, with
     no pass of the backbone; None when the model is not a frozen-backbone head or a row is not cached."""
-    from ..checkpoint import load_checkpoint
+    from specstore.infer.models.checkpoint import load_checkpoint
+
     from ..models.transfer import TransferClassifier
 
     ckpt = load_checkpoint(model_path)

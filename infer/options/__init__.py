@@ -1,0 +1,10 @@
+"""The inference side's settings: torch-free dataclasses every command line is generated from.
+
+:mod:`~specstore.infer.options.defaults` (the run defaults in one home),
+:mod:`~specstore.infer.options.run_options` (:class:`RunOptions`: device,
+precision, memory budget, threads), :mod:`~specstore.infer.options.cli_options`
+(predict, plan, init, eval and cross-validation options) and
+:mod:`~specstore.infer.options.export_options`.  Nothing in this folder imports
+torch (``tests/test_fast_start.py`` checks it), so ``--help`` and a bad value
+answer at once.
+"""
