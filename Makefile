@@ -253,7 +253,7 @@ test: install  ## run the whole test suite (as CI does), in two pytest-xdist pro
 	$(PY) -m pytest -q -n 2 tests
 
 lint: install  ## ruff, mypy and the import contracts (import-linter; pyproject.toml), as CI runs them
-	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff check --no-cache .
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
 

@@ -159,7 +159,8 @@ def unavailable(name: str, quick: bool) -> str | None:
         return "missing PyAV: run `.venv/bin/pip install -e '.[formats]'` to measure it"
     if name != "model" or not quick:
         return None
-    from specstore.realcorpus.catalogue import SIZES, RealCorpusError
+    from specstore.realcorpus.catalogue import SIZES
+    from specstore.realcorpus.errors import RealCorpusError
     from specstore.realcorpus.render import check_renderer
 
     try:

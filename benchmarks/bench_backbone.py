@@ -44,13 +44,14 @@ def backbone_feature() -> str:
 def transfer_figures(name: str, title: str, stores: dict[str, Path], work: Path) -> list[Figure]:
     """The transfer row of one corpus: train a head on the backbone (stores hold its feature), score the test."""
     from specstore.infer.evaluation.evaluate import evaluate
+    from specstore.infer.options.run_options import RunOptions
     from specstore.infer.train import TrainConfig
     from specstore.infer.train.transfer import train_transfer
 
     model = work / f"{name}-transfer.pt"
     t0 = time.perf_counter()
-    res = train_transfer(stores["train"], model, TrainConfig(backbone=BACKBONE, device="cpu"), progress=False,
-                         overwrite=True, cache_path=work / f"{name}-transfer.embeddings.npz")
+    res = train_transfer(stores["train"], model, TrainConfig(backbone=BACKBONE, run=RunOptions(device="cpu")),
+                         progress=False, overwrite=True, cache_path=work / f"{name}-transfer.embeddings.npz")
     minutes = (time.perf_counter() - t0) / 60
     report = evaluate(stores["test"], model, split="all", device="cpu", progress=False)
     lo, hi = report.accuracy_ci

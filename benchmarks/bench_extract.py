@@ -66,8 +66,8 @@ def run_speed(work: Path, *, n_files: int, mean_seconds: float, repeats: int, lh
     jobs = len(os.sched_getaffinity(0))
     corpus = work / "corpus"
     t0 = time.perf_counter()
-    # One joblib configuration for the whole group (as extract() sets it), so the loky
-    # executor and its workers are started once and stay warm.
+    # One joblib configuration for the whole group, the one extract()'s loky executor asks for
+    # (specstore.common.executors.LokyExecutor), so one pool of workers is started and stays warm.
     with parallel_config(backend="loky", n_jobs=jobs, inner_max_num_threads=1), ExitStack() as stack:
         files = make_corpus(corpus, n_files, mean_seconds, jobs)
         gen_seconds = time.perf_counter() - t0

@@ -19,7 +19,7 @@ import numpy as np
 from .bench_common import median
 
 __all__ = ["COMBOS", "SR", "Isolated", "audio_seconds", "decode_only", "features_of", "make_corpus", "naive_one",
-           "scaling_on", "timed_run_task"]
+           "scaling_on", "timed_call"]
 
 
 SR = 22050
@@ -117,7 +117,9 @@ class _Runs:
                                    for i, f in enumerate(self.files))
         return out
 
-    def ours(self, jobs: int, checksums: bool = True, features: tuple[str, ...] = ("mel",)) -> Path:
+    def ours(self, jobs: int, checksums: bool = True, features: tuple[str, ...] = ("mel",),
+             executor: Any = None) -> Path:
+        """pipeline.extract with ``jobs`` workers (on ``executor`` when given: the timeline's)."""
         from contextlib import ExitStack
         from unittest import mock
 
@@ -128,7 +130,7 @@ class _Runs:
             if not checksums:  # jobs=1 runs in this process: the shard writer's CRC becomes a constant
                 assert jobs == 1
                 stack.enter_context(mock.patch("specstore.store.shard_writer.crc32c", lambda data, crc=0: 0))
-            summary = extract(self.corpus, str(out), features=features, jobs=jobs, progress=False)
+            summary = extract(self.corpus, str(out), features=features, jobs=jobs, progress=False, executor=executor)
         if summary.errors or summary.decoded != len(self.files):
             raise RuntimeError(f"extraction failed: {summary.report()}")
         return out
@@ -310,39 +312,57 @@ def scaling_on(work: Path, n_files: int, mean_seconds: float, jobs: int, repeats
             "bare_work_scaling": bare, "timeline": _timeline(runs, jobs)}
 
 
-def timed_run_task(*args: Any, **kwargs: Any) -> Any:
-    """:func:`specstore.pipeline.tasks.run_task`, with the task's (start, end, pid) attached (wall clock)."""
-    from specstore.pipeline.tasks import run_task
-
+def timed_call(fn: Any, *args: Any, **kwargs: Any) -> Any:
+    """``fn(*args, **kwargs)`` (an extraction task), with the task's (start, end, pid) attached to its result
+    (wall clock)."""
     t0 = time.time()
-    res = run_task(*args, **kwargs)
-    res.bench_span = (t0, time.time(), os.getpid())  # type: ignore[attr-defined]
+    res = fn(*args, **kwargs)
+    res.bench_span = (t0, time.time(), os.getpid())
     return res
+
+
+def _timed_executor(jobs: int, spans: list[tuple[float, float, int]]) -> Any:
+    """The executor extraction would use with ``jobs`` workers, each task timed (:func:`timed_call`) and its
+    span appended to ``spans`` as its result comes back: passed to the run, no hook in the driver."""
+    from specstore.common.executors import Executor, open_executor
+
+    class Timed(Executor):
+        def __init__(self) -> None:
+            self.inner = open_executor("loky", jobs)
+            self.in_process = self.inner.in_process
+
+        def submit(self, fn: Any, /, *args: Any, key: str | None = None, retries: int = 0, **kwargs: Any) -> Any:
+            return self.inner.submit(timed_call, fn, *args, key=key, retries=retries, **kwargs)
+
+        def as_completed(self, futures: Any, timeout: float | None = None) -> Any:
+            for f in self.inner.as_completed(futures, timeout):
+                span = getattr(f.result(), "bench_span", None) if f.exception() is None else None
+                if span:
+                    spans.append(span)
+                yield f
+
+        def live_workers(self) -> int:
+            return self.inner.live_workers()
+
+        def describe(self) -> str:
+            return self.inner.describe()
+
+        def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+            self.inner.shutdown(wait, cancel_futures=cancel_futures)
+
+    return Timed()
 
 
 def _timeline(runs: _Runs, jobs: int) -> dict[str, Any]:
     """One extraction with every task's start and end recorded: where a jobs=N run spends its wall time.
 
-    The driver's ``run_task`` and ``_Run._collect`` are wrapped for this one run (restored after).
+    The run is given an executor that times each task (:func:`_timed_executor`).
     """
-    import sys
-
-    mod: Any = sys.modules["specstore.pipeline.extract"]
     spans: list[tuple[float, float, int]] = []
-    orig_task, orig_collect = mod.run_task, mod._Run._collect
-
-    def collect(self: Any, res: Any, *a: Any, **k: Any) -> Any:
-        if getattr(res, "bench_span", None):
-            spans.append(res.bench_span)
-        return orig_collect(self, res, *a, **k)
-
-    mod.run_task, mod._Run._collect = timed_run_task, collect
-    try:
+    with _timed_executor(jobs, spans) as executor:
         t0 = time.time()
-        out = runs.ours(jobs)
+        out = runs.ours(jobs, executor=executor)
         t1 = time.time()
-    finally:
-        mod.run_task, mod._Run._collect = orig_task, orig_collect
     shutil.rmtree(out, ignore_errors=True)
     if not spans:
         return {}

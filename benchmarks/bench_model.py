@@ -272,6 +272,7 @@ def train_step_layout(*, steps: int, repeats: int, n_bins: int = 212, frames: in
 
 
 def run(work: Path, *, quick: bool) -> GroupResult:
+    from specstore.infer.options.run_options import RunOptions
     from specstore.infer.train import TrainConfig
 
     from .bench_backbone import backbone_throughput
@@ -287,7 +288,8 @@ def run(work: Path, *, quick: bool) -> GroupResult:
         from specstore.realcorpus.generate import generate
 
         generate(work / "rc-tiny", size="tiny", jobs=2, progress=False)
-        figures = _measure(tiny, work, TrainConfig(epochs=1, width=8, depth=2, device="cpu"), *tiny.manifests(work))
+        cpu = RunOptions(device="cpu")
+        figures = _measure(tiny, work, TrainConfig(epochs=1, width=8, depth=2, run=cpu), *tiny.manifests(work))
         figures.append(train_step_layout(steps=1, repeats=1, n_bins=32, frames=64))
         figures += backbone_throughput(n_clips=2, seconds=3.0, repeats=1)
         return GroupResult("Model quality", figures, method="quick: the tiny corpus, one epoch (meaningless)")
@@ -302,7 +304,7 @@ def run(work: Path, *, quick: bool) -> GroupResult:
         except FileNotFoundError as e:
             figures += _not_measured(corpus, f"not measured: {e}")
             continue
-        figures += _measure(corpus, work, TrainConfig(device="cpu"), train_csv, test_csv)
+        figures += _measure(corpus, work, TrainConfig(run=RunOptions(device="cpu")), train_csv, test_csv)
     method = ("Each corpus's training and test manifests (other works, or other contents, in the test set) are "
               "extracted into two stores; `specstore.train` runs with the defaults of `make train` (every auto option "
               "resolved from that training set); `specstore.evaluate(split='all', baselines=True)` scores the test "

@@ -9,7 +9,7 @@ prints any of them as one line, ``specstore: error: <message>``, and exits 2.
 
 from __future__ import annotations
 
-__all__ = ["ConfigError", "OutputPathError", "SpecstoreError"]
+__all__ = ["ConfigError", "ExecutorError", "OutputPathError", "SpecstoreError"]
 
 
 class SpecstoreError(Exception):
@@ -22,3 +22,8 @@ class ConfigError(SpecstoreError, ValueError):
 
 class OutputPathError(SpecstoreError, ValueError):
     """An output path cannot be written: a directory, under a file, a socket or block device, a closed descriptor."""
+
+
+class ExecutorError(SpecstoreError, RuntimeError):
+    """Where tasks should run cannot be had: a cluster's library is missing, its scheduler cannot be reached, or
+    a local one cannot start (:mod:`specstore.common.executors`)."""

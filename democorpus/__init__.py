@@ -80,18 +80,9 @@ if __name__ != "specstore.democorpus":  # one name per module: the folder is imp
 
 from .cli import main
 from .encode import encode_clip
+from .errors import DemoCorpusError
 from .generate import CorpusSummary, generate_corpus
-from .plan import (
-    FORMATS,
-    MAX_SECONDS,
-    MEDIAN_SECONDS,
-    MIN_SECONDS,
-    SAMPLE_RATES,
-    STYLES,
-    ClipPlan,
-    DemoCorpusError,
-    plan_corpus,
-)
+from .plan import FORMATS, MAX_SECONDS, MEDIAN_SECONDS, MIN_SECONDS, SAMPLE_RATES, STYLES, ClipPlan, plan_corpus
 from .recording import MEDIA
 from .render import LOUDNESS_DBFS, render_clip
 

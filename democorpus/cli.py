@@ -11,8 +11,9 @@ from specstore.common import run_cli
 from specstore.common.limits import Limit
 from specstore.common.options import bounded_argument
 
+from .errors import DemoCorpusError
 from .generate import generate_corpus
-from .plan import FORMATS, MAX_SECONDS, MEDIAN_SECONDS, MIN_SECONDS, STYLES, DemoCorpusError
+from .plan import FORMATS, MAX_SECONDS, MEDIAN_SECONDS, MIN_SECONDS, STYLES
 
 __all__ = ["build_parser", "main"]
 

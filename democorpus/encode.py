@@ -15,7 +15,8 @@ import numpy as np
 import numpy.typing as npt
 import soundfile as sf
 
-from .plan import FORMATS, DemoCorpusError
+from .errors import DemoCorpusError
+from .plan import FORMATS
 
 __all__ = ["encode_clip"]
 

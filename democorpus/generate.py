@@ -21,7 +21,8 @@ from pathlib import Path
 from tqdm import tqdm
 
 from .encode import encode_clip
-from .plan import FORMATS, MAX_SECONDS, STYLES, ClipPlan, DemoCorpusError, plan_corpus
+from .errors import DemoCorpusError
+from .plan import FORMATS, MAX_SECONDS, STYLES, ClipPlan, plan_corpus
 from .render import render_clip
 
 PROGRESS_BAR = {

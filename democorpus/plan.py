@@ -18,7 +18,7 @@ import numpy as np
 import numpy.typing as npt
 from scipy.special import ndtr, ndtri
 
-from specstore.common import ConfigError
+from .errors import DemoCorpusError
 
 __all__ = [
     "FORMATS", "LOG_SIGMA", "MAX_SECONDS", "MEDIAN_SECONDS", "MIN_SECONDS", "SAMPLE_RATES", "STYLES", "ClipPlan",
@@ -46,13 +46,6 @@ MEDIAN_SECONDS = 16.0
 LOG_SIGMA = 0.72
 """Durations: log-normal, median ``MEDIAN_SECONDS`` s, sigma of ln(seconds) ``LOG_SIGMA``, truncated
 to ``[MIN_SECONDS, MAX_SECONDS]`` by default."""
-
-
-class DemoCorpusError(ConfigError):
-    """Bad arguments, or an output directory that would mix this corpus with other files.
-
-    A :class:`specstore.common.ConfigError` (so also a ``ValueError``): commands report it as one line.
-    """
 
 
 @dataclass(frozen=True)

@@ -29,17 +29,18 @@ from specstore.common.lazy import lazy_package
 __all__ = lazy_package(__name__)
 
 if TYPE_CHECKING:  # the exports, each imported on first use (specstore.common.lazy)
-    from .batching.budget import Budget, CostModel, PlanError
+    from .batching.budget import Budget, CostModel
     from .batching.planner import Plan, plan_batches, shuffled_training_plan, training_plan
     from .data import BudgetBatchSampler, PadCollate, StoreDataset, pad_collate, prefetch
     from .engine.cost import measure_cost_per_frame
     from .engine.predict import PredictStats, predict
     from .engine.predictions import Predictions
     from .engine.runtime import Engine
+    from .errors import CheckpointError, PlanError, TrainError
     from .evaluation.evaluate import Report, evaluate
-    from .models.checkpoint import Checkpoint, CheckpointError, load_checkpoint, save_checkpoint
+    from .models.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
     from .models.contract import ModelSpec
     from .models.shipped import load_shipped, resolve_checkpoint, shipped_names
     from .options.run_options import RunOptions
-    from .train import TrainConfig, TrainError, TrainResult, train
+    from .train import TrainConfig, TrainResult, train
     from .train.transfer import train_transfer

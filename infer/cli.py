@@ -25,11 +25,12 @@ from typing import Any
 
 from specstore.common import ConfigError, run_cli
 from specstore.common.atomic import check_output_path, output_target
-from specstore.common.options import add_options, given
+from specstore.common.options import add_options
 from specstore.infer.models.config import ModelConfig
 from specstore.infer.models.trust import Trust, add_trust_argument
 from specstore.infer.options.cli_options import CvOptions, EvalOptions, InitOptions, PlanOptions, PredictOptions
 from specstore.infer.options.defaults import PLAIN_MODEL
+from specstore.infer.options.run_args import COMMAND_FIELDS, MACHINE_FIELDS, add_run_options, run_options_given
 from specstore.infer.options.run_options import RunOptions, check_run_option
 from specstore.store import StoreError
 from specstore.store.presence import check_store_present
@@ -39,23 +40,16 @@ from .train.config import TrainConfig, add_config_arguments, config_from_args
 __all__ = ["COMMANDS", "build_parser", "main"]
 
 
-RUN_FIELDS = ("device", "precision", "budget_mb", "max_batch")
-"""Run options a command passes to :class:`RunOptions` only when given (their defaults:
-:mod:`specstore.infer.options.defaults`)."""
-MACHINE_FIELDS = ("margin_mb", "threads")
-"""Run options of this machine that training takes from the command line, not from its recorded config."""
-
-
 def _add_run_args(p: argparse.ArgumentParser, *, training: bool = False) -> None:
-    """Device, precision and memory options, from :class:`RunOptions`' fields (training takes the first four
-    from its config instead).  An option not given is left out, so :class:`RunOptions` fills in its default."""
-    add_options(p, RunOptions, MACHINE_FIELDS if training else (*RUN_FIELDS, *MACHINE_FIELDS))
+    """The run options (:func:`specstore.infer.options.run_args.add_run_options`; training takes only this
+    machine's, the rest from its recipe), then ``--no-progress`` and ``--verbose``."""
+    add_run_options(p, MACHINE_FIELDS if training else COMMAND_FIELDS)
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.add_argument("-v", "--verbose", action="store_true", help="log the plan and debug details")
 
 
 def _run_options(args: argparse.Namespace) -> RunOptions:
-    return RunOptions(**given(args, RunOptions, (*RUN_FIELDS, *MACHINE_FIELDS)), progress=not args.no_progress)
+    return run_options_given(args, progress=not args.no_progress)
 
 
 def _machine(args: argparse.Namespace) -> dict[str, Any]:

@@ -1,7 +1,8 @@
 """specstore's offline stage: audio corpus -> feature store.
 
-``specstore.pipeline.extract(corpus, store, features=("mel", "cqt"), jobs=None, backend="loky", scheduler=None)``
-decodes every file once, computes the features and commits them into the store.
+``specstore.pipeline.extract(corpus, store, options)`` decodes every file once, computes the features and commits
+them into the store; :class:`ExtractOptions` says how (``features=("mel", "cqt"), jobs=None, backend="loky",
+scheduler=None, ...``; its fields may be given to ``extract`` as keywords instead).
 ``specstore.pipeline.stored_features(path, specs)`` gives one file's features as a store would hold them, in memory.
 
 The names below are imported on first use (:mod:`specstore.common.lazy`), so ``specstore-features --help`` and a
@@ -19,6 +20,8 @@ from specstore.common.lazy import lazy_package
 __all__ = lazy_package(__name__)
 
 if TYPE_CHECKING:  # the exports, each imported on first use (specstore.common.lazy)
-    from .corpus import CorpusError, scan_corpus
-    from .extract import ExtractError, ExtractSummary, extract
+    from .corpus import scan_corpus
+    from .errors import CorpusError, ExtractError
+    from .extract import ExtractSummary, extract
+    from .extract_options import ExtractOptions
     from .features import stored_features

@@ -31,7 +31,8 @@ import soundfile as sf
 import soxr
 
 from . import decode_av, mixdown
-from .audio_types import AV_EXTENSIONS, SOUNDFILE_EXTENSIONS, AudioError, AudioInfo
+from .audio_types import AV_EXTENSIONS, SOUNDFILE_EXTENSIONS, AudioInfo
+from .errors import AudioError
 from .integrity import audio_after, mp3_declares_frames, truncation_reason
 
 __all__ = ["AudioError", "AudioInfo", "SOUNDFILE_EXTENSIONS", "StreamResampler", "probe", "readable_extensions",

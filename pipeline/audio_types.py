@@ -10,10 +10,9 @@ importing the soundfile path it is a fallback of.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
-from specstore.common import SpecstoreError
+from .errors import AudioError
 
 __all__ = ["AV_EXTENSIONS", "SOUNDFILE_EXTENSIONS", "AudioError", "AudioInfo"]
 
@@ -23,20 +22,6 @@ SOUNDFILE_EXTENSIONS = frozenset({".wav", ".flac", ".ogg", ".opus", ".mp3", ".ai
 #: installed, refused with a line naming it otherwise.  ``.mp4`` is left out of folder searches (mostly
 #: video); such a file named on its own, or uploaded, is still decoded through PyAV.
 AV_EXTENSIONS = frozenset({".m4a", ".m4b", ".aac", ".wma"})
-
-
-class AudioError(SpecstoreError):
-    """A file that cannot be turned into audio samples.
-
-    ``reason`` is a short one-line explanation ("empty file", "zero-length
-    audio", "decode failed at frame 4096: ..."); ``path`` is the offending
-    file when known.  ``str(err)`` is ``"<path>: <reason>"``.
-    """
-
-    def __init__(self, reason: str, path: str | os.PathLike[str] | None = None) -> None:
-        self.reason = " ".join(str(reason).split())  # always one line
-        self.path = None if path is None else os.fspath(path)
-        super().__init__(self.reason if self.path is None else f"{self.path}: {self.reason}")
 
 
 @dataclass(frozen=True)

@@ -8,14 +8,12 @@ import sys
 from pathlib import Path
 
 from specstore.common import ConfigError, run_cli
-from specstore.common.limits import field_limit
-from specstore.common.options import bounded_argument
-from specstore.store import FeatureSpec
+from specstore.common.options import add_options, given
 from specstore.store.kinds import kind_names
 
 from .corpus import CorpusError
-from .extract_options import BLOCK_SECONDS, COMMIT_SECONDS, JOBS
-from .spec_options import parse_fmax, specs_from_options
+from .extract_options import ExtractOptions
+from .spec_options import add_spec_options, specs_from_args
 
 EPILOG = """\
 examples:
@@ -69,64 +67,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "else mel,cqt; musicnn is the pretrained musicnn's input, 16 kHz / hop 256, and features "
                         "beside it share its frame grid)")
     spec = p.add_argument_group("feature parameters (recorded in the store)")
-    spec.add_argument("--spec", default=None, metavar="FILE.toml",
-                      help="feature specs from a TOML file: a [mel] and/or [cqt] table of spec fields")
-    # each checked as it is parsed against the bound of the FeatureSpec field it sets
-    bounded_argument(spec, "--sample-rate", limit=field_limit(FeatureSpec, "sample_rate"), default=None,
-                     metavar="HZ", help="decode to this sample rate, Hz (every feature; default 22050)")
-    bounded_argument(spec, "--hop", limit=field_limit(FeatureSpec, "hop_length"), default=None, metavar="SAMPLES",
-                     help="hop between frames, samples (every feature; default 512)")
-    bounded_argument(spec, "--n-mels", limit=field_limit(FeatureSpec, "n_bins"), default=None, metavar="N",
-                     help="mel bands (default 128)")
-    bounded_argument(spec, "--n-fft", limit=field_limit(FeatureSpec, "n_fft"), default=None, metavar="SAMPLES",
-                     help="mel FFT size, samples (default 2048)")
-    bounded_argument(spec, "--fmax", limit=field_limit(FeatureSpec, "fmax"), parse=parse_fmax,
-                     default=argparse.SUPPRESS, metavar="HZ",
-                     help="highest mel frequency, Hz, or none for half the sample rate (default 8000)")
-    bounded_argument(spec, "--cqt-bins", limit=field_limit(FeatureSpec, "n_bins"), default=None, metavar="N",
-                     help="CQT bins, 12 per octave from C1 (default 84)")
-    bounded_argument(p, "--jobs", limit=JOBS, default=None, help="worker processes (default: all cores)")
-    p.add_argument(
-        "--layout",
-        choices=("raw", "zstd"),
-        default="raw",
-        help="raw: uncompressed, memory-mapped reads (default); zstd: compressed, for archives/object stores",
-    )
-    p.add_argument("--backend", default="loky", help="joblib backend: loky (default), dask, ray, threading")
-    p.add_argument(
-        "--scheduler",
-        default=None,
-        help="cluster to use: a dask scheduler (tcp://host:8786) with --backend dask, "
-        "or a ray address (auto, ray://host:10001) with --backend ray; default: a local one",
-    )
-    bounded_argument(p, "--block-seconds", limit=BLOCK_SECONDS, default=60.0,
-                     help="decode long files in blocks of this many seconds (memory per worker; default 60)")
-    bounded_argument(p, "--commit-seconds", limit=COMMIT_SECONDS, default=2.0,
-                     help="commit finished shards at most this often (default 2; 0 = after every task): "
-                          "an interruption loses at most this much work")
-    p.add_argument(
-        "--add-corpus",
-        action="store_true",
-        help="allow a store that holds another corpus to take this one too (its paths get their own prefix)",
-    )
-    p.add_argument(
-        "--remove-missing", action="store_true", help="drop indexed paths whose files are no longer in the corpus"
-    )
-    p.add_argument(
-        "--follow-links",
-        action="store_true",
-        help="follow links to files and folders outside the corpus root (default: recorded as bad files, "
-        "so a downloaded corpus cannot pull in other audio of this machine)",
-    )
-    p.add_argument(
-        "--group-by",
-        default=None,
-        metavar="parent|REGEX",
-        help="group a folder corpus's files so that one work stays on one side of a split: 'parent' (the folder "
-        "below the label folder) or a regular expression over the path (first capture group, else the match); "
-        "a manifest uses its group column instead",
-    )
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    add_spec_options(spec)  # --spec, the grid's and every kind's options (store.kinds), each checked as parsed
+    # the run's options, generated from ExtractOptions' fields (name, default, help, bounds: one home)
+    add_options(p.add_argument_group("run"), ExtractOptions)
     p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     return p
 
@@ -141,30 +84,13 @@ def main(argv: list[str] | None = None) -> int:
     def body() -> int:
         if args.features is not None and not features:
             raise ConfigError(f"no features given; choose from {', '.join(kind_names())} (e.g. --features mel,cqt)")
-        specs = specs_from_options(features, spec_file=args.spec, sample_rate=args.sample_rate, hop=args.hop,
-                                   n_mels=args.n_mels, n_fft=args.n_fft, fmax=getattr(args, "fmax", "default"),
-                                   cqt_bins=args.cqt_bins)
+        specs = specs_from_args(features, args)
+        options = ExtractOptions(features=tuple(specs), specs=specs, **given(args, ExtractOptions))
         if not Path(args.corpus).expanduser().exists():  # at once, before librosa and zarr are imported
             raise CorpusError(f"corpus {args.corpus} does not exist")
         from .extract import extract
 
-        summary = extract(
-            args.corpus,
-            args.store,
-            features=tuple(specs),
-            specs=specs,
-            jobs=args.jobs,
-            backend=args.backend,
-            scheduler=args.scheduler,
-            layout=args.layout,
-            block_seconds=args.block_seconds,
-            commit_seconds=args.commit_seconds,
-            progress=not args.no_progress,
-            add_corpus=args.add_corpus,
-            remove_missing=args.remove_missing,
-            follow_links=args.follow_links,
-            group_by=args.group_by,
-        )
+        summary = extract(args.corpus, args.store, options)
         print(summary.report())
         return 0
 

@@ -46,10 +46,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from specstore.common import ConfigError, SpecstoreError
+from specstore.common import ConfigError
 from specstore.store import escape_path
 
 from .audio_types import AV_EXTENSIONS, SOUNDFILE_EXTENSIONS
+from .errors import CorpusError
 
 __all__ = ["AUDIO_EXTENSIONS", "GROUP_BY_PARENT", "CorpusError", "CorpusItem", "group_rule", "outside_root",
            "scan_corpus"]
@@ -62,10 +63,6 @@ log = logging.getLogger(__name__)
 AUDIO_EXTENSIONS = SOUNDFILE_EXTENSIONS | AV_EXTENSIONS
 #: The ``group_by`` keyword for "the file's folder below its label folder" (anything else is a regex).
 GROUP_BY_PARENT = "parent"
-
-
-class CorpusError(SpecstoreError):
-    """The corpus itself is unusable (missing, empty, malformed manifest); one-line message."""
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,8 @@ from concurrent.futures import ThreadPoolExecutor
 from tqdm.auto import tqdm
 
 from .corpus import CorpusItem
-from .hashing import Fingerprint, SourceChanged, fingerprint
+from .errors import SourceChanged
+from .hashing import Fingerprint, fingerprint
 
 __all__ = ["HASH_BATCH", "hash_batch", "hash_files"]
 

@@ -24,7 +24,7 @@ import scipy.fft
 import scipy.sparse
 
 from specstore.common import ConfigError
-from specstore.store.spec import FeatureSpec
+from specstore.store.kinds import SpectralSpec
 
 from .audio import StreamResampler
 from .streaming import Output, Signal, centered_frames, ready_frames, to_db
@@ -90,7 +90,7 @@ def _num_twos(x: int) -> int:
 
 
 @functools.lru_cache(maxsize=16)
-def _cqt_plan(spec: FeatureSpec) -> _CqtPlan:
+def _cqt_plan(spec: SpectralSpec) -> _CqtPlan:
     """librosa 0.11 ``vqt`` (``gamma=0``, hann, ``filter_scale=1``, ``norm=1``,
     ``sparsity=0.01``, ``tuning=0``, ``scale=True``) laid out as a cascade."""
     sr, hop, n_bins = spec.sample_rate, spec.hop_length, spec.n_bins
@@ -233,6 +233,6 @@ class _CqtStream:
             self.out.release(min(self.done))
 
 
-def cqt_plan(spec: FeatureSpec) -> _CqtPlan:
+def cqt_plan(spec: SpectralSpec) -> _CqtPlan:
     """The streaming plan of a CQT spec (cached per spec); ConfigError for an unusable spec."""
     return _cqt_plan(spec)

@@ -33,7 +33,8 @@ from typing import Any
 
 import numpy as np
 
-from .audio_types import AV_EXTENSIONS, AudioError, AudioInfo
+from .audio_types import AV_EXTENSIONS, AudioInfo
+from .errors import AudioError, Unrecognised
 
 __all__ = ["ALLOWED_DEMUXERS", "AV_END_SLACK", "AV_EXTENSIONS", "EXACT_CONTAINERS", "INSTALL_HINT", "AvReader",
            "Unrecognised", "available", "missing_reason"]
@@ -57,13 +58,6 @@ ESTIMATE_SLACK_SECONDS = 10.0
 #: libsndfile's float normalisation of integer samples (soundfile reads ints to float32 the same way).
 _INT_SCALE = {"s16": 1 / 32768, "s16p": 1 / 32768, "s32": 1 / 2**31, "s32p": 1 / 2**31, "s64": 1 / 2**63,
               "s64p": 1 / 2**63}
-
-
-class Unrecognised(AudioError):
-    """FFmpeg found no audio format it reads in the file: it could not open it, or what it opened has no
-    sample rate or channels (a text file named ``.flac`` "opens" that way, through the name's hint).  The
-    caller answers with soundfile's reason instead, which depends on the bytes alone, so a file that is
-    not audio gets one reason whatever its name (:func:`specstore.pipeline.audio.probe`)."""
 
 
 def available() -> bool:

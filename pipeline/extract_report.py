@@ -6,15 +6,10 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from specstore.common import SpecstoreError
-
 from .decoder_log import DecoderWarnings
+from .errors import ExtractError
 
 __all__ = ["ExtractError", "ExtractSummary", "dir_bytes", "human_bytes"]
-
-
-class ExtractError(SpecstoreError):
-    """The run had to stop (the store stays at its last commit); one-line message."""
 
 
 @dataclass

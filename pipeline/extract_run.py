@@ -2,8 +2,9 @@
 
 The driver (:func:`specstore.pipeline.extract.extract`) owns the store's writer; a
 run indexes what needs no decoding, groups the rest into tasks (one task =
-one shard, :func:`plan_tasks`) for the joblib workers, and commits their
-results in small batches.
+one shard, :func:`plan_tasks`) for an executor's workers
+(:class:`specstore.common.executors.Executor`), and commits their results in
+small batches as they come back.
 """
 
 from __future__ import annotations
@@ -12,17 +13,18 @@ import logging
 import math
 import os
 import time
-from collections.abc import Callable, Iterator, Sequence
-from typing import Any
+import uuid
+from collections.abc import Sequence
 
-from joblib import Parallel, delayed, effective_n_jobs
-from joblib.parallel import get_active_backend
 from tqdm.auto import tqdm
 
+from specstore.common.executors import Executor, TaskFuture, task_key
 from specstore.store import Corpus, ErrorRow, FeatureSpec, IndexRow, ShardInfo, StoreWriter
 
 from .corpus import CorpusItem
+from .corpus_hashes import hash_files
 from .decoder_log import log_lines
+from .extract_options import ExtractOptions
 from .extract_report import ExtractError, ExtractSummary
 from .hashing import Fingerprint
 from .tasks import TaskItem, TaskResult, run_task
@@ -36,11 +38,6 @@ MAX_TASK_FILES = 64
 MAX_TASK_BYTES = 256 << 20
 #: Rounds of decoding for the copies of a file that changed while it was decoded.
 MAX_ROUNDS = 3
-
-HashFiles = Callable[[list[CorpusItem], bool, str], tuple[dict[str, Fingerprint], dict[str, str]]]
-"""Fingerprints of corpus items (``items, progress, the store's content hash -> (path -> fingerprint, path ->
-reason)``)."""
-
 
 def plan_tasks(todo: Sequence[tuple[TaskItem, int]], n_jobs: int, *, max_files: int = MAX_TASK_FILES,
                max_bytes: int = MAX_TASK_BYTES) -> list[list[TaskItem]]:
@@ -96,16 +93,21 @@ def owner_of(path: str, corpora: Sequence[Corpus]) -> int:
 
 
 class ExtractRun:
-    """One extraction run's bookkeeping: what to decode, what came back, what is pending commit."""
+    """One extraction run's bookkeeping: what to decode, what came back, what is pending commit.
+
+    Each task is submitted under a key made from this run's own token, its round and its files
+    (:func:`specstore.common.executors.task_key`): the same task is recognised within the run, and a
+    scheduler shared by several drivers never hands one run another run's shard.
+    """
 
     def __init__(self, writer: StoreWriter, summary: ExtractSummary, corpora: tuple[Corpus, ...],
-                 specs: dict[str, FeatureSpec], block_seconds: float, commit_seconds: float, progress: bool,
-                 storage_options: dict[str, Any] | None, task: Callable[..., TaskResult] = run_task) -> None:
+                 specs: dict[str, FeatureSpec], options: ExtractOptions) -> None:
         self.writer, self.summary, self.corpora = writer, summary, corpora
-        self.task = task  # what the workers run: pipeline.tasks.run_task
         self.spec_dicts = {k: v.to_dict() for k, v in specs.items()}
-        self.block_seconds, self.commit_seconds, self.progress = block_seconds, commit_seconds, progress
-        self.storage_options = storage_options
+        self.block_seconds, self.commit_seconds = options.block_seconds, options.commit_seconds
+        self.progress = options.progress
+        self.storage_options = options.storage_options
+        self.token = uuid.uuid4().hex
         self.fps: dict[str, Fingerprint] = {}
         self.todo: dict[str, list[CorpusItem]] = {}
         self.pending: tuple[list[ShardInfo], list[IndexRow], list[ErrorRow]] = ([], [], [])
@@ -124,8 +126,8 @@ class ExtractRun:
             raise ExtractError(f"committing to the store failed ({e.strerror or e}); "
                                f"the store is left at its last commit ({w.commit_state.n_clips} clips)") from None
 
-    def plan(self, items: list[CorpusItem], entry: int, remove_missing: bool, hash_files: HashFiles) -> None:
-        """Hash the corpus (with ``hash_files``), index what needs no decoding, and collect what does in ``todo``."""
+    def plan(self, items: list[CorpusItem], entry: int, remove_missing: bool) -> None:
+        """Hash the corpus, index what needs no decoding, and collect what does in ``todo``."""
         w, summary = self.writer, self.summary
         scanned = [it for it in items if it.problem is None]
         self.fps, errors = hash_files(scanned, self.progress, w.metadata.content_hash)
@@ -169,16 +171,17 @@ class ExtractRun:
             self.commit([], quick, [ErrorRow(p, r) for p, r in errors.items()], remove)
             summary.indexed += len(quick)
 
-    def decode(self, n_jobs: int) -> None:
-        """Decode every content in ``todo``; copies of a file that changed meanwhile get further rounds."""
+    def decode(self, n_jobs: int, executor: Executor) -> None:
+        """Decode every content in ``todo`` on ``executor``; copies of a file that changed meanwhile get further
+        rounds."""
         groups = self.todo
-        for _ in range(MAX_ROUNDS):
+        for round_ in range(MAX_ROUNDS):
             if not groups:
                 break
             work = [(TaskItem(str(v[0].source), h, self.fps[v[0].path]), self.fps[v[0].path].stamp.size)
                     for h, v in groups.items()]
             self.leftover = []
-            self._run_tasks(plan_tasks(work, n_jobs), groups)
+            self._run_tasks(plan_tasks(work, n_jobs), groups, executor, round_)
             groups = {}
             for it in self.leftover:
                 groups.setdefault(self.fps[it.path].hash, []).append(it)
@@ -188,39 +191,28 @@ class ExtractRun:
         if groups:
             self.commit([], [], [ErrorRow(it.path, self.summary.errors[it.path]) for v in groups.values() for it in v])
 
-    def _run_tasks(self, tasks: list[list[TaskItem]], todo: dict[str, list[CorpusItem]]) -> None:
+    def _run_tasks(self, tasks: list[list[TaskItem]], todo: dict[str, list[CorpusItem]], executor: Executor,
+                   round_: int) -> None:
         w = self.writer
         url = w.location.url if w.location.local is None else str(w.location.local)
-        # memory:// is a dict inside this process: only threads, or one job run inline, can write to it.
-        active, active_jobs = get_active_backend()
-        if url.startswith("memory://") and not (getattr(active, "uses_threads", False)
-                                                 or effective_n_jobs(active_jobs) == 1):
+        # memory:// is a dict inside this process: only tasks run in this process can write to it.
+        if url.startswith("memory://") and not executor.in_process:
             raise ExtractError(f"{url} lives in this process's memory, where worker processes cannot write; "
                                "use jobs=1 or the threading backend, or a file or object-store path")
         if not tasks:
             return
-        calls = [delayed(self.task)(url, t, self.spec_dicts, self.block_seconds, self.storage_options,
-                                   driver_pid=os.getpid()) for t in tasks]
-
-        def finished() -> Iterator[TaskResult]:
-            """Task results as they finish (in rounds where the backend can only return whole lists)."""
-            if getattr(active, "supports_return_generator", False):
-                yield from Parallel(return_as="generator_unordered")(calls)
-                return
-            # ray's and multiprocessing's joblib backends return lists only: rounds of about four tasks
-            # per worker on one pool, so results still reach a commit after every round.
-            step = 4 * max(effective_n_jobs(active_jobs), 1)
-            with Parallel() as parallel:
-                for i in range(0, len(calls), step):
-                    yield from parallel(calls[i:i + step])
-
+        futures = [executor.submit(run_task, url, t, self.spec_dicts, self.block_seconds, self.storage_options,
+                                   driver_pid=os.getpid(),
+                                   key=task_key("run_task", self.token, round_, *(f"{i.source}\0{i.hash}" for i in t)))
+                   for t in tasks]
         summary = self.summary
         last = time.monotonic()
         bar = tqdm(total=sum(len(t) for t in tasks), unit="file", desc="extracting", disable=not self.progress,
                    dynamic_ncols=True)
         t0 = time.perf_counter()
         try:
-            for res in finished():
+            for future in executor.as_completed(futures):
+                res: TaskResult = future.result()
                 self._collect(res, todo)
                 bar.update(res.files)
                 elapsed = max(time.perf_counter() - t0, 1e-9)
@@ -231,11 +223,16 @@ class ExtractRun:
                     self.pending = ([], [], [])
                     last = time.monotonic()
         except OSError as e:
+            _cancel(futures)
             raise ExtractError(f"writing a shard failed ({e.strerror or e}); "
                                f"the store is left at its last commit ({w.commit_state.n_clips} clips)") from None
         except KeyboardInterrupt:
+            _cancel(futures)
             if any(self.pending):
                 self.commit(*self.pending)
+            raise
+        except BaseException:
+            _cancel(futures)
             raise
         finally:
             bar.close()
@@ -271,3 +268,9 @@ class ExtractRun:
         log_lines(res.decoder)  # the lines of worker processes (the driver's own are on stderr already)
         summary.decoder.add(res.decoder)
 
+
+
+def _cancel(futures: list[TaskFuture]) -> None:
+    """Cancel the tasks of a run that stops: their shards would never be committed."""
+    for f in futures:
+        f.cancel()

@@ -32,7 +32,8 @@ import numpy as np
 
 from specstore.common import ConfigError
 from specstore.common.heap import keep_freed_blocks
-from specstore.pipeline.audio import AudioError, probe, stream_mono
+from specstore.pipeline.audio import probe, stream_mono
+from specstore.pipeline.errors import AudioError
 from specstore.store.spec import FeatureSpec
 
 from .kinds import FeaturePlan, FeatureStream, plan_for

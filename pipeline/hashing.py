@@ -33,8 +33,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from specstore.common import SpecstoreError
 from specstore.store.layout import CONTENT_HASH, LEGACY_CONTENT_HASH
+
+from .errors import SourceChanged
 
 __all__ = [
     "Fingerprint", "RECENT_SECONDS", "SourceChanged", "Stamp", "content_hash", "digest_bytes", "digest_fd",
@@ -43,10 +44,6 @@ __all__ = [
 
 #: A file modified this close to when it was stamped is hashed again, whatever its stamp says.
 RECENT_SECONDS = 2.0
-
-
-class SourceChanged(SpecstoreError, OSError):
-    """The file changed while it was being read (its stamp moved)."""
 
 
 @dataclass(frozen=True)

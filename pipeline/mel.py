@@ -24,7 +24,7 @@ import scipy.fft
 import scipy.signal
 
 from specstore.common import ConfigError
-from specstore.store.spec import FeatureSpec
+from specstore.store.kinds import SpectralSpec
 
 from .streaming import Output, Signal, centered_frames, ready_frames, to_db
 
@@ -154,7 +154,7 @@ def _mel_groups(fb_t: np.ndarray, size: int = 16) -> tuple[tuple[int, int, int, 
 
 
 @functools.lru_cache(maxsize=16)
-def _mel_plan(spec: FeatureSpec) -> _MelPlan:
+def _mel_plan(spec: SpectralSpec) -> _MelPlan:
     if spec.n_fft is None or spec.n_fft < 2 or spec.n_fft % 2:
         raise ConfigError(f"mel n_fft must be an even number of samples >= 2, not {spec.n_fft!r}")
     if spec.power <= 0:
@@ -223,7 +223,7 @@ class _MelStream:
         self.sig.drop_before(self.done * p.hop - p.n_fft // 2)
 
 
-def mel_plan(spec: FeatureSpec) -> _MelPlan:
+def mel_plan(spec: SpectralSpec) -> _MelPlan:
     """The streaming plan of a mel spec (cached per spec); ConfigError for an unusable spec."""
     return _mel_plan(spec)
 
@@ -235,7 +235,7 @@ def musicnn_scale(x: np.ndarray) -> None:
 
 
 @functools.lru_cache(maxsize=4)
-def musicnn_plan(spec: FeatureSpec) -> _MelPlan:
+def musicnn_plan(spec: SpectralSpec) -> _MelPlan:
     """The streaming plan of a musicnn spec: its mel power (as a mel spec's), compressed by :func:`musicnn_scale`."""
     if spec.power != 2.0:
         raise ConfigError(f"the musicnn feature is a mel power spectrogram (power 2), not power {spec.power!r}")

@@ -1,6 +1,7 @@
 """One pipeline task: decode a group of files and write them as one whole shard.
 
-This runs inside a joblib worker.  Raw audio exists only inside
+This runs where an executor runs its tasks (:mod:`specstore.common.executors`): a local
+worker process, a dask or ray worker, or the driver's own process.  Raw audio exists only inside
 :func:`specstore.pipeline.features.compute_features`, one file (or one block of a long
 file) at a time, and each feature's frames go straight into the shard
 (:class:`specstore.store.ShardWriter`) as they are computed, so a worker's memory does

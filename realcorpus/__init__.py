@@ -8,7 +8,8 @@ if __name__ != "specstore.realcorpus":  # one name per module: the folder is imp
     raise ImportError(f"specstore's realcorpus/ is the package specstore.realcorpus; import it by that name, not as "
                       f"{__name__!r}")
 
-from .catalogue import CLASSES, SIZES, Clip, Piece, RealCorpusError, Work, list_works, plan_corpus
+from .catalogue import CLASSES, SIZES, Clip, Piece, Work, list_works, plan_corpus
+from .errors import RealCorpusError
 from .generate import Summary, generate, main
 
 __all__ = ["CLASSES", "SIZES", "Clip", "Piece", "RealCorpusError", "Summary", "Work", "generate", "list_works", "main",

@@ -19,18 +19,13 @@ from pathlib import Path
 
 import numpy as np
 
-from specstore.common import ConfigError
-
+from .errors import RealCorpusError
 from .sources import SOURCES, Piece, Work
 
 __all__ = [
     "CLASSES", "SIZES", "FORMATS", "SAMPLE_RATES", "RealCorpusError", "Piece", "Work", "Clip",
     "corpus_root", "music21_version", "list_works", "plan_corpus", "rng_for",
 ]
-
-
-class RealCorpusError(ConfigError):
-    """Bad arguments, a missing renderer or SoundFont, or an output folder that is not ours."""
 
 
 CLASSES: tuple[str, ...] = ("medieval", "renaissance", "baroque", "classical", "folksong", "fiddle")

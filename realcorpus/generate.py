@@ -40,7 +40,8 @@ from specstore.common import run_cli
 from specstore.common.limits import Limit
 from specstore.common.options import bounded_argument
 
-from .catalogue import CLASSES, SIZES, Clip, RealCorpusError, music21_version, per_class, plan_corpus, rng_for
+from .catalogue import CLASSES, SIZES, Clip, music21_version, per_class, plan_corpus, rng_for
+from .errors import RealCorpusError
 from .render import SOUNDFONTS, check_renderer, encode, render_clip
 
 __all__ = ["Summary", "generate", "main"]

@@ -34,7 +34,8 @@ from pathlib import Path
 import numpy as np
 from scipy import signal
 
-from .catalogue import Clip, RealCorpusError, rng_for
+from .catalogue import Clip, rng_for
+from .errors import RealCorpusError
 from .instruments import Channel, instrument
 from .score import Note, Score
 

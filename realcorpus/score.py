@@ -15,7 +15,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .catalogue import Piece, RealCorpusError, corpus_root
+from .catalogue import Piece, corpus_root
+from .errors import RealCorpusError
 
 __all__ = ["Note", "Score", "BEAT_BPM", "load_score"]
 

@@ -22,7 +22,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from .catalogue import RealCorpusError
+from .errors import RealCorpusError
 
 __all__ = ["few_works", "soundfont_shift"]
 

@@ -4,9 +4,9 @@ Requests call :meth:`Batcher.classify` with a decoded clip and await its
 probabilities.  One asyncio task keeps the queue: each time a clip
 arrives, a batch finishes or the oldest clip's ``max_delay`` runs out, it
 asks :func:`specstore.serving.policy.ready_batches` which batches to close, and runs
-the first (oldest) of them on the model's own thread through
-:meth:`specstore.serving.model.Classifier.run`, the Engine loop ``make infer`` uses
-(OOM split and retry, windows for clips too long for any batch).  While a
+the first (oldest) of them, as the policy planned it, on the model's own thread
+through :meth:`specstore.serving.model.Classifier.run`, the Engine loop ``make infer``
+uses (OOM split and retry, windows for clips too long for any batch).  While a
 batch runs, the event loop keeps taking uploads and decoders keep
 working, so the next batch is chosen from whatever queued meanwhile.
 
@@ -36,18 +36,14 @@ import numpy as np
 
 from specstore.infer.batching.budget import Budget
 
-from .errors import ServerFault
+from .errors import BatchError
 from .metrics import Metrics
 from .model import Classifier, ClipResults
-from .policy import BatchPolicy, Waiting, ready_batches
+from .policy import BatchPolicy, Closed, Waiting, ready_batches
 
 __all__ = ["Batcher", "BatchError"]
 
 log = logging.getLogger(__name__)
-
-
-class BatchError(ServerFault):
-    """The model failed on a batch, or the batcher stopped (its clips' requests get this one-line error)."""
 
 
 @dataclass
@@ -158,15 +154,16 @@ class Batcher:
             except TimeoutError:
                 pass
             return
-        self._running = [self._waiting.pop(k) for k in groups[0]]
+        self._running = [self._waiting.pop(k) for k in groups[0].keys]
         self.metrics.waiting.set(len(self._waiting))
-        await self._run(self._running, budget)
+        await self._run(self._running, groups[0], budget)
         self._running = []
 
-    async def _run(self, entries: list[_Entry], budget: Budget) -> None:
-        """Run one closed batch on the model thread and answer its clips."""
+    async def _run(self, entries: list[_Entry], closed: Closed, budget: Budget) -> None:
+        """Run one closed batch on the model thread, as the policy planned it, and answer its clips."""
         clips = [e.features for e in entries]
-        run = functools.partial(self.classifier.run, clips, constraint=self.policy.constraint(budget), budget=budget)
+        run = functools.partial(self.classifier.run, clips, plan=closed.plan,
+                                constraint=self.policy.constraint(budget), budget=budget)
         t0 = time.perf_counter()
         try:
             res: ClipResults = await asyncio.get_running_loop().run_in_executor(self._thread, run)

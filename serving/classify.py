@@ -25,12 +25,15 @@ import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from tqdm.auto import tqdm
 
 from specstore.common import ConfigError
 from specstore.infer.engine.predictions import NO_UNKNOWN_FOR_TAGS, PredictionsError, answer, check_unknown_below
+from specstore.infer.models.trust import Trust
+from specstore.infer.options.run_options import RunOptions
 from specstore.pipeline.corpus import AUDIO_EXTENSIONS
 from specstore.pipeline.corpus_hashes import hash_batch
 from specstore.pipeline.decoder_log import DecoderLogListener, DecoderWarnings, captured_stderr, log_summary
@@ -42,7 +45,7 @@ from .clips import DecodedClip, decode_or_reason
 from .model import Classifier, top_k
 from .segments import Segment, check_segment_length, segment_rows, segment_spans
 
-__all__ = ["ClassifyResult", "FileFailure", "FileResult", "classify_files", "expand_inputs"]
+__all__ = ["ClassifyResult", "FileFailure", "FileResult", "classify", "classify_files", "expand_inputs"]
 
 
 @dataclass(frozen=True)
@@ -263,3 +266,19 @@ def classify_files(inputs: Sequence[str | os.PathLike[str]], classifier: Classif
                                           clip.n_frames))
     log_summary(decoder)  # the run's one line about the decoders' messages (none when there were none)
     return out
+
+
+def classify(inputs: Sequence[str | os.PathLike[str]], model: str | os.PathLike[str], *, topk: int = 5,
+             labels: str | list[str] | None = None, trust_model_code: Trust = False,
+             options: RunOptions | None = None, **settings: Any) -> ClassifyResult:
+    """Classify audio files and folders with ``model`` (a checkpoint, or a shipped tagger's name such as
+    ``musicnn-msd``): what ``specstore classify`` runs, from Python.
+
+    ``labels`` keeps only these of the model's labels; ``options`` are the run options (device, precision,
+    memory budget; default :class:`~specstore.infer.options.run_options.RunOptions`); ``settings`` are
+    :func:`classify_files`'s (``jobs``, ``progress``, ``cache``, ``unknown_below``, ``segments``).  Raises
+    :class:`~specstore.common.SpecstoreError` subclasses with one line; files that cannot be classified are
+    listed in the result's ``failures``, not raised.
+    """
+    classifier = Classifier(model, options, labels=labels, trust_model_code=trust_model_code)
+    return classify_files(inputs, classifier, topk=topk, **settings)

@@ -1,7 +1,8 @@
 """``specstore classify``, ``serve`` and ``export``: the console command ``specstore`` and its sub-commands.
 
 ``classify`` and ``serve`` take a checkpoint (``--model``) and the run
-options of ``make infer`` (device, budget, max batch, precision); ``export``
+options of ``make infer`` (device, budget, max batch, precision, the
+planner's price of a batch: :mod:`specstore.infer.options.run_args`); ``export``
 takes a checkpoint and writes it as ONNX or TorchScript
 (:func:`specstore.infer.engine.export.export_model`).  User errors print one line,
 ``specstore: error: ...``, and exit 2 (:func:`specstore.common.run_cli`);
@@ -22,10 +23,10 @@ from typing import TYPE_CHECKING
 
 from specstore.common import PROG, run_cli
 from specstore.common.options import add_options, given
+from specstore.infer.options.run_args import add_run_options, run_options_given
 
 if TYPE_CHECKING:
     from specstore.infer.models.calibration import Calibration
-    from specstore.infer.options.run_options import RunOptions
 
     from .answers import Answer
     from .classify import ClassifyResult
@@ -73,32 +74,17 @@ TLS in front of it to expose it (docs/serving.md).
 """
 
 
-RUN_FIELDS = ("device", "budget_mb", "margin_mb", "max_batch", "precision", "threads")
-"""The run options (:class:`~specstore.infer.options.run_options.RunOptions`) ``classify`` and ``serve`` take."""
-
-
-def _add_run_args(p: argparse.ArgumentParser) -> None:
-    """``--model``, the run options and the planner's batch price, from their dataclasses' fields (an option
-    not given is left out: the dataclass fills its default)."""
+def _add_model_args(p: argparse.ArgumentParser) -> None:
+    """``--model`` and the run options (:func:`specstore.infer.options.run_args.add_run_options`: an option not
+    given is left out, so :class:`~specstore.infer.options.run_options.RunOptions` fills its default)."""
     from specstore.infer.models.shipped import shipped_names
     from specstore.infer.models.trust import add_trust_argument
-    from specstore.infer.options.run_options import RunOptions
-
-    from .config import ClassifierOptions
 
     p.add_argument("--model", required=True, help="checkpoint (.pt) from `make train` or `make init-model`, or a "
                                                   f"shipped model's name ({', '.join(shipped_names())})")
-    add_options(p, RunOptions, RUN_FIELDS)
-    add_options(p, ClassifierOptions, absent=False)
+    add_run_options(p)
     add_trust_argument(p, "the --model checkpoint")
     p.add_argument("-v", "--verbose", action="store_true", help="log details")
-
-
-def _options(args: argparse.Namespace, progress: bool) -> RunOptions:
-    """The run options, checked (one line for a bad value) without importing torch."""
-    from specstore.infer.options.run_options import RunOptions
-
-    return RunOptions(**given(args, RunOptions, RUN_FIELDS), progress=progress)
 
 
 def _check_model(path: str) -> None:
@@ -156,8 +142,8 @@ def cmd_classify(args: argparse.Namespace) -> int:
     from .model import Classifier
 
     progress = not args.no_progress and sys.stderr.isatty()
-    classifier = Classifier(args.model, _options(args, progress), labels=args.labels,
-                            batch_overhead_frames=args.batch_overhead_frames, trust_model_code=args.trust_model_code)
+    classifier = Classifier(args.model, run_options_given(args, progress=progress), labels=args.labels,
+                            trust_model_code=args.trust_model_code)
     res = classify_files(args.inputs, classifier, topk=args.topk, jobs=args.jobs, progress=progress,
                          cache=args.cache, unknown_below=args.unknown_below, segments=args.segments)
     for f in res.failures:
@@ -229,11 +215,10 @@ def _print_table(res: ClassifyResult, args: argparse.Namespace, what: str) -> No
 def cmd_serve(args: argparse.Namespace) -> int:
     """Every option is checked (the server's, the batching, the planner's, the run options, the model's path)
     before the port is bound: a bad value is one line, never a server that starts and then stops."""
-    from .config import BatchingOptions, ClassifierOptions, ServeConfig, is_loopback
+    from .config import BatchingOptions, ServeConfig, is_loopback
 
     config = ServeConfig(**given(args, ServeConfig), policy=BatchingOptions(**given(args, BatchingOptions)).policy())
-    planner = ClassifierOptions(**given(args, ClassifierOptions))
-    options = _options(args, False)
+    options = run_options_given(args, progress=False)
     _check_model(args.model)
     from .server import serve  # uvicorn: once every option has passed
     if not is_loopback(config.host):
@@ -250,8 +235,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     def load() -> object:
         from .model import Classifier
 
-        return Classifier(args.model, options,
-                          batch_overhead_frames=planner.batch_overhead_frames, trust_model_code=args.trust_model_code)
+        return Classifier(args.model, options, trust_model_code=args.trust_model_code)
 
     serve(load, config, log_level="info" if args.verbose else "warning",
           announce=lambda line: print(f"{PROG}: {line}", file=sys.stderr, flush=True))
@@ -322,7 +306,7 @@ def _classify_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
                                                               "one per line, and exit")
     add_options(c, ClassifyOptions, absent=False)
     c.add_argument("--no-progress", action="store_true", help="no progress bars")
-    _add_run_args(c)
+    _add_model_args(c)
     c.set_defaults(func=cmd_classify)
 
 
@@ -336,7 +320,7 @@ def _serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     add_options(s, ServeConfig)
     add_options(s, BatchingOptions)
     s.add_argument("--quiet", action="store_true", help="no access-log line per request")
-    _add_run_args(s)
+    _add_model_args(s)
     s.set_defaults(func=cmd_serve)
 
 

@@ -36,13 +36,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from specstore.common import SpecstoreError
-from specstore.pipeline.audio import AudioError, AudioInfo, probe
+from specstore.pipeline.audio import AudioInfo, probe
+from specstore.pipeline.errors import AudioError
 from specstore.pipeline.features import stored_features
 from specstore.pipeline.hashing import content_hash, digest_bytes
 from specstore.store import FeatureSpec, stack_parts
 
 from .config import DEFAULT_MAX_CHANNELS, DEFAULT_MAX_SAMPLE_RATE  # the server's defaults, re-exported
+from .errors import ClipError
 
 __all__ = [
     "DEFAULT_MAX_CHANNELS", "DEFAULT_MAX_SAMPLE_RATE", "ClipError", "DecodedClip", "check_header", "decode_bytes",
@@ -51,10 +52,6 @@ __all__ = [
 
 #: Longest side of a log-mel picture, pixels (frames are averaged down to it).
 PICTURE_WIDTH = 640
-
-
-class ClipError(SpecstoreError):
-    """A file or upload that cannot be classified: not audio, too long, too short; one line, no server paths."""
 
 
 @dataclass

@@ -38,7 +38,6 @@ from dataclasses import dataclass, field
 from specstore.common import ConfigError
 from specstore.common.limits import Limit, bounded, check_fields
 from specstore.common.options import borrowed, described, option
-from specstore.infer.batching.budget import CPU_BATCH_OVERHEAD_FRAMES, DEFAULT_BATCH_OVERHEAD_FRAMES
 from specstore.infer.options.cli_options import LABELS_HELP, UNKNOWN_BELOW_HELP, parse_unknown_below
 from specstore.infer.options.defaults import MAX_BATCH_LIMIT
 
@@ -46,7 +45,7 @@ from .policy import BATCHING, BatchPolicy
 from .segments import parse_segments
 
 __all__ = ["DEFAULT_MAX_CHANNELS", "DEFAULT_MAX_SAMPLE_RATE", "LOOPBACK_HOSTS", "MULTIPART_FRAMING_BYTES",
-           "BatchingOptions", "ClassifierOptions", "ClassifyOptions", "ServeConfig", "default_workers",
+           "BatchingOptions", "ClassifyOptions", "ServeConfig", "default_workers",
            "is_loopback"]
 
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
@@ -292,22 +291,6 @@ class BatchingOptions:
 
     def policy(self) -> BatchPolicy:
         return BatchPolicy(batching=self.batching, max_delay=self.max_delay_ms / 1000.0, fixed_size=self.fixed_batch)
-
-
-@dataclass(frozen=True)
-class ClassifierOptions:
-    """How ``classify`` and ``serve`` plan a model's batches beyond the run options
-    (:class:`~specstore.infer.options.run_options.RunOptions`)."""
-
-    batch_overhead_frames: float | None = described(
-        bounded(None, 0.0, float(1 << 30), "padded frames; 2**30 frames (290 days at 43 frames/s) outweighs any "
-                "batch's padding, so more would act as the same: the fewest batches", kind=float, optional=True),
-        "the planner's price of one more batch, padded frames",
-        shown=f"{CPU_BATCH_OVERHEAD_FRAMES:g} on a CPU, where batches cost little and may split to save padding; "
-              f"{DEFAULT_BATCH_OVERHEAD_FRAMES:g} on a GPU")
-
-    def __post_init__(self) -> None:
-        check_fields(self)
 
 
 @dataclass(frozen=True)

@@ -19,8 +19,8 @@ from typing import TypeVar
 
 from specstore.pipeline.decoder_log import DecoderLogListener, log_summary
 
-from .clips import ClipError, warm_up
-from .errors import ServerFault
+from .clips import warm_up
+from .errors import ClipError, ServerFault
 
 __all__ = ["DecodePool"]
 

@@ -1,23 +1,36 @@
-"""What a ``/classify`` request can fail with: typed errors raised by the service and the routes.
+"""The classify service's errors, gathered in one module: what one file and what a ``/classify`` request can fail
+with.
 
-Each names what went wrong and carries what its answer needs (a
-``Retry-After``, the file, the per-file answers); :mod:`specstore.serving.responses`
-maps them to HTTP responses in one place, so neither the routes nor
+One file: a :class:`ClipError` is the upload's fault (not audio, too long), a :class:`ServerFault` (such as a
+:class:`BatchError`) the server's; either fails that file alone.  A request: a :class:`RequestError` names what
+went wrong and carries what its answer needs (a ``Retry-After``, the file, the per-file answers);
+:mod:`specstore.serving.responses` maps them to HTTP responses in one place, so neither the routes nor
 :class:`specstore.serving.service.Service` build an error response.
 """
 
 from __future__ import annotations
 
-from specstore.common import SpecstoreError
+from typing import TYPE_CHECKING
 
-from .answers import Failed
+from specstore.common.errors import SpecstoreError
 
-__all__ = ["FileRefused", "InternalError", "NoFileClassified", "NotRunning", "Refused", "RequestError", "ServerFault",
-           "TimedOut"]
+if TYPE_CHECKING:
+    from .answers import Failed
+
+__all__ = ["BatchError", "ClipError", "FileRefused", "InternalError", "NoFileClassified", "NotRunning", "Refused",
+           "RequestError", "ServerFault", "TimedOut"]
+
+
+class ClipError(SpecstoreError):
+    """A file or upload that cannot be classified: not audio, too long, too short; one line, no server paths."""
 
 
 class ServerFault(SpecstoreError):
     """One file failed on the server's side (a stopped decode pool, a failed batch), not through its upload."""
+
+
+class BatchError(ServerFault):
+    """The model failed on a batch, or the batcher stopped (its clips' requests get this one-line error)."""
 
 
 class RequestError(SpecstoreError):

@@ -5,14 +5,15 @@ share on the inference side.  It loads the checkpoint through
 :mod:`specstore.infer.models.checkpoint` (its FeatureSpecs say how to decode), measures the
 model's memory cost once with :meth:`specstore.infer.engine.runtime.Engine.budget`, and runs
 clips with :meth:`specstore.infer.engine.runtime.Engine.clip_logits`: the planner's
-length-sorted batches under the budget, windows for clips too long for
-any batch, a CUDA out-of-memory split and retried.  Nothing here knows
-the architecture: only the model contract (``forward(x, lengths)``).
+length-sorted batches under the budget (or the batch the online batcher
+closed, as it planned it), windows for clips too long for any batch, a
+CUDA out-of-memory split and retried.  The engine owns the live budget and
+the planner's price of a batch.  Nothing here knows the architecture: only
+the model contract (``forward(x, lengths)``).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import os
 import threading
@@ -22,8 +23,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from specstore.common import ConfigError
-from specstore.infer.batching.budget import CPU_BATCH_OVERHEAD_FRAMES, DEFAULT_BATCH_OVERHEAD_FRAMES, Budget, PlanError
+from specstore.infer.batching.budget import Budget
 from specstore.infer.batching.constraints import BatchConstraint
+from specstore.infer.batching.planner import Plan
 from specstore.infer.data import ArrayDataset
 from specstore.infer.engine.predictions import PredictionsError, select_labels
 from specstore.infer.engine.runtime import Engine, RunOptions, RunStats
@@ -34,10 +36,9 @@ from specstore.infer.models.trust import Trust
 from specstore.store import FeatureSpec
 from specstore.store.kinds import picture_feature
 
-__all__ = ["CPU_BATCH_OVERHEAD_FRAMES", "Classifier", "ClipResults", "top_k"]
+__all__ = ["Classifier", "ClipResults", "top_k"]
 
 log = logging.getLogger(__name__)
-
 
 
 @dataclass
@@ -64,16 +65,14 @@ class Classifier:
     temperature a softmax is divided by (:mod:`specstore.infer.models.calibration`; uncalibrated for a tagger).
     ``labels`` (comma-separated or a list; None: all): the results keep only these of the model's labels (one
     line naming any it lacks), taken after the (calibrated) probabilities.  ``options``: device, precision,
-    memory budget, ``max_batch`` (:class:`~specstore.infer.engine.runtime.RunOptions`). ``trust_model_code``:
-    build a checkpoint that names a user model class (:mod:`specstore.infer.models.trust`; a built-in model needs
-    nothing). ``batch_overhead_frames``: the planner's price of one more batch, in padded frames (default
-    :data:`CPU_BATCH_OVERHEAD_FRAMES` on a CPU, the planner's default elsewhere).  Raises ``CheckpointError``,
+    memory budget, ``max_batch``, the planner's price of a batch (:class:`~specstore.infer.engine.runtime.RunOptions`;
+    the engine resolves them on this machine). ``trust_model_code``: build a checkpoint that names a user model
+    class (:mod:`specstore.infer.models.trust`; a built-in model needs nothing).  Raises ``CheckpointError``,
     ``DeviceError`` and ``ConfigError`` with one-line messages.  :meth:`run` is safe to call from one thread at a
     time."""
 
     def __init__(self, model: str | os.PathLike[str] | Checkpoint, options: RunOptions | None = None, *,
-                 batch_overhead_frames: float | None = None, trust_model_code: Trust = False,
-                 labels: str | list[str] | None = None) -> None:
+                 trust_model_code: Trust = False, labels: str | list[str] | None = None) -> None:
         ckpt = model if isinstance(model, Checkpoint) else resolve_checkpoint(model)
         self.name = (ckpt.source or "<checkpoint>") if isinstance(model, Checkpoint) else os.fspath(model)
         try:
@@ -90,14 +89,14 @@ class Classifier:
         self.engine = Engine(options or RunOptions())
         self.model = self.engine.prepare(ckpt.build(trust_model_code=trust_model_code))
         self.budget = self.engine.budget(self.model, ckpt.n_bins)
-        if batch_overhead_frames is None:
-            batch_overhead_frames = (CPU_BATCH_OVERHEAD_FRAMES if self.engine.device.type == "cpu"
-                                     else DEFAULT_BATCH_OVERHEAD_FRAMES)
-        if not batch_overhead_frames >= 0:
-            raise ConfigError(f"batch_overhead_frames must be >= 0, got {batch_overhead_frames!r}")
-        self.batch_overhead_frames = float(batch_overhead_frames)
+        """The budget measured at start-up (:meth:`current_budget` is the one for the next batch)."""
         self._lock = threading.Lock()
         log.info("%s on %s: %s", self.name, self.engine.device, self.budget.describe())
+
+    @property
+    def batch_overhead_frames(self) -> float:
+        """The planner's price of one more batch, padded frames: the engine's (the options', or its device's)."""
+        return self.engine.batch_overhead_frames
 
     @property
     def n_bins(self) -> int:
@@ -120,36 +119,26 @@ class Classifier:
         return name, self.specs[name].kind_info.db_limits
 
     def current_budget(self) -> Budget:
-        """The budget for the next batch: on CUDA the free memory now (minus the margin), else the fixed one.
+        """The budget for the next batch (:meth:`specstore.infer.engine.runtime.Engine.live_budget` of the
+        start-up one): on CUDA the free memory now (minus the margin), else the fixed one."""
+        return self.engine.live_budget(self.budget)
 
-        The cost per padded frame stays the one measured at start-up; only
-        the byte figure follows the device's free memory.
-        """
-        if self.engine.device.type != "cuda":
-            return self.budget
-        limit, source = self.engine.memory()
-        try:
-            return dataclasses.replace(self.budget, budget_bytes=limit, source=source)
-        except PlanError:
-            log.warning("free GPU memory (%d MiB) is below one frame's batch; keeping the start-up budget",
-                        limit >> 20)
-            return self.budget
-
-    def run(self, clips: Sequence[np.ndarray], *, constraint: BatchConstraint | None = None,
+    def run(self, clips: Sequence[np.ndarray], *, plan: Plan | None = None, constraint: BatchConstraint | None = None,
             budget: Budget | None = None, progress: bool = False, desc: str = "classifying") -> ClipResults:
         """Probabilities of ``clips`` (``(n_bins, n_frames)`` float32 each), in their order.
 
-        The engine cuts them into batches by ``constraint``
-        (:mod:`specstore.infer.batching.constraints`, e.g. the server's fixed batches; default:
-        the planner's length-sorted batches under ``budget``, itself by
-        default :meth:`current_budget`).
+        ``plan`` (a :class:`~specstore.infer.batching.planner.Plan` of these clips, e.g. the batch the online
+        batcher closed) is run as it is; without one the engine cuts them into batches by ``constraint``
+        (:mod:`specstore.infer.batching.constraints`, e.g. the server's fixed batches; default: the planner's
+        length-sorted batches under ``budget``, itself by default the plan's or :meth:`current_budget`).  A
+        model that does not mask padding runs equal tiles, which ``constraint`` cuts into batches.
         """
         if any(c.shape[0] != self.n_bins for c in clips):
             raise ConfigError(f"clips must have {self.n_bins} bins for {self.name}")
         with self._lock:
-            res = self.engine.clip_logits(self.model, ArrayDataset(clips), budget=budget or self.current_budget(),
-                                          constraint=constraint, batch_overhead_frames=self.batch_overhead_frames,
-                                          progress=progress, desc=desc)
+            budget = budget or (plan.budget if plan is not None else None) or self.current_budget()
+            res = self.engine.clip_logits(self.model, ArrayDataset(clips), budget=budget, constraint=constraint,
+                                          plan=plan, progress=progress, desc=desc)
         if len(clips) and res.logits.shape[1] != len(self.all_labels):
             raise ConfigError(f"{self.name} gives {res.logits.shape[1]} classes for {len(self.all_labels)} labels")
         # every label's (calibrated) probability first, then the --labels columns: a subset never renormalises

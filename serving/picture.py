@@ -11,12 +11,12 @@ fractions of the picture's width (time, from the left) and height
 * time: frame ``j`` covers ``[j, j + 1)`` hops (``librosa.display.specshow``'s
   frame edges), so the picture spans ``ceil(n / g) * g`` frames of
   ``hop / sr`` seconds;
-* frequency: row ``k``'s centre is bin ``k``'s centre frequency, from
-  ``librosa.mel_frequencies(n_bins + 2, fmin, fmax)[1:-1]`` (the mel
-  filters' centres, Slaney scale as the features use) or
-  ``librosa.cqt_frequencies`` for a log-frequency kind, and a tick between
-  two centres is placed on the mel (or log2) scale, on which the centres
-  are evenly spaced;
+* frequency: row ``k``'s centre is bin ``k``'s centre frequency, as the
+  kind gives them (:attr:`~specstore.store.kinds.FeatureKind.frequencies`:
+  ``librosa.mel_frequencies(n_bins + 2, fmin, fmax)[1:-1]`` for the mel
+  filters' centres, Slaney scale as the features use, ``librosa.cqt_frequencies``
+  for the CQT), and a tick between two centres is placed on the kind's warp
+  (the mel scale, log2), on which the centres are evenly spaced;
 * dB: linear from the kind's lower limit (bottom) to its upper limit (top),
   drawn with the colour map's stops.
 """
@@ -39,8 +39,8 @@ __all__ = ["CMAP", "PictureScale", "frequency_ticks", "picture_frames", "time_ti
 #: The colour map :func:`specstore.serving.clips.mel_picture` draws with.
 CMAP = "magma"
 
-Scale = Callable[[Any], Any]
-"""Hz -> a value linear in bins (``librosa.hz_to_mel``, ``numpy.log2``)."""
+Scale = Callable[[float], float]
+"""Hz -> a value linear in bins (the mel scale, ``log2``)."""
 
 Tick = dict[str, Any]
 """``{"at": fraction of the axis from its start, "label": text}``."""
@@ -68,29 +68,15 @@ def time_ticks(n_frames: int, frame_seconds: float, *, most: int = 8) -> list[Ti
     return [{"at": k * step / span, "label": _seconds(k * step)} for k in range(int(span / step + 1e-9) + 1)]
 
 
-def _mel_bins(n: int, axis: dict[str, Any]) -> tuple[np.ndarray, Scale]:
-    import librosa
-
-    return librosa.mel_frequencies(n + 2, fmin=axis["fmin"], fmax=axis["fmax"])[1:-1], librosa.hz_to_mel
-
-
-def _cqt_bins(n: int, axis: dict[str, Any]) -> tuple[np.ndarray, Scale]:
-    import librosa
-
-    return librosa.cqt_frequencies(n, fmin=axis["fmin"], bins_per_octave=axis.get("bins_per_octave", 12)), np.log2
-
-
-#: ``librosa.display.specshow``'s ``y_axis`` (what a kind's registry ``axis`` names) -> the bins' centre
-#: frequencies (Hz) and the scale on which they are evenly spaced.
-_Y_AXES: dict[str, Callable[[int, dict[str, Any]], tuple[np.ndarray, Scale]]] = {
-    "mel": _mel_bins, "cqt_note": _cqt_bins, "cqt_hz": _cqt_bins}
-
-
-def _warp(spec: FeatureSpec) -> tuple[np.ndarray, Scale] | None:
-    """The bins' centre frequencies (Hz) and their scale, by the kind's display axis; None if it has none."""
-    axis = spec.kind_info.axis(spec)
-    bins = _Y_AXES.get(str(axis.get("y_axis", "")))
-    return None if bins is None else bins(spec.n_bins, axis)
+def _warp(spec: FeatureSpec) -> tuple[np.ndarray, np.ndarray, Scale] | None:
+    """The bins' centre frequencies (Hz), their places on the kind's warp and the warp (its display fact
+    :attr:`~specstore.store.kinds.FeatureKind.frequencies`); None for a kind without one."""
+    frequencies = spec.kind_info.frequencies
+    if frequencies is None:
+        return None
+    bins = frequencies(spec)
+    centres = np.asarray(bins.centres, dtype=np.float64)
+    return centres, np.array([bins.warp(float(c)) for c in centres], dtype=np.float64), bins.warp
 
 
 def frequency_ticks(spec: FeatureSpec, *, min_gap: float = 0.12) -> list[Tick]:
@@ -99,10 +85,9 @@ def frequency_ticks(spec: FeatureSpec, *, min_gap: float = 0.12) -> list[Tick]:
     warp = _warp(spec)
     if warp is None:
         return []
-    centres, scale = warp
+    centres, pos_of, scale = warp
     n = len(centres)
     lo, hi = float(centres[0]), float(centres[-1])
-    pos_of = np.asarray(scale(centres), dtype=np.float64)
     candidates = [m * 10.0 ** e for m in (1, 2, 5) for e in range(0, 6)]
     candidates.sort(key=lambda f: (0 if str(int(f)).strip("0") == "1" else 1, -f))
     kept: list[tuple[float, float]] = []

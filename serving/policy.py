@@ -16,6 +16,8 @@ to close a batch; *which* clips go together is still the planner's:
 
 Ready batches are returned oldest first (the batch holding the clip that
 has waited longest leads), so no clip waits behind newer ones for long.
+Each comes with its plan (:class:`Closed`): the batch as the policy
+planned it, which the engine runs as it is, so a batch is planned once.
 """
 
 from __future__ import annotations
@@ -28,9 +30,9 @@ import numpy as np
 from specstore.common import ConfigError
 from specstore.infer.batching.budget import Budget
 from specstore.infer.batching.constraints import BatchConstraint, BudgetBatches, FixedBatch
-from specstore.infer.batching.planner import DEFAULT_BATCH_OVERHEAD_FRAMES
+from specstore.infer.batching.planner import DEFAULT_BATCH_OVERHEAD_FRAMES, Plan
 
-__all__ = ["BATCHING", "BatchPolicy", "Waiting", "ready_batches"]
+__all__ = ["BATCHING", "BatchPolicy", "Closed", "Waiting", "ready_batches"]
 
 BATCHING = ("budget", "fixed")
 
@@ -70,9 +72,29 @@ class Waiting:
     since: float
 
 
+@dataclass(frozen=True, eq=False)
+class Closed:
+    """A batch to run now: the queue's ``keys`` in run order, and ``plan``, those clips (in that order) as the
+    policy planned them: one batch, or one clip too long for any batch, left for windows."""
+
+    keys: list[int]
+    plan: Plan
+
+
+def _closed(plan: Plan, ids: np.ndarray, by_age: Sequence[Waiting], *, windowed: bool) -> Closed:
+    """The clips ``ids`` of ``plan`` as a plan of their own: one batch of them all, or (``windowed``) one clip
+    left for windows."""
+    none = np.zeros(0, dtype=np.int64)
+    own = np.arange(len(ids), dtype=np.int64)
+    part = Plan(plan.lengths[ids], [] if windowed else [own], own if windowed else none, plan.budget,
+                name=plan.name, pad_to=plan.pad_to)
+    return Closed([by_age[i].key for i in ids.tolist()], part)
+
+
 def ready_batches(waiting: Sequence[Waiting], budget: Budget, policy: BatchPolicy, now: float, *,
-                  batch_overhead_frames: float = DEFAULT_BATCH_OVERHEAD_FRAMES) -> list[list[int]]:
-    """The batches (lists of keys) to run now, oldest first; empty when every batch may still fill.
+                  batch_overhead_frames: float = DEFAULT_BATCH_OVERHEAD_FRAMES) -> list[Closed]:
+    """The batches to run now, oldest first, each with its plan (:class:`Closed`); empty when every batch may
+    still fill.
 
     ``now`` is on the clock of the ``since`` values; ``batch_overhead_frames``
     is the planner's price of one more batch (padded frames).  Pure: the
@@ -86,8 +108,8 @@ def ready_batches(waiting: Sequence[Waiting], budget: Budget, policy: BatchPolic
     plan = constraint.plan(np.array([w.frames for w in by_age], dtype=np.int64),
                            batch_overhead_frames=batch_overhead_frames)
     since = np.array([w.since for w in by_age])
-    chosen = [(float(since[ids].min()), [by_age[i].key for i in ids.tolist()]) for ids in plan.batches
+    chosen = [(float(since[ids].min()), _closed(plan, ids, by_age, windowed=False)) for ids in plan.batches
               if due or constraint.full(len(ids), plan.padded_length(ids))]
-    chosen += [(float(since[i]), [by_age[i].key]) for i in plan.too_long.tolist()]
+    chosen += [(float(since[i]), _closed(plan, np.array([i]), by_age, windowed=True)) for i in plan.too_long.tolist()]
     chosen.sort(key=lambda c: c[0])
-    return [keys for _, keys in chosen]
+    return [closed for _, closed in chosen]

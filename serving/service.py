@@ -25,11 +25,11 @@ import numpy as np
 
 from .answers import Answer, Classified, Failed, FileAnswer, model_name
 from .batcher import Batcher
-from .clips import ClipError, DecodedClip, decode_file
+from .clips import DecodedClip, decode_file
 from .config import ServeConfig
 from .connections import ConnectionGuard
 from .decode_pool import DecodePool
-from .errors import FileRefused, NoFileClassified, NotRunning, Refused, ServerFault, TimedOut
+from .errors import ClipError, FileRefused, NoFileClassified, NotRunning, Refused, ServerFault, TimedOut
 from .metrics import Metrics
 from .model import Classifier, top_k
 from .segments import AUTO, MAX_SEGMENTS, Segment, auto_seconds, segment_rows, segment_spans
@@ -137,7 +137,7 @@ class Service:
     async def segments_of(self, clip: DecodedClip, seconds: float, topk: int) -> list[Segment]:
         """``clip``'s windows of ``seconds`` with their top-k, each queued on the batcher as a clip of its own
         (masked in its batch, so exact whatever else runs; :mod:`specstore.serving.segments`).  Raises
-        :class:`~specstore.serving.clips.ClipError` for more than
+        :class:`~specstore.serving.errors.ClipError` for more than
         :data:`~specstore.serving.segments.MAX_SEGMENTS` windows."""
         c = self.classifier
         spans = segment_spans(clip.n_frames, clip.duration, seconds, c.frame_seconds, c.window_align)
@@ -147,6 +147,16 @@ class Service:
         probs = await asyncio.gather(*(self.batcher.classify(np.ascontiguousarray(clip.features[:, a:b]))
                                        for _, _, a, b in spans))
         return segment_rows(np.stack(probs), spans, c.label_names, topk)
+
+    def _failed(self, name: str, error: ClipError | ServerFault) -> Failed:
+        """The answer for file ``name`` that ``error`` stopped, counted in the metrics: a
+        :class:`~specstore.serving.errors.ClipError` is the upload's fault (``bad``), a
+        :class:`~specstore.serving.errors.ServerFault` the server's (``failed``)."""
+        if isinstance(error, ServerFault):
+            self.metrics.files.inc(1, "failed")
+            return Failed(name, str(error), server_fault=True)
+        self.metrics.files.inc(1, "bad")
+        return Failed(name, str(error))
 
     async def classify_one(self, upload: Upload, topk: int, picture: bool,
                            segments: float | str | None = None) -> FileAnswer:
@@ -162,12 +172,8 @@ class Service:
         t0 = time.perf_counter()
         try:
             clip = await self.decode(upload.path, picture)
-        except ClipError as e:
-            self.metrics.files.inc(1, "bad")
-            return Failed(name, str(e))
-        except ServerFault as e:
-            self.metrics.files.inc(1, "failed")
-            return Failed(name, str(e), server_fault=True)
+        except (ClipError, ServerFault) as e:
+            return self._failed(name, e)
         finally:
             self.metrics.decode_seconds.observe(time.perf_counter() - t0)
         c = self.classifier
@@ -175,12 +181,8 @@ class Service:
         try:
             probs = await self.batcher.classify(clip.features)
             rows = await self.segments_of(clip, float(seconds), topk) if seconds is not None else None
-        except ClipError as e:
-            self.metrics.files.inc(1, "bad")
-            return Failed(name, str(e))
-        except ServerFault as e:
-            self.metrics.files.inc(1, "failed")
-            return Failed(name, str(e), server_fault=True)
+        except (ClipError, ServerFault) as e:
+            return self._failed(name, e)
         self.metrics.files.inc(1, "ok")
         self.metrics.audio_seconds.inc(clip.duration)
         return Classified(name, clip.duration, clip.n_frames, top_k(probs, c.label_names, topk),

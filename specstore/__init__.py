@@ -28,4 +28,5 @@ if TYPE_CHECKING:  # the exports, each imported on first use (specstore.common.l
     from .infer import Budget, BudgetBatchSampler, PadCollate, StoreDataset, evaluate, pad_collate, predict, train
     from .infer.models import register_arch, register_freq_pooling, register_pooling
     from .pipeline import extract
+    from .serving.classify import classify
     from .store import open_store

@@ -4,10 +4,11 @@ A model trained on other features than a store holds (other bins, another hop, a
 needs a store extracted with the model's settings.  :func:`extraction_command` writes the ``make features``
 line that makes exactly those specs into a new store: ``FEATURES`` names the model's features, ``ARGS`` gives
 the ``specstore-features`` options for every field that differs from the defaults (the grid's ``--sample-rate``
-and ``--hop``, each kind's own, :attr:`~specstore.store.kinds.FeatureKind.flags`), and a field no option sets goes in a
-``--spec`` file whose tables the line spells out.  It reads the specs as ``specstore.pipeline.spec_options`` does
-(defaults, then the file, then the options; features beside a fixed-grid kind follow its grid), and
-``tests/test_model_bounds.py`` runs what it writes back through the command line.  Pure: no audio.
+and ``--hop``, each kind's own, :attr:`~specstore.store.kinds.FeatureKind.flags`, all generated from the kinds'
+parameters), and a field no option sets goes in a ``--spec`` file whose tables the line spells out.  It reads
+the specs as ``specstore.pipeline.spec_options`` does (defaults, then the file, then the options; features
+beside a fixed-grid kind follow its grid), and ``tests/test_model_bounds.py`` runs what it writes back
+through the command line.  Pure: no audio.
 """
 
 from __future__ import annotations
@@ -16,13 +17,16 @@ import shlex
 from collections.abc import Mapping
 from typing import Any
 
+from specstore.common.options import flag_of, option_fields
+
 from .kinds import feature_kind
 from .spec import COMPUTE_VERSION, FeatureSpec, default_specs, same_values
 
 __all__ = ["GRID_FLAGS", "SPEC_FILE", "extraction_args", "extraction_command"]
 
-GRID_FLAGS = {"sample_rate": "--sample-rate", "hop_length": "--hop"}
-"""The options that set the frame grid every feature of one extraction shares."""
+GRID_FLAGS = {f.name: flag_of(f) for f in option_fields(FeatureSpec, FeatureSpec.GRID)}
+"""The options that set the frame grid every feature of one extraction shares (``--sample-rate``, ``--hop``:
+the options of :attr:`FeatureSpec.GRID`)."""
 SPEC_FILE = "model-features.toml"
 """The spec file a suggested command names when a field has no option of its own."""
 _NOT_SET = ("kind", "compute_version", *GRID_FLAGS)

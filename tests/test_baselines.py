@@ -13,6 +13,7 @@ from specstore.infer.cli import main as infer_main
 from specstore.infer.data.split import SplitRule, training_rows
 from specstore.infer.evaluation.baselines import bootstrap_ci, clip_stats, fit_baselines
 from specstore.infer.evaluation.evaluate import evaluate
+from specstore.infer.options.run_options import RunOptions
 from specstore.infer.train import TrainConfig, train
 from specstore.store import FeatureSpec, open_store
 
@@ -53,7 +54,8 @@ def test_baselines_learn_separable_classes_on_both_features(tmp_path: Path) -> N
 def test_eval_reports_baselines_beside_the_model(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     store = make_separable_store(tmp_path / "s.zarr", n=40)
     model = tmp_path / "m.pt"
-    train(store, model, TrainConfig(epochs=3, width=4, depth=2, lr=0.03, crop_seconds=None, device="cpu",
+    train(store, model, TrainConfig(epochs=3, width=4, depth=2, lr=0.03, crop_seconds=None,
+                                    run=RunOptions(device="cpu"),
                                     val_fraction=0.25), progress=False)
     report = evaluate(store, model, baselines=True, device="cpu", progress=False)
     s = open_store(store)

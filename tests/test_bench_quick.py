@@ -165,9 +165,11 @@ def test_a_grid_rerun_trains_afresh_instead_of_resuming_the_finished_run(tmp_pat
     from factories import make_separable_store
 
     from benchmarks.bench_model import fresh_model_path
+    from specstore.infer.options.run_options import RunOptions
     from specstore.infer.train import TrainConfig, resume_path_for, train
 
-    config = TrainConfig(epochs=1, width=4, depth=2, max_batch=8, crop_seconds=None, val_fraction=0.25, device="cpu")
+    config = TrainConfig(epochs=1, width=4, depth=2, run=RunOptions(max_batch=8, device="cpu"), crop_seconds=None,
+                         val_fraction=0.25)
     store = make_separable_store(tmp_path / "s.zarr", n=24)
     model = tmp_path / "m.pt"
     assert train(store, model, config, progress=False, overwrite=True).epochs_run == 1

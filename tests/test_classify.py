@@ -72,6 +72,12 @@ def test_classify_equals_make_infer_on_a_store_of_the_same_files(tmp_path: Path)
     for i, path in enumerate(expected.paths):
         np.testing.assert_allclose(by_path[path].probs, expected.probs[i], rtol=0, atol=1e-6)
         assert [lab for lab, _ in by_path[path].top] == [LABELS[k] for k in np.argsort(-expected.probs[i])]
+    # the face's classify (a model path, as `specstore classify` takes it) gives the same answers
+    import specstore
+
+    face = specstore.classify([corpus], str(ckpt), topk=3, options=CPU, jobs=1, progress=False)
+    assert [Path(f.path).name for f in face.failures] == ["broken.wav"]
+    assert {r.path: r.probs.tolist() for r in face.results} == {r.path: r.probs.tolist() for r in got.results}
 
 
 def test_cli_prints_a_table_csv_or_json_and_one_line_per_bad_file(tmp_path: Path, capsys: pytest.CaptureFixture[str],

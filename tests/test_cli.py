@@ -19,12 +19,16 @@ import pytest
 from factories import make_checkpoint, make_separable_store, make_store
 
 from specstore.common import SpecstoreError
+from specstore.common.options import option_fields
 from specstore.infer.cli import COMMANDS
 from specstore.infer.cli import main as infer_main
+from specstore.infer.options.run_options import RunOptions
 from specstore.infer.train import TrainConfig, config_path_for, metrics_path_for
+from specstore.infer.train.config import RUN_RECORDED
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("specstore.store", "specstore.pipeline", "specstore.infer", "specstore.democorpus")
+PACKAGES = ("specstore.common", "specstore.store", "specstore.pipeline", "specstore.infer", "specstore.serving",
+            "specstore.democorpus", "specstore.realcorpus")
 
 
 def test_every_make_target_has_a_console_command_with_help() -> None:
@@ -66,11 +70,13 @@ def test_python_dash_m_works(argv: list[str]) -> None:
 
 
 def test_train_options_are_generated_from_the_config(capsys: pytest.CaptureFixture[str]) -> None:
-    """Adding a TrainConfig field is the one edit an option needs: the CLI lists every field."""
+    """Adding a TrainConfig field is the one edit an option needs: the CLI lists every field, and every run
+    setting a recipe records (from RunOptions' fields)."""
     with pytest.raises(SystemExit):
         infer_main(["train", "--help"])
     help_text = " ".join(capsys.readouterr().out.split())
-    for f in dataclasses.fields(TrainConfig):
+    run = [f for f in dataclasses.fields(RunOptions) if f.name in RUN_RECORDED]
+    for f in [*option_fields(TrainConfig), *run]:
         flag = "--" + f.name.replace("_", "-")
         assert flag in help_text, flag
         assert " ".join(f.metadata["help"].split())[:30] in help_text, f.name
@@ -88,7 +94,7 @@ def test_make_variables_are_train_options() -> None:
     assert dry.returncode == 0, dry.stderr
     line = next(x for x in dry.stdout.splitlines() if " -m specstore train " in x)
     flags = set(re.findall(r"(--[a-z][a-z-]+)", line))
-    known = {"--" + f.name.replace("_", "-") for f in dataclasses.fields(TrainConfig)}
+    known = {"--" + name.replace("_", "-") for name in (*(f.name for f in option_fields(TrainConfig)), *RUN_RECORDED)}
     known |= {"--config", "--overwrite", "--margin-mb", "--threads", "--no-progress", "--verbose",
               "--trust-model-code"}
     assert len(flags) == len(every) and flags <= known, sorted(flags - known)
@@ -115,15 +121,17 @@ def test_config_file_and_command_line(tmp_path: Path, capsys: pytest.CaptureFixt
 
 
 def _exception_classes() -> list[type[BaseException]]:
+    """Every public exception class the packages define, found where it is defined (a private one, such as the
+    clip cache's ``_BadEntry`` that its module turns into a cache miss, never reaches a caller)."""
     found: dict[str, type[BaseException]] = {}
     for name in PACKAGES:
         package = importlib.import_module(name)
-        for info in pkgutil.walk_packages(package.__path__, prefix=f"{name}."):
-            if info.name.endswith("__main__"):
-                continue
-            module = importlib.import_module(info.name)
+        names = [name] + [i.name for i in pkgutil.walk_packages(package.__path__, prefix=f"{name}.")
+                          if not i.name.endswith("__main__")]
+        for module in map(importlib.import_module, names):
             for obj in vars(module).values():
-                if inspect.isclass(obj) and issubclass(obj, BaseException) and obj.__module__ == info.name:
+                if (inspect.isclass(obj) and issubclass(obj, BaseException) and obj.__module__ == module.__name__
+                        and not obj.__name__.startswith("_")):
                     found[f"{obj.__module__}.{obj.__qualname__}"] = obj
     return list(found.values())
 
@@ -133,6 +141,16 @@ def test_every_user_facing_error_derives_from_one_root() -> None:
     assert len(classes) >= 12
     stray = [c.__qualname__ for c in classes if not issubclass(c, SpecstoreError)]
     assert not stray, f"exceptions outside SpecstoreError: {stray}"
+
+
+def test_every_error_class_is_defined_in_its_package_errors_module() -> None:
+    """Each package gathers its error classes in one module, ``specstore.<package>.errors``; the modules that raise
+    them import them from there, so the names they exported before still import."""
+    classes = _exception_classes()
+    assert {c.__module__ for c in classes} == {f"{name}.errors" for name in PACKAGES}
+    elsewhere = [f"{c.__module__}.{c.__qualname__}" for c in classes
+                 if c.__module__ != ".".join(c.__module__.split(".")[:2]) + ".errors"]
+    assert not elsewhere, f"error classes outside their package's errors module: {elsewhere}"
 
 
 @pytest.mark.parametrize("budget", ["inf", "nan", "-5", "0"])
@@ -172,3 +190,26 @@ def test_cli_error_prefix_is_shared(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert features_main([str(tmp_path / "no-corpus"), missing, "--no-progress"]) == 2
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 3 and all(line.startswith("specstore: error: ") for line in lines), lines
+
+
+def test_every_command_that_runs_a_model_offers_the_same_run_options() -> None:
+    """``predict``, ``plan``, ``eval``, ``classify`` and ``serve`` take their run options from one generator
+    (RunOptions' fields): the same flags, defaults and help; ``train`` and ``cv`` take this machine's only."""
+    import argparse
+
+    from specstore.infer.cli import build_parser as infer_parser
+    from specstore.infer.options.run_args import COMMAND_FIELDS, MACHINE_FIELDS
+    from specstore.serving.cli import build_parser as serving_parser
+
+    def run_flags(parser: argparse.ArgumentParser, command: str) -> dict[str, tuple[object, str | None]]:
+        sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices[command]
+        run = {f.name for f in dataclasses.fields(RunOptions)}
+        return {a.dest: (a.default, a.help) for a in sub._actions if a.dest in run}
+
+    every = {c: run_flags(infer_parser(), c) for c in ("predict", "plan", "eval")}
+    every |= {c: run_flags(serving_parser(), c) for c in ("classify", "serve")}
+    assert all(list(flags) == list(COMMAND_FIELDS) for flags in every.values()), every
+    assert len({tuple(flags.items()) for flags in every.values()}) == 1  # the same defaults and help everywhere
+    assert all(default == argparse.SUPPRESS for default, _ in every["predict"].values())  # RunOptions decides
+    for command in ("train", "cv"):
+        assert set(run_flags(infer_parser(), command)) == {*RUN_RECORDED, *MACHINE_FIELDS}  # the rest: the recipe's

@@ -30,10 +30,12 @@ from specstore.infer.models.checkpoint import load_checkpoint
 from specstore.infer.models.contract import ModelSpec, spec_of
 from specstore.infer.models.trust import UntrustedModelError
 from specstore.infer.options.defaults import PLAIN_MODEL
+from specstore.infer.options.run_options import RunOptions
 from specstore.infer.train import TrainConfig, train
 from specstore.store import IndexRow, create_store, open_store
 
 COST = CostModel(bytes_per_frame=1000.0, fixed_bytes=0)
+CPU_RUN = RunOptions(device="cpu")
 
 
 def lognormal_lengths(n: int, seed: int = 0) -> np.ndarray:
@@ -277,11 +279,11 @@ def test_a_user_model_through_train_predict_eval_from_the_cli(tmp_path: Path,
 def test_modules_and_import_paths_are_accepted_and_recorded(tmp_path: Path) -> None:
     store = make_separable_store(tmp_path / "s.zarr", n=24)
     net = TinyUserNet(16, 3, width=4)
-    res = train(store, tmp_path / "m.pt", TrainConfig(epochs=1, crop_seconds=None, device="cpu", val_fraction=0.25),
+    res = train(store, tmp_path / "m.pt", TrainConfig(epochs=1, crop_seconds=None, run=CPU_RUN, val_fraction=0.25),
                 model=net, model_args={"n_bins": 16, "n_classes": 3, "width": 4}, progress=False)
     assert res.model_spec == ModelSpec("user_models:TinyUserNet", {"n_bins": 16, "n_classes": 3, "width": 4})
     with pytest.raises(Exception, match="model_args"):  # no way to rebuild it without its arguments
-        train(store, tmp_path / "m2.pt", TrainConfig(epochs=1, device="cpu"), model=TinyUserNet(16, 3, width=5),
+        train(store, tmp_path / "m2.pt", TrainConfig(epochs=1, run=CPU_RUN), model=TinyUserNet(16, 3, width=5),
               progress=False)
     probs = predict(store, "user_models:TinyUserNet", device="cpu", progress=False, model_args={"width": 4}).probs
     assert probs.shape == (24, 3) and np.allclose(probs.sum(axis=1), 1.0, atol=1e-5)
@@ -316,7 +318,7 @@ def test_a_model_that_pools_over_padding_runs_on_equal_windows(tmp_path: Path) -
             logits.append(net(torch.from_numpy(w)[None, None], torch.tensor([part.shape[1]]))[0].detach())
         alone = torch.softmax(torch.stack(logits).mean(0), dim=0).numpy()
         np.testing.assert_allclose(probs[i], alone, atol=1e-5)
-    res = train(store, tmp_path / "p.pt", TrainConfig(epochs=1, device="cpu", val_fraction=0.0), model=net,
+    res = train(store, tmp_path / "p.pt", TrainConfig(epochs=1, run=CPU_RUN, val_fraction=0.0), model=net,
                 model_args={"n_bins": 16, "n_classes": 3}, progress=False)
     assert res.history[0]["batches"] >= 1
 
@@ -351,12 +353,12 @@ def test_gradient_checkpointing_same_gradients_less_memory_larger_batches() -> N
 def test_training_with_grad_checkpoint_option(tmp_path: Path) -> None:
     store = make_separable_store(tmp_path / "s.zarr", n=30)
     res = train(store, tmp_path / "m.pt", TrainConfig(epochs=2, width=4, depth=2, crop_seconds=None, lr=0.03,
-                                                     device="cpu", grad_checkpoint=True, val_fraction=0.25),
+                                                     run=CPU_RUN, grad_checkpoint=True, val_fraction=0.25),
                 progress=False)
     assert len(res.history) == 2 and np.isfinite(res.history[-1]["loss"])
     assert load_checkpoint(tmp_path / "m.pt").extra["train_config"]["grad_checkpoint"] is True
     with pytest.raises(Exception, match="gradient checkpointing"):
-        train(store, tmp_path / "u.pt", TrainConfig(epochs=1, device="cpu", grad_checkpoint=True),
+        train(store, tmp_path / "u.pt", TrainConfig(epochs=1, run=CPU_RUN, grad_checkpoint=True),
               model="user_models:TinyUserNet", progress=False)
 
 
@@ -374,7 +376,7 @@ def test_stacked_features_train_predict_and_evaluate(tmp_path: Path) -> None:
     np.testing.assert_array_equal(item.features[16:], np.asarray(s.feature("cqt")[item.row], dtype=np.float32))
     with pytest.raises(ConfigError, match="joined list of them"):
         StoreDataset(s, "mel+chroma")
-    res = train(store, tmp_path / "m.pt", TrainConfig(epochs=1, width=4, depth=2, crop_seconds=None, device="cpu",
+    res = train(store, tmp_path / "m.pt", TrainConfig(epochs=1, width=4, depth=2, crop_seconds=None, run=CPU_RUN,
                                                      feature="mel+cqt", val_fraction=0.25), progress=False)
     ck = load_checkpoint(res.model_path)
     assert ck.feature == "mel+cqt" and list(ck.specs) == ["mel", "cqt"] and ck.n_bins == 28

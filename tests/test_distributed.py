@@ -1,4 +1,5 @@
-"""Extraction on a dask cluster (and on ray when installed) gives exactly the store a loky run gives.
+"""Extraction on a dask cluster (and on ray when installed) gives exactly the store a loky run gives, and both
+keep the executor seam's contract (:mod:`executor_contract`).
 
 Workers write whole shards straight into the store; the driver commits.  The
 clusters here are local, but the workers are separate processes that reach
@@ -12,9 +13,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from executor_contract import check_contract
 from factories import SMALL_SPECS as SMALL
 from factories import assert_same_content, make_corpus, store_content
 
+from specstore.common.executors import DaskExecutor, RayExecutor
 from specstore.pipeline.extract import ExtractError, extract
 from specstore.store import open_store, validate
 
@@ -67,6 +70,24 @@ def test_dask_cluster_extraction_equals_loky(corpus: Path, loky_content: dict, c
     assert rerun.decoded == 0 and rerun.unchanged == N_FILES
 
 
+def test_dask_executor_keeps_the_contract(cluster: Any, tmp_path: Path) -> None:
+    with DaskExecutor.connect(cluster.scheduler_address, 2) as executor:
+        check_contract(executor, tmp_path / "marks", workers=2, address=cluster.scheduler_address)
+        assert executor.describe().startswith(f"the dask scheduler at {cluster.scheduler_address}")
+    assert cluster.scheduler.workers  # a client of our own left the cluster running
+
+
+def test_dask_extraction_on_an_executor_of_the_callers(corpus: Path, loky_content: dict, cluster: Any,
+                                                       tmp_path: Path) -> None:
+    """``extract(..., executor=...)`` runs on the caller's executor and leaves it open."""
+    distributed = pytest.importorskip("dask.distributed")
+    with distributed.Client(cluster.scheduler_address) as client:
+        executor = DaskExecutor(client)
+        extract(corpus, str(tmp_path / "own.zarr"), specs=SMALL, executor=executor, progress=False)
+        assert executor.live_workers() == 2 and client.status == "running"
+    assert_same_content(store_content(tmp_path / "own.zarr"), loky_content)
+
+
 def test_dask_cluster_into_a_zstd_file_url(corpus: Path, loky_content: dict, cluster: Any, tmp_path: Path) -> None:
     url = f"file://{tmp_path / 'dask-zstd.zarr'}"
     extract(corpus, url, specs=SMALL, layout="zstd", backend="dask", scheduler=cluster.scheduler_address,
@@ -99,10 +120,20 @@ def test_unreachable_dask_scheduler_is_a_one_line_error(corpus: Path, tmp_path: 
     assert "\n" not in str(err.value)
 
 
-def test_ray_extraction_equals_loky(corpus: Path, loky_content: dict, tmp_path: Path) -> None:
-    pytest.importorskip("ray.util.joblib", reason="ray is not installed (optional: pip install ray)")
-    target = tmp_path / "ray.zarr"
-    summary = extract(corpus, str(target), specs=SMALL, backend="ray", jobs=2, progress=False, commit_seconds=0.0)
+def test_ray_keeps_the_contract_and_extracts_as_loky(corpus: Path, loky_content: dict, tmp_path: Path) -> None:
+    """One local ray (started by the executor, stopped when it closes): the seam's contract, then extraction
+    through ``backend="ray"``, which finds ray running (and leaves it so), and its store is loky's."""
+    ray = pytest.importorskip("ray", reason="ray is not installed (optional: pip install ray)")
+    assert not ray.is_initialized()
+    with RayExecutor.connect(None, 2) as executor:
+        address = ray.get_runtime_context().gcs_address
+        assert executor.describe() == f"a local ray of 2 CPUs ({address})"
+        check_contract(executor, tmp_path / "marks", workers=2, address=address)
+        target = tmp_path / "ray.zarr"
+        summary = extract(corpus, str(target), specs=SMALL, backend="ray", jobs=2, progress=False,
+                          commit_seconds=0.0)
+        assert ray.is_initialized()
+    assert not ray.is_initialized()
     assert not summary.errors, summary.errors
     assert summary.decoded == N_FILES
     assert_same_content(store_content(target), loky_content)

@@ -22,6 +22,7 @@ from specstore.infer.models.checkpoint import load_checkpoint
 from specstore.infer.models.contract import spec_of
 from specstore.infer.models.ensemble import SumClassifier
 from specstore.infer.options.defaults import PLAIN_MODEL
+from specstore.infer.options.run_options import RunOptions
 from specstore.infer.train.choice import MARGIN, decide
 from specstore.infer.train.config import TrainConfig
 from specstore.store import open_store
@@ -136,7 +137,7 @@ def test_train_sum_saves_the_sum_and_its_members(tmp_path: Path, features: str) 
         store = make_store(tmp_path / "s.zarr", lengths=[20 + 3 * k for k in range(40)],
                            specs={"cqt": cqt, "mel": SPEC16})
     model = tmp_path / "sum.pt"
-    cfg = TrainConfig(device="cpu", epochs=2, width=4, depth=2, val_fraction=0.3, crop_seconds=None)
+    cfg = TrainConfig(run=RunOptions(device="cpu"), epochs=2, width=4, depth=2, val_fraction=0.3, crop_seconds=None)
     res = train_sum(store, model, cfg, NAME, progress=False, rules={"backbone": "test: forced"})
     scratch, head = member_paths(model)
     assert res.members == (scratch, head) and scratch.is_file() and head.is_file()

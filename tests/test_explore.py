@@ -314,7 +314,7 @@ def test_quick_train_writes_a_small_checkpoint(tmp_path: Path) -> None:
                  for k in range(8)], {"mel": [rng.normal(-40, 10, (40, 16)).astype(np.float32) for _ in range(8)]})
     model = tmp_path / "m.pt"
     result = quick_train(str(tmp_path / "s.zarr"), model, epochs=1, crop_seconds=None, val_fraction=0.0)
-    assert result.epochs_run == 1 and result.config.width == 8 and result.config.device == "cpu"
+    assert result.epochs_run == 1 and result.config.width == 8 and result.config.run.device == "cpu"
     ckpt = load_checkpoint(model)
     assert ckpt.label_names == ["a", "b"] and ckpt.spec == spec
 

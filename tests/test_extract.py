@@ -17,7 +17,8 @@ from factories import SMALL_SPECS, make_corpus, store_content
 
 from specstore.pipeline.cli import main as features_main
 from specstore.pipeline.corpus import CorpusError, scan_corpus
-from specstore.pipeline.extract import ExtractError, extract, plan_tasks
+from specstore.pipeline.extract import ExtractError, extract
+from specstore.pipeline.extract_run import plan_tasks
 from specstore.pipeline.tasks import TaskItem
 from specstore.pipeline.testing import (
     write_corrupt_flac,
@@ -179,7 +180,7 @@ def test_bad_inputs_are_recorded_and_good_files_all_go_through(tmp_path: Path) -
 
 
 def test_unreadable_files_are_recorded(tmp_path: Path, monkeypatch) -> None:
-    from specstore.pipeline.extract import _hash_batch
+    from specstore.pipeline.corpus_hashes import hash_batch
 
     f = write_music_like(tmp_path / "locked.wav", 0.5)
     real_open = os.open
@@ -190,7 +191,7 @@ def test_unreadable_files_are_recorded(tmp_path: Path, monkeypatch) -> None:
         return real_open(path, *a, **kw)
 
     monkeypatch.setattr(os, "open", deny)
-    assert _hash_batch([str(f)], CONTENT_HASH) == [(None, "unreadable: permission denied")]
+    assert hash_batch([str(f)], CONTENT_HASH) == [(None, "unreadable: permission denied")]
 
 
 def test_write_failure_stops_with_one_line_and_keeps_last_commit(tmp_path: Path, monkeypatch) -> None:
@@ -237,20 +238,17 @@ def test_commit_failure_leaves_previous_commit(tmp_path: Path, monkeypatch) -> N
 
 
 def test_workers_run_single_threaded_blas() -> None:
-    from contextlib import ExitStack
-
-    from joblib import Parallel, delayed
-
-    from specstore.pipeline.extract import _backend
+    """Extraction's local workers (``--backend loky``) run BLAS and OpenMP on one thread each."""
+    from specstore.common.executors import open_executor
 
     def threads() -> list[int]:
+        import numpy  # noqa: F401 - its BLAS is loaded
         from threadpoolctl import threadpool_info
 
         return [p["num_threads"] for p in threadpool_info()]
 
-    with ExitStack() as stack:
-        stack.enter_context(_backend("loky", None, 2, stack))
-        got = Parallel()(delayed(threads)() for _ in range(2))
+    with open_executor("loky", 2) as executor:
+        got = [f.result() for f in [executor.submit(threads) for _ in range(2)]]
     assert all(n == 1 for g in got for n in g) and any(got)
 
 

@@ -53,7 +53,7 @@ def _stored(store: Path, path: str) -> tuple[str, bytes]:
 @pytest.mark.parametrize("when", ["after hashing", "during decoding (in place)", "during decoding (replaced)"])
 def test_recorded_hash_is_the_hash_of_the_decoded_bytes(tmp_path: Path, monkeypatch, when: str) -> None:
     import specstore.pipeline.tasks as tasks_mod
-    extract_mod = sys.modules["specstore.pipeline.extract"]
+    from specstore.common.executors import InlineExecutor
 
     c = tmp_path / "c"
     make_corpus(c, n=3, seconds=1.0)
@@ -69,15 +69,16 @@ def test_recorded_hash_is_the_hash_of_the_decoded_bytes(tmp_path: Path, monkeypa
         else:  # rewritten in place
             target.write_bytes(new.read_bytes())
 
+    executor = None
     if when == "after hashing":
-        real_hash_all = extract_mod._hash_all
+        class SwapBeforeTheFirstTask(InlineExecutor):  # the corpus is hashed and the tasks planned by now
+            def submit(self, fn, /, *args, **kw):
+                if calls["n"] == 0:
+                    calls["n"] += 1
+                    swap()
+                return super().submit(fn, *args, **kw)
 
-        def hash_then_swap(*a, **kw):
-            out = real_hash_all(*a, **kw)
-            swap()
-            return out
-
-        monkeypatch.setattr(extract_mod, "_hash_all", hash_then_swap)
+        executor = SwapBeforeTheFirstTask()
     else:
         real_features = tasks_mod.compute_features
 
@@ -89,7 +90,7 @@ def test_recorded_hash_is_the_hash_of_the_decoded_bytes(tmp_path: Path, monkeypa
             return out
 
         monkeypatch.setattr(tasks_mod, "compute_features", decode_then_swap)
-    _run(c, tmp_path / "s.zarr")
+    _run(c, tmp_path / "s.zarr", executor=executor)
     h, feats = _stored(tmp_path / "s.zarr", "ambient/t02.ogg")
     # the new content, under the new content's hash (a file replaced mid-decode is unlinked, which moves
     # its ctime, so the worker decodes again what the path now holds)
@@ -240,11 +241,12 @@ def test_another_corpus_needs_a_flag_and_gets_its_own_prefix(tmp_path: Path, cap
 @pytest.mark.parametrize("extra, message", [
     (["--features", ""], "no features given"),
     (["--features", "mel,chroma"], "unknown feature 'chroma'"),
-    (["--block-seconds", "0"], "--block-seconds must be a finite number in (0, 600]"),
-    (["--block-seconds", "nan"], "--block-seconds must be a finite number in (0, 600]"),
-    (["--jobs", "0"], "--jobs must be an integer in [1, 4096]"),
-    (["--commit-seconds", "-1"], "--commit-seconds must be a finite number in [0, 3600]"),
+    (["--block-seconds", "0"], "(--block-seconds) must be a finite number in (0, 600]"),
+    (["--block-seconds", "nan"], "(--block-seconds) must be a finite number in (0, 600]"),
+    (["--jobs", "0"], "(--jobs) must be an integer in [1, 4096]"),
+    (["--commit-seconds", "-1"], "(--commit-seconds) must be a finite number in [0, 3600]"),
     (["--backend", "spark"], "unknown backend 'spark'"),
+    (["--backend", "multiprocessing"], "unknown backend 'multiprocessing' (loky runs the same local processes)"),
 ])
 def test_bad_arguments_are_one_line_before_any_work(tmp_path: Path, capsys, extra: list[str], message: str) -> None:
     c = tmp_path / "c"
@@ -286,6 +288,26 @@ def test_jobs_far_above_the_tasks_are_capped(tmp_path: Path) -> None:
     make_corpus(c, n=2, seconds=0.5)
     summary = extract(c, str(tmp_path / "s.zarr"), specs=MEL, jobs=500, backend="threading", progress=False)
     assert summary.jobs == 2 and summary.decoded == 2
+
+
+def test_extract_takes_an_options_object_or_its_fields(tmp_path: Path) -> None:
+    """``extract(corpus, store, options)``; keywords are the options' fields (replacing the object's), and a
+    bad value or an unknown keyword is refused before any work."""
+    from specstore.pipeline import ExtractOptions
+
+    c = tmp_path / "c"
+    make_corpus(c, n=2, seconds=0.5)
+    options = ExtractOptions(specs=MEL, jobs=1, progress=False)
+    assert extract(c, str(tmp_path / "a.zarr"), options).decoded == 2
+    assert extract(c, str(tmp_path / "b.zarr"), options, jobs=2, backend="threading").jobs == 2
+    assert store_content(tmp_path / "a.zarr") == store_content(tmp_path / "b.zarr")
+    with pytest.raises(ConfigError, match=r"^jobs must be an integer in \[1, 4096\] \(or unset\), got 0 "):
+        extract(c, str(tmp_path / "c.zarr"), options, jobs=0)
+    with pytest.raises(ConfigError, match="unknown backend 'spark'"):
+        ExtractOptions(backend="spark")
+    with pytest.raises(TypeError, match="jbos"):
+        extract(c, str(tmp_path / "c.zarr"), jbos=2)
+    assert not (tmp_path / "c.zarr").exists()
 
 
 def test_manifest_with_bom_groups_and_other_separators(tmp_path: Path) -> None:

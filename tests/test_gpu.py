@@ -191,7 +191,8 @@ def test_pinned_batches_copy_without_blocking(tmp_path: Path) -> None:
 def test_training_under_autocast_with_the_grad_scaler(precision: str, tmp_path: Path) -> None:
     store = make_store(tmp_path / "s.zarr", [40 + 5 * k for k in range(36)], separable=True)
     res = train(store, tmp_path / "m.pt", TrainConfig(epochs=3, width=8, depth=2, lr=0.02, crop_seconds=None,
-                                                     device="cuda", precision=precision, val_fraction=0.25),
+                                                     run=RunOptions(device="cuda", precision=precision),
+                                                     val_fraction=0.25),
                 progress=False)
     losses = [h["loss"] for h in res.history]
     assert all(np.isfinite(losses)) and losses[-1] < losses[0]

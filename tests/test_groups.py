@@ -158,11 +158,13 @@ def test_ungrouped_warning_names_the_smallest_class_under_30(tmp_path: Path) -> 
 def test_a_small_ungrouped_split_is_warned_once_in_train_cv_and_eval(
         tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     from specstore.infer.evaluation.evaluate import evaluate
+    from specstore.infer.options.run_options import RunOptions
     from specstore.infer.train import TrainConfig, train
     from specstore.infer.train.crossval import cross_validate
 
     store = make_separable_store(tmp_path / "s.zarr", n=36)  # 12 clips a class, no groups
-    tiny = dict(epochs=1, width=4, depth=2, max_batch=8, crop_seconds=None, stats_head=False, device="cpu")
+    tiny = dict(epochs=1, width=4, depth=2, run=RunOptions(max_batch=8, device="cpu"), crop_seconds=None,
+                stats_head=False)
     with caplog.at_level(logging.WARNING):
         train(store, tmp_path / "m.pt", TrainConfig(val_fraction=0.25, **tiny), progress=False)
     assert len(_warnings(caplog, "by content hash")) == 1

@@ -112,9 +112,11 @@ def test_after_training_a_freed_block_goes_back_to_the_system(tmp_path: Path) ->
         import sys
         sys.path.insert(0, {str(Path(__file__).parent)!r})
         from factories import make_separable_store
+        from specstore.infer.options.run_options import RunOptions
         from specstore.infer.train import TrainConfig, train
         store = make_separable_store({str(tmp_path / "s.zarr")!r}, n=12, lengths=(20, 40))
-        train(store, {str(tmp_path / "m.pt")!r}, TrainConfig(device="cpu", epochs=1, width=4, depth=2), progress=False)
+        config = TrainConfig(run=RunOptions(device="cpu"), epochs=1, width=4, depth=2)
+        train(store, {str(tmp_path / "m.pt")!r}, config, progress=False)
         before = rss()
         block = np.ones(64 * MiB // 8)  # 64 MiB, touched
         grown = rss() - before

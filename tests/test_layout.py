@@ -110,8 +110,8 @@ def test_run_defaults_have_one_home() -> None:
     options, config = RunOptions(), TrainConfig()
     assert (options.device, options.precision, options.max_batch) == (defaults.DEVICE, defaults.PRECISION,
                                                                        defaults.MAX_BATCH)
-    assert (config.device, config.precision, config.max_batch) == (defaults.DEVICE, defaults.PRECISION,
-                                                                    defaults.MAX_BATCH)
+    assert (config.run.device, config.run.precision, config.run.max_batch) == (defaults.DEVICE, defaults.PRECISION,
+                                                                                defaults.MAX_BATCH)
     assert Budget(1 << 30, 100.0).max_batch == defaults.MAX_BATCH
     assert inspect.signature(BudgetBatchSampler).parameters["max_batch"].default == defaults.MAX_BATCH
     assert (DEFAULT_CPU_BUDGET_MB, DEFAULT_CUDA_MARGIN_MB) == (defaults.CPU_BUDGET_MB, defaults.CUDA_MARGIN_MB)

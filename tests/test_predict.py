@@ -224,3 +224,67 @@ def test_unknown_below_answers_unknown_and_keeps_the_top_k(tmp_path: Path, capsy
         assert e.value.code == 2
         assert capsys.readouterr().err.strip().splitlines()[-1].endswith(
             f"argument --unknown-below: must be a probability in (0, 1], got {bad!r}")
+
+
+def test_the_engine_prices_a_batch_by_device_and_make_infer_plans_with_it(tmp_path: Path) -> None:
+    """The planner's price of a batch is the engine's: the options', or the device's own (a CPU's is 64 padded
+    frames), and ``plan`` shows the batches ``predict`` runs."""
+    from specstore.infer.batching.budget import CPU_BATCH_OVERHEAD_FRAMES
+    from specstore.infer.batching.planner import plan_batches
+    from specstore.infer.engine.runtime import Engine
+
+    lengths = [120, 64, 60, 30, 9, 7, 100, 40]
+    store, ckpt = make_store(tmp_path / "s.zarr", lengths), make_checkpoint(tmp_path / "m.pt")
+    cpu = Engine(RunOptions(device="cpu", progress=False))
+    assert cpu.batch_overhead_frames == CPU_BATCH_OVERHEAD_FRAMES
+    assert Engine(RunOptions(device="cpu", batch_overhead_frames=1024.0)).batch_overhead_frames == 1024.0
+    model = cpu.prepare(load_checkpoint(ckpt).build())
+    budget = cpu.budget(model, SPEC.n_bins)
+    plan = cpu.plan(model, np.array(lengths), SPEC.n_bins, budget)
+    assert [b.tolist() for b in plan.batches] == [
+        b.tolist() for b in plan_batches(np.array(lengths), budget, batch_overhead_frames=64.0).batches]
+    res = predict(store, ckpt, device="cpu", progress=False, max_batch=16)
+    full = predict(store, ckpt, device="cpu", progress=False, max_batch=16, batch_overhead_frames=1024.0)
+    assert (res.stats.batches, full.stats.batches) == (plan.n_batches, 1)  # the price decides; answers do not move
+    assert res.stats.efficiency == pytest.approx(plan.efficiency) and res.stats.efficiency > full.stats.efficiency
+    np.testing.assert_allclose(res.probs, full.probs, rtol=0, atol=1e-6)
+
+
+def test_clip_logits_runs_the_plan_it_is_given(tmp_path: Path) -> None:
+    from specstore.common import ConfigError
+    from specstore.infer.batching.planner import Plan
+    from specstore.infer.data.clip_source import ArrayDataset
+    from specstore.infer.engine.runtime import Engine
+
+    engine = Engine(RunOptions(device="cpu", progress=False))
+    model = engine.prepare(load_checkpoint(make_checkpoint(tmp_path / "m.pt")).build())
+    rng = np.random.default_rng(0)
+    clips = [rng.normal(-40, 10, (16, n)).astype(np.float32) for n in (50, 8, 47, 9)]
+    budget = engine.budget(model, 16)
+    lengths = np.array([c.shape[1] for c in clips])
+    mixed = Plan(lengths, [np.array([0, 1]), np.array([2, 3])], np.zeros(0, dtype=np.int64), budget)
+    got = engine.clip_logits(model, ArrayDataset(clips), plan=mixed)
+    assert (got.batches, got.computed_frames) == (2, mixed.computed_frames)  # as given, not planned again
+    windowed = Plan(lengths, [np.array([1, 3])], np.array([2, 0]), budget)  # two left for windows
+    again = engine.clip_logits(model, ArrayDataset(clips), plan=windowed)
+    assert (again.batches, again.windowed) == (1, 2)
+    np.testing.assert_allclose(again.logits, got.logits, rtol=0, atol=1e-5)
+    with pytest.raises(ConfigError, match="other clips"):
+        engine.clip_logits(model, ArrayDataset(clips[:3]), plan=mixed)
+
+
+def test_the_live_budget_follows_the_free_gpu_memory(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``Engine.live_budget``: a CPU's budget is fixed; on CUDA the byte figure is the free memory now, the cost per
+    frame the one measured, and free memory below one frame's batch keeps the budget."""
+    from specstore.infer.batching.budget import Budget
+    from specstore.infer.engine.runtime import Engine
+
+    engine = Engine(RunOptions(device="cpu", progress=False))
+    budget = Budget(64 << 20, 1024.0, max_batch=4, source="measured at start-up")
+    assert engine.live_budget(budget) is budget
+    engine.device = torch.device("cuda")  # what the engine asks of the device, stood in for
+    monkeypatch.setattr(engine, "memory", lambda: (32 << 20, "free now"))
+    live = engine.live_budget(budget)
+    assert (live.budget_bytes, live.source, live.cost_per_frame, live.max_batch) == (32 << 20, "free now", 1024.0, 4)
+    monkeypatch.setattr(engine, "memory", lambda: (100, "almost none"))
+    assert engine.live_budget(budget) is budget

@@ -13,6 +13,7 @@ from factories import make_separable_store
 from specstore.infer.data.split import RULE, RULE_OFFSET, SplitRule, split_keys
 from specstore.infer.models import MaskedClassifier
 from specstore.infer.models.checkpoint import load_checkpoint
+from specstore.infer.options.run_options import RunOptions
 from specstore.infer.train import TrainConfig, TrainError, config_path_for, train
 from specstore.infer.train.crossval import CrossValError, cross_validate
 from specstore.infer.train.recipe import (
@@ -36,7 +37,7 @@ from specstore.store import open_store
 
 #: A tiny model and short schedule; the recipe's auto options are left to resolve.
 TINY = dict(width=4, depth=2, epochs=3, lr=3e-2, crop_seconds=0.5, dropout=0.0, time_masks=1, freq_masks=1,
-            freq_mask_bins=2, time_mask_frames=8, device="cpu", val_fraction=0.25)
+            freq_mask_bins=2, time_mask_frames=8, run=RunOptions(device="cpu"), val_fraction=0.25)
 
 
 @pytest.fixture(scope="module")
@@ -164,7 +165,7 @@ def test_default_training_keeps_the_last_epoch_and_reports_the_model_and_its_exp
     per_epoch = min(max(n_train, CROPS_PER_EPOCH), MAX_CROPS_PER_CLIP * n_train)
     assert record["train_config"]["crops_per_epoch"] == per_epoch
     assert record["train_config"]["crops_per_clip"] == min(MAX_CROPS_PER_CLIP, -(-per_epoch // n_train))
-    assert sum(h["batches"] for h in res.history) >= len(res.history) * -(-per_epoch // TrainConfig().max_batch)
+    assert sum(h["batches"] for h in res.history) >= len(res.history) * -(-per_epoch // TrainConfig().run.max_batch)
     assert set(record["recipe"]["rules"]) == {"crops_per_clip", "crops_per_epoch", "pool_seconds", "stats_head",
                                               "stats_weight", "val_every"}
     assert record["train_config"]["val_every"] == 1  # a third of 3 epochs: every epoch

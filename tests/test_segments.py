@@ -81,7 +81,8 @@ def test_cli_json_and_csv_rows_one_per_window(setup: tuple[list[Path], Path],
 
 def test_segments_do_not_depend_on_the_other_files_of_the_run(setup: tuple[list[Path], Path]) -> None:
     files, ckpt = setup
-    classifier = Classifier(ckpt, CPU, batch_overhead_frames=1e9)  # one padded batch: masking must hold
+    one_batch = RunOptions(device="cpu", progress=False, batch_overhead_frames=1e9)  # masking must hold
+    classifier = Classifier(ckpt, one_batch)
     together = classify_files(files, classifier, segments=0.7, progress=False, topk=3)
     for i, f in enumerate(files):
         alone = classify_files([f], classifier, segments=0.7, progress=False, topk=3).results[0]

@@ -53,7 +53,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
                                                          ("c.ogg", 1.5, 22050, 1), ("d.mp3", 4.0, 44100, 1)])]
     config = ServeConfig(workers=1, max_queue=8, policy=BatchPolicy(max_delay=0.5), max_seconds=30.0)
     # the GPU's price of a batch: clips of different lengths share batches, so batch composition is exercised
-    service = Service(Classifier(ckpt, RunOptions(device="cpu", progress=False), batch_overhead_frames=1024.0),
+    service = Service(Classifier(ckpt, RunOptions(device="cpu", progress=False, batch_overhead_frames=1024.0)),
                       config)
     with TestClient(create_app(service), base_url="http://localhost") as client:
         yield Server(client, service, files)

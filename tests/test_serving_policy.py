@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from specstore.common import ConfigError
 from specstore.infer.batching.budget import Budget
-from specstore.serving.policy import BatchPolicy, Waiting, ready_batches
+from specstore.serving.policy import BatchPolicy, Closed, Waiting
+from specstore.serving.policy import ready_batches as closed_batches
 
 # 1 MiB per frame-clip: a batch of B clips padded to T frames fits when B * T <= 64
 BUDGET = Budget(budget_bytes=64 << 20, cost_per_frame=float(1 << 20), max_batch=4, frame_align=1)
@@ -14,6 +17,16 @@ BUDGET = Budget(budget_bytes=64 << 20, cost_per_frame=float(1 << 20), max_batch=
 
 def queue(*lengths: int, since: float = 0.0) -> list[Waiting]:
     return [Waiting(k, n, since + 0.001 * k) for k, n in enumerate(lengths)]
+
+
+def ready_batches(*args: Any, **kwargs: Any) -> list[list[int]]:
+    """The keys of the batches the policy closes, each checked against the plan it comes with."""
+    closed: list[Closed] = closed_batches(*args, **kwargs)
+    for c in closed:  # the plan is the batch as closed: its clips in key order, one batch or one left for windows
+        assert c.plan.n_batches + len(c.plan.too_long) == 1
+        assert [b.tolist() for b in c.plan.batches] in ([list(range(len(c.keys)))], [])
+        assert len(c.plan.lengths) == len(c.keys)
+    return [c.keys for c in closed]
 
 
 def test_waits_while_batches_can_still_fill() -> None:
@@ -83,3 +96,14 @@ def test_a_cheap_batch_splits_to_save_padding() -> None:
     assert len(ready_batches(q, roomy, due, now=1.0)) == 1  # the planner's default: 40 padded frames < 1024
     got = ready_batches(q, roomy, due, now=1.0, batch_overhead_frames=8.0)
     assert sorted(sorted(b) for b in got) == [[0, 2], [1]]
+
+
+def test_each_closed_batch_carries_its_clips_as_planned() -> None:
+    waiting = queue(10, 100, 11)
+    got = closed_batches(waiting, BUDGET, BatchPolicy(max_delay=0.0), now=1.0)
+    by_keys = {tuple(c.keys): c.plan for c in got}
+    assert set(by_keys) == {(1,), (2, 0)}  # the long clip alone; the two short ones together, longest first
+    alone, pair = by_keys[(1,)], by_keys[(2, 0)]
+    assert alone.lengths.tolist() == [100] and alone.too_long.tolist() == [0] and alone.n_batches == 0
+    assert pair.lengths.tolist() == [11, 10] and [b.tolist() for b in pair.batches] == [[0, 1]]
+    assert pair.budget is BUDGET and pair.computed_frames == 22

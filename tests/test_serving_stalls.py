@@ -23,7 +23,8 @@ from starlette.routing import Route
 from test_serving_limits import connect, read_all, running
 
 from specstore.common import ConfigError
-from specstore.serving.config import BatchingOptions, ClassifierOptions, ClassifyOptions, ServeConfig
+from specstore.infer.options.run_options import RunOptions
+from specstore.serving.config import BatchingOptions, ClassifyOptions, ServeConfig
 from specstore.serving.connections import ConnectionGuard
 
 BIG = b"x" * (16 << 20)  # an answer larger than any kernel's socket buffers: some of it waits in the server
@@ -145,7 +146,7 @@ def _numeric_fields(cls: type) -> list[str]:
     return [f.name for f in dataclasses.fields(cls) if f.metadata.get("limit") is not None]
 
 
-@pytest.mark.parametrize("cls", [ServeConfig, BatchingOptions, ClassifierOptions, ClassifyOptions])
+@pytest.mark.parametrize("cls", [ServeConfig, BatchingOptions, RunOptions, ClassifyOptions])
 def test_every_number_of_the_server_s_settings_refuses_nan_inf_and_1e30_in_one_line(cls: type) -> None:
     numeric = {f.name for f in dataclasses.fields(cls) if f.type in ("int", "float", "int | None", "float | None")}
     assert numeric and numeric <= set(_numeric_fields(cls)), numeric - set(_numeric_fields(cls))  # all bounded

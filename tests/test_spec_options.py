@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
 
 import pytest
@@ -19,6 +20,42 @@ def test_help_lists_every_spec_option(capsys: pytest.CaptureFixture[str]) -> Non
     out = capsys.readouterr().out
     for flag in ("--spec", "--sample-rate", "--hop", "--n-mels", "--n-fft", "--fmax", "--cqt-bins", "--add-corpus"):
         assert flag in out, flag
+
+
+def test_the_options_generated_from_the_kinds_are_the_ones_written_before() -> None:
+    """Each option's name, metavar, default on the namespace and help, as the hand-written ones had them."""
+    actions = {a.option_strings[0]: a for a in build_parser()._actions if a.option_strings}
+    expected = {
+        "--spec": ("FILE.toml", None, "feature specs from a TOML file: a [mel] and/or [cqt] table of spec fields"),
+        "--sample-rate": ("HZ", None, "decode to this sample rate, Hz (every feature; default 22050)"),
+        "--hop": ("SAMPLES", None, "hop between frames, samples (every feature; default 512)"),
+        "--n-mels": ("N", None, "mel bands (default 128)"),
+        "--n-fft": ("SAMPLES", None, "mel FFT size, samples (default 2048)"),
+        "--fmax": ("HZ", argparse.SUPPRESS, "highest mel frequency, Hz, or none for half the sample rate "
+                                            "(default 8000)"),
+        "--cqt-bins": ("N", None, "CQT bins, 12 per octave from C1 (default 84)"),
+    }
+    for flag, (metavar, default, text) in expected.items():
+        a = actions[flag]
+        assert (a.metavar, a.default, a.help) == (metavar, default, text), flag
+    assert [f for f in actions if f in expected] == list(expected)
+    args = build_parser().parse_args(["c", "s"])
+    assert (args.sample_rate, args.hop, args.n_mels, args.n_fft, args.cqt_bins) == (None,) * 5
+    assert not hasattr(args, "fmax")
+    for word in ("none", "nyquist", "None"):
+        assert build_parser().parse_args(["c", "s", "--fmax", word]).fmax is None
+    assert build_parser().parse_args(["c", "s", "--fmax", "7000"]).fmax == 7000.0
+
+
+def test_specs_from_options_takes_every_option_by_name() -> None:
+    assert specs_from_options(["mel"], fmax="default", n_mels=None)["mel"] == FeatureSpec.mel()
+    assert specs_from_options(["mel"], fmax=None)["mel"] == FeatureSpec.mel(fmax=None)
+    with pytest.raises(TypeError, match="unknown option.s. n_mel; the options are sample_rate, hop, n_mels"):
+        specs_from_options(["mel"], n_mel=64)
+    with pytest.raises(ConfigError, match="^--n-mels must be an integer in"):
+        specs_from_options(["mel"], n_mels=0)
+    with pytest.raises(ConfigError, match="mel spec: fmax .* give --fmax HZ, or --fmax none$"):
+        specs_from_options(["mel"], sample_rate=8000)
 
 
 def test_defaults_flags_and_file_in_that_order(tmp_path: Path) -> None:

@@ -25,6 +25,7 @@ from specstore.infer.engine.predict import predict
 from specstore.infer.models import ModelConfig, build_model
 from specstore.infer.models.checkpoint import load_checkpoint
 from specstore.infer.options.defaults import PLAIN_MODEL
+from specstore.infer.options.run_options import RunOptions
 from specstore.infer.train import (
     MIN_TRAINING_EFFICIENCY as MIN_EFFICIENCY,
 )
@@ -42,8 +43,8 @@ from specstore.store import FeatureSpec, open_store
 SPEC = FeatureSpec.mel(n_bins=16)
 LABELS = ["ambient", "jazz", "rock"]
 #: A tiny, fast configuration: width 4, depth 2, whole clips, 16 bins.
-TINY = dict(width=4, depth=2, lr=3e-2, max_batch=8, crop_seconds=None, val_fraction=0.25, dropout=0.0,
-            time_masks=1, freq_masks=1, freq_mask_bins=2, time_mask_frames=8, device="cpu")
+TINY = dict(width=4, depth=2, lr=3e-2, crop_seconds=None, val_fraction=0.25, dropout=0.0, time_masks=1, freq_masks=1,
+            freq_mask_bins=2, time_mask_frames=8, run=RunOptions(device="cpu", max_batch=8))
 
 
 @pytest.fixture(scope="module")
@@ -132,15 +133,15 @@ def test_resume_continues_where_it_stopped(store: Path, tmp_path: Path, caplog: 
     assert done.epochs_run == 0 and done.resumed_from == 4 and len(done.history) == 4
     before = model_path.read_bytes()
     with pytest.raises(TrainError, match="different configuration.*--overwrite"):
-        train(store, model_path, TrainConfig(**{**config.to_dict(), "epochs": 1}), progress=False)
+        train(store, model_path, TrainConfig.from_dict({**config.to_dict(), "epochs": 1}), progress=False)
     assert model_path.read_bytes() == before  # the trained model is untouched
     with caplog.at_level(logging.WARNING, logger="specstore.infer.train"):
-        fresh = train(store, model_path, TrainConfig(**{**config.to_dict(), "epochs": 1}), progress=False,
+        fresh = train(store, model_path, TrainConfig.from_dict({**config.to_dict(), "epochs": 1}), progress=False,
                       overwrite=True)
     assert fresh.resumed_from == 0 and fresh.epochs_run == 1
     assert "different configuration" in caplog.text
     # runtime-only fields (device, precision, budget) do not invalidate a resume file
-    rerun = train(store, model_path, TrainConfig(**{**config.to_dict(), "epochs": 1, "budget_mb": 512.0}),
+    rerun = train(store, model_path, TrainConfig.from_dict({**config.to_dict(), "epochs": 1, "budget_mb": 512.0}),
                   progress=False)
     assert rerun.resumed_from == 1 and rerun.epochs_run == 0
 
@@ -224,6 +225,26 @@ def test_lr_schedule_and_spec_augment() -> None:
         TrainConfig.from_dict({"epochs": 3, "colour": "red"})
 
 
+def test_the_config_holds_run_options_and_reads_and_writes_them_flat() -> None:
+    """The run settings live in the RunOptions the config holds; files and records spell them flat, as before."""
+    flat = {"epochs": 2, "device": "cpu", "max_batch": 8, "budget_mb": 512, "precision": "fp32", "loader_workers": 1}
+    config = TrainConfig.from_dict(flat)
+    assert config.run == RunOptions(device="cpu", max_batch=8, budget_mb=512, precision="fp32", loader_workers=1,
+                                    progress=False)
+    assert config == TrainConfig(epochs=2, run=RunOptions(device="cpu", max_batch=8, budget_mb=512.0,
+                                                          precision="fp32", loader_workers=1))  # bars: the command's
+    record = config.to_dict()
+    assert {k: record[k] for k in flat} == flat and "run" not in record
+    assert TrainConfig.from_dict(record) == config
+    assert "device" not in config.resume_key() and config.resume_key()["max_batch"] == 8
+    with pytest.raises(TrainError, match="max_batch"):  # the run's bounds, one line, as the config's own
+        TrainConfig.from_dict({"max_batch": 0})
+    with pytest.raises(TrainError, match="threads"):  # this machine's, an argument of train(), never recorded
+        TrainConfig(run=RunOptions(threads=1))
+    with pytest.raises(TrainError, match="unknown training config field"):
+        TrainConfig.from_dict({"run": {"device": "cpu"}})
+
+
 def test_augment_rolls_only_the_cqt_rows_and_shifts_gain() -> None:
     x = np.tile(np.arange(10, dtype=np.float32)[:, None], (1, 6))  # row r holds r; rows 4-9 are the "CQT"
     fill = tuple(float(-100 - r) for r in range(10))
@@ -250,7 +271,7 @@ def test_the_default_recipe_trains_on_every_stored_feature(tmp_path: Path) -> No
 
     specs = {"mel": FeatureSpec.mel(n_bins=16), "cqt": FeatureSpec.cqt(n_bins=12)}
     store = make_store(tmp_path / "s.zarr", lengths=[30, 50, 70, 90, 40, 60] * 4, specs=specs)
-    config = TrainConfig(epochs=2, width=4, depth=2, crop_seconds=0.5, device="cpu", val_fraction=0.25,
+    config = TrainConfig(epochs=2, width=4, depth=2, crop_seconds=0.5, run=RunOptions(device="cpu"), val_fraction=0.25,
                          pitch_shift=2, gain_db=3.0, mixup=0.4, crops_per_clip=2)
     assert config.feature is None
     res = train(store, tmp_path / "m.pt", config, progress=False)

@@ -12,11 +12,13 @@ from factories import make_separable_store, make_store
 
 from specstore.infer.engine.predict import predict
 from specstore.infer.models.checkpoint import CheckpointError, load_checkpoint
+from specstore.infer.options.run_options import RunOptions
 from specstore.infer.train.config import TrainConfig
 from specstore.infer.train.transfer import embeddings_path_for, train_transfer
 from specstore.store import FeatureSpec, open_store
 
 NAME = shipped_stub.NAME
+CPU_RUN = RunOptions(device="cpu")
 stand_in = shipped_stub.stand_in  # the module's autouse fixture: the stand-in tagger registered
 
 
@@ -27,7 +29,7 @@ def trained(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, objec
     root = tmp_path_factory.mktemp("transfer")
     store = make_separable_store(root / "s.zarr", n=30, lengths=(20, 60))
     model = root / "head.pt"
-    res = train_transfer(store, model, TrainConfig(backbone=NAME, device="cpu"), progress=False)
+    res = train_transfer(store, model, TrainConfig(backbone=NAME, run=CPU_RUN), progress=False)
     return store, model, res
 
 
@@ -51,18 +53,18 @@ def test_embeddings_are_cached_by_content_hash_and_reused(trained: tuple[Path, P
     with np.load(cache, allow_pickle=False) as z:
         assert sorted(z["hashes"].tolist()) == sorted(set(open_store(store).hashes)) and z["embeddings"].shape[0] == 30
         before = z["embeddings"].copy()
-    again = train_transfer(store, model, TrainConfig(backbone=NAME, device="cpu", seed=1), progress=False,
+    again = train_transfer(store, model, TrainConfig(backbone=NAME, run=CPU_RUN, seed=1), progress=False,
                            overwrite=True)
     assert again.embedded == 0
     with np.load(cache, allow_pickle=False) as z:
         np.testing.assert_array_equal(z["embeddings"], before)
         key = str(z["key"])
     np.savez(cache, key=np.array(key.replace(NAME, "another")), hashes=np.array(["x"]), embeddings=np.zeros((1, 8)))
-    assert train_transfer(store, model, TrainConfig(backbone=NAME, device="cpu"), progress=False,
+    assert train_transfer(store, model, TrainConfig(backbone=NAME, run=CPU_RUN), progress=False,
                           overwrite=True).embedded == 30
     assert not load_checkpoint(model).calibration.calibrated  # no validation clips: nothing to fit a temperature on
     held = tmp_path / "held.pt"  # validation clips (from the cache: no backbone pass): the head gets a temperature
-    train_transfer(store, held, TrainConfig(backbone=NAME, device="cpu", val_fraction=0.3), progress=False,
+    train_transfer(store, held, TrainConfig(backbone=NAME, run=CPU_RUN, val_fraction=0.3), progress=False,
                    cache_path=cache)
     assert load_checkpoint(held).calibration.temperature is not None
 
@@ -70,13 +72,13 @@ def test_embeddings_are_cached_by_content_hash_and_reused(trained: tuple[Path, P
 def test_a_store_without_the_backbones_feature_is_refused(tmp_path: Path) -> None:
     other = make_store(tmp_path / "cqt.zarr", lengths=[20, 30, 25, 40], specs={"cqt": FeatureSpec.cqt(n_bins=16)})
     with pytest.raises(CheckpointError, match="make features FEATURES=mel"):
-        train_transfer(other, tmp_path / "m.pt", TrainConfig(backbone=NAME, device="cpu"), progress=False)
+        train_transfer(other, tmp_path / "m.pt", TrainConfig(backbone=NAME, run=CPU_RUN), progress=False)
 
 
 def test_finetune_trains_the_top_layers_only(trained: tuple[Path, Path, object], tmp_path: Path) -> None:
     store, _, _ = trained
     model = tmp_path / "ft.pt"
-    train_transfer(store, model, TrainConfig(backbone=NAME, device="cpu", finetune=1, epochs=1, crop_seconds=None),
+    train_transfer(store, model, TrainConfig(backbone=NAME, run=CPU_RUN, finetune=1, epochs=1, crop_seconds=None),
                    progress=False)
     start, _, _ = shipped_stub.load(NAME)
     tuned = load_checkpoint(model).state_dict
@@ -92,7 +94,7 @@ def test_cross_validation_of_a_head_shares_one_embedding_cache(trained: tuple[Pa
     from specstore.infer.train.crossval import cross_validate
 
     store, _, _ = trained
-    res = cross_validate(store, tmp_path, TrainConfig(backbone=NAME, device="cpu"), folds=3, progress=False,
+    res = cross_validate(store, tmp_path, TrainConfig(backbone=NAME, run=CPU_RUN), folds=3, progress=False,
                          baselines=False)
     with np.load(tmp_path / "embeddings.npz", allow_pickle=False) as z:
         assert z["embeddings"].shape[0] == 30
@@ -104,7 +106,7 @@ def test_the_recipe_chooses_from_training_data_and_records_why(tmp_path: Path) -
     from specstore.infer.train.choice import choose_backbone, decide, record_choice
 
     store = make_separable_store(tmp_path / "s.zarr", n=30, lengths=(20, 60))
-    auto = choose_backbone(store, tmp_path / "m.pt", TrainConfig(device="cpu"))
+    auto = choose_backbone(store, tmp_path / "m.pt", TrainConfig(run=CPU_RUN))
     figures = auto.figures
     assert auto.why is not None and figures["backbone"] == NAME and figures["backbone_clips"] == 30
     verdict = decide(figures["band_statistics_cv_accuracy"], figures["transfer_cv_accuracy"],
@@ -116,7 +118,7 @@ def test_the_recipe_chooses_from_training_data_and_records_why(tmp_path: Path) -
     assert embeddings_path_for(tmp_path / "m.pt").is_file(), "a transfer chosen here reuses the pass"
     assert choose_backbone(store, tmp_path / "m.pt", TrainConfig(backbone="none")).why is None
     other = make_store(tmp_path / "cqt.zarr", lengths=[20, 30], specs={"cqt": FeatureSpec.cqt(n_bins=16)})
-    plain = choose_backbone(other, tmp_path / "o.pt", TrainConfig(device="cpu"))
+    plain = choose_backbone(other, tmp_path / "o.pt", TrainConfig(run=CPU_RUN))
     assert plain.backbone is None and "FEATURES=musicnn" in (plain.why or "")
     from factories import make_checkpoint
 

@@ -23,8 +23,8 @@ from typing import Any
 
 import numpy as np
 
-from specstore.common import ConfigError
-from specstore.infer.options.defaults import MAX_BATCH
+from specstore.infer.errors import PlanError
+from specstore.infer.options.defaults import CPU_BATCH_OVERHEAD_FRAMES, DEFAULT_BATCH_OVERHEAD_FRAMES, MAX_BATCH
 
 __all__ = ["CPU_BATCH_OVERHEAD_FRAMES", "DEFAULT_BATCH_OVERHEAD_FRAMES", "MAX_FRAMES",
            "TRAINING_BATCH_OVERHEAD_FRAMES", "Budget", "CostModel", "PlanError", "align_frames"]
@@ -33,16 +33,6 @@ _MIB = 1 << 20
 MAX_FRAMES = 2**62
 """The longest window :attr:`Budget.max_window` reports (frames), whatever the budget and cost: frame counts
 stay within int64, numpy's type for lengths and padded frames."""
-
-DEFAULT_BATCH_OVERHEAD_FRAMES = 1024.0
-"""The planner's price of one more batch, in padded frames (~24 s of audio at 43 frames/s): it splits a
-batch only where that saves more padding, so batches stay full, as a GPU (milliseconds per launch and copy)
-wants.  A padding/batch-count trade-off rather than a device constant; ``inf`` gives the fewest batches.
-Measured figures: docs/serving.md, "The price of a batch"."""
-
-CPU_BATCH_OVERHEAD_FRAMES = 64.0
-"""The price of one more batch on a CPU (``classify`` and ``serve``), padded frames: a CPU batch costs little
-beyond its frames, so the planner may split wherever that saves padding (docs/serving.md)."""
 
 TRAINING_BATCH_OVERHEAD_FRAMES = 4096.0
 """The price of one more batch in a shuffled training plan
@@ -57,10 +47,6 @@ def align_frames(frames: Any, multiple: int) -> Any:
     align their context to it; this is its one home.
     """
     return -(-frames // multiple) * multiple
-
-
-class PlanError(ConfigError):
-    """Bad planner input (lengths < 1 frame, non-positive budget or cost, budget below one frame)."""
 
 
 @dataclass(frozen=True)

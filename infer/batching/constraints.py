@@ -25,8 +25,9 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
-from specstore.infer.batching.budget import Budget, PlanError
+from specstore.infer.batching.budget import Budget
 from specstore.infer.batching.planner import Plan, check_lengths, plan_batches, split_fitting
+from specstore.infer.errors import PlanError
 
 __all__ = ["BatchConstraint", "BudgetBatches", "FixedBatch"]
 

@@ -39,9 +39,9 @@ from specstore.infer.batching.budget import (
     DEFAULT_BATCH_OVERHEAD_FRAMES,
     TRAINING_BATCH_OVERHEAD_FRAMES,
     Budget,
-    PlanError,
     align_frames,
 )
+from specstore.infer.errors import PlanError
 
 __all__ = [
     "DEFAULT_BATCH_OVERHEAD_FRAMES",

@@ -17,9 +17,10 @@ from typing import Any
 
 import numpy as np
 
-from specstore.infer.batching.budget import Budget, PlanError
+from specstore.infer.batching.budget import Budget
 from specstore.infer.batching.constraints import FixedBatch
 from specstore.infer.batching.planner import _RNG_SALT, Plan, check_lengths, split_fitting
+from specstore.infer.errors import PlanError
 
 __all__ = ["bucketed_batches", "fixed_batches"]
 

@@ -20,10 +20,9 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from specstore.common import ConfigError
-
 from specstore.infer.batching.budget import align_frames
 from specstore.infer.data.clip_source import Item
+from specstore.infer.errors import CollateError
 
 __all__ = ["Batch", "CollateError", "PadCollate", "collate", "pad_collate"]
 
@@ -32,10 +31,6 @@ _NUMPY_DTYPES: dict[torch.dtype, type[np.floating]] = {
     torch.float32: np.float32,
     torch.float64: np.float64,
 }
-
-
-class CollateError(ConfigError):
-    """The arrays cannot form one batch (empty, wrong rank, mixed n_bins, too long for pad_to)."""
 
 
 @dataclass

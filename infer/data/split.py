@@ -38,7 +38,7 @@ from typing import Any
 
 import numpy as np
 
-from specstore.common import ConfigError
+from specstore.infer.errors import SplitError
 from specstore.store import Store
 
 __all__ = [
@@ -60,10 +60,6 @@ MIN_CLIPS_UNGROUPED = 30
 """Below this many clips in its smallest class, a split of a store without groups is warned about
 (:func:`ungrouped_split_warning`): one near-duplicate pair across the split then moves a class's figure by
 several points."""
-
-
-class SplitError(ConfigError):
-    """Bad split parameters, or a split asked of a checkpoint that recorded none."""
 
 
 def split_keys(store: Store) -> list[str]:

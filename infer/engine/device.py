@@ -17,7 +17,8 @@ from typing import Any
 
 import torch
 
-from specstore.common import ConfigError, SpecstoreError
+from specstore.common import ConfigError
+from specstore.infer.errors import DeviceError
 from specstore.infer.options import defaults
 
 __all__ = [
@@ -32,10 +33,6 @@ DEFAULT_CPU_BUDGET_MB = defaults.CPU_BUDGET_MB
 """Memory (MiB) one batch may use on CPU unless configured (:data:`specstore.infer.options.defaults.CPU_BUDGET_MB`)."""
 PRECISIONS = defaults.PRECISIONS
 """``precision`` settings: auto = bf16 autocast on CUDA where supported (else fp16), fp32 on CPU."""
-
-
-class DeviceError(SpecstoreError):
-    """The requested device is not available; one-line message."""
 
 
 def choose_device(name: str = defaults.DEVICE) -> torch.device:

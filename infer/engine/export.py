@@ -26,7 +26,9 @@ Beside the model file goes a JSON sidecar (:func:`sidecar`,
 :func:`~specstore.infer.options.export_options.sidecar_path`): the labels, the features (every
 :class:`~specstore.store.FeatureSpec` field and how the values are computed), the input
 layout, how logits become probabilities (the checkpoint's temperature, when
-it has one) and the specstore version.  What the exported graph does not do:
+it has one) and the specstore version.  A feature's ``values`` are its kind's recipe
+(:attr:`specstore.store.kinds.FeatureKind.recipe`, librosa code over the spec's fields;
+:mod:`specstore.pipeline.features` is the contract).  What the exported graph does not do:
 check its input (the PyTorch model refuses lengths outside ``[1, frames]``;
 the exported one computes nonsense for them).
 """
@@ -47,7 +49,8 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from specstore.common import ConfigError, SpecstoreError, atomic_path, write_atomic
+from specstore.common import ConfigError, atomic_path, write_atomic
+from specstore.infer.errors import ExportError
 from specstore.infer.models.calibration import calibration_fields
 from specstore.infer.models.checkpoint import Checkpoint
 from specstore.infer.models.contract import masks_padding
@@ -66,21 +69,6 @@ about 1e-6."""
 EXTERNAL_DATA_BYTES = 1 << 30
 """Weights above this many bytes go to an ONNX external data file (``MODEL.onnx.data``): a single ONNX file
 holds at most 2 GiB."""
-
-FEATURE_VALUES = {
-    "mel": "librosa.power_to_db(librosa.feature.melspectrogram(y=y, sr=sample_rate, n_fft=n_fft, "
-           "hop_length=hop_length, n_mels=n_bins, fmin=fmin, fmax=fmax, power=power), ref=db_ref, amin=amin, "
-           "top_db=None)",
-    "cqt": "librosa.amplitude_to_db(abs(librosa.cqt(y, sr=sample_rate, hop_length=hop_length, fmin=fmin, "
-           "n_bins=n_bins, bins_per_octave=bins_per_octave)), ref=db_ref, amin=amin, top_db=None)",
-}
-"""How each feature kind's values are computed from ``y = librosa.load(path, sr=sample_rate, mono=True)[0]``
-(librosa 0.11 defaults otherwise; :mod:`specstore.pipeline.features` is the contract)."""
-
-
-class ExportError(SpecstoreError):
-    """A model cannot be exported, or its export does not compute the checkpoint's logits; one-line message."""
-
 
 @dataclass(frozen=True)
 class ExportResult:
@@ -132,7 +120,7 @@ def sidecar(ckpt: Checkpoint, fmt: str, model_file: str) -> dict[str, Any]:
         **cal,
         "frame_seconds": frame, "frames_per_second": 1.0 / frame,
         "feature": ckpt.feature,
-        "features": {name: {**spec.to_dict(), "values": FEATURE_VALUES.get(spec.kind, spec.kind),
+        "features": {name: {**spec.to_dict(), "values": spec.kind_info.recipe or spec.kind,
                             "frames": "1 + len(y) // hop_length",
                             "rounding": f"specstore stores {spec.dtype}: round to it and back to float32 to get "
                                         "exactly the values `make infer` and `specstore classify` use"}

@@ -26,12 +26,12 @@ from specstore.infer.data import feature_specs
 from specstore.infer.engine.predictions import (
     NO_UNKNOWN_FOR_TAGS,
     Predictions,
-    PredictionsError,
     check_unknown_below,
     select_labels,
     write_predictions_csv,
 )
 from specstore.infer.engine.runtime import Engine, RunOptions, RunStats
+from specstore.infer.errors import PredictionsError
 from specstore.infer.models.calibration import Calibration, probabilities
 from specstore.infer.models.checkpoint import Checkpoint, check_store_matches
 from specstore.infer.models.contract import ModelSpec

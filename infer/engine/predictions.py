@@ -45,7 +45,8 @@ from typing import Any
 
 import numpy as np
 
-from specstore.common import SpecstoreError, open_output
+from specstore.common import open_output
+from specstore.infer.errors import PredictionsError
 from specstore.infer.options.cli_options import check_unknown_below
 
 __all__ = [
@@ -67,13 +68,6 @@ UNKNOWN = "unknown"
 """The answer of a single-label output whose top probability is below ``unknown_below``."""
 
 _ESCAPES = (("%", "%25"), (":", "%3A"), (";", "%3B"))
-
-
-class PredictionsError(SpecstoreError, ValueError):
-    """Predictions that cannot be read or joined to the store; one-line message.
-
-    :mod:`specstore.infer.explore` calls it ``ExploreError``.
-    """
 
 
 def escape_label(label: str) -> str:

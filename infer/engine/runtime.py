@@ -9,12 +9,16 @@ the methods every command calls:
 * :meth:`Engine.budget` measures the model's memory cost per padded
   clip-frame (:mod:`specstore.infer.engine.cost`) and returns the :class:`~specstore.infer.batching.budget.Budget`
   that charges its batches (free GPU memory minus a margin, or a RAM figure);
-* :meth:`Engine.plan` plans length-sorted batches under that budget;
-* :meth:`Engine.logits` is the one prediction loop: distinct contents once,
-  batches read and padded ahead of the model, clips too long for any batch
-  run in windows (:mod:`specstore.infer.engine.windows`), a CUDA out-of-memory split and
-  retried; it returns the logits with the run's figures
-  (:class:`RowLogits`, a :class:`RunStats` with logits).
+  :meth:`Engine.live_budget` is that budget now (on CUDA, the free memory
+  read again), the one a long-running server plans its next batch under;
+* :attr:`Engine.batch_overhead_frames` is the planner's price of one more
+  batch: the options' or the device's own (:func:`batch_overhead_for`);
+* :meth:`Engine.plan` plans length-sorted batches under that budget, at that price;
+* :meth:`Engine.logits` and :meth:`Engine.clip_logits` are the one prediction loop: distinct contents once,
+  batches read and padded ahead of the model (planned here, or a plan the caller made, run as it is), clips
+  too long for any batch run in windows (:mod:`specstore.infer.engine.windows`), a CUDA out-of-memory split
+  and retried; they return the logits with the run's figures (:class:`RowLogits`, a :class:`RunStats` with
+  logits).
 
 ``make infer``, ``make eval``, training's validation and ``make plan`` all go
 through here, so a rule about devices, precision or budgets has one home.
@@ -23,6 +27,7 @@ through here, so a rule about devices, precision or budgets has one home.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import functools
 import logging
 from collections.abc import Iterator, Sequence
@@ -36,7 +41,7 @@ from torch.utils.data import DataLoader
 from tqdm.auto import tqdm
 
 from specstore.common import ConfigError
-from specstore.infer.batching.budget import Budget
+from specstore.infer.batching.budget import CPU_BATCH_OVERHEAD_FRAMES, DEFAULT_BATCH_OVERHEAD_FRAMES, Budget, PlanError
 from specstore.infer.batching.constraints import BatchConstraint, BudgetBatches
 from specstore.infer.batching.planner import Plan, plan_batches
 from specstore.infer.data.clip_source import ClipSource
@@ -58,9 +63,17 @@ from specstore.infer.models.contract import exact_windows, masks_padding, time_s
 from specstore.infer.options.run_options import RunOptions, check_run_option
 from specstore.store import Store
 
-__all__ = ["Engine", "RowLogits", "RunOptions", "RunStats", "check_run_option", "distinct_rows"]
+__all__ = ["Engine", "RowLogits", "RunOptions", "RunStats", "batch_overhead_for", "check_run_option", "distinct_rows"]
 
 log = logging.getLogger(__name__)
+
+
+def batch_overhead_for(device: torch.device) -> float:
+    """The planner's price of one more batch on ``device``, padded frames, when the options set none:
+    :data:`~specstore.infer.options.defaults.CPU_BATCH_OVERHEAD_FRAMES` on a CPU (a batch costs little beyond
+    its frames, so batches may split to save padding), else
+    :data:`~specstore.infer.options.defaults.DEFAULT_BATCH_OVERHEAD_FRAMES` (full batches, as a GPU wants)."""
+    return CPU_BATCH_OVERHEAD_FRAMES if device.type == "cpu" else DEFAULT_BATCH_OVERHEAD_FRAMES
 
 
 def distinct_rows(rows: np.ndarray, hashes: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
@@ -122,7 +135,9 @@ class Engine:
 
     Choosing the device may raise :class:`~specstore.infer.engine.device.DeviceError`; bad
     options raise :class:`~specstore.common.ConfigError`.  Sets the process's CPU
-    thread count when running on CPU.
+    thread count when running on CPU.  :attr:`batch_overhead_frames`: the
+    planner's price of one more batch in padded frames, the options' or this
+    device's own (:func:`batch_overhead_for`); every plan the engine makes uses it.
     """
 
     def __init__(self, options: RunOptions | None = None) -> None:
@@ -133,6 +148,8 @@ class Engine:
         self.autocast = autocast_dtype(self.options.precision, self.device)
         cl = self.options.channels_last
         self.channels_last = cl if cl is not None else self.device.type == "cpu"
+        price = self.options.batch_overhead_frames
+        self.batch_overhead_frames = float(price) if price is not None else batch_overhead_for(self.device)
         self.oom_retries = 0
 
     def __repr__(self) -> str:
@@ -176,9 +193,30 @@ class Engine:
         return Budget.for_cost(limit, cost, max_batch=self.options.max_batch, frame_align=time_stride(model),
                                source=source)
 
+    def live_budget(self, budget: Budget) -> Budget:
+        """``budget`` now: on CUDA its byte figure is the free memory now (minus the margin, capped by the
+        options' budget), else ``budget`` itself.
+
+        The cost per padded frame stays the one :meth:`budget` measured; only
+        the byte figure follows the device's free memory, so a server plans
+        each batch under what is free when it closes.  Free memory below one
+        frame's batch keeps ``budget`` (logged).
+        """
+        if self.device.type != "cuda":
+            return budget
+        limit, source = self.memory()
+        try:
+            return dataclasses.replace(budget, budget_bytes=limit, source=source)
+        except PlanError:
+            log.warning("free GPU memory (%d MiB) is below one frame's batch; keeping the start-up budget",
+                        limit >> 20)
+            return budget
+
     def plan(self, model: nn.Module, lengths: np.ndarray, n_bins: int, budget: Budget | None = None) -> Plan:
-        """Length-sorted batches of ``lengths`` (frames) for ``model``, under ``budget`` (measured if None)."""
-        return plan_batches(lengths, budget or self.budget(model, n_bins))
+        """Length-sorted batches of ``lengths`` (frames) for ``model``, under ``budget`` (measured if None), at
+        the engine's price of a batch (:attr:`batch_overhead_frames`): the plan :meth:`logits` runs."""
+        return plan_batches(lengths, budget or self.budget(model, n_bins),
+                            batch_overhead_frames=self.batch_overhead_frames)
 
     # -- the prediction loop ---------------------------------------------------------------------
     def _forward(self, model: nn.Module, x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
@@ -220,7 +258,7 @@ class Engine:
         The one prediction loop over a store.  With ``dedupe`` each distinct
         content runs once; the distinct clips then go through
         :meth:`clip_logits` as a :class:`~specstore.infer.data.store_dataset.StoreDataset`
-        (``batch_overhead_frames``: the planner's price of a batch, as there).
+        (``batch_overhead_frames``: this run's price of a batch, as there).
         """
         rows = np.asarray(rows, dtype=np.int64)
         distinct, content = (distinct_rows(rows, store.hashes) if dedupe
@@ -239,6 +277,7 @@ class Engine:
         *,
         budget: Budget | None = None,
         constraint: BatchConstraint | None = None,
+        plan: Plan | None = None,
         batches: Sequence[Sequence[int]] | None = None,
         batch_overhead_frames: float | None = None,
         desc: str = "predicting",
@@ -257,12 +296,14 @@ class Engine:
         whole clips; clips too long for a batch of one run in windows
         (:mod:`specstore.infer.engine.windows`: exactly, when the model exposes
         ``pooled_sum``).  A model that does not mask padding runs every clip
-        as equal tiles (:class:`~specstore.infer.engine.windows.TiledClips`).  ``batches``
-        (lists of dataset indices) replaces the constraint's batches for a
-        masking model, run as given, unchecked against the budget.
-        ``batch_overhead_frames``: the planner's price of one more batch in
-        padded frames (default
-        :data:`~specstore.infer.batching.planner.DEFAULT_BATCH_OVERHEAD_FRAMES`).
+        as equal tiles (:class:`~specstore.infer.engine.windows.TiledClips`), cut into batches by
+        ``constraint``.  ``plan`` (a :class:`~specstore.infer.batching.planner.Plan` of the
+        dataset's clips, e.g. the online batcher's, whose budget is the
+        default ``budget``) is run as it is for a masking model: its batches,
+        and its clips too long for any batch in windows; ``batches`` (lists of
+        dataset indices) likewise, with no clip left for windows, unchecked
+        against the budget.  ``batch_overhead_frames``: this run's price of one
+        more batch in padded frames (default :attr:`batch_overhead_frames`).
         ``progress`` overrides the options' tqdm setting.  The model must
         already be on the device (:meth:`prepare`); it runs in eval mode and
         its mode is restored.
@@ -277,9 +318,10 @@ class Engine:
         stats = RunStats(distinct=len(dataset), peak_bytes=self._peak())
         show = self.options.progress if progress is None else progress
         try:
-            budget = budget or self.budget(model, dataset.n_bins)  # measured after the reset: its peak counts
-            stats.budget_bytes = budget.budget_bytes
-            cut = _Cut(constraint or BudgetBatches(budget), batch_overhead_frames, batches)
+            budget = budget or (plan.budget if plan is not None else None) or self.budget(model, dataset.n_bins)
+            stats.budget_bytes = budget.budget_bytes  # (measured after the reset: its peak counts)
+            price = self.batch_overhead_frames if batch_overhead_frames is None else batch_overhead_frames
+            cut = _Cut(constraint or BudgetBatches(budget), price, plan, batches)
             with tqdm(total=len(dataset), unit="clip", desc=desc, disable=not show, leave=False) as bar:
                 run = self._run_masked if masks_padding(model) else self._run_unmasked
                 logits = run(model, dataset, budget, cut, _Progress(self, bar, stats))
@@ -348,18 +390,26 @@ class Engine:
 
 @dataclass
 class _Cut:
-    """How a run cuts its clips into batches: the constraint, the planner's price of a batch, given batches."""
+    """How a run cuts its clips into batches: the constraint and the planner's price of a batch, or a plan (or
+    batches) given to run as they are."""
 
     constraint: BatchConstraint
-    batch_overhead_frames: float | None
+    batch_overhead_frames: float
+    given_plan: Plan | None = None
     given: Sequence[Sequence[int]] | None = None
 
     def plan(self, lengths: np.ndarray, budget: Budget) -> Plan:
-        """The constraint's plan of ``lengths``, or the given batches as a plan (nothing left for windows)."""
-        if self.given is None:
-            return self.constraint.plan(lengths, batch_overhead_frames=self.batch_overhead_frames)
-        return Plan(lengths, [np.asarray(b, dtype=np.int64) for b in self.given], np.zeros(0, dtype=np.int64),
-                    budget)
+        """The given plan (its clips must be these), the given batches as a plan (nothing left for windows), or
+        the constraint's plan of ``lengths``."""
+        if self.given_plan is not None:
+            if not np.array_equal(self.given_plan.lengths, lengths):
+                raise ConfigError(f"the plan given is of other clips ({len(self.given_plan.lengths)} clips) than "
+                                  f"the {len(lengths)} to run")
+            return self.given_plan
+        if self.given is not None:
+            return Plan(lengths, [np.asarray(b, dtype=np.int64) for b in self.given], np.zeros(0, dtype=np.int64),
+                        budget)
+        return self.constraint.plan(lengths, batch_overhead_frames=self.batch_overhead_frames)
 
 
 class _Progress:

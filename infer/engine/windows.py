@@ -38,27 +38,24 @@ Consequences, for a model in eval mode:
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TypedDict, Unpack
 
 import numpy as np
 import torch
 from torch import Tensor
 
-from specstore.common import ConfigError
 from specstore.infer.batching.budget import align_frames
 from specstore.infer.data.clip_source import ClipSource, Item
 from specstore.infer.data.collate import collate
 from specstore.infer.engine.device import amp
+from specstore.infer.errors import WindowError
 from specstore.infer.models import MaskedClassifier
 from specstore.infer.models.contract import window_align
 
 __all__ = [
-    "TiledClips", "WindowError", "default_context", "mean_of_windows", "owned_spans", "run_windowed", "tile_spans",
-    "windowed_pooled_sum", "windows_for",
+    "TiledClips", "WindowError", "WindowOptions", "default_context", "mean_of_windows", "owned_spans", "run_windowed",
+    "tile_spans", "windowed_pooled_sum", "windows_for",
 ]
-
-
-class WindowError(ConfigError):
-    """Bad window parameters (window shorter than the alignment, hop out of range)."""
 
 
 def windows_for(length: int, max_window: int, *, hop: int | None = None, align: int = 1) -> list[tuple[int, int]]:
@@ -130,6 +127,16 @@ def default_context(model: MaskedClassifier, max_window: int) -> int:
     return min(wanted, cap)
 
 
+class WindowOptions(TypedDict, total=False):
+    """How :func:`windowed_pooled_sum` and :func:`run_windowed` run a clip's windows (their keyword options; the
+    defaults are :func:`windowed_pooled_sum`'s)."""
+
+    context: int | None  # frames of overlap on each side of an owned span
+    device: torch.device | str | None  # where the windows run (default: the model's)
+    dtype: torch.dtype  # the batches' float type
+    autocast: torch.dtype | None  # mixed precision's float type, or None for none
+
+
 def windowed_pooled_sum(
     model: MaskedClassifier,
     array: np.ndarray,
@@ -180,24 +187,14 @@ def windowed_pooled_sum(
     return total_sums, total_count, len(spans)
 
 
-def run_windowed(
-    model: MaskedClassifier,
-    array: np.ndarray,
-    max_window: int,
-    *,
-    context: int | None = None,
-    device: torch.device | str | None = None,
-    dtype: torch.dtype = torch.float32,
-    autocast: torch.dtype | None = None,
-) -> Tensor:
+def run_windowed(model: MaskedClassifier, array: np.ndarray, max_window: int,
+                 **options: Unpack[WindowOptions]) -> Tensor:
     """Logits ``(n_classes,)`` of one long clip run in windows of at most ``max_window`` frames.
 
     Combines pooled sums across windows (sum of sums / sum of counts) and
-    applies the model's head; see :func:`windowed_pooled_sum` for the options.
+    applies the model's head; ``options`` are :func:`windowed_pooled_sum`'s.
     """
-    sums, count, _ = windowed_pooled_sum(
-        model, array, max_window, context=context, device=device, dtype=dtype, autocast=autocast
-    )
+    sums, count, _ = windowed_pooled_sum(model, array, max_window, **options)
     head_device = next(model.parameters()).device
     with torch.no_grad():
         logits = model.classify(sums.float()[None].to(head_device), count.float()[None].to(head_device))

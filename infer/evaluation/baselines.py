@@ -24,6 +24,7 @@ import numpy as np
 
 from specstore.common import ConfigError
 from specstore.store import Store
+from specstore.store.kinds import baseline_kinds
 
 __all__ = ["STATS", "BaselineResult", "bootstrap_ci", "clip_stats", "fit_baselines"]
 
@@ -83,7 +84,8 @@ class BaselineResult:
 
 def fit_baselines(train_store: Store, train_rows: np.ndarray, test_store: Store, test_rows: np.ndarray,
                   test_truth: Sequence[str], *, seed: int = 0) -> list[BaselineResult]:
-    """Logistic regression and 5-NN on band statistics, mel and (where both stores have it) mel+CQT.
+    """Logistic regression and 5-NN on band statistics of the baseline kinds
+    (:func:`specstore.store.kinds.baseline_kinds`): mel, and (where both stores have it) mel+CQT.
 
     ``train_rows``: labelled rows of ``train_store`` to fit on; ``test_rows``
     and ``test_truth`` (label names): the evaluated clips.  Labels the
@@ -100,9 +102,9 @@ def fit_baselines(train_store: Store, train_rows: np.ndarray, test_store: Store,
     y_train = np.array([train_store.label_names[int(k)] for k in train_store.labels[train_rows]])
     if len(set(y_train.tolist())) < 2:
         raise ConfigError("the baselines need training clips of at least two labels")
-    shared = [f for f in ("mel", "cqt") if f in train_store.specs and f in test_store.specs]
+    shared = [f for f in baseline_kinds() if f in train_store.specs and f in test_store.specs]
     if not shared:
-        raise ConfigError("the baselines need a mel or CQT feature in both stores")
+        raise ConfigError(f"the baselines need a {' or '.join(baseline_kinds())} feature in both stores")
     feature_sets = [shared[:1]] + ([shared] if len(shared) > 1 else [])
     y_test = np.asarray(test_truth)
     results: list[BaselineResult] = []

@@ -37,9 +37,8 @@ from typing import Any
 
 import numpy as np
 
-from specstore.common import ConfigError, SpecstoreError, write_atomic
+from specstore.common import ConfigError, write_atomic
 from specstore.infer.data.split import (
-    SplitError,
     SplitRule,
     split_keys,
     training_fingerprint,
@@ -48,9 +47,10 @@ from specstore.infer.data.split import (
 )
 from specstore.infer.engine.predict import LoadedModel, ModelLike, open_inputs
 from specstore.infer.engine.runtime import Engine, RunOptions
+from specstore.infer.errors import EvaluateError, PlotError, SplitError
 from specstore.infer.evaluation.baselines import BaselineResult, bootstrap_ci, fit_baselines
 from specstore.infer.evaluation.metrics import classification_metrics, confusion
-from specstore.infer.evaluation.plots import PlotError, plot_confusion
+from specstore.infer.evaluation.plots import plot_confusion
 from specstore.infer.models.calibration import ECE_BINS, calibration_report, calibration_text, probabilities
 from specstore.infer.models.trust import Trust
 from specstore.infer.options.defaults import EVAL_SPLITS
@@ -65,10 +65,6 @@ CLIP_COLUMNS = ("path", "hash", "label", "prediction", "prob")
 """The columns of ``heldout.csv``: each scored clip's path, content hash, true label, predicted label and its
 probability (0..1)."""
 """Top-k accuracy is reported for k = min(TOPK, number of model classes)."""
-
-
-class EvaluateError(SpecstoreError, ValueError):
-    """Nothing to evaluate (no labelled clips), or a split the checkpoint cannot reproduce."""
 
 
 @dataclass

@@ -18,17 +18,14 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from specstore.common import SpecstoreError, atomic_path
+from specstore.common import atomic_path
+from specstore.infer.errors import PlotError
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
 __all__ = ["PlotError", "confusion_matrix_figure", "new_figure", "plot_confusion", "save_figure"]
-
-
-class PlotError(SpecstoreError, RuntimeError):
-    """A figure cannot be drawn: matplotlib missing, or the axes given do not fit the request."""
 
 
 def new_figure(figsize: tuple[float, float]) -> Figure:

@@ -22,12 +22,12 @@ from specstore.infer.engine.predictions import (
     read_predictions_csv,
     write_predictions_csv,
 )
-from specstore.infer.engine.predictions import PredictionsError as ExploreError
+from specstore.infer.errors import PlotError
+from specstore.infer.errors import PredictionsError as ExploreError
 
 from .figures import (
     DB_LIMITS,
     UNLABELLED,
-    PlotError,
     confusion_matrix_figure,
     label_counts,
     plot_confusion,

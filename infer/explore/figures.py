@@ -24,7 +24,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from specstore.infer.evaluation.plots import PlotError, confusion_matrix_figure, new_figure, plot_confusion, save_figure
+from specstore.infer.errors import PlotError
+from specstore.infer.evaluation.plots import confusion_matrix_figure, new_figure, plot_confusion, save_figure
 from specstore.store import FeatureSpec, Store
 from specstore.store.kinds import db_limits as _registry_db_limits
 

@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from specstore.infer.engine.predictions import Predictions, read_predictions_csv
-from specstore.infer.engine.predictions import PredictionsError as ExploreError
+from specstore.infer.errors import PredictionsError as ExploreError
 from specstore.infer.evaluation.metrics import classification_metrics, confusion, metrics_from_confusion
 from specstore.infer.evaluation.plots import confusion_matrix_figure
 from specstore.store import Store

@@ -26,4 +26,4 @@ def quick_train(store: str | os.PathLike[str] | Store, model_path: str | os.Path
     fields: dict[str, Any] = {"epochs": epochs, "width": width, "crop_seconds": crop_seconds, "seed": seed,
                               "device": "cpu"}
     fields.update(overrides)
-    return train(store, model_path, TrainConfig(**fields), progress=progress, overwrite=True)
+    return train(store, model_path, TrainConfig.from_dict(fields), progress=progress, overwrite=True)

@@ -31,6 +31,10 @@ from specstore.common.lazy import lazy_package
 __all__ = lazy_package(__name__)
 
 if TYPE_CHECKING:  # the exports, each imported on first use (specstore.common.lazy)
+    from ..errors import ModelConfigError
+    from .build import build_model, count_parameters
+    from .classifier import MaskedClassifier, Pooled
+    from .cnn import ConvBlock, SpectrogramCNN
     from .config import (
         ARCHS,
         BAND_STATS,
@@ -40,12 +44,8 @@ if TYPE_CHECKING:  # the exports, each imported on first use (specstore.common.l
         MIN_FRAMES,
         POOLINGS,
         ModelConfig,
-        ModelConfigError,
         check_parameter_count,
     )
-    from .build import build_model, count_parameters
-    from .classifier import MaskedClassifier, Pooled
-    from .cnn import ConvBlock, SpectrogramCNN
     from .masking import MaskedBatchNorm2d, time_mask
     from .pooling import AttentionPooling, FreqPooling, TimePooling
     from .registry import Arch, FreqPoolingEntry, PoolingEntry, register_arch, register_freq_pooling, register_pooling

@@ -7,6 +7,7 @@ from typing import cast
 from torch import nn
 
 from specstore.infer.models.config import ModelConfig
+
 from .classifier import MaskedClassifier
 from .registry import ARCH_REGISTRY
 

@@ -30,14 +30,14 @@ from typing import Any
 import torch
 from torch import nn
 
-from specstore.common import ConfigError, SpecstoreError, atomic_path
-from specstore.store import FeatureSpec, Store, spec_differences
-from specstore.store.spec_command import extraction_command
-
+from specstore.common import ConfigError, atomic_path
+from specstore.infer.errors import CheckpointError, ModelConfigError, UntrustedModelError
+from specstore.infer.models import ARCHS, ModelConfig
 from specstore.infer.models.calibration import Calibration
 from specstore.infer.models.contract import ModelSpec, spec_of
-from specstore.infer.models import ARCHS, ModelConfig, ModelConfigError
-from specstore.infer.models.trust import Trust, UntrustedModelError, check_import_path
+from specstore.infer.models.trust import Trust, check_import_path
+from specstore.store import FeatureSpec, Store, spec_differences
+from specstore.store.spec_command import extraction_command
 
 __all__ = ["Checkpoint", "CheckpointError", "check_store_matches", "load_checkpoint", "read_torch_file",
            "save_checkpoint", "save_torch_file"]
@@ -45,10 +45,6 @@ __all__ = ["Checkpoint", "CheckpointError", "check_store_matches", "load_checkpo
 FORMAT = "specstore-checkpoint"
 VERSION = 2
 """Version 2 records the model as a ModelSpec; version 1 (a built-in model's config) is still read."""
-
-
-class CheckpointError(SpecstoreError):
-    """A checkpoint is missing, unreadable, or does not fit the store; one-line message."""
 
 
 @dataclass
@@ -74,7 +70,8 @@ class Checkpoint:
     @property
     def outputs(self) -> str:
         """How the logits read: ``"tags"`` (independent sigmoid scores, a multi-label tagger such as a shipped
-        musicnn, :mod:`specstore.infer.models.shipped`) or ``"classes"`` (one softmax over the labels, every trained model)."""
+        musicnn, :mod:`specstore.infer.models.shipped`) or ``"classes"`` (one softmax over the labels, every
+        trained model)."""
         return "tags" if self.extra.get("outputs") == "tags" else "classes"
 
     @property
@@ -90,8 +87,8 @@ class Checkpoint:
     @property
     def calibration(self) -> Calibration:
         """How its logits become probabilities: the temperature fitted on the validation clips after training
-        (``extra["calibration"]``), or uncalibrated (:mod:`specstore.infer.models.calibration`); always uncalibrated for a
-        tagger (``outputs == "tags"``: independent sigmoid scores take no temperature)."""
+        (``extra["calibration"]``), or uncalibrated (:mod:`specstore.infer.models.calibration`); always
+        uncalibrated for a tagger (``outputs == "tags"``: independent sigmoid scores take no temperature)."""
         return Calibration.of(self.extra, self.outputs)
 
     def build(self, device: torch.device | str = "cpu", *, trust_model_code: Trust = False) -> nn.Module:

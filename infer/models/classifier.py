@@ -36,7 +36,9 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
-from specstore.infer.models.config import MIN_FRAMES, ModelConfig, ModelConfigError
+from specstore.infer.errors import ModelConfigError
+from specstore.infer.models.config import MIN_FRAMES, ModelConfig
+
 from .masking import exporting, recompute_context, remask, strided_lengths
 from .pool_window import PoolSpan, Whole, pool_span
 from .pooling import FreqPooling, TimePooling
@@ -122,8 +124,8 @@ class MaskedClassifier(nn.Module):
 
     @property
     def window_align(self) -> int:
-        """Frames a long clip's windows (:mod:`specstore.infer.engine.windows`) start and split on: the pooling window, or the
-        time stride when the whole clip is pooled at once."""
+        """Frames a long clip's windows (:mod:`specstore.infer.engine.windows`) start and split on: the pooling window,
+        or the time stride when the whole clip is pooled at once."""
         return self.config.pool_window or self._time_stride
 
     def set_geometry(self, time_stride: int, receptive_field: int) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from torch import Tensor, nn
 
 from specstore.infer.models.config import ModelConfig
+
 from .classifier import MaskedClassifier
 from .masking import MaskedBatchNorm2d, conv_bn, max_pool, relu, remask, strided_lengths
 from .sizes import last_activations

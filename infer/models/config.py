@@ -19,7 +19,7 @@ from specstore.common import ConfigError
 from specstore.common.limits import Limit, bounded, check_fields, field_limit
 from specstore.common.options import described, option
 from specstore.common.records import from_record
-
+from specstore.infer.errors import ModelConfigError
 from specstore.infer.models.registry import ARCH_REGISTRY, FREQ_POOLING_REGISTRY, POOLING_REGISTRY
 
 __all__ = [
@@ -46,10 +46,6 @@ FREQ_POOLINGS = FREQ_POOLING_REGISTRY.names
 """The frequency poolings' names (a live view of :data:`~specstore.infer.models.registry.FREQ_POOLING_REGISTRY`)."""
 MIN_FRAMES = 1
 """Shortest clip (frames) the models accept: lengths shrink as ceil(L/stride)."""
-
-
-class ModelConfigError(ConfigError):
-    """A model configuration is invalid (bad value or unknown field)."""
 
 
 MAX_PARAMETERS = 10**9

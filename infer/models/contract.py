@@ -60,7 +60,6 @@ from typing import Any
 from torch import nn
 
 from specstore.common import ConfigError
-
 from specstore.infer.models import ARCHS, MaskedClassifier, ModelConfig, build_model
 from specstore.infer.models.registry import ARCH_REGISTRY
 from specstore.infer.models.renamed import current_import_path
@@ -89,8 +88,8 @@ def masks_padding(model: nn.Module) -> bool:
 
 
 def window_align(model: nn.Module) -> int:
-    """Frames a long clip's windows start and split on (:mod:`specstore.infer.engine.windows`): the model's ``window_align``
-    (its time stride or pooling window), else its ``time_stride`` (musicnn: its 187-frame patch)."""
+    """Frames a long clip's windows start and split on (:mod:`specstore.infer.engine.windows`): the model's
+    ``window_align`` (its time stride or pooling window), else its ``time_stride`` (musicnn: its 187-frame patch)."""
     return int(getattr(model, "window_align", getattr(model, "time_stride", 1)))
 
 

@@ -1,13 +1,13 @@
 """Parameters of a model a file describes, counted from its description alone, before anything is built.
 
-A file (a checkpoint, a sum of models' member list) may build, without trust, the built-in architectures
-(counted from their :class:`~specstore.infer.models.ModelConfig`, :mod:`specstore.infer.models.sizes`) and the model classes that
-ship with specstore (:data:`specstore.infer.models.trust.SHIPPED_MODELS`), each of which counts its own from its keyword
+A file (a checkpoint, a sum of models' member list) may build, without trust, the built-in architectures (counted from
+their :class:`~specstore.infer.models.ModelConfig`, :mod:`specstore.infer.models.sizes`) and the model classes that ship
+with specstore (:data:`specstore.infer.models.trust.SHIPPED_MODELS`), each of which counts its own from its keyword
 arguments (its ``count_parameters`` class method).  :func:`spec_parameters` is that count for any
-:class:`~specstore.infer.models.contract.ModelSpec` a file may build; code that needs trust is refused as building would refuse it
-(:class:`~specstore.infer.models.trust.UntrustedModelError`), and code trusted by the allow-list (``SPECSTORE_TRUSTED_MODULES``)
-counts as nothing (its size is its author's business, as with ``--trust-model-code``).  A sum of models bounds
-its members' total this way before its first member exists.
+:class:`~specstore.infer.models.contract.ModelSpec` a file may build; code that needs trust is refused as building would
+refuse it (:class:`~specstore.infer.models.trust.UntrustedModelError`), and code trusted by the allow-list
+(``SPECSTORE_TRUSTED_MODULES``) counts as nothing (its size is its author's business, as with ``--trust-model-code``). A
+sum of models bounds its members' total this way before its first member exists.
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from specstore.common import ConfigError
-
 from specstore.infer.models.trust import SHIPPED_MODELS, check_trusted
 
 if TYPE_CHECKING:

@@ -6,12 +6,12 @@ head on a pretrained backbone (:mod:`specstore.infer.train.ensemble`).  Each mem
 are divided by its own temperature (fitted on the validation clips when it trained), and the sum's logits are
 ``log(mean of the members' softmax probabilities)``: a softmax of them gives the averaged probabilities.
 
-A member is rebuilt from its :class:`~specstore.infer.models.contract.ModelSpec` with no trust granted, so only the built-in
-architectures and the shipped model classes (:data:`specstore.infer.models.trust.SHIPPED_MODELS`: the transfer head, musicnn) can
-be members of a saved sum; a checkpoint naming other code as a member is refused as any untrusted import path is.
-A sum has 2 to :data:`MAX_MEMBERS` members, none of them a sum, and their parameters together, counted from
-their specs before the first member is built (:meth:`SumClassifier.count_parameters`), are held to the one bound
-on a model's size (:data:`~specstore.infer.models.MAX_PARAMETERS`), as are their temperatures to
+A member is rebuilt from its :class:`~specstore.infer.models.contract.ModelSpec` with no trust granted, so only the
+built-in architectures and the shipped model classes (:data:`specstore.infer.models.trust.SHIPPED_MODELS`: the transfer
+head, musicnn) can be members of a saved sum; a checkpoint naming other code as a member is refused as any untrusted
+import path is. A sum has 2 to :data:`MAX_MEMBERS` members, none of them a sum, and their parameters together, counted
+from their specs before the first member is built (:meth:`SumClassifier.count_parameters`), are held to the one bound on
+a model's size (:data:`~specstore.infer.models.MAX_PARAMETERS`), as are their temperatures to
 :data:`~specstore.infer.models.calibration.TEMPERATURE_LIMIT`.
 
 The model contract (:mod:`specstore.infer.models.contract`) holds for the sum when it holds for every member: it masks
@@ -32,7 +32,6 @@ import torch
 from torch import Tensor, nn
 
 from specstore.common import ConfigError
-
 from specstore.infer.models.config import ModelConfig, check_parameter_count
 
 if TYPE_CHECKING:
@@ -146,8 +145,8 @@ class SumClassifier(nn.Module):
 
     def _pooled_sum(self, x: Tensor, lengths: Tensor | Any, pool_start: Tensor | None = None,
                     pool_stop: Tensor | None = None) -> tuple[Tensor, Tensor]:
-        """``pooled_sum`` (:mod:`specstore.infer.engine.windows`): every member's sums side by side, then their counts as columns
-        (summed over windows like the sums); the count returned is the first member's."""
+        """``pooled_sum`` (:mod:`specstore.infer.engine.windows`): every member's sums side by side, then their counts
+        as columns (summed over windows like the sums); the count returned is the first member's."""
         sums, counts = [], []
         for m, part in zip(self.members, self._parts(x), strict=True):
             fn: Any = m.pooled_sum  # present on every member (checked when the sum was built)

@@ -36,8 +36,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from specstore.common import ConfigError
-
 from specstore.infer.models.config import ModelConfig, check_parameter_count
+
 from .sizes import MUSICNN_BACKBONE_PARAMETERS
 
 __all__ = ["EMBEDDING_DIM", "N_MELS", "PATCH_FRAMES", "MusiCNN", "build_musicnn"]
@@ -237,8 +237,8 @@ class MusiCNN(nn.Module):
 
 
 def build_musicnn(config: ModelConfig) -> MusiCNN:
-    """A musicnn with ``config.n_classes`` outputs (fresh weights; :func:`specstore.infer.models.pretrained.load_musicnn` loads
-    the shipped ones); the config must have 96 bins."""
+    """A musicnn with ``config.n_classes`` outputs (fresh weights;
+    :func:`specstore.infer.models.pretrained.load_musicnn` loads the shipped ones); the config must have 96 bins."""
     if config.n_bins != N_MELS:
         raise ConfigError(f"musicnn reads {N_MELS} mel bands (the musicnn feature), not {config.n_bins}")
     return MusiCNN(config.n_classes)

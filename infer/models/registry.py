@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, overload
 
-from specstore.common import ConfigError
+from specstore.infer.errors import RegistryError
 
 from . import sizes
 
@@ -39,10 +39,6 @@ __all__ = [
 
 BUILTIN_PREFIX = "specstore.infer.models."
 """Builders under this package ship with specstore: their models build without trust."""
-
-
-class RegistryError(ConfigError):
-    """A part is registered twice under one name with different builders, or looked up but unknown."""
 
 
 def load_object(path: str) -> Any:

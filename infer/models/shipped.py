@@ -2,9 +2,10 @@
 
 ``specstore classify song.mp3 --model musicnn-msd``, ``make infer MODEL=musicnn-mtt`` and ``make serve`` read
 ``--model`` through :func:`resolve_checkpoint`: a name registered here gives the shipped model as a
-:class:`~specstore.infer.models.checkpoint.Checkpoint` (its weights, its labels, the :class:`~specstore.store.FeatureSpec` of
-its input and what its outputs are); anything else is a checkpoint path, read as before.  A path that exists wins over a
-name, so a file named ``musicnn-msd`` in the working folder is still read as a file.
+:class:`~specstore.infer.models.checkpoint.Checkpoint` (its weights, its labels, the
+:class:`~specstore.store.FeatureSpec` of its input and what its outputs are); anything else is a checkpoint path, read
+as before.  A path that exists wins over a name, so a file named ``musicnn-msd`` in the working folder is still read as
+a file.
 
 An entry names its loader by an import path (``package.module:function``, imported on first use, so ``--help``
 and a bad name answer without torch): ``load(name) -> (nn.Module, list[str], FeatureSpec)``, the model with its
@@ -90,9 +91,10 @@ def no_checkpoint_hint() -> str:
 
 def load_shipped(name: str) -> Checkpoint:
     """The shipped model ``name`` as a :class:`~specstore.infer.models.checkpoint.Checkpoint` (its ``extra`` records
-    ``outputs``, ``shipped`` and ``licence``); :class:`~specstore.infer.models.checkpoint.CheckpointError` in one line when its
-    weights cannot be read."""
-    from specstore.infer.models.checkpoint import Checkpoint, CheckpointError
+    ``outputs``, ``shipped`` and ``licence``); :class:`~specstore.infer.models.checkpoint.CheckpointError` in one
+    line when its weights cannot be read."""
+    from specstore.infer.errors import CheckpointError
+    from specstore.infer.models.checkpoint import Checkpoint
     from specstore.infer.models.registry import load_object
 
     entry = SHIPPED.get(name)

@@ -1,11 +1,11 @@
 """A head on a pretrained backbone: a shipped model's clip embedding, standardised, then a linear layer.
 
 :class:`TransferClassifier` is what ``make train ARCH=musicnn`` saves (:mod:`specstore.infer.train.transfer`): the
-backbone is a shipped model (:mod:`specstore.infer.models.shipped`, e.g. ``musicnn-msd``) whose ``embed(x, lengths)`` gives a
-``(B, embedding_dim)`` clip embedding; the head reads ``(embedding - shift) * scale`` (the training
-embeddings' mean and inverse standard deviation, saved as buffers).  Its checkpoint holds every weight, the
-backbone's included, so it runs like any checkpoint (``make infer``, ``specstore classify``); building it reads
-the shipped backbone's architecture (its weights are then replaced by the checkpoint's).
+backbone is a shipped model (:mod:`specstore.infer.models.shipped`, e.g. ``musicnn-msd``) whose ``embed(x, lengths)``
+gives a ``(B, embedding_dim)`` clip embedding; the head reads ``(embedding - shift) * scale`` (the training embeddings'
+mean and inverse standard deviation, saved as buffers).  Its checkpoint holds every weight, the backbone's included, so
+it runs like any checkpoint (``make infer``, ``specstore classify``); building it reads the shipped backbone's
+architecture (its weights are then replaced by the checkpoint's).
 
 ``finetune = N`` unfreezes the backbone's top ``N`` layers (its last ``N`` child modules that hold parameters)
 for SGD with the head; the other layers keep ``requires_grad=False`` and stay in eval mode (their BatchNorm
@@ -24,7 +24,6 @@ from torch import Tensor, nn
 
 from specstore.common import ConfigError
 from specstore.common.limits import Limit
-
 from specstore.infer.models.config import ModelConfig, check_parameter_count
 
 if TYPE_CHECKING:
@@ -54,8 +53,8 @@ MAX_EMBEDDING = 65_536
 
 
 def _shipped(backbone: Any) -> Checkpoint:
-    """The shipped model named ``backbone`` (:mod:`specstore.infer.models.shipped`), weights included: a fixed model of this
-    install, whatever the file asks."""
+    """The shipped model named ``backbone`` (:mod:`specstore.infer.models.shipped`), weights included: a fixed model of
+    this install, whatever the file asks."""
     from specstore.infer.models.shipped import SHIPPED, load_shipped
 
     if not isinstance(backbone, str) or backbone not in SHIPPED:

@@ -40,6 +40,7 @@ from collections.abc import Collection
 from typing import Any
 
 from specstore.common import ConfigError
+from specstore.infer.errors import UntrustedModelError
 
 __all__ = ["SHIPPED_MODELS", "TRUST_ENV", "Trust", "UntrustedModelError", "add_trust_argument", "check_defined",
            "check_import_path", "check_trusted", "is_trusted", "trusted_modules", "with_named"]
@@ -58,10 +59,6 @@ may ask for."""
 Trust = bool | Collection[str]
 """A ``trust_model_code`` argument: True (every import path), False (none but :data:`TRUST_ENV`'s), or the
 import paths / modules / packages trusted for this call."""
-
-
-class UntrustedModelError(ConfigError):
-    """A file names model code (an import path) that the caller has not trusted; one line naming the flag."""
 
 
 def trusted_modules() -> tuple[str, ...]:

@@ -1,4 +1,4 @@
-"""The run defaults, in one place: device, precision, memory budget, batch size (and their bounds).
+"""The run defaults, in one place: device, precision, memory budget, batch size and its price (and their bounds).
 
 Every command that runs a model (``make infer``, ``make eval``, ``make
 plan``, ``make train``) and every object that plans batches
@@ -15,8 +15,9 @@ from __future__ import annotations
 
 from typing import Final, TypedDict
 
-__all__ = ["CPU_BUDGET_MB", "CUDA_MARGIN_MB", "DEVICE", "EVAL_SPLITS", "MAX_BATCH", "MAX_BATCH_LIMIT",
-           "MAX_BUDGET_MB", "MAX_LOADER_WORKERS", "MAX_SEED", "PLAIN_MODEL", "PRECISION", "PRECISIONS"]
+__all__ = ["CPU_BATCH_OVERHEAD_FRAMES", "CPU_BUDGET_MB", "CUDA_MARGIN_MB", "DEFAULT_BATCH_OVERHEAD_FRAMES", "DEVICE",
+           "EVAL_SPLITS", "MAX_BATCH", "MAX_BATCH_LIMIT", "MAX_BATCH_OVERHEAD_FRAMES", "MAX_BUDGET_MB",
+           "MAX_LOADER_WORKERS", "MAX_SEED", "PLAIN_MODEL", "PRECISION", "PRECISIONS"]
 
 DEVICE = "auto"
 """``auto`` (CUDA when available, else CPU), ``cpu``, ``cuda`` or ``cuda:N``."""
@@ -55,6 +56,21 @@ cost per frame already includes what training keeps for backward)."""
 CUDA_MARGIN_MB = 1536.0
 """GPU memory (MiB) kept free beyond the budget (the seed keeps 1.5 GB); the budget on CUDA is the free
 memory minus this margin, capped by a configured budget."""
+
+DEFAULT_BATCH_OVERHEAD_FRAMES = 1024.0
+"""The planner's price of one more batch, in padded frames (~24 s of audio at 43 frames/s), on a GPU: it
+splits a batch only where that saves more padding, so batches stay full, as a GPU (milliseconds per launch
+and copy) wants.  A padding/batch-count trade-off rather than a device constant; ``inf`` gives the fewest
+batches.  Measured figures: docs/serving.md, "The price of a batch"."""
+
+CPU_BATCH_OVERHEAD_FRAMES = 64.0
+"""The price of one more batch on a CPU, padded frames: a CPU batch costs little beyond its frames, so the
+planner may split wherever that saves padding (docs/serving.md).  The engine
+(:class:`~specstore.infer.engine.runtime.Engine`) chooses between the two by device."""
+
+MAX_BATCH_OVERHEAD_FRAMES = float(1 << 30)
+"""The largest price of a batch a user may set, padded frames: 2**30 frames (290 days at 43 frames/s)
+outweighs any batch's padding, so more would act as the same: the fewest batches."""
 
 EVAL_SPLITS = ("auto", "all", "train", "val")
 """``make eval``'s ``--split``: auto (the held-out split on the store the model was trained on, every clip

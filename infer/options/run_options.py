@@ -1,7 +1,7 @@
 """What a user chooses about running a model: :class:`RunOptions`, checked without torch.
 
-The options (device, precision, memory budget and margin, batch size,
-threads, loader workers) and their bounds live here, apart from the engine
+The options (device, precision, memory budget and margin, batch size and
+its price, threads, loader workers) and their bounds live here, apart from the engine
 that resolves them (:mod:`specstore.infer.engine.runtime`, which re-exports them), so that a
 command refuses a bad value in one line before torch is imported.  Pure: no
 torch.
@@ -35,7 +35,9 @@ class RunOptions:
     fp16; fp32 on CPU), ``fp32``, ``bf16`` or ``fp16`` (CUDA only).
     ``budget_mb``: MiB one batch may use (CPU default 2048; on CUDA the free
     memory minus ``margin_mb``, default 1536, capped by ``budget_mb``).
-    ``max_batch``: most clips in one batch (default 16).  Defaults come from
+    ``max_batch``: most clips in one batch (default 16).  ``batch_overhead_frames``: the
+    planner's price of one more batch, in padded frames (None: the device's
+    own, 64 on a CPU, 1024 elsewhere).  Defaults come from
     :mod:`specstore.infer.options.defaults`.  ``threads``: CPU threads (default, and at
     most, the cores this process may use).  ``channels_last``: None = on for
     CPU, where it is faster for these convolutions.  ``loader_workers``:
@@ -66,6 +68,13 @@ class RunOptions:
     threads: int | None = described(bounded(None, 1, usable_cores, "the CPU cores this process may use; more threads "
                                             "only compete for them", kind=int, optional=True, spelled="--threads"),
                                     "CPU threads", shown="all cores")
+    batch_overhead_frames: float | None = described(
+        bounded(None, 0.0, defaults.MAX_BATCH_OVERHEAD_FRAMES, "padded frames; 2**30 frames (290 days at 43 "
+                "frames/s) outweighs any batch's padding, so more would act as the same: the fewest batches",
+                kind=float, optional=True),
+        "the planner's price of one more batch, padded frames",
+        shown=f"{defaults.CPU_BATCH_OVERHEAD_FRAMES:g} on a CPU, where batches cost little and may split to save "
+              f"padding; {defaults.DEFAULT_BATCH_OVERHEAD_FRAMES:g} on a GPU")
     channels_last: bool | None = None
     loader_workers: int = described(bounded(0, 0, defaults.MAX_LOADER_WORKERS, "DataLoader worker processes, each "
                                             "with its own reader of the store", spelled="--loader-workers"),

@@ -31,7 +31,8 @@ __all__ = lazy_package(__name__)
 if TYPE_CHECKING:  # the exports, each imported on first use (specstore.common.lazy)
     from ..batching.planner import MIN_TRAINING_EFFICIENCY, training_plan
     from ..data.split import training_rows
-    from .config import TrainConfig, TrainError, add_config_arguments, config_from_args
+    from ..errors import TrainError
+    from .config import TrainConfig, add_config_arguments, config_from_args
     from .loop import TrainResult, config_path_for, metrics_path_for, train
     from .resume import resume_path_for
     from .schedule import lr_at

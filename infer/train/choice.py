@@ -39,8 +39,9 @@ import torch
 
 from specstore.infer.data.split import SplitRule, split_keys, training_rows
 from specstore.infer.engine.runtime import Engine
+from specstore.infer.errors import CheckpointError
 from specstore.infer.evaluation.baselines import clip_stats
-from specstore.infer.models.checkpoint import Checkpoint, CheckpointError, check_store_matches
+from specstore.infer.models.checkpoint import Checkpoint, check_store_matches
 from specstore.infer.models.shipped import SHIPPED, load_shipped
 from specstore.store import Store, open_store
 

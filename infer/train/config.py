@@ -12,15 +12,16 @@ and into the checkpoint itself.  Light: it imports no torch, so the commands' ``
 and their option errors answer at once.
 
 One home per setting: the built-in model's options (``width``, ``pooling``,
-...) are fields of :class:`~specstore.infer.models.config.ModelConfig` and the run's
-(``device``, ``max_batch``, ...) fields of
-:class:`~specstore.infer.options.run_options.RunOptions`; :class:`TrainConfig` names them
-(:func:`_of`) and takes their defaults, bounds and help from there, and
-holds the :class:`ModelConfig` and :class:`RunOptions` they make
-(:attr:`TrainConfig.model`, :attr:`TrainConfig.run`), built, and so checked,
-once when the config is made.  The fields stay flat in the command line,
-the config files, ``to_dict`` and the resume key, as every run recorded
-them.  What only a recipe has stays here: the auto fields (None = derived
+...) are fields of :class:`~specstore.infer.models.config.ModelConfig`;
+:class:`TrainConfig` names them (:func:`_of`), takes their defaults, bounds
+and help from there, and holds the :class:`ModelConfig` they make
+(:attr:`TrainConfig.model`), built, and so checked, once when the config is
+made.  The run's settings (``device``, ``max_batch``, ...) are a
+:class:`~specstore.infer.options.run_options.RunOptions` the config holds
+(:attr:`TrainConfig.run`), of which a recipe records :data:`RUN_RECORDED`.
+Both stay flat in the command line, the config files, ``to_dict`` and the
+resume key, in the order every run recorded them (:data:`RUN_PLACES`), so
+files written before read the same.  What only a recipe has stays here: the auto fields (None = derived
 from the data: ``stats_head``, ``stats_weight``, ``pool_seconds``, which
 becomes the model's ``pool_window`` in frames once the feature's hop is
 known), the input ``normalization`` fitted on training frames, and
@@ -41,19 +42,25 @@ from typing import Any
 
 from specstore.common import ConfigError
 from specstore.common.limits import Limit, bounded, field_limit
-from specstore.common.options import add_options, borrowed, described, given, option
+from specstore.common.options import add_options, borrowed, described, given, option, option_fields
 from specstore.common.records import from_record
+from specstore.infer.errors import TrainError
 from specstore.infer.models.config import ARCHS, ModelConfig
 from specstore.infer.options.defaults import MAX_SEED
 from specstore.infer.options.run_options import RunOptions
 
-__all__ = ["RUNTIME_FIELDS", "TrainConfig", "TrainError", "add_config_arguments", "config_from_args", "model_options"]
+__all__ = ["RUNTIME_FIELDS", "RUN_PLACES", "RUN_RECORDED", "TrainConfig", "TrainError", "add_config_arguments",
+           "config_from_args", "model_options"]
 
 
-class TrainError(ConfigError):
-    """Training cannot start or continue (no labels, nothing to train on, bad config, diverged)."""
-
-
+RUN_PLACES: dict[str, tuple[str, ...]] = {"class_weighted": ("max_batch", "budget_mb"),
+                                          "grad_checkpoint": ("loader_workers",), "feature": ("device", "precision")}
+"""The :class:`RunOptions` settings a recipe records, each after the recipe field it has always followed in the
+flat record (the command line's options, ``to_dict``, ``MODEL.config.json``)."""
+RUN_RECORDED = tuple(name for names in RUN_PLACES.values() for name in names)
+"""The run settings a recipe records (flat, beside its own fields).  The others (threads, GPU margin, memory
+layout, the planner's price of a batch, progress bars) are the command's: :func:`~specstore.infer.train.train`
+takes threads and margin as arguments."""
 RUNTIME_FIELDS = ("device", "precision", "budget_mb", "loader_workers")
 """Fields that may change between an interrupted run and its resumption (they do not change the result)."""
 NORMALIZATIONS = ("global", "bin")
@@ -118,21 +125,30 @@ def _auto(help: str, bound: tuple[float, float, str] | None = None, **meta: Any)
 
 
 def _of(cls: type, name: str) -> Any:
-    """A field that is field ``name`` of ``cls`` (:class:`ModelConfig` or :class:`RunOptions`): its default,
-    bounds and help live there, once; the config builds (and so checks) the ``cls`` it holds from it."""
+    """A field that is field ``name`` of ``cls`` (:class:`ModelConfig`): its default, bounds and help live there,
+    once; the config builds (and so checks) the ``cls`` it holds from it."""
     return borrowed(cls, name, of=cls.__name__)
+
+
+def _recipe_run(**recorded: Any) -> RunOptions:
+    """The run options a recipe holds: ``recorded`` (of :data:`RUN_RECORDED`), no progress bars (the command's)."""
+    return RunOptions(**recorded, progress=False)
 
 
 @dataclass(frozen=True)
 class TrainConfig:
     """Everything that determines a training run; JSON-able, saved in the checkpoint's ``extra``.
 
-    Units: ``lr`` per step (AdamW), ``crop_seconds`` seconds, ``budget_mb``
-    MiB, mask widths in frames / bins.  See each field's help (``make train
-    --help`` lists them with their defaults).  The fields made with
-    :func:`_of` are the built-in model's (:attr:`model`) and the run's
-    (:attr:`run`): their defaults, bounds and help are those of
-    :class:`ModelConfig` and :class:`RunOptions`.
+    Units: ``lr`` per step (AdamW), ``crop_seconds`` seconds, mask widths in
+    frames / bins.  See each field's help (``make train --help`` lists them
+    with their defaults).  The fields made with :func:`_of` are the built-in
+    model's (:attr:`model`): their defaults, bounds and help are those of
+    :class:`ModelConfig`.  :attr:`run`: the run options (device, precision,
+    memory budget, ``max_batch``, loader workers: :data:`RUN_RECORDED`;
+    ``TrainConfig(run=RunOptions(device="cpu"))``); the others must keep
+    their defaults, and progress bars are always off here (the command's).
+    :meth:`from_dict` and :meth:`to_dict` spell them flat, beside the
+    recipe's fields, as every config file and checkpoint has.
     """
 
     epochs: int = _opt(15, "passes over the training clips",
@@ -153,8 +169,6 @@ class TrainConfig:
     label_smoothing: float = _opt(0.0, "cross-entropy label smoothing",
                                   (0.0, 1.0, "a share of the target; 1 would leave no label"), high_open=True)
     class_weighted: bool = _opt(False, "weight the loss by inverse class frequency")
-    max_batch: int = _of(RunOptions, "max_batch")
-    budget_mb: float | None = _of(RunOptions, "budget_mb")
     crop_seconds: float | None = _opt(10.0, "random crop per clip and epoch, seconds; 0 = whole clips",
                                       (0.0, 3600.0, "seconds; an hour is longer than a crop needs to be, and 0 "
                                                     "means whole clips"),
@@ -253,22 +267,20 @@ class TrainConfig:
                                        "the model's"), kind=float, parse=_optional_float, metavar="W|auto")
     grad_checkpoint: bool = _opt(False, "gradient checkpointing: recompute activations in backward, so the "
                                         "memory budget packs larger batches (slower steps)")
-    loader_workers: int = _of(RunOptions, "loader_workers")
     feature: str | None = _opt(None, "feature to train on: one the store holds, or several joined by '+' "
                                      "(stacked frame by frame, e.g. mel+cqt); default: every feature the store "
                                      "holds, stacked", metavar="NAME")
-    device: str = _of(RunOptions, "device")
-    precision: str = _of(RunOptions, "precision")
+    run: RunOptions = dataclasses.field(default_factory=_recipe_run)
 
     def __post_init__(self) -> None:
         self._check_recipe()
-        for held in ("run", "model"):  # built (and so checked) once: the fields they take from here
-            try:
-                getattr(self, held)
-            except TrainError:
-                raise
-            except ConfigError as e:
-                raise TrainError(str(e)) from None
+        self._check_run()
+        try:
+            self.model  # noqa: B018  (built, and so checked, once: the fields it takes from here)
+        except TrainError:
+            raise
+        except ConfigError as e:
+            raise TrainError(str(e)) from None
 
     @cached_property
     def model(self) -> ModelConfig | None:
@@ -285,11 +297,19 @@ class TrainConfig:
                                                    ("stats_weight", self.stats_weight)) if v is not None}
         return ModelConfig(arch=self.arch, **_taken(self, ModelConfig), **auto)
 
-    @cached_property
-    def run(self) -> RunOptions:
-        """The run options this recipe records (a run resumes with other values of :data:`RUNTIME_FIELDS`);
-        threads, GPU margin and progress bars are the command's, not the recipe's."""
-        return RunOptions(**_taken(self, RunOptions), progress=False)
+    def _check_run(self) -> None:
+        """The run options hold only what a recipe records (:data:`RUN_RECORDED`; a run resumes with other values
+        of :data:`RUNTIME_FIELDS`): the others must keep their defaults (threads and the GPU margin are
+        :func:`~specstore.infer.train.train`'s arguments), and progress bars are off (the command's)."""
+        if not isinstance(self.run, RunOptions):
+            raise TrainError(f"run must be RunOptions, not {type(self.run).__name__}")
+        plain = RunOptions()
+        kept = [f.name for f in dataclasses.fields(RunOptions)
+                if f.name not in (*RUN_RECORDED, "progress") and getattr(self.run, f.name) != getattr(plain, f.name)]
+        if kept:
+            raise TrainError(f"a training config records no {', '.join(kept)} (the command's, not the recipe's)")
+        if self.run.progress:
+            object.__setattr__(self, "run", dataclasses.replace(self.run, progress=False))
 
     def _check_recipe(self) -> None:
         """The recipe's own fields: each number against its bound (the model's and the run's fields are checked
@@ -313,14 +333,31 @@ class TrainConfig:
                              "pooling")
 
     def to_dict(self) -> dict[str, Any]:
-        """Every field, flat (the model's and the run's fields beside the recipe's, as ``--config`` files,
-        ``MODEL.config.json`` and resume keys have always held them)."""
-        return dataclasses.asdict(self)
+        """Every field, flat: the model's and the recorded run settings (:data:`RUN_RECORDED`) beside the
+        recipe's, in the order ``--config`` files, ``MODEL.config.json`` and resume keys have always held
+        them (:data:`RUN_PLACES`)."""
+        own = dataclasses.asdict(self)
+        del own["run"]
+        flat: dict[str, Any] = {}
+        for name, value in own.items():
+            flat[name] = value
+            flat.update((r, getattr(self.run, r)) for r in RUN_PLACES.get(name, ()))
+        return flat
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> TrainConfig:
-        """The config of ``data`` (any subset of the fields; the rest keep their defaults)."""
-        return from_record(cls, data, "training config", TrainError)
+        """The config of ``data``: any subset of the flat fields :meth:`to_dict` writes (the recorded run
+        settings among them); the rest keep their defaults."""
+        if "run" in data:
+            raise TrainError("unknown training config field(s): run (its settings are flat: device, max_batch, ...)")
+        own = {k: v for k, v in data.items() if k not in RUN_RECORDED}
+        try:
+            run = _recipe_run(**{k: v for k, v in data.items() if k in RUN_RECORDED})
+        except ConfigError as e:
+            raise TrainError(str(e)) from None
+        except TypeError as e:
+            raise TrainError(f"bad training config: {e}") from None
+        return from_record(cls, {**own, "run": run}, "training config", TrainError)
 
     @classmethod
     def from_file(cls, path: str | Path) -> TrainConfig:
@@ -371,11 +408,16 @@ def model_options(config: TrainConfig) -> tuple[str, ...]:
 
 
 def add_config_arguments(parser: argparse.ArgumentParser) -> None:
-    """One option per :class:`TrainConfig` field (:func:`specstore.common.options.add_options`); an option not given is
-    absent from the parsed namespace, so a config file or the defaults fill it."""
-    add_options(parser, TrainConfig)
+    """One option per :class:`TrainConfig` field and recorded run setting (:data:`RUN_RECORDED`, from
+    :class:`RunOptions`' fields), in the record's order (:func:`specstore.common.options.add_options`); an
+    option not given is absent from the parsed namespace, so a config file or the defaults fill it."""
+    for f in option_fields(TrainConfig):
+        add_options(parser, TrainConfig, [f.name])
+        for name in RUN_PLACES.get(f.name, ()):  # one at a time: the record's order, not RunOptions'
+            add_options(parser, RunOptions, [name])
 
 
 def config_from_args(args: argparse.Namespace, base: TrainConfig | None = None) -> TrainConfig:
     """``base`` (or the defaults) with every option given on the command line applied."""
-    return TrainConfig.from_dict({**(base or TrainConfig()).to_dict(), **given(args, TrainConfig)})
+    return TrainConfig.from_dict({**(base or TrainConfig()).to_dict(), **given(args, TrainConfig),
+                                  **given(args, RunOptions, RUN_RECORDED)})

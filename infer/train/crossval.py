@@ -32,22 +32,20 @@ from typing import Any
 
 import numpy as np
 
-from specstore.common import ConfigError, write_atomic
+from specstore.common import write_atomic
 from specstore.infer.data.split import SplitRule, split_keys, training_rows
 from specstore.infer.engine.runtime import Engine
+from specstore.infer.errors import CrossValError
 from specstore.infer.evaluation.baselines import STATS, bootstrap_ci, clip_stats
 from specstore.infer.models.checkpoint import load_checkpoint
 from specstore.infer.models.trust import Trust
 from specstore.infer.train import TrainConfig, train
 from specstore.store import Store, open_store
+from specstore.store.kinds import baseline_kinds
 
 __all__ = ["CVResult", "CrossValError", "cross_validate", "oof_baseline"]
 
 log = logging.getLogger(__name__)
-
-
-class CrossValError(ConfigError):
-    """Cross-validation cannot run (too few folds or groups, a fold without two labels)."""
 
 
 @dataclass
@@ -208,7 +206,7 @@ def cross_validate(
         macro_f1=float(f1_score(truth, pred, average="macro", zero_division=0)), fold_accuracy=fold_accuracy,
         config=cfg.to_dict())
     if baselines:
-        features: list[str] = [f for f in ("mel", "cqt") if f in s.specs] or list(s.specs)
+        features: list[str] = [f for f in baseline_kinds() if f in s.specs] or list(s.specs)
         for name, p in oof_baseline(s, folds, cfg.seed, features).items():
             result.baselines[name] = float((p == truth).mean())
     result.seconds = time.perf_counter() - t0

@@ -33,8 +33,9 @@ from specstore.infer.models.contract import spec_of
 from specstore.infer.models.shipped import load_shipped
 from specstore.store import Store, open_store
 
+from ..errors import TrainError
 from ..models.ensemble import average_probabilities
-from .config import TrainConfig, TrainError
+from .config import TrainConfig
 from .recipe import resolve_validation
 from .transfer import cached_logits, embeddings_path_for, train_transfer
 

@@ -59,8 +59,9 @@ from specstore.infer.models.contract import ModelSpec
 from specstore.infer.models.trust import Trust, with_named
 from specstore.store import Store
 
+from ..errors import TrainError
 from ..models import MaskedClassifier, count_parameters
-from .config import TrainConfig, TrainError
+from .config import TrainConfig
 from .prepare import (
     Learner,
     Run,
@@ -294,7 +295,7 @@ def _run_epoch(run: Run, learner: Learner, data: TrainData, epoch: int, bar: Any
     net.train()
     loss_sum, correct, seen, oom_splits = 0.0, 0, 0, 0
     lr = lr_at(epoch, cfg)
-    for bi, batch in enumerate(data.batches(cfg.loader_workers, pin=device.type == "cuda")):
+    for bi, batch in enumerate(data.batches(cfg.run.loader_workers, pin=device.type == "cuda")):
         lr = lr_at(epoch + bi / n_batches, cfg)
         for group in learner.optimizer.param_groups:
             group["lr"] = lr

@@ -30,7 +30,6 @@ from specstore.common.heap import KEPT_THRESHOLDS, set_malloc_thresholds
 from specstore.infer.batching.budget import Budget
 from specstore.infer.data.augment import Augment, SpecAugment
 from specstore.infer.data.split import (
-    SplitError,
     SplitRule,
     split_keys,
     training_fingerprint,
@@ -38,14 +37,16 @@ from specstore.infer.data.split import (
     ungrouped_split_warning,
 )
 from specstore.infer.engine.runtime import Engine
+from specstore.infer.errors import SplitError, UntrustedModelError
 from specstore.infer.models.checkpoint import load_checkpoint
 from specstore.infer.models.contract import ModelSpec, masks_padding, spec_of, time_stride, window_frames
-from specstore.infer.models.trust import Trust, UntrustedModelError, with_named
+from specstore.infer.models.trust import Trust, with_named
 from specstore.store import FeatureSpec, Store, open_store
 
 from ..data import BudgetBatchSampler, PadCollate, StoreDataset, feature_specs, prefetch
+from ..errors import TrainError
 from ..models import ARCHS, MaskedClassifier
-from .config import TrainConfig, TrainError, model_options
+from .config import TrainConfig, model_options
 from .frames import FrameStats, frame_stats
 from .recipe import DataFacts, data_facts, resolve, resolve_validation
 from .resume import ResumeState, load_resume, resume_path_for
@@ -388,9 +389,10 @@ def augment_for(cfg: TrainConfig, spec: ModelSpec, specs: dict[str, FeatureSpec]
     start = 0
     parts: list[tuple[int, int]] = []
     for part in specs.values():
-        if part.kind_info.log_frequency and cfg.pitch_shift:
+        octave_bins = part.kind_info.octave_bins  # log-frequency bins: a pitch shift is a roll along them
+        if octave_bins is not None and cfg.pitch_shift:
             pitch_rows = (start, start + part.n_bins)
-            pitch_bins = int(round(cfg.pitch_shift * (part.bins_per_octave or 12) / 12))
+            pitch_bins = int(round(cfg.pitch_shift * octave_bins(part) / 12))
         parts.append((start, start + part.n_bins))
         start += part.n_bins
     if cfg.pitch_shift and pitch_rows is None:

@@ -161,7 +161,7 @@ def _crops(config: TrainConfig, clips: int, rules: dict[str, str]) -> dict[str, 
         if config.crops_per_clip:
             why_epoch = f"{epoch}: every crop of every clip (crops_per_clip was set)"
         elif epoch < n * crops:
-            batches = f"about {epoch / config.max_batch:.0f} batches of {config.max_batch}"
+            batches = f"about {epoch / config.run.max_batch:.0f} batches of {config.run.max_batch}"
             why_epoch = (f"{epoch}: random crops an epoch ({batches}), a fresh subset each epoch of {crops} "
                          f"crop(s) of each of the {n} training clips")
         elif crops == 1:

@@ -18,7 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from specstore.infer.models.checkpoint import CheckpointError, read_torch_file, save_torch_file
+from specstore.infer.errors import CheckpointError
+from specstore.infer.models.checkpoint import read_torch_file, save_torch_file
 
 __all__ = ["RESUME_FORMAT", "RESUME_VERSION", "ResumeState", "load_resume", "resume_path_for", "save_resume"]
 

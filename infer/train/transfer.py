@@ -43,7 +43,8 @@ from specstore.infer.models.contract import spec_of
 from specstore.infer.models.shipped import SHIPPED, load_shipped
 from specstore.store import Store, open_store
 
-from .config import TrainConfig, TrainError
+from ..errors import TrainError
+from .config import TrainConfig
 from .recipe import resolve_validation
 from .stats_head import fit_linear_head
 

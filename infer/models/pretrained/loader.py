@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from specstore.common import ConfigError
+from specstore.infer.errors import PretrainedError
 from specstore.store import FeatureSpec
 
 if TYPE_CHECKING:
@@ -46,10 +46,6 @@ _LAYERS: dict[str, tuple[str, str]] = {
     "dense_1": ("out", "dense"),
 }
 _BN = {"gamma": "weight", "beta": "bias", "moving_mean": "running_mean", "moving_variance": "running_var"}
-
-
-class PretrainedError(ConfigError):
-    """A shipped model that is unknown, missing or whose file does not match its recorded checksum."""
 
 
 def musicnn_info(name: str, folder: Path | None = None) -> dict[str, Any]:

@@ -1,0 +1,111 @@
+"""Tasks on a dask cluster: :class:`DaskExecutor`, over a ``distributed`` client.
+
+Each task is ``Client.submit(fn, ..., key=key, retries=retries)``: the key is
+the task's name on the scheduler (its dashboard groups tasks by the key's
+first word) and a task that raised is rerun there, on any worker.  A task
+whose worker was lost is rerun by the scheduler itself, up to its
+``distributed.scheduler.allowed-failures`` (3 by default).  dask is imported
+when an executor is made.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from contextlib import ExitStack
+from functools import partial
+from typing import Any
+
+from ..errors import ExecutorError
+from .base import KeyedExecutor, TaskFuture
+
+__all__ = ["DaskExecutor"]
+
+log = logging.getLogger(__name__)
+
+
+def _settle(future: TaskFuture, native: Any) -> None:
+    """Move a finished dask future's outcome onto ``future`` (dask runs this in a callback thread of its own)."""
+    try:
+        if native.status == "finished":
+            future.finish(native.result())
+        elif native.status == "cancelled":
+            future.finish(cancelled=True)
+        else:
+            future.finish(error=native.exception())
+    except Exception as e:  # the result could not be fetched (a client closing, a lost key)
+        future.finish(error=e)
+
+
+class DaskExecutor(KeyedExecutor):
+    """Tasks on the dask cluster of ``client`` (a ``distributed.Client``).
+
+    Made by :meth:`connect` (a scheduler's address, or a local cluster for this executor's life), or
+    from a client of your own, which is then left open.
+    """
+
+    def __init__(self, client: Any, *, owned: ExitStack | None = None, local: bool = False) -> None:
+        super().__init__()
+        self.client = client
+        self._owned = owned
+        self._local = local
+
+    @classmethod
+    def connect(cls, scheduler: str | None, workers: int) -> DaskExecutor:
+        """A client of the scheduler at ``scheduler`` (``tcp://host:8786``), or, when None, of a local cluster
+        of ``workers`` single-threaded worker processes started now (and stopped by :meth:`shutdown`)."""
+        try:
+            from dask.distributed import Client, LocalCluster
+        except ImportError:
+            raise ExecutorError("BACKEND=dask needs dask.distributed: pip install 'specstore[dask]'") from None
+        stack = ExitStack()
+        try:
+            if scheduler:
+                try:
+                    client = stack.enter_context(Client(scheduler))
+                except (OSError, ValueError) as e:
+                    raise ExecutorError(f"cannot reach the dask scheduler at {scheduler}: {e}".splitlines()[0]) \
+                        from None
+            else:
+                cluster = stack.enter_context(LocalCluster(n_workers=workers, threads_per_worker=1, processes=True))
+                client = stack.enter_context(Client(cluster))
+        except BaseException:
+            stack.close()
+            raise
+        return cls(client, owned=stack, local=not scheduler)
+
+    def _start(self, key: str, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
+               retries: int, failed: TaskFuture | None) -> TaskFuture:
+        native = failed.native if failed is not None else None
+        if native is not None and native.status == "error":  # the scheduler still knows the key: rerun it there
+            native.retry()
+        else:
+            native = self.client.submit(fn, *args, key=key, retries=retries or None, pure=False, **kwargs)
+        future = TaskFuture(key, native, native.cancel)
+        native.add_done_callback(partial(_settle, future))
+        return future
+
+    def live_workers(self) -> int:
+        """The threads of the workers connected to the scheduler now (0 if it cannot be asked)."""
+        try:
+            return int(sum(self.client.nthreads().values()))
+        except Exception:
+            log.debug("asking the dask scheduler for its workers failed", exc_info=True)
+            return 0
+
+    @property
+    def address(self) -> str | None:
+        return str(self.client.scheduler.address)
+
+    def describe(self) -> str:
+        where = f"a local dask cluster ({self.address})" if self._local else f"the dask scheduler at {self.address}"
+        link = self.client.dashboard_link
+        return f"{where}, dashboard {link}" if link else where
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        if cancel_futures:
+            for f in self._unfinished():
+                f.cancel()
+        if self._owned is not None:
+            self._owned.close()
+            self._owned = None
