@@ -11,7 +11,7 @@ infer-mem, reads, gpu, library, model, serve, serve-limits, startup, decode-form
 groups not rerun are kept from the report already there, each marked with its date. A group that needs what
 ``make install`` does not give (the quick model group renders with fluidsynth and a Debian SoundFont) is
 skipped where that is missing, with one line saying how to enable it (``make realcorpus-deps``). Nothing here
-is collected by pytest (no ``test_`` names); ``tests/test_bench_quick.py`` runs the quick mode.
+is collected by pytest (no ``test_`` names); ``tests/project/test_bench_quick.py`` runs the quick mode.
 """
 
 from __future__ import annotations

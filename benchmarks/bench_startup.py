@@ -8,7 +8,7 @@ floor is ``python -c pass``, the interpreter's own start (its site packages incl
 beat; each command's ratio to it is in its details.  ``import torch`` alone is timed beside them for
 context: what a command used to pay before it printed anything (on a loaded machine, minutes).  The
 target, one second, is the issue's goal for ``specstore --help`` on a quiet machine, applied to every row
-here; ``tests/test_fast_start.py`` checks the imports themselves (no torch, no librosa) for every command.
+here; ``tests/project/test_fast_start.py`` checks the imports themselves (no torch, no librosa) for every command.
 """
 
 from __future__ import annotations

@@ -70,7 +70,7 @@ def run_cuda_tests(report: Report, timeout: float) -> None:
     """``pytest -m gpu`` over the test modules that hold CUDA tests."""
     t0 = time.perf_counter()
     cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "gpu",
-           "tests/test_gpu.py", "tests/test_data.py", f"--junitxml={report.out / 'gpu_tests.xml'}"]
+           "tests/infer/test_gpu.py", "tests/infer/test_data.py", f"--junitxml={report.out / 'gpu_tests.xml'}"]
     try:
         proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout, check=False)
         tail = (proc.stdout + proc.stderr).strip().splitlines()

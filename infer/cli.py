@@ -11,7 +11,7 @@ one line on stderr, ``specstore: error: ...``, and exit status 2
 The parsers, the option checks and the path checks (a missing store or
 checkpoint) need no torch: torch, zarr and the models are imported inside
 each command, after them, so ``--help`` and a mistyped path answer at once
-(``tests/test_fast_start.py``).
+(``tests/project/test_fast_start.py``).
 """
 
 from __future__ import annotations

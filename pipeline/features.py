@@ -154,7 +154,7 @@ def compute_features(
     streams: dict[str, FeatureStream] = {name: p.stream(hint, dtypes[name], out.get(name))
                                          for name, p in plans.items()}
     # Decoded blocks and each batch of frames are freed and allocated again every step: kept in the heap
-    # instead of unmapped and page-faulted in again (specstore.common.heap: 17% of a run's time in a new process).
+    # instead of unmapped and page-faulted in again (specstore.common.heap; docs/measurements.md).
     keep_freed_blocks()
     n = 0  # samples fed so far
     for block in _blocks(path, sr, block_seconds):

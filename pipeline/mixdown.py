@@ -6,7 +6,7 @@ as stored.
 uncompressed container (WAV, AIFF, AU, ...) as int16 and scales and mixes it
 here: libsndfile's own int16 -> float32 conversion costs more than reading
 the file, and every step here is exact in float32, so the samples are the
-bits of a float32 read (``tests/test_audio.py``).
+bits of a float32 read (``tests/pipeline/test_audio.py``).
 """
 
 from __future__ import annotations
@@ -61,7 +61,7 @@ def read_pcm16(f: sf.SoundFile, frames: int, piece: np.ndarray) -> np.ndarray:
     channels)`` int16 buffer) and scaled by 2**-15 as libsndfile's float32
     read scales them; the mix-down is :func:`downmix`'s.  Every step is
     exact in float32, so the block holds the bits a float32 read and
-    :func:`downmix` give, about 2.5x faster on a stereo WAV.
+    :func:`downmix` give, faster on 16-bit PCM (docs/measurements.md).
     """
     if f.seekable():  # as soundfile's own read: no larger than what is left
         frames = max(0, min(frames, f.frames - f.tell()))

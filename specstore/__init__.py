@@ -18,9 +18,15 @@ needs; each is imported on first use (:mod:`specstore.common.lazy`), so
     sampler = specstore.BudgetBatchSampler(store.lengths, specstore.Budget(...))
 """
 
+import os
 from typing import TYPE_CHECKING
 
-from .common.lazy import lazy_package
+if not os.path.isdir(os.path.join(os.path.dirname(__file__), "common")):  # pragma: no cover (a copy without links)
+    # A copy of the repository that dropped specstore/'s links (an archive, a tool that copies files only):
+    # its folders are found beside this one, under the same names.  An installed wheel holds real folders.
+    __path__.append(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from .common.lazy import lazy_package  # noqa: E402
 
 __all__ = lazy_package(__name__)
 

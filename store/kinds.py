@@ -20,7 +20,7 @@ a checkpoint is checked, compared, drawn, turned into options and exported by co
 librosa or numpy's audio stack (the upload page, the torch-free command lines, ``specstore store``), while
 the computation needs them.  The recipe is text, so it stays with the object.  Adding a kind (an MFCC, say)
 is therefore its parameters class and one :func:`register_kind` call, its computation and one
-``register_computation`` call, and its tests; no other module names a kind (``tests/test_layout.py``),
+``register_computation`` call, and its tests; no other module names a kind (``tests/project/test_layout.py``),
 and ``docs/features.md`` shows one.
 
 The built-in kinds' parameters extend :class:`SpectralSpec`, the fields every store and checkpoint of

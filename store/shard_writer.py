@@ -215,8 +215,8 @@ class ShardWriter:
         self.metadata = metadata
         self.name = uuid.uuid4().hex[:16]
         self._attrs: dict[str, Any] = {"complete": False, "created": time.time()}
-        # A raw shard on a local disk writes its zarr documents as files: zarr takes 2-3 ms of CPU per group
-        # or array it creates, one shard per extraction task (docs/features.md); elsewhere through zarr.
+        # A raw shard on a local disk writes its zarr documents as files (zarr's per-node cost, one shard per
+        # extraction task: docs/measurements.md); elsewhere through zarr.
         self._dir = loc.local / shard_path(self.name) if loc.local is not None and metadata.layout == "raw" else None
         self._group: zarr.Group | None = None
         if self._dir is not None:

@@ -22,7 +22,7 @@ __all__ = ["COMPUTE_VERSION", "MAX_BINS", "MAX_FRAME_RATE", "MAX_SAMPLE_RATE", "
            "spec_differences"]
 
 #: Groups of compute versions (:data:`COMPUTE_VERSION`) whose values are equal within the equality promise
-#: (tested in tests/test_features.py): a store written by one can be resumed, grown or read by a checkpoint of
+#: (tested in tests/pipeline/test_features.py): a store written by one can be resumed, grown or read by a checkpoint of
 #: another.  Versions 1 and 2 differ only in how the values are computed, not in what they are.
 _SAME_VALUES: tuple[frozenset[int], ...] = (frozenset({1, 2}),)
 

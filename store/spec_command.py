@@ -7,7 +7,7 @@ the ``specstore-features`` options for every field that differs from the default
 and ``--hop``, each kind's own, :attr:`~specstore.store.kinds.FeatureKind.flags`, all generated from the kinds'
 parameters), and a field no option sets goes in a ``--spec`` file whose tables the line spells out.  It reads
 the specs as ``specstore.pipeline.spec_options`` does (defaults, then the file, then the options; features
-beside a fixed-grid kind follow its grid), and ``tests/test_model_bounds.py`` runs what it writes back
+beside a fixed-grid kind follow its grid), and ``tests/infer/test_model_bounds.py`` runs what it writes back
 through the command line.  Pure: no audio.
 """
 

@@ -1,12 +1,12 @@
 """zarr v3 nodes written as plain files on a local disk, for a store's small and frequent writes.
 
-zarr-python spends 2-4 ms of CPU creating a group or an array, whatever its size (its event loop, a
-thread hop per file operation, metadata validation).  A store creates many small nodes: every
-extraction task a shard (a group, an array per feature), every commit an index generation (two
+zarr-python spends milliseconds of CPU creating a group or an array, whatever its size (its event loop,
+a thread hop per file operation, metadata validation; figures in docs/measurements.md).  A store creates
+many small nodes: every extraction task a shard (a group, an array per feature), every commit an index generation (two
 groups, twelve one-chunk columns).  On a local disk those are written here as the files zarr writes:
 an array's ``zarr.json`` is the document zarr writes for the same creation options (made once per
 process by zarr itself, see :func:`zarr_document`, then given its shape), and chunks are encoded by
-the numcodecs codecs zarr uses.  ``tests/test_format_plain_zarr.py`` checks every file against
+the numcodecs codecs zarr uses.  ``tests/store/test_format_plain_zarr.py`` checks every file against
 zarr's own output.  Stores elsewhere (fsspec URLs) go through zarr.
 """
 

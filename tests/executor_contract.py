@@ -1,7 +1,7 @@
 """The executor seam's contract (:class:`specstore.common.executors.Executor`), checked on any executor.
 
-``tests/test_executors.py`` runs it on this machine's executors, ``tests/test_distributed.py`` on a local
-dask cluster and a local ray.  The tasks are made inside functions, so cloudpickle sends them by value:
+``tests/common/test_executors.py`` runs it on this machine's executors, ``tests/pipeline/test_distributed.py`` on a
+local dask cluster and a local ray.  The tasks are made inside functions, so cloudpickle sends them by value:
 a ray worker, which does not see the tests folder, runs them as well as a loky or dask worker.  Tasks
 leave marks in files (workers are other processes), under a folder every worker of a local cluster sees.
 """

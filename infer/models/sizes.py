@@ -4,7 +4,7 @@ The configuration check (:attr:`specstore.infer.models.config.ModelConfig.n_para
 bounds what a checkpoint can make the loader allocate before any tensor
 exists, so each architecture states here, beside its registry entry
 (:mod:`specstore.infer.models.registry`), how many parameters its backbone has and the
-shape of its last activations; ``tests/test_architectures.py`` checks the
+shape of its last activations; ``tests/infer/test_architectures.py`` checks the
 counts against the built models for every registered part.
 """
 

@@ -7,6 +7,6 @@ precision, memory budget, batch size and its price, threads),
 runs a model offers, generated once), :mod:`~specstore.infer.options.cli_options`
 (predict, plan, init, eval and cross-validation options) and
 :mod:`~specstore.infer.options.export_options`.  Nothing in this folder imports
-torch (``tests/test_fast_start.py`` checks it), so ``--help`` and a bad value
+torch (``tests/project/test_fast_start.py`` checks it), so ``--help`` and a bad value
 answer at once.
 """

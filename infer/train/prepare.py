@@ -75,8 +75,8 @@ def keep_freed_memory() -> bool:
 
     CPU training allocates and frees activations of tens of MiB every step;
     by default glibc serves those with fresh ``mmap`` s and unmaps them on
-    free, so every step page-faults its activations in again (measured: a
-    third of a training run's CPU time spent in the kernel on 2 cores).
+    free, so every step page-faults its activations in again (a large share
+    of a training run's CPU time spent in the kernel: docs/measurements.md).
     Raising the mmap and trim thresholds keeps them in the heap; the values
     are the same.  A no-op (False) where the C library is not glibc.
     """
@@ -90,8 +90,8 @@ def release_freed_memory() -> bool:
 
     Kept, the raised thresholds would outlive the run in the caller's process: a notebook or ``make train``
     that goes on to run a large model (musicnn's patch activations) would then grow its heap by fragments of
-    freed activations instead of mapping and unmapping them (measured: 10 GB resident after a CNN training
-    and a musicnn pass in one process).  Not glibc's initial 128 KiB: set explicitly, that value would also end
+    freed activations instead of mapping and unmapping them (docs/measurements.md: GBs resident after a CNN
+    training and a musicnn pass in one process).  Not glibc's initial 128 KiB: set explicitly, that value would also end
     glibc's own adjustment and leave the process slower than it found it (``specstore.common.heap``).  A no-op (False)
     where the C library is not glibc.
     """

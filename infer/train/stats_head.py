@@ -120,8 +120,8 @@ def fit_stats_head(model: MaskedClassifier, store: Store, feature: str, rows: np
     scale = 1.0 / np.maximum(stats.std(axis=0), 1e-6)
     every_key = split_keys(store)
     keys = [every_key[int(r)] for r in rows]
-    # Problems this small run several times faster on one BLAS thread than on many (measured: 5-10x on 2 busy
-    # cores), and the result does not depend on it.
+    # Problems this small run several times faster on one BLAS thread than on many (docs/measurements.md), and
+    # the result does not depend on it.
     with threadpool_limits(limits=1, user_api="blas"):
         fit = fit_linear_head(model.stats_linear, (stats - shift) * scale, y, keys, seed=seed, folds=folds,
                               grid=grid, what="statistics head")
