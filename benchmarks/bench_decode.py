@@ -1,4 +1,4 @@
-"""Decoding formats: PyAV (FFmpeg) beside soundfile (libsndfile), speed and peak memory (issue 35, finding 1).
+"""Decoding formats: PyAV (FFmpeg) beside soundfile (libsndfile), speed and peak memory.
 
 One music-like 44.1 kHz stereo signal is written in every format: WAV (16-bit), FLAC, Ogg Vorbis, MP3 and AIFF
 with soundfile (both backends read these), m4a (AAC), WMA (wmav2) and raw ADTS AAC with PyAV's encoders (PyAV

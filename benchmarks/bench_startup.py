@@ -1,4 +1,4 @@
-"""Start-up: how long a console command takes to answer ``--help`` or a mistyped path (issue 32, finding 6).
+"""Start-up: how long a console command takes to answer ``--help`` or a mistyped path.
 
 Each command runs as a user runs it: its installed console script in a fresh interpreter (``python -c`` on
 its ``pyproject.toml`` entry point where the script is not installed), with the venv's ``bin`` first on the

@@ -1,4 +1,4 @@
-"""Bounds on everything a file or an option can ask of the inference side (issue 30, findings 5 and 10).
+"""Bounds on everything a file or an option can ask of the inference side.
 
 A checkpoint's model config is checked against the bounds beside each field
 of :class:`~specstore.infer.models.ModelConfig` (and a parameter count computed from

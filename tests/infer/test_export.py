@@ -1,4 +1,4 @@
-"""``specstore export`` (issue 35, finding 5): the exported model's logits are the checkpoint's, masked, for any
+"""``specstore export``: the exported model's logits are the checkpoint's, masked, for any
 batch size and length; the JSON sidecar says what a user needs; bad input is one line."""
 
 from __future__ import annotations

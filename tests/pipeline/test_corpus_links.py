@@ -1,4 +1,4 @@
-"""Links never pull files from outside the corpus into a store unless asked (issue 30, finding 12).
+"""Links never pull files from outside the corpus into a store unless asked.
 
 A downloaded corpus can hold a link to any readable audio file of the
 machine.  Such links (to files or folders, direct, relative or through

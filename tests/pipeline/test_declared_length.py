@@ -1,4 +1,4 @@
-"""A header whose length disagrees with the audio is an error, not a shorter clip (issue 30, finding 9).
+"""A header whose length disagrees with the audio is an error, not a shorter clip.
 
 libsndfile never decodes past the frame count a header declares, so a 3 h
 Vorbis file whose last granule position says 1 s was stored and classified

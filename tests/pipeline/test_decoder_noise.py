@@ -1,4 +1,4 @@
-"""The C decoders' own lines on stderr (issue 32, finding 5): logged and counted, one summary line per run.
+"""The C decoders' own lines on stderr: logged and counted, one summary line per run.
 
 libmpg123 (libsndfile's MP3 decoder) writes ``[src/libmpg123/layer3.c:...]
 error: part2_3_length (4095) too large ...`` to file descriptor 2 for a

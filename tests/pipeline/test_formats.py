@@ -1,4 +1,4 @@
-"""Formats soundfile cannot read (m4a/AAC, WMA) decode through PyAV; AIFF is searched (issue 35, finding 1).
+"""Formats soundfile cannot read (m4a/AAC, WMA) decode through PyAV; AIFF is searched.
 
 Every file is made here with PyAV's own encoders (:func:`specstore.pipeline.testing.write_with_av`)
 from one music-like signal also written as a 16-bit WAV, and decoded through

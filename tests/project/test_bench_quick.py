@@ -6,8 +6,8 @@ of both files.  The quick run's values are meaningless (tiny sizes, one
 repeat); what is checked is that every figure is there, that ``met`` agrees
 with ``value``, ``op`` and ``target``, and that the doc shows each figure.
 Also: a rerun of the model grid in the same work folder trains afresh; a group whose dependency is missing
-is skipped with one line (issue 32, 7); a merge keeps the "measured DATE" of the groups it keeps even when it
-starts in the same minute as the run it merges (issue 32, 8).
+is skipped with one line; a merge keeps the "measured DATE" of the groups it keeps even when it
+starts in the same minute as the run it merges.
 """
 
 from __future__ import annotations
@@ -182,7 +182,7 @@ def test_a_grid_rerun_trains_afresh_instead_of_resuming_the_finished_run(tmp_pat
     assert fresh_model_path(tmp_path / "none.pt") == tmp_path / "none.pt"  # nothing there: nothing to remove
 
 
-# -- issue 32: a merge in the same minute, a group whose dependency is missing --------------------------------------
+# -- a merge in the same minute, a group whose dependency is missing --------------------------------------
 
 def _frozen_clock(monkeypatch: pytest.MonkeyPatch, when: dt.datetime) -> None:
     """``python -m benchmarks`` sees the time ``when`` (every run starts in the same minute)."""

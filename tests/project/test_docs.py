@@ -1,4 +1,4 @@
-"""Every recipe in README.md, docs/*.md and the examples' docstrings runs as written (issues 23, 32).
+"""Every recipe in README.md, docs/*.md and the examples' docstrings runs as written.
 
 Each fenced ``python`` or ``sh`` block of a document (and each indented usage
 paragraph of an ``examples/*.py`` docstring, as ``sh``) is run, in document
@@ -12,7 +12,7 @@ examples/...`` work there as in a clone).
 Blocks run as a new user's shell runs them: ``PATH`` is a fresh shell's
 (``/usr/local/bin:/usr/bin:/bin``: no ``.venv``, no ``python``), and a block
 gets the activation line (``. .venv/bin/activate``) first only when its
-document shows that line above it, as README's set-up does (issue 32: the
+document shows that line above it, as README's set-up does (the
 harness once put the venv on ``PATH`` itself, so no test saw that nothing told
 the reader to activate it).  A sh block runs in ``bash -e``, a python block as
 ``python -c`` in that shell (a fresh interpreter, as if pasted).
@@ -346,7 +346,7 @@ def test_inline_make_examples_dry_run_and_quote_as_a_shell_needs() -> None:
                     json.loads(argv[k + 1])
 
 
-# -- issue 32: commands reachable as printed; the README's train-then-eval flow ----------------------------------
+# -- commands reachable as printed; the README's train-then-eval flow ----------------------------------
 
 def test_blocks_run_in_a_fresh_shell_that_has_only_what_the_documents_say() -> None:
     """The harness itself: without the activation line nothing of ``.venv`` is reachable; with it, all is."""
@@ -365,7 +365,7 @@ def test_blocks_run_in_a_fresh_shell_that_has_only_what_the_documents_say() -> N
 def test_every_console_command_is_reachable_as_printed() -> None:
     """A block that runs ``specstore``, ``python``, ``pip``, ... (run by the tests or not) comes after its
     document shows the activation line, or spells ``.venv/bin/`` itself: a reader in a new shell gets no
-    ``command not found`` (issue 32)."""
+    ``command not found``."""
     unreachable = [b.where for b in ALL if b.lang in ("python", "sh") and "file" not in b.directives
                    and reaches_the_venv(b) and not activated(b) and ACTIVATE not in b.code]
     assert not unreachable, f"blocks that use .venv's commands with no activation line above them: {unreachable}"
@@ -409,7 +409,7 @@ def _readme_train_example() -> str:
 def test_the_readme_train_example_leaves_make_eval_clips_to_score(doc_corpus: Path, tmp_path: Path) -> None:
     """README's table: ``make train STORE=X`` then ``make eval STORE=X`` on a corpus under 600 clips.  By default
     such a corpus holds nothing out and ``make eval`` stops with "the model held out no validation clips", so the
-    example passes a validation share (issue 32); here it runs on a small corpus, then ``make eval``'s command."""
+    example passes a validation share; here it runs on a small corpus, then ``make eval``'s command."""
     if shutil.which("make") is None:
         pytest.skip("make is not installed")
     example = _readme_train_example()

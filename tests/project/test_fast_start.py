@@ -1,4 +1,4 @@
-"""Commands that answer at once (issue 32, finding 6): ``--help``, usage errors and path checks before torch.
+"""Commands that answer at once: ``--help``, usage errors and path checks before torch.
 
 Every console command of ``pyproject.toml`` is run as a user runs it, in a
 fresh interpreter, and its imports are read back at exit: ``--help`` (exit

@@ -1,4 +1,4 @@
-"""The Make targets pass an option only when its variable is set, and ARGS to every command (issues 21, 23)."""
+"""The Make targets pass an option only when its variable is set, and ARGS to every command."""
 
 from __future__ import annotations
 
@@ -85,7 +85,7 @@ def test_a_toml_max_batch_is_what_make_train_uses(tmp_path: Path) -> None:
     assert extra["history"][0]["batches"] >= -(-extra["n_train"] // 4)  # no batch held more than 4 clips
 
 
-# Every yes/no variable, the target that passes it and the flag it passes (issue 30, finding 1).
+# Every yes/no variable, the target that passes it and the flag it passes.
 BOOLEANS = {"TRUST_MODEL_CODE": ("infer", "--trust-model-code"), "OVERWRITE": ("train", "--overwrite"),
             "BASELINES": ("eval", "--baselines"), "QUICK": ("bench", "--quick")}
 ON = ["1", "yes", "true", "on", "YES", "True", "On", " 1 "]

@@ -1,4 +1,4 @@
-"""Decode work is bounded from the header before any decoding (issue 30, finding 7).
+"""Decode work is bounded from the header before any decoding.
 
 A FLAC of 599 s at 655 350 Hz x 8 channels is 3.4 MB and passes a limit on
 seconds alone, yet costs a minute of decode.  ``decode_file`` /

@@ -1,4 +1,4 @@
-"""`specstore serve` as a user starts it (issue 32): the port answers at once, `/health` says `starting` until the
+"""`specstore serve` as a user starts it: the port answers at once, `/health` says `starting` until the
 model is loaded, then one line says where it is; an access-log line per request (`--quiet` silences it); a busy
 port is one `specstore:` line before the model loads.
 """

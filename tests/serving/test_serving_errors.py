@@ -1,6 +1,6 @@
 """Every typed error of the classify service and its HTTP answer: status, JSON body and headers, one table.
 
-The contract ``POST /classify`` had before its errors became types (issue 31): a refusal before decoding closes
+The contract ``POST /classify`` had before its errors became types: a refusal before decoding closes
 the connection, a busy server says when to retry, a request whose every file failed is 422 (the uploads) or 500
 (the server), and a bug answers without details.
 """

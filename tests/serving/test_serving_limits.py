@@ -1,4 +1,4 @@
-"""`specstore serve` under attack (issue 30): slow clients dropped, connections capped, uploads admitted by bytes
+"""`specstore serve` under attack: slow clients dropped, connections capped, uploads admitted by bytes
 before their bodies are read, temporary files always removed, Host and Origin checked, option values bounded.
 
 Real uvicorn servers on loopback sockets (in a thread), driven with raw sockets, since what is tested happens

@@ -1,7 +1,7 @@
 """The server's moving parts under failure: a supervised batcher, shutdowns off the event loop, and metrics in a
 registry of each server's own.
 
-The one new behaviour of issue 31: a failure of the batcher's task outside a batch's own error handling is
+The one new behaviour here: a failure of the batcher's task outside a batch's own error handling is
 logged, answers every clip waiting or running with 500 at once, refuses later clips at once and turns
 ``/health`` unhealthy (it used to end the task silently, and every later request waited out its timeout).
 """

@@ -1,4 +1,4 @@
-"""A store whose index lies is refused with one line, never read (issue 30, finding 4).
+"""A store whose index lies is refused with one line, never read.
 
 Each case builds a small store with the project's factories and then edits
 it with plain zarr, as an attacker (or a broken tool) would: an extent that
