@@ -66,7 +66,8 @@ def test_model_files_load_and_give_the_same_logits(name: str, arrays: dict[str, 
     x, lengths = arrays[f"{name}/x"], arrays["lengths"]
     with torch.no_grad():
         got = model(torch.from_numpy(x).transpose(1, 2).unsqueeze(1), torch.from_numpy(lengths)).numpy()
-    np.testing.assert_allclose(got, arrays[f"{name}/logits"], rtol=0, atol=1e-5)
+    # the same logits up to float32 rounding, which a thread count can change (logits reach 1e3: ulp 1e-4)
+    np.testing.assert_allclose(got, arrays[f"{name}/logits"], rtol=2e-6, atol=1e-5)
 
 
 @pytest.mark.parametrize("name", ["train.toml", "train_table.toml", "cnn.config.json"])
