@@ -19,6 +19,7 @@ JOBS        ?=
 LAYOUT      ?=
 BACKEND     ?=
 SCHEDULER   ?=
+MAX_IDLE    ?=
 MODEL       ?=
 OUT         ?=
 DEVICE      ?=
@@ -120,7 +121,8 @@ RUN_OPTS      = $(call opt,DEVICE,--device) $(call opt,PRECISION,--precision) $(
                 $(call opt,BUDGET_MB,--budget-mb) $(call flag,TRUST_MODEL_CODE,--trust-model-code)
 FEATURES_OPTS = $(strip $(call opt,FEATURES,--features) $(call opt,JOBS,--jobs) $(call opt,GROUP_BY,--group-by) \
                 $(call opt,LAYOUT,--layout) \
-                $(call opt,BACKEND,--backend) $(call opt,SCHEDULER,--scheduler) $(ARGS))
+                $(call opt,BACKEND,--backend) $(call opt,SCHEDULER,--scheduler) $(call opt,MAX_IDLE,--max-idle) \
+                $(ARGS))
 INFER_OPTS    = $(strip $(call opt,OUT,--out) $(call opt,TOPK,--topk) $(RUN_OPTS) $(ARGS))
 CLASSIFY_OPTS = $(strip $(call opt,TOPK,--topk) $(call opt,JOBS,--jobs) $(RUN_OPTS) $(ARGS))
 EXPORT_OPTS   = $(strip $(call opt,FORMAT,--format) $(call opt,OUT,--out) $(call flag,TRUST_MODEL_CODE,--trust-model-code) \

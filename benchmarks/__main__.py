@@ -7,7 +7,7 @@ Writes ``benchmarks.json`` and ``benchmarks.md`` into ``--out-dir``
 ``--quick``, so a smoke run never overwrites the committed figures).
 ``--quick`` is a smoke run (tiny sizes, one repeat, under a minute) that exercises every benchmark and writes
 the same files; its values are not meaningful. Groups (``--only``): extract, extract-mem, plan, infer,
-infer-mem, reads, gpu, library, model, serve, serve-limits, startup, decode-formats; with ``--merge`` the
+infer-mem, reads, gpu, library, model, serve, serve-limits, startup, decode-formats, scale; with ``--merge`` the
 groups not rerun are kept from the report already there, each marked with its date. A group that needs what
 ``make install`` does not give (the quick model group renders with fluidsynth and a Debian SoundFont) is
 skipped where that is missing, with one line saying how to enable it (``make realcorpus-deps``). Nothing here
@@ -33,9 +33,9 @@ from . import bench_common
 from .bench_common import GroupResult, load_average, log, machine_info, wait_for_quiet
 
 GROUPS = ("extract", "extract-mem", "plan", "infer", "infer-mem", "reads", "gpu", "library", "model", "serve",
-          "serve-limits", "startup", "decode-formats")
+          "serve-limits", "startup", "decode-formats", "scale")
 
-#: Sizes: full run (about 6-8 minutes on 2 cores) and the smoke run.
+#: Sizes: full run (about 9-11 minutes on 2 cores, of which the scale group about 2.5) and the smoke run.
 FULL: dict[str, dict[str, Any]] = {
     "extract": dict(n_files=48, mean_seconds=50.0, repeats=5),
     "extract-mem": dict(short_seconds=300.0, long_seconds=7200.0, repeats=2),
@@ -55,6 +55,8 @@ FULL: dict[str, dict[str, Any]] = {
                          model=dict(width=8, depth=2)),
     "startup": dict(repeats=7),
     "decode-formats": dict(seconds=60.0, repeats=3),
+    "scale": dict(sizes=(10_000, 1_000_000), commits=1000, clips_per_shard=64, big_commits=3, big_rows=1000,
+                  one_row_commits=10, workers=2, limit_s=360.0, repeats=3),
 }
 QUICK: dict[str, dict[str, Any]] = {
     "extract": dict(n_files=8, mean_seconds=3.0, repeats=1, lhotse_pool=False, longer=2),
@@ -75,6 +77,8 @@ QUICK: dict[str, dict[str, Any]] = {
                          model=dict(width=8, depth=2)),
     "startup": dict(repeats=1),
     "decode-formats": dict(seconds=3.0, repeats=1),
+    "scale": dict(sizes=(1000, 10_000), commits=10, clips_per_shard=64, big_commits=1, big_rows=100,
+                  one_row_commits=3, workers=2, limit_s=60.0, repeats=1),
 }
 
 NOTES = [
@@ -140,6 +144,10 @@ def _runner(name: str, work: Path, sizes: dict[str, Any]) -> Callable[[], GroupR
         from . import bench_decode
 
         return lambda: bench_decode.run(work / "decode-formats", **sizes)
+    if name == "scale":
+        from . import bench_scale
+
+        return lambda: bench_scale.run(work / "scale", **sizes)
     if name == "model":
         from . import bench_model
 

@@ -9,7 +9,7 @@ prints any of them as one line, ``specstore: error: <message>``, and exits 2.
 
 from __future__ import annotations
 
-__all__ = ["ConfigError", "ExecutorError", "OutputPathError", "SpecstoreError"]
+__all__ = ["ConfigError", "ExecutorError", "OutputPathError", "SpecstoreError", "TaskLost"]
 
 
 class SpecstoreError(Exception):
@@ -27,3 +27,19 @@ class OutputPathError(SpecstoreError, ValueError):
 class ExecutorError(SpecstoreError, RuntimeError):
     """Where tasks should run cannot be had: a cluster's library is missing, its scheduler cannot be reached, or
     a local one cannot start (:mod:`specstore.common.executors`)."""
+
+
+class TaskLost(ExecutorError):
+    """A task that never finished because the processes running it were lost (killed, out of memory, a node
+    gone) as often as the cluster reruns such a task, or because a local pool broke under it.
+
+    One line: the task's key, where it ran, the cluster's error (kept as ``__cause__``).  A driver stops on
+    it after committing what has finished; a rerun resumes.
+    """
+
+    def __init__(self, key: str, where: str, cause: BaseException) -> None:
+        lines = str(cause).strip().splitlines()
+        detail = f"{type(cause).__name__}: {lines[0]}" if lines else type(cause).__name__
+        super().__init__(f"task {key} was lost on {where} ({detail})")
+        self.key = key
+        self.__cause__ = cause

@@ -124,6 +124,8 @@ def extract(corpus: str | os.PathLike[str], store: str | os.PathLike[str], optio
             raise ExtractError(f"repairing the store failed ({e.strerror or e})") from None
         summary.repaired = len(repaired.dropped_paths)
         remove_interrupted_shards(writer)
+        # Labels are numbered by name before the first commit, so the order work finishes in cannot number them.
+        writer.add_labels(it.label for it in items if it.label)
         run = ExtractRun(writer, summary, corpora, specs, options)
         run.plan(items, entry, options.remove_missing)
         n_jobs = min(options.jobs or usable_cores(), max(len(run.todo), 1))
@@ -134,6 +136,9 @@ def extract(corpus: str | os.PathLike[str], store: str | os.PathLike[str], optio
             run.decode(n_jobs, executor)
         if writer.commit_state.corpora != corpora:
             run.commit([], [], [])
+        dropped = writer.drop_unused_labels()  # a label none of whose files decoded gets no id
+        if dropped:
+            log.info("no file of label(s) %s could be decoded; they get no class number", ", ".join(dropped))
         summary.clips_in_store = writer.commit_state.n_clips
     summary.wall_seconds = time.perf_counter() - t0
     if loc.local is not None:

@@ -1,5 +1,5 @@
 """How an extraction runs: :class:`ExtractOptions`, and the bounds of its own settings (``--jobs``,
-``--block-seconds``, ``--commit-seconds``).
+``--block-seconds``, ``--commit-seconds``, ``--max-idle``, the empty-cluster warning's intervals).
 
 One home for each run option's name, default, help and bound:
 ``specstore features`` generates its run options from the fields
@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from specstore.common.errors import ConfigError
 from specstore.common.executors import BACKENDS
-from specstore.common.limits import Limit, check_fields
+from specstore.common.limits import Limit, bounded, check_fields
 from specstore.common.options import option
 from specstore.store.kinds import DEFAULT_KINDS
 
@@ -26,7 +26,8 @@ if TYPE_CHECKING:
     from specstore.common.executors import Executor
     from specstore.store import FeatureSpec
 
-__all__ = ["BLOCK_SECONDS", "COMMIT_SECONDS", "JOBS", "ExtractOptions"]
+__all__ = ["BLOCK_SECONDS", "COMMIT_SECONDS", "IDLE_WARN_EVERY", "IDLE_WARN_SECONDS", "JOBS", "MAX_IDLE",
+           "ExtractOptions"]
 
 JOBS = Limit(1, 4096, "tasks decoding at once: worker processes here, or a dask or ray cluster's workers, each "
                       "holding a block of audio; 4096 is beyond any cluster this tool drives", optional=True)
@@ -40,6 +41,17 @@ COMMIT_SECONDS = Limit(0.0, 3600.0, "seconds of finished work an interruption ma
                        kind=float)
 """``--commit-seconds``: how often finished shards are committed into the index."""
 
+MAX_IDLE = Limit(0.0, 7 * 86400.0, "seconds a run waits for a cluster that has no live workers before it stops; "
+                                   "unset waits forever, and a week is beyond any outage worth waiting out",
+                 kind=float, low_open=True, optional=True)
+"""``--max-idle``: how long a run waits while its cluster has no workers (None: for ever)."""
+
+IDLE_WARN_SECONDS = 30.0
+"""Seconds without a live worker before the first warning that names the scheduler."""
+IDLE_WARN_EVERY = 60.0
+"""Seconds between the further warnings while the cluster stays empty."""
+_IDLE_WARN_WHY = "seconds of an empty cluster before the run warns, and between warnings; a day at most"
+
 
 @dataclass(frozen=True)
 class ExtractOptions:
@@ -50,7 +62,11 @@ class ExtractOptions:
     ``backend`` (:data:`specstore.common.executors.BACKENDS`: ``loky`` local processes; ``threading``;
     ``dask`` with ``scheduler`` a ``tcp://`` address, or a local cluster when None; ``ray``, with
     ``scheduler`` a ray address), or on ``executor``, an :class:`~specstore.common.executors.Executor` of
-    the caller's (``backend`` and ``scheduler`` are then unused, and it is left open).  ``storage_options``
+    the caller's (``backend`` and ``scheduler`` are then unused, and it is left open).  While the executor
+    has no live workers (:meth:`~specstore.common.executors.Executor.live_workers`) and no task finishes,
+    the run warns, naming the scheduler, after ``idle_warn_seconds`` and then every ``idle_warn_every``
+    seconds; after ``max_idle`` seconds (None: never) it commits what has finished and stops with an
+    :class:`~specstore.pipeline.errors.ExtractError`.  ``storage_options``
     go to fsspec for a store at a URL.  The values are checked when the options are made
     (:class:`~specstore.common.errors.ConfigError`, one line).
     """
@@ -69,6 +85,11 @@ class ExtractOptions:
                                   limit=BLOCK_SECONDS)
     commit_seconds: float = option(2.0, "commit finished shards at most this often, seconds (0: after every task): "
                                         "an interruption loses at most this much work", limit=COMMIT_SECONDS)
+    max_idle: float | None = option(None, "stop the run when its cluster has had no live workers for this many "
+                                          "seconds (what has finished is committed first; rerun to resume)",
+                                    limit=MAX_IDLE, shown="wait for ever", metavar="SECONDS")
+    idle_warn_seconds: float = bounded(IDLE_WARN_SECONDS, 0.0, 86400.0, _IDLE_WARN_WHY, low_open=True)
+    idle_warn_every: float = bounded(IDLE_WARN_EVERY, 0.0, 86400.0, _IDLE_WARN_WHY, low_open=True)
     progress: bool = option(True, "show a progress bar")
     add_corpus: bool = option(False, "allow a store that holds another corpus to take this one too (its paths get "
                                      "their own prefix)")

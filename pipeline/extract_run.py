@@ -4,7 +4,10 @@ The driver (:func:`specstore.pipeline.extract.extract`) owns the store's writer;
 run indexes what needs no decoding, groups the rest into tasks (one task =
 one shard, :func:`plan_tasks`) for an executor's workers
 (:class:`specstore.common.executors.Executor`), and commits their results in
-small batches as they come back.
+small batches as they come back.  While it waits for them it watches the
+executor's live workers (:class:`IdleWatch`): a cluster that has had none for a
+while is named in a warning, repeated at intervals, and ``max_idle`` bounds the
+wait (what has finished is committed, then the run stops).
 """
 
 from __future__ import annotations
@@ -14,10 +17,11 @@ import math
 import os
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 from tqdm.auto import tqdm
 
+from specstore.common.errors import ExecutorError
 from specstore.common.executors import Executor, TaskFuture, task_key
 from specstore.store import Corpus, ErrorRow, FeatureSpec, IndexRow, ShardInfo, StoreWriter
 
@@ -29,7 +33,8 @@ from .extract_report import ExtractError, ExtractSummary
 from .hashing import Fingerprint
 from .tasks import TaskItem, TaskResult, run_task
 
-__all__ = ["MAX_ROUNDS", "MAX_TASK_BYTES", "MAX_TASK_FILES", "ExtractRun", "owner_of", "plan_tasks"]
+__all__ = ["IDLE_POLL_SECONDS", "MAX_ROUNDS", "MAX_TASK_BYTES", "MAX_TASK_FILES", "ExtractRun", "IdleWatch", "owner_of",
+           "plan_tasks"]
 
 log = logging.getLogger("specstore.pipeline.extract")
 
@@ -38,6 +43,9 @@ MAX_TASK_FILES = 64
 MAX_TASK_BYTES = 256 << 20
 #: Rounds of decoding for the copies of a file that changed while it was decoded.
 MAX_ROUNDS = 3
+#: Seconds between two looks at the live workers while no task finishes (less where the idle intervals are short).
+IDLE_POLL_SECONDS = 5.0
+
 
 def plan_tasks(todo: Sequence[tuple[TaskItem, int]], n_jobs: int, *, max_files: int = MAX_TASK_FILES,
                max_bytes: int = MAX_TASK_BYTES) -> list[list[TaskItem]]:
@@ -83,6 +91,74 @@ def _shrinking(items: list[TaskItem], size: int, n_jobs: int) -> list[list[TaskI
     return pieces
 
 
+class IdleWatch:
+    """Whether a run waits on an empty cluster: warns while ``executor`` has no live workers, and says when to stop.
+
+    The cluster is idle from the first look (:meth:`check`) that finds no live worker
+    (:meth:`~specstore.common.executors.Executor.live_workers`) until a look finds one or a task finishes
+    (:meth:`progress`: a cluster that finishes tasks works, whatever it reports).  After ``warn_after``
+    seconds idle a warning names the scheduler (:meth:`~specstore.common.executors.Executor.describe`), then
+    again every ``warn_every`` seconds; after ``max_idle`` seconds (None: never) :meth:`check` returns the
+    reason to stop.  ``clock``: seconds, monotonic.
+    """
+
+    def __init__(self, executor: Executor, warn_after: float, warn_every: float, max_idle: float | None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.executor, self.warn_after, self.warn_every, self.max_idle = executor, warn_after, warn_every, max_idle
+        self.clock = clock
+        intervals = [warn_after, warn_every] + ([max_idle] if max_idle is not None else [])
+        #: Seconds a driver waits for a task to finish before it looks at the workers again.
+        self.poll_seconds = min(IDLE_POLL_SECONDS, *(x / 4 for x in intervals))
+        self.idle_since: float | None = None
+        self.next_warning = 0.0
+        self.warned = False
+        #: Why the run stops (:meth:`finished` ended early), else None.
+        self.stopped: str | None = None
+
+    def progress(self) -> None:
+        """A task finished: the cluster is not idle."""
+        self.idle_since = None
+
+    def check(self, waiting: int) -> str | None:
+        """Look at the live workers (``waiting``: the tasks not finished); warn when due; the one-line reason to
+        stop when the cluster has been idle for ``max_idle`` seconds, else None."""
+        now = self.clock()
+        if self.executor.live_workers() > 0:
+            if self.warned:
+                log.warning("%s has live workers again; the run goes on", self.executor.describe())
+            self.idle_since, self.warned = None, False
+            return None
+        if self.idle_since is None:
+            self.idle_since, self.next_warning = now, now + self.warn_after
+        idle = now - self.idle_since
+        if self.max_idle is not None and idle >= self.max_idle:
+            return f"no live workers on {self.executor.describe()} for {idle:.1f} s (--max-idle {self.max_idle:g})"
+        if now >= self.next_warning:
+            log.warning("no live workers on %s for %.0f s: %d tasks wait for one (start workers, or --max-idle "
+                        "SECONDS stops the run)", self.executor.describe(), idle, waiting)
+            self.warned, self.next_warning = True, now + self.warn_every
+        return None
+
+    def finished(self, futures: Sequence[TaskFuture]) -> Iterator[TaskFuture]:
+        """``futures`` as they finish (``executor.as_completed``), looking at the workers whenever none has
+        finished for :attr:`poll_seconds`; ends early, with ``stopped`` set to the reason, when :meth:`check`
+        says to stop."""
+        self.stopped = None
+        pending = dict.fromkeys(futures)
+        while pending:
+            try:
+                for future in self.executor.as_completed(list(pending), timeout=self.poll_seconds):
+                    del pending[future]
+                    self.progress()
+                    yield future
+            except TimeoutError:
+                pass
+            if pending:
+                self.stopped = self.check(len(pending))
+                if self.stopped is not None:
+                    return
+
+
 def owner_of(path: str, corpora: Sequence[Corpus]) -> int:
     """Which corpus a stored path belongs to: the one with the longest matching prefix (-1: none)."""
     best, best_len = -1, -1
@@ -107,6 +183,7 @@ class ExtractRun:
         self.block_seconds, self.commit_seconds = options.block_seconds, options.commit_seconds
         self.progress = options.progress
         self.storage_options = options.storage_options
+        self.idle = (options.idle_warn_seconds, options.idle_warn_every, options.max_idle)
         self.token = uuid.uuid4().hex
         self.fps: dict[str, Fingerprint] = {}
         self.todo: dict[str, list[CorpusItem]] = {}
@@ -206,14 +283,17 @@ class ExtractRun:
                                    key=task_key("run_task", self.token, round_, *(f"{i.source}\0{i.hash}" for i in t)))
                    for t in tasks]
         summary = self.summary
+        watch = IdleWatch(executor, *self.idle)
         last = time.monotonic()
         bar = tqdm(total=sum(len(t) for t in tasks), unit="file", desc="extracting", disable=not self.progress,
                    dynamic_ncols=True)
         t0 = time.perf_counter()
+        collected: set[TaskFuture] = set()
         try:
-            for future in executor.as_completed(futures):
+            for future in watch.finished(futures):
                 res: TaskResult = future.result()
                 self._collect(res, todo)
+                collected.add(future)
                 bar.update(res.files)
                 elapsed = max(time.perf_counter() - t0, 1e-9)
                 bar.set_postfix(audio=f"{summary.audio_seconds / 3600:.2f}h",
@@ -231,6 +311,8 @@ class ExtractRun:
             if any(self.pending):
                 self.commit(*self.pending)
             raise
+        except ExecutorError as e:  # a task the cluster lost for good (TaskLost): keep what has finished
+            raise self._stop(str(e), futures, collected, todo) from e
         except BaseException:
             _cancel(futures)
             raise
@@ -239,6 +321,24 @@ class ExtractRun:
         if any(self.pending):
             self.commit(*self.pending)
             self.pending = ([], [], [])
+        if watch.stopped is not None:
+            raise self._stop(watch.stopped, futures, collected, todo, "start workers and rerun to resume")
+
+    def _stop(self, reason: str, futures: list[TaskFuture], collected: set[TaskFuture],
+              todo: dict[str, list[CorpusItem]], advice: str = "rerun to resume") -> ExtractError:
+        """The error that stops the run for ``reason`` (one line, ending with ``advice``), once the unfinished
+        tasks are cancelled and what has finished (``collected`` so far, and any task that finished meanwhile)
+        is committed."""
+        _cancel(futures)
+        done = [f for f in futures if f.done() and not f.cancelled() and f.exception() is None]
+        for f in done:
+            if f not in collected:
+                self._collect(f.result(), todo)
+        if any(self.pending):
+            self.commit(*self.pending)
+            self.pending = ([], [], [])
+        return ExtractError(f"{reason}: {len(done)} of {len(futures)} tasks finished and are committed "
+                            f"({self.writer.commit_state.n_clips} clips in the store); {advice}")
 
     def _collect(self, res: TaskResult, todo: dict[str, list[CorpusItem]]) -> None:
         shards, rows, errors = self.pending
@@ -267,7 +367,6 @@ class ExtractRun:
         summary.audio_seconds += res.seconds
         log_lines(res.decoder)  # the lines of worker processes (the driver's own are on stderr already)
         summary.decoder.add(res.decoder)
-
 
 
 def _cancel(futures: list[TaskFuture]) -> None:

@@ -16,7 +16,16 @@ from specstore.common.lazy import lazy_package
 __all__ = lazy_package(__name__)
 
 if TYPE_CHECKING:  # the exports, each imported on first use (specstore.common.lazy)
-    from .errors import IndexCorrupt, SpecMismatch, StoreCorrupt, StoreError, StoreLocked, StoreNotFound
+    from .create import create_store
+    from .errors import (
+        IndexCorrupt,
+        SpecMismatch,
+        StoreCorrupt,
+        StoreError,
+        StoreLocked,
+        StoreNotFound,
+        StoreUnavailable,
+    )
     from .layout import FORMAT_VERSION, escape_path, unescape_path
     from .metadata import Corpus
     from .reader import FeatureView, Store, open_store
@@ -24,4 +33,4 @@ if TYPE_CHECKING:  # the exports, each imported on first use (specstore.common.l
     from .spec import COMPUTE_VERSION, FeatureSpec, default_specs, spec_differences
     from .stacking import stack_parts
     from .validate import validate
-    from .writer import ErrorRow, IndexRow, RepairReport, StoreWriter, create_store
+    from .writer import ErrorRow, IndexRow, RepairReport, StoreWriter

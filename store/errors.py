@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from specstore.common.errors import SpecstoreError
 
-__all__ = ["IndexCorrupt", "SpecMismatch", "StoreCorrupt", "StoreError", "StoreLocked", "StoreNotFound"]
+__all__ = ["IndexCorrupt", "SpecMismatch", "Stale", "StoreCorrupt", "StoreError", "StoreLocked", "StoreNotFound",
+           "StoreUnavailable"]
 
 
 class StoreError(SpecstoreError):
@@ -41,3 +42,24 @@ class StoreLocked(StoreError):
 
 class SpecMismatch(StoreError):
     """A store was opened for writing with feature specs that differ from the stored ones."""
+
+
+class Stale(StoreError):  # noqa: N818 - a signal inside the writer, never raised to a user
+    """A row's content is not in the index a writer read at open; it may be in a shard committed since, and
+    the writer reads the index again (:class:`specstore.store.writer.StoreWriter`)."""
+
+
+class StoreUnavailable(StoreError):
+    """The storage a store lives on failed (unreachable endpoint, refused credentials, network error).
+
+    Not damage: the store may be whole; the message names the store, the object and the cause on one line.
+    Raised in a DataLoader worker, torch raises it again in the parent with a message of many lines
+    ("Caught StoreUnavailable in DataLoader worker process 0.", then the worker's traceback); the message
+    kept is then the traceback's last line, the original one, so a command still prints the cause.
+    """
+
+    def __init__(self, message: str) -> None:
+        lines = [line for line in message.strip().splitlines() if line.strip()]
+        if len(lines) > 1 and lines[0].startswith("Caught ") and ": " in lines[-1]:
+            message = lines[-1].split(": ", 1)[1]
+        super().__init__(message)

@@ -1,27 +1,29 @@
-"""The clip index and the error table of one commit, edited in memory before :meth:`StoreWriter.commit` writes them.
+"""What the writer knows of the committed index between commits, and the segment one commit appends.
 
-:class:`IndexEdit` starts from the committed columns (:data:`specstore.store.layout.INDEX_COLUMNS`),
-takes shards out or in, indexes rows, records and clears errors, and gives
-the next generation's columns, sorted by path so the committed content does
-not depend on the order work finished in.  Nothing here touches the store.
+:class:`LiveIndex` is loaded once when a writer opens (the merged index) and then kept up to date with
+each commit's changes, at the cost of what the commit adds: which paths are indexed or recorded as bad,
+where each content lies, the label names and the shards.  :meth:`LiveIndex.edit` turns one commit's
+shards, rows, errors and removals into the segment it appends (:mod:`specstore.store.segments`), sorted by
+path so the committed content does not depend on the order work finished in, and the counts after it;
+:meth:`LiveIndex.apply` takes it in once it is committed.  Nothing here touches the store.
 """
 
 from __future__ import annotations
 
-import dataclasses
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
 from specstore.common.errors import ConfigError
 
-from .errors import StoreError
-from .layout import INDEX_COLUMNS
+from .errors import Stale, StoreError
+from .layout import ERROR_COLUMNS, GONE_COLUMNS, INDEX_COLUMNS, SHARD_COLUMNS
+from .segments import Segment
 from .shard_writer import ShardInfo
+from .table import column
 
-__all__ = ["ErrorRow", "IndexEdit", "IndexRow"]
+__all__ = ["ErrorRow", "IndexRow", "LiveIndex", "Pending", "Stale", "column"]
 
 
 @dataclass(frozen=True)
@@ -58,102 +60,198 @@ class _Place:
     duration: float
 
 
+#: One row as the segment stores it, in :data:`INDEX_COLUMNS` order (``label``: an index, -1 = none).
+_Entry = tuple[str, int, str, int, int, int, float, str, int, int]
+
+
 @dataclass
-class _Entry:
-    """One row of the clip index, its fields in :data:`INDEX_COLUMNS` order (``label``: an index, -1 = none)."""
+class Pending:
+    """One commit's changes, computed by :meth:`LiveIndex.edit` and taken in by :meth:`LiveIndex.apply`."""
 
-    path: str
-    label: int
-    hash: str
-    shard: int
-    offset: int
-    n_frames: int
-    duration: float
-    group: str
-    size: int
-    mtime_ns: int
-
-    @property
-    def place(self) -> _Place:
-        return _Place(self.shard, self.offset, self.n_frames, self.duration)
+    segment: Segment
+    rows: dict[str, IndexRow]
+    errors: dict[str, str]
+    gone: set[str]
+    shards: list[ShardInfo]
+    labels: list[str]
+    n_clips: int
+    n_errors: int
 
 
-if tuple(f.name for f in dataclasses.fields(_Entry)) != tuple(INDEX_COLUMNS):  # pragma: no cover - a format edit
-    raise AssertionError("_Entry's fields must be INDEX_COLUMNS, in order")
+class LiveIndex:
+    """The committed index as the writer needs it for its next commit (see the module docstring).
 
+    ``merged`` is the committed index read when the writer opened (rows sorted by path, errors, shards);
+    what commits change afterwards is kept beside it (which paths are indexed now: about 150 bytes a
+    path), so no commit reads or rewrites the rows before it.  The set of indexed paths and the place of
+    each stored content are built from ``merged`` the first time a commit needs them.  What needs the
+    rows themselves after commits (:meth:`rows`, a content committed since open) is :attr:`stale`: the
+    writer reads the index again, once.
+    """
 
-class IndexEdit:
-    """The next commit's index and error table, built from the committed ones (see the module docstring)."""
-
-    def __init__(self, index: Mapping[str, np.ndarray], keep: Sequence[int], old_shards: Sequence[str],
-                 label_names: Sequence[str], errors: dict[str, str]) -> None:
-        """Start from the committed ``index`` columns, keeping the rows of shards ``keep`` (renumbered in order)."""
-        renumber = {i: j for j, i in enumerate(keep)}
-        self.shard_names = [old_shards[i] for i in keep]
+    def __init__(self, merged: Segment, label_names: Sequence[str], n_clips: int, n_errors: int) -> None:
+        self.snapshot = merged
+        self.shard_names: list[str] = merged.shards["name"].tolist()
+        self.shard_frames: list[int] = [int(n) for n in merged.shards["n_frames"].tolist()]
         self.labels = list(label_names)
         self._label_id = {n: i for i, n in enumerate(self.labels)}
-        self.by_path: dict[str, _Entry] = {}
-        self.where_is: dict[str, _Place] = {}
-        self.errors = errors
-        for values in zip(*(index[c].tolist() for c in INDEX_COLUMNS), strict=False):
-            entry = _Entry(*values)
-            if entry.shard not in renumber:
-                continue
-            entry.shard = renumber[entry.shard]
-            self.by_path[entry.path] = entry
-            self.where_is.setdefault(entry.hash, entry.place)
+        self.n_clips, self.n_errors = n_clips, n_errors
+        self.errors: dict[str, str] = dict(zip(merged.errors["path"].tolist(), merged.errors["reason"].tolist(),
+                                               strict=True))
+        self.changed: dict[str, bool] = {}  # paths committed since open: indexed now or not
+        self._indexed: set[str] | None = None
+        self._old_places: dict[str, int] | None = None  # content hash -> a row of the snapshot
+        self.labels_used: set[str] = set()  # label names of rows committed since open
+        labels = merged.rows["label"]
+        self._label_rows = np.bincount(labels[labels >= 0], minlength=len(self.labels))
 
-    def add_shards(self, shards: Sequence[ShardInfo]) -> None:
-        """New shards after the kept ones; their clips' contents become indexable."""
-        for info in shards:
-            if info.name in self.shard_names:
+    # -- what is committed --------------------------------------------------------------------
+    def indexed(self, path: str) -> bool:
+        """Whether ``path`` is in the committed index."""
+        now = self.changed.get(path)
+        if now is not None:
+            return now
+        if self._indexed is None:
+            self._indexed = set(self.snapshot.rows["path"].tolist())
+        return path in self._indexed
+
+    def place(self, content: str) -> _Place | None:
+        """Where the frames of content hash ``content`` are, if a row read at open holds them."""
+        rows = self.snapshot.rows
+        if self._old_places is None:
+            hashes = rows["hash"].tolist()
+            self._old_places = {h: i for i, h in reversed(list(enumerate(hashes)))}
+        i = self._old_places.get(content)
+        if i is None:
+            return None
+        return _Place(int(rows["shard"][i]), int(rows["offset"][i]), int(rows["n_frames"][i]),
+                      float(rows["duration"][i]))
+
+    @property
+    def stale(self) -> bool:
+        """Whether commits changed the index since it was read (:meth:`rows` and :meth:`hashes` need it read
+        again)."""
+        return bool(self.changed)
+
+    def hashes(self) -> set[str]:
+        """Content hashes of the indexed rows read at open (their paths can be indexed without decoding)."""
+        return set(self.snapshot.rows["hash"].tolist())
+
+    def rows(self) -> dict[str, IndexRow]:
+        """``path -> IndexRow`` of every row read at open."""
+        names, r = self.labels, self.snapshot.rows
+        return {p: IndexRow(p, h, names[lab] if lab >= 0 else None, g, sz, mt) for p, h, lab, g, sz, mt in
+                zip(*(r[c].tolist() for c in ("path", "hash", "label", "group", "size", "mtime_ns")), strict=True)}
+
+    # -- labels ----------------------------------------------------------------------------
+    def new_labels(self, names: Iterable[str | None]) -> list[str]:
+        """The names among ``names`` the store has no id for yet, sorted (the order they take ids in)."""
+        return sorted({n for n in names if n and n not in self._label_id})
+
+    def holds(self, label: str) -> bool:
+        """Whether a row holds ``label``: one committed before the writer opened, or since."""
+        i = self._label_id.get(label, -1)
+        return label in self.labels_used or 0 <= i < len(self._label_rows) and bool(self._label_rows[i])
+
+    def keep_labels(self, before: LiveIndex) -> None:
+        """Take over the labels ``before`` (this index read earlier) gave ids to, committed or not, and
+        what it knows of their use."""
+        self.labels = list(before.labels)
+        self.labels_used |= before.labels_used
+        self.reset_label_ids()
+
+    def reset_label_ids(self) -> None:
+        """Number the labels by their place in :attr:`labels` again (after labels were taken out)."""
+        self._label_id = {n: i for i, n in enumerate(self.labels)}
+
+    def add_labels(self, names: Iterable[str]) -> None:
+        """Give ids to the labels of ``names`` new to the store: after the earlier ones, sorted by name."""
+        for n in self.new_labels(names):
+            self._label_id[n] = len(self.labels)
+            self.labels.append(n)
+
+    # -- one commit ------------------------------------------------------------------------
+    def edit(self, shards: Sequence[ShardInfo], rows: Sequence[IndexRow], errors: Sequence[ErrorRow],
+             clear: Iterable[str], remove: Iterable[str]) -> Pending:
+        """The segment one commit appends, and the counts after it.  Nothing changes until :meth:`apply`.
+
+        For each path the strongest of the commit's mentions decides: an error, then a removal, then a
+        row (the last given), then a cleared error.  A row's content must be in ``shards`` or committed.
+        """
+        places: dict[str, _Place] = {}
+        first = len(self.shard_names)
+        for k, info in enumerate(shards):
+            if info.name in self.shard_names or any(info.name == s.name for s in shards[:k]):
                 raise StoreError(f"shard {info.name} is already committed")
-            self.shard_names.append(info.name)
             for c in info.clips:
-                self.where_is.setdefault(c.hash, _Place(len(self.shard_names) - 1, c.offset, c.n_frames, c.duration))
-
-    def _label(self, name: str | None) -> int:
-        """The index of label ``name`` (added to the label names if new); -1 for no label."""
-        if name is None or name == "":
-            return -1
-        if name not in self._label_id:
-            self._label_id[name] = len(self.labels)
-            self.labels.append(name)
-        return self._label_id[name]
-
-    def add_rows(self, rows: Sequence[IndexRow]) -> None:
-        """Index ``rows`` (replacing the rows of their paths); a row's content must be in a shard."""
-        for r in rows:
-            if r.hash not in self.where_is:
-                raise StoreError(f"cannot index {r.path}: its content {r.hash[:12]} is in no shard")
-            check_text(r.path, "path")
-            lab = self._label(r.label)
-            p = self.where_is[r.hash]
-            self.by_path[r.path] = _Entry(r.path, lab, r.hash, p.shard, p.offset, p.n_frames, p.duration,
-                                          r.group or "", int(r.size), int(r.mtime_ns))
-
-    def settle_errors(self, errors: Sequence[ErrorRow], clear: Iterable[str], remove: Iterable[str]) -> None:
-        """Paths in ``clear`` or ``remove`` leave the error table, ``remove`` the index; ``errors`` are recorded
-        (their paths leave the index)."""
+                places.setdefault(c.hash, _Place(first + k, c.offset, c.n_frames, c.duration))
         gone = set(remove)
-        for p in [*clear, *gone]:
-            self.errors.pop(p, None)
+        failed = {e.path: " ".join(str(e.reason).split()) or "unreadable" for e in errors}
+        for p in failed:
+            check_text(p, "path")
+        new_rows: dict[str, IndexRow] = {}
+        for r in rows:
+            check_text(r.path, "path")
+            if r.hash not in places and self.place(r.hash) is None:
+                if self.stale:  # perhaps committed since open: the writer reads the index again and retries
+                    raise Stale(r.hash)
+                raise StoreError(f"cannot index {r.path}: its content {r.hash[:12]} is in no shard")
+            new_rows[r.path] = r
+        for p in failed:  # an error is recorded whatever else the commit says of its path
+            new_rows.pop(p, None)
+            gone.discard(p)
         for p in gone:
-            self.by_path.pop(p, None)
-        for e in errors:
-            check_text(e.path, "path")
-            self.errors[e.path] = " ".join(str(e.reason).split()) or "unreadable"
-            self.by_path.pop(e.path, None)
+            new_rows.pop(p, None)
+        gone |= {p for p in clear if p in self.errors and p not in failed and p not in new_rows}
+        gone = {p for p in gone if self.indexed(p) or p in self.errors}
+        labels = self.new_labels(r.label for r in new_rows.values())
+        n_clips, n_errors = self.n_clips, self.n_errors
+        for p in new_rows:
+            n_clips += not self.indexed(p)
+            n_errors -= p in self.errors
+        for p in failed:
+            n_clips -= self.indexed(p)
+            n_errors += p not in self.errors
+        for p in gone:
+            n_clips -= self.indexed(p)
+            n_errors -= p in self.errors
+        ids = {**self._label_id, **{n: len(self.labels) + i for i, n in enumerate(labels)}}
+        entries: list[_Entry] = []
+        for p in sorted(new_rows):
+            r = new_rows[p]
+            at = places.get(r.hash) or self.place(r.hash)
+            assert at is not None
+            entries.append((p, ids[r.label] if r.label else -1, r.hash, at.shard, at.offset, at.n_frames,
+                            at.duration, r.group or "", int(r.size), int(r.mtime_ns)))
+        bad = sorted(failed)
+        segment = Segment(
+            rows={c: column([e[i] for e in entries], dt) for i, (c, dt) in enumerate(INDEX_COLUMNS.items())},
+            shards={"name": column([s.name for s in shards], SHARD_COLUMNS["name"]),
+                    "n_frames": column([s.n_frames for s in shards], SHARD_COLUMNS["n_frames"])},
+            errors={"path": column(bad, ERROR_COLUMNS["path"]),
+                    "reason": column([failed[p] for p in bad], ERROR_COLUMNS["reason"])},
+            gone={"path": column(sorted(gone), GONE_COLUMNS["path"])},
+        )
+        return Pending(segment, new_rows, failed, gone, list(shards), labels, n_clips, n_errors)
 
-    def index_columns(self) -> dict[str, np.ndarray]:
-        """The index as columns, rows sorted by path."""
-        ordered = [self.by_path[p] for p in sorted(self.by_path)]
-        return {c: column([getattr(e, c) for e in ordered], dt) for c, dt in INDEX_COLUMNS.items()}
-
-    def error_columns(self) -> dict[str, np.ndarray]:
-        """The error table as columns, sorted by path."""
-        paths = sorted(self.errors)
-        return {"path": column(paths, "str"), "reason": column([self.errors[p] for p in paths], "str")}
+    def apply(self, pending: Pending) -> None:
+        """Take in a commit's changes once it is committed."""
+        self.add_labels(pending.labels)
+        for info in pending.shards:
+            self.shard_names.append(info.name)
+            self.shard_frames.append(info.n_frames)
+        for p, r in pending.rows.items():
+            self.changed[p] = True
+            self.errors.pop(p, None)
+            if r.label:
+                self.labels_used.add(r.label)
+        for p, reason in pending.errors.items():
+            self.changed[p] = False
+            self.errors[p] = reason
+        for p in pending.gone:
+            self.changed[p] = False
+            self.errors.pop(p, None)
+        self.n_clips, self.n_errors = pending.n_clips, pending.n_errors
 
 
 def check_text(value: str, what: str) -> None:
@@ -162,12 +260,3 @@ def check_text(value: str, what: str) -> None:
         value.encode("utf-8")
     except UnicodeEncodeError:
         raise ConfigError(f"{what} {value!r} is not valid UTF-8; escape it with store.escape_path") from None
-
-
-def column(values: list[Any], dtype: str) -> np.ndarray:
-    """A 1-D column of ``values`` (``"str"`` = variable-length UTF-8)."""
-    if dtype == "str":
-        return (
-            np.array(values, dtype=np.dtypes.StringDType()) if values else np.array([], dtype=np.dtypes.StringDType())
-        )
-    return np.asarray(values, dtype=dtype)

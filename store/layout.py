@@ -4,8 +4,10 @@ A store is a zarr v3 group::
 
     <root>/zarr.json                      attributes["specstore"] = metadata (see FORMAT.md)
     <root>/shards/<shard>/<feature>       (frames_in_shard, n_bins) array, one per feature
-    <root>/index/<generation>/<column>    1-D columns of the committed clip index
-    <root>/index/<generation>/errors/...  path / reason of files that failed
+    <root>/index/<segment>/<column>       1-D columns of the rows one commit added (format 3: segments)
+    <root>/index/<segment>/shards/...     name / n_frames of the shards it added
+    <root>/index/<segment>/errors/...     path / reason of files it recorded as failed
+    <root>/index/<segment>/gone/path      paths it took out of the index and the error table
     <root>/.specstore-lock                the writer lock (not a zarr node; see store/lock.py)
 
 Everything here is pure: string building and metadata dicts, no I/O.
@@ -17,7 +19,10 @@ import re
 from typing import Any
 
 FORMAT_NAME = "specstore"
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
+#: Versions this specstore reads: 2 (one whole index per commit) and 3 (index segments).  A writer upgrades
+#: a version-2 store to version 3 at its first commit.
+READABLE_VERSIONS = (2, 3)
 ATTR_KEY = "specstore"
 LAYOUTS = ("raw", "zstd")
 
@@ -39,12 +44,21 @@ INDEX_COLUMNS: dict[str, str] = {
     "mtime_ns": "int64",  # its modification time, ns since the epoch (-1 = unknown)
 }
 ERROR_COLUMNS: dict[str, str] = {"path": "str", "reason": "str"}
+#: A segment's table of the shards it adds (their numbers continue the earlier segments').
+SHARD_COLUMNS: dict[str, str] = {"name": "str", "n_frames": "int64"}
+#: A segment's table of the paths it takes out of the index and the error table.
+GONE_COLUMNS: dict[str, str] = {"path": "str"}
+SHARD_TABLE = "shards"
+GONE_TABLE = "gone"
 
 #: Frames per chunk in the compressed layout (a random read decompresses ~1-2 chunks).
 ZSTD_CHUNK_FRAMES = 4096
 ZSTD_LEVEL = 3
-#: How many earlier index generations are kept for readers still opening them.
+#: How many index generations are kept (this one and the ones before), for readers still opening them.
 KEEP_GENERATIONS = 3
+#: The rule that numbered a store's labels (``commit.label_numbering.rule``): every run or commit adds the
+#: labels new to the store after the earlier ones, sorted by name among themselves.
+LABEL_RULE = "sorted-per-run"
 #: The writer lock, a plain file (local) or object (fsspec) beside the root zarr.json.
 LOCK_NAME = ".specstore-lock"
 #: Content hashes a store may key its clips on (``metadata["content_hash"]``): the hex digest of a source
@@ -61,8 +75,10 @@ CHECKSUM_ALGORITHM = "crc32c"
 
 #: What a shard or feature name may be: one path segment that cannot leave its folder ("..", "/", "\\").
 SAFE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")
-#: What ``commit.index`` may name: an index generation's group.
+#: What ``commit.index`` may name (format 2): an index generation's group.
 INDEX_NAME = re.compile(rf"{INDEX_GROUP}/g[0-9]{{6,12}}")
+#: What ``commit.segments`` may name (format 3): a segment's group.
+SEGMENT_NAME = re.compile(rf"{INDEX_GROUP}/s[0-9]{{6,12}}")
 
 
 def shard_path(shard: str, feature: str | None = None) -> str:
@@ -80,10 +96,15 @@ def index_path(generation: int) -> str:
     return f"{INDEX_GROUP}/{generation_name(generation)}"
 
 
+def segment_path(generation: int) -> str:
+    """Group path of the index segment written by commit ``generation`` (``index/s000007``)."""
+    return f"{INDEX_GROUP}/s{generation:06d}"
+
+
 def empty_commit() -> dict[str, Any]:
     """The commit record of a store with nothing committed yet."""
-    return {"generation": 0, "index": None, "shards": [], "shard_frames": [], "label_names": [], "n_clips": 0,
-            "n_errors": 0}
+    return {"generation": 0, "segments": [], "segment_sizes": [], "history": [], "n_shards": 0, "label_names": [],
+            "label_numbering": {"rule": LABEL_RULE, "since": 0}, "n_clips": 0, "n_errors": 0}
 
 
 def escape_path(path: str) -> str:

@@ -3,26 +3,168 @@
 Besides handing zarr a store object, a :class:`Location` reads, sizes and
 deletes single objects by key (``"zarr.json"``, ``"shards/ab12/mel/c/0/0"``):
 what the checksum checks, the writer lock and the raw shard writer need.
+
+The zarr store of a URL (:meth:`Location.zarr_store`) is safe to use after
+``fork``: an async fsspec filesystem (s3fs, gcsfs, HTTP through aiohttp)
+holds a session bound to the event loop of the process that made it, and a
+forked child (a DataLoader worker) that used it would hang or fail with
+"attached to a different loop".  The store object opens its filesystem
+again in every process that uses it, so a :class:`~specstore.store.Store`
+opened before the fork (or any zarr group made from it) reads in the child
+too; pickled, it carries only the URL and the options.
+
+A failure of the storage itself (an endpoint that does not answer, refused
+credentials, a network error) is :class:`StoreUnavailable`, one line naming
+the store, the object and the cause, never mistaken for damage
+(:class:`~specstore.store.StoreCorrupt`).  A missing object is no failure:
+it reads as ``None``, as in zarr.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import zarr
+from zarr.abc.store import ByteRequest
 from zarr.abc.store import Store as ZarrStore
-from zarr.core.buffer import default_buffer_prototype
+from zarr.core.buffer import Buffer, BufferPrototype, default_buffer_prototype
 from zarr.core.sync import sync
-from zarr.storage import FsspecStore, LocalStore
+from zarr.storage import FsspecStore, LocalStore, WrapperStore
 
-from specstore.common.errors import ConfigError, OutputPathError
+from specstore.common.errors import ConfigError, OutputPathError, SpecstoreError
 
+from .errors import StoreUnavailable
 from .presence import local_root
 
-__all__ = ["Location", "as_location"]
+__all__ = ["Location", "StoreUnavailable", "as_location"]
+
+T = TypeVar("T")
+
+#: What reading a URL may raise that is an answer, not a failure: no such object (zarr reads it as None), a
+#: wrong argument, or one of the project's own one-line errors.
+_ANSWERS: tuple[type[BaseException], ...] = (FileNotFoundError, IsADirectoryError, NotADirectoryError, KeyError,
+                                             ValueError, TypeError, NotImplementedError, SpecstoreError)
+
+
+def unavailable(url: str, doing: str, key: str, error: BaseException) -> StoreUnavailable:
+    """``"s3://b/x.zarr: cannot read zarr.json: EndpointConnectionError: Could not connect ..."`` as one line."""
+    cause = " ".join(str(error).split()) or "no message"
+    what = f"{doing} {key}" if key else doing
+    return StoreUnavailable(f"{url}: {what}: {type(error).__name__}: {cause}")
+
+
+class _ForkSafeStore(WrapperStore[FsspecStore]):
+    """An :class:`~zarr.storage.FsspecStore` for a URL that opens its filesystem again in each process.
+
+    ``_store`` is made on first use in each process (``os.getpid()`` differs
+    from the one that made it: a forked child); fsspec's own instance cache
+    is emptied on fork too, so the child gets a filesystem with its own
+    session and event loop.  Storage failures become :class:`StoreUnavailable`.
+    """
+
+    def __init__(self, url: str, storage_options: dict[str, Any], read_only: bool) -> None:
+        # (WrapperStore's __init__ is not called: it would set the store that _store makes per process)
+        self._url, self._options, self._read_only_flag = url, dict(storage_options), read_only
+        self._pid = -1
+        self._inner: FsspecStore | None = None
+
+    @property
+    def _store(self) -> FsspecStore:
+        if self._inner is None or self._pid != os.getpid():
+            self._inner = FsspecStore.from_url(self._url, storage_options=self._options or None,
+                                               read_only=self._read_only_flag)
+            self._pid = os.getpid()
+        return self._inner
+
+    @_store.setter
+    def _store(self, store: FsspecStore) -> None:
+        self._inner, self._pid = store, os.getpid()
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"_url": self._url, "_options": self._options, "_read_only_flag": self._read_only_flag,
+                "_pid": -1, "_inner": None}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+
+    def _with_store(self, store: FsspecStore) -> _ForkSafeStore:
+        return _ForkSafeStore(self._url, self._options, store.read_only)
+
+    def with_read_only(self, read_only: bool = False) -> _ForkSafeStore:
+        return _ForkSafeStore(self._url, self._options, read_only)
+
+    def __eq__(self, value: object) -> bool:
+        return (isinstance(value, _ForkSafeStore) and (self._url, self._options, self._read_only_flag)
+                == (value._url, value._options, value._read_only_flag))
+
+    def __hash__(self) -> int:
+        return hash((self._url, self._read_only_flag))
+
+    def __str__(self) -> str:
+        return self._url
+
+    def __repr__(self) -> str:
+        return f"_ForkSafeStore({self._url!r}, read_only={self._read_only_flag})"
+
+    async def _guard(self, doing: str, key: str, call: Callable[[], Awaitable[T]], *, writing: bool = False) -> T:
+        """``call()``, its storage failures raised as :class:`StoreUnavailable` (``writing``: a missing
+        bucket or folder too, which a read reports as a missing object)."""
+        try:
+            return await call()
+        except (FileNotFoundError, NotADirectoryError) as e:
+            if writing:
+                raise unavailable(self._url, doing, key, e) from e
+            raise
+        except _ANSWERS:
+            raise
+        except Exception as e:  # noqa: BLE001 - any other failure of the storage: one line, with its cause
+            raise unavailable(self._url, doing, key, e) from e
+
+    async def get(self, key: str, prototype: BufferPrototype, byte_range: ByteRequest | None = None) -> Buffer | None:
+        return await self._guard("cannot read", key, lambda: self._store.get(key, prototype, byte_range))
+
+    async def get_partial_values(self, prototype: BufferPrototype,
+                                 key_ranges: Iterable[tuple[str, ByteRequest | None]]) -> list[Buffer | None]:
+        ranges = list(key_ranges)
+        first = ranges[0][0] if ranges else ""
+        return await self._guard("cannot read", first, lambda: self._store.get_partial_values(prototype, ranges))
+
+    async def exists(self, key: str) -> bool:
+        return await self._guard("cannot read", key, lambda: self._store.exists(key))
+
+    async def getsize(self, key: str) -> int:
+        return await self._guard("cannot read", key, lambda: self._store.getsize(key))
+
+    async def set(self, key: str, value: Buffer) -> None:
+        await self._guard("cannot write", key, lambda: self._store.set(key, value), writing=True)
+
+    async def delete(self, key: str) -> None:
+        await self._guard("cannot delete", key, lambda: self._store.delete(key))
+
+    async def delete_dir(self, prefix: str) -> None:
+        await self._guard("cannot delete", prefix, lambda: self._store.delete_dir(prefix))
+
+    def list(self) -> AsyncIterator[str]:
+        return self._listing("", self._store.list())
+
+    def list_prefix(self, prefix: str) -> AsyncIterator[str]:
+        return self._listing(prefix, self._store.list_prefix(prefix))
+
+    def list_dir(self, prefix: str) -> AsyncIterator[str]:
+        return self._listing(prefix, self._store.list_dir(prefix))
+
+    async def _listing(self, prefix: str, keys: AsyncIterator[str]) -> AsyncIterator[str]:
+        try:
+            async for key in keys:
+                yield key
+        except _ANSWERS:
+            raise
+        except Exception as e:  # noqa: BLE001 - as in _guard
+            raise unavailable(self._url, "cannot list", prefix, e) from e
 
 
 @dataclass(frozen=True)
@@ -42,7 +184,7 @@ class Location:
         """A zarr store object for this location."""
         if self.local is not None:
             return LocalStore(self.local, read_only=read_only)
-        return FsspecStore.from_url(self.url, storage_options=self.storage_options or None, read_only=read_only)
+        return _ForkSafeStore(self.url, self.storage_options, read_only)
 
     def get(self, key: str) -> bytes | None:
         """The bytes of the object at ``key`` (relative to the store root), or None when there is none."""
@@ -89,7 +231,14 @@ class Location:
         from fsspec.core import url_to_fs
 
         fs, root = url_to_fs(self.url, **self.storage_options)
-        fs.put_file(str(local_file), f"{root.rstrip('/')}/{key}")
+        try:
+            fs.put_file(str(local_file), f"{root.rstrip('/')}/{key}")
+        except (FileNotFoundError, NotADirectoryError) as e:  # no bucket: a write cannot miss an object
+            raise unavailable(self.url, "cannot write", key, e) from e
+        except _ANSWERS:
+            raise
+        except Exception as e:  # noqa: BLE001 - a failure of the storage: one line, with its cause
+            raise unavailable(self.url, "cannot write", key, e) from e
 
     def check_writable_path(self) -> None:
         """Refuse, before any work, a local store path that is a file or lies under one."""
@@ -133,6 +282,10 @@ class Location:
                                               for p in fs.ls(path, detail=False))
         except FileNotFoundError:
             return True
+        except _ANSWERS:
+            raise
+        except Exception as e:  # noqa: BLE001 - a failure of the storage: one line, with its cause
+            raise unavailable(self.url, "cannot list", "", e) from e
 
     def __str__(self) -> str:
         return self.url

@@ -17,15 +17,18 @@ from .layout import (
     FORMAT_VERSION,
     INDEX_GROUP,
     INDEX_NAME,
+    LABEL_RULE,
     LAYOUTS,
     LEGACY_CONTENT_HASH,
+    READABLE_VERSIONS,
     SAFE_NAME,
+    SEGMENT_NAME,
     empty_commit,
 )
 from .location import Location
 from .spec import FeatureSpec
 
-__all__ = ["StoreMetadata", "Commit", "Corpus", "load_metadata", "open_root"]
+__all__ = ["StoreMetadata", "Commit", "Corpus", "LabelNumbering", "load_metadata", "open_root"]
 
 
 @dataclass(frozen=True)
@@ -45,13 +48,36 @@ class Corpus:
 
 
 @dataclass(frozen=True)
-class Commit:
-    """One committed state: which index generation and which shards are visible.
+class LabelNumbering:
+    """The rule that numbered a store's labels: labels ``since`` on follow ``rule``.
 
-    ``shard_frames[k]`` is shard ``k``'s frame count (what its own record
-    says), so a reader checks every extent of the index against its shard's
-    end without opening a shard; None for stores committed before commits
-    recorded it (a reader then checks each shard when it opens it).
+    :data:`~specstore.store.layout.LABEL_RULE`: each run (or commit) adds the labels new to the store after
+    the earlier ones, sorted by name among themselves, so two extractions of one corpus number their
+    classes alike whatever order their work finished in.  Labels before ``since`` were numbered as they
+    were first committed (stores written before the rule; they keep their numbering).
+    """
+
+    rule: str = LABEL_RULE
+    since: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"rule": self.rule, "since": self.since}
+
+
+@dataclass(frozen=True)
+class Commit:
+    """One committed state: which index segments (format 3) or index generation (format 2) and which shards.
+
+    Format 3 (what this specstore writes): ``segments`` are the index's segment groups, oldest first, with
+    ``segment_sizes`` (entries each: rows, errors, removed paths and shards; what compaction weighs) and
+    ``history`` (the segment groups of the commits before, kept for readers still opening them).  The
+    shard list is the concatenation of the segments' shard tables, so the root document stays small at
+    any store size; ``shards`` and ``shard_frames`` are filled in when the segments are read
+    (:meth:`with_shards`), and ``n_shards`` says how many there must be.
+
+    Format 2: ``index`` is the one index group, ``shards`` and ``shard_frames`` are in the document
+    (``shard_frames`` None for stores committed before it was recorded: a reader then checks each shard
+    when it opens it).
     """
 
     generation: int
@@ -62,29 +88,70 @@ class Commit:
     n_errors: int
     corpora: tuple[Corpus, ...] = ()
     shard_frames: tuple[int, ...] | None = None
+    segments: tuple[str, ...] | None = None
+    segment_sizes: tuple[int, ...] = ()
+    history: tuple[tuple[str, ...], ...] = ()
+    n_shards: int = 0
+    label_numbering: LabelNumbering | None = None
+
+    @property
+    def segmented(self) -> bool:
+        """Whether this commit is format 3's (index segments), not format 2's (one index group)."""
+        return self.segments is not None
+
+    def with_shards(self, shards: tuple[str, ...], frames: tuple[int, ...]) -> Commit:
+        """This commit with the shard list read from its segments."""
+        return replace(self, shards=shards, shard_frames=frames)
 
     def to_dict(self) -> dict[str, Any]:
-        doc: dict[str, Any] = {
-            "generation": self.generation, "index": self.index, "shards": list(self.shards),
-            "label_names": list(self.label_names), "n_clips": self.n_clips, "n_errors": self.n_errors,
-            "corpora": [c.to_dict() for c in self.corpora],
+        """The format-3 document (a writer always writes format 3)."""
+        if self.segments is None:
+            raise StoreError("a format-2 commit is not written again; a writer upgrades the store first")
+        return {
+            "generation": self.generation, "segments": list(self.segments),
+            "segment_sizes": list(self.segment_sizes), "history": [list(h) for h in self.history],
+            "n_shards": self.n_shards, "label_names": list(self.label_names),
+            "label_numbering": (self.label_numbering or LabelNumbering()).to_dict(),
+            "n_clips": self.n_clips, "n_errors": self.n_errors, "corpora": [c.to_dict() for c in self.corpora],
         }
-        if self.shard_frames is not None:
-            doc["shard_frames"] = list(self.shard_frames)
-        return doc
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Commit:
+        corpora = tuple(Corpus(str(c["root"]), str(c["prefix"])) for c in d.get("corpora", []))
+        if "segments" in d:
+            numbering = d.get("label_numbering") or {}
+            return cls(int(d["generation"]), None, (), tuple(d["label_names"]), int(d["n_clips"]),
+                       int(d["n_errors"]), corpora, None, tuple(d["segments"]),
+                       tuple(int(n) for n in d["segment_sizes"]), tuple(tuple(h) for h in d.get("history", [])),
+                       int(d["n_shards"]),
+                       LabelNumbering(str(numbering.get("rule", LABEL_RULE)), int(numbering.get("since", 0))))
         frames = d.get("shard_frames")
         return cls(int(d["generation"]), d["index"], tuple(d["shards"]), tuple(d["label_names"]),
-                   int(d["n_clips"]), int(d["n_errors"]),
-                   tuple(Corpus(str(c["root"]), str(c["prefix"])) for c in d.get("corpora", [])),
+                   int(d["n_clips"]), int(d["n_errors"]), corpora,
                    None if frames is None else tuple(int(n) for n in frames))
 
     def check_names(self) -> None:
-        """Refuse (``ValueError``) an index or shard name that is not the format's: no path leaves the store."""
+        """Refuse (``ValueError``) an index, segment or shard name that is not the format's: no path leaves the
+        store."""
         if self.index is not None and not (isinstance(self.index, str) and INDEX_NAME.fullmatch(self.index)):
             raise ValueError(f"commit.index {self.index!r} is not an index generation ({INDEX_GROUP}/gNNNNNN)")
+        if self.segments is not None:
+            named = [*self.segments, *(g for h in self.history for g in h)]
+            bad = [g for g in named if not (isinstance(g, str) and (SEGMENT_NAME.fullmatch(g)
+                                                                     or INDEX_NAME.fullmatch(g)))]
+            if bad or not all(isinstance(g, str) and SEGMENT_NAME.fullmatch(g) for g in self.segments):
+                first = bad[0] if bad else next(g for g in self.segments if not SEGMENT_NAME.fullmatch(g))
+                raise ValueError(f"commit.segments names {first!r}, which is not an index segment "
+                                 f"({INDEX_GROUP}/sNNNNNN)")
+            if len(set(self.segments)) != len(self.segments) or len(self.segment_sizes) != len(self.segments):
+                raise ValueError("commit.segments names a segment twice, or segment_sizes does not match it")
+            if self.n_shards < 0 or any(n < 0 for n in self.segment_sizes):
+                raise ValueError("commit.n_shards or a segment size is negative")
+        self.check_shards()
+
+    def check_shards(self) -> None:
+        """Refuse (``ValueError``) a shard list with a name that is not the format's, a name twice, or counts
+        that do not match it."""
         for name in self.shards:
             if not (isinstance(name, str) and SAFE_NAME.fullmatch(name)):
                 raise ValueError(f"commit.shards holds {name!r}, which is not a shard name")
@@ -150,14 +217,18 @@ class StoreMetadata:
         if not isinstance(doc, dict) or doc.get("format") != FORMAT_NAME:
             raise StoreCorrupt(f"{where} is a zarr group but not a specstore store (no '{ATTR_KEY}' attributes)")
         version = doc.get("format_version")
-        if version != FORMAT_VERSION:
+        if version not in READABLE_VERSIONS:
             hint = (" (no chunk checksums, no writer lock): extract the corpus again into a new STORE path"
-                    if isinstance(version, int) and version < FORMAT_VERSION else "")
-            raise StoreCorrupt(f"{where} has store format version {version}; this specstore reads version "
-                               f"{FORMAT_VERSION}{hint}")
+                    if isinstance(version, int) and version < min(READABLE_VERSIONS) else
+                    ": a newer specstore wrote it; upgrade specstore" if isinstance(version, int) else "")
+            raise StoreCorrupt(f"{where} has store format version {version}; this specstore reads versions "
+                               f"{', '.join(map(str, READABLE_VERSIONS))}{hint}")
         try:
             commit = Commit.from_dict(doc["commit"])
             commit.check_names()
+            if commit.segmented != (version >= 3):
+                raise ValueError(f"a format-{version} store's commit must "
+                                 f"{'name index segments' if version >= 3 else 'name one index group'}")
             return cls(
                 layout=doc["layout"],
                 features={k: FeatureSpec.from_dict(v) for k, v in doc["features"].items()},
@@ -172,7 +243,8 @@ class StoreMetadata:
             raise StoreCorrupt(f"{where} has unreadable store metadata: {e}") from None
 
     def with_commit(self, commit: Commit) -> StoreMetadata:
-        return replace(self, commit=commit)
+        """This metadata with ``commit``; a format-3 commit makes it a format-3 document."""
+        return replace(self, commit=commit, format_version=FORMAT_VERSION if commit.segmented else self.format_version)
 
 
 def load_metadata(loc: Location) -> StoreMetadata:

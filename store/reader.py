@@ -1,7 +1,8 @@
 """Reading a store: ``open_store(path)`` gives the committed index and each clip's features.
 
-Opening reads the metadata document and the index columns only (a few MB
-for 100k clips), never feature data.  The snapshot is fixed at open: a
+Opening reads the metadata document and the index only (its segments,
+merged: :mod:`specstore.store.segments`; a few MB for 100k clips), never
+feature data.  The snapshot is fixed at open: a
 writer committing meanwhile does not change what this reader sees, because
 committed shards are immutable and the index it loaded stays whole.
 
@@ -32,15 +33,14 @@ from typing import Any
 import numpy as np
 import zarr
 
+from .committed import load_index
 from .errors import IndexCorrupt, StoreCorrupt
 from .extents import Problem, index_problems, shard_ends
 from .index_rows import row_problems
-from .layout import ERROR_COLUMNS, ERRORS_GROUP, INDEX_COLUMNS
 from .location import Location, as_location
 from .metadata import StoreMetadata, load_metadata, open_root
 from .shards import ShardRecord, open_feature
 from .spec import FeatureSpec
-from .table import read_columns
 
 __all__ = ["Store", "FeatureView", "open_store"]
 
@@ -107,9 +107,9 @@ class Store:
         self._root = root
         self._verify = verify
         self._records: dict[int, ShardRecord] = {}
-        commit = meta.commit
-        idx = read_columns(root, commit.index, INDEX_COLUMNS)
-        err = read_columns(root, None if commit.index is None else f"{commit.index}/{ERRORS_GROUP}", ERROR_COLUMNS)
+        commit, merged = load_index(loc, root, meta.commit)
+        self.metadata = meta = meta.with_commit(commit) if commit.segmented else meta
+        idx, err = merged.rows, merged.errors
         self.lengths: np.ndarray = idx["n_frames"].astype(np.int64)
         self.durations: np.ndarray = idx["duration"].astype(np.float64)
         self.labels: np.ndarray = idx["label"].astype(np.int32)

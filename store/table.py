@@ -19,7 +19,7 @@ from specstore.common.atomic import write_atomic
 from .errors import StoreCorrupt
 from .zarr_files import write_array_document, write_group_document, zarr_document
 
-__all__ = ["read_columns", "write_columns", "empty_column"]
+__all__ = ["read_columns", "write_columns", "empty_column", "column"]
 
 #: numpy dtype kinds a column may be read as: strings (zarr's, numpy's, objects), integers, floats.
 _KINDS = {"str": "TUO", "i": "iu", "f": "f"}
@@ -28,6 +28,13 @@ _KINDS = {"str": "TUO", "i": "iu", "f": "f"}
 def empty_column(dtype: str) -> np.ndarray:
     """A zero-length column of ``dtype`` (``"str"`` = variable-length UTF-8)."""
     return np.array([], dtype=np.dtypes.StringDType() if dtype == "str" else dtype)
+
+
+def column(values: list[Any], dtype: str) -> np.ndarray:
+    """A 1-D column of ``values`` (``"str"`` = variable-length UTF-8)."""
+    if dtype == "str":
+        return np.array(values, dtype=np.dtypes.StringDType()) if values else empty_column("str")
+    return np.asarray(values, dtype=dtype)
 
 
 #: zstd level of every column's one chunk.
@@ -97,13 +104,61 @@ def write_columns(root: zarr.Group, path: str, columns: Mapping[str, np.ndarray]
             arr[...] = values
 
 
-def read_columns(root: zarr.Group, path: str | None, schema: Mapping[str, str]) -> dict[str, np.ndarray]:
-    """Read a table written by :func:`write_columns` (empty columns when ``path`` is None)."""
+def _decode_chunk(raw: bytes, dtype: str, n: int) -> np.ndarray | None:
+    """A column of ``n`` values from its one chunk as :func:`_chunk_bytes` encodes it (None: not that)."""
+    data = numcodecs.Zstd().decode(raw)
+    if dtype == "str":
+        values = numcodecs.VLenUTF8().decode(data)
+        return np.asarray(values, dtype=np.dtypes.StringDType()) if len(values) == n else None
+    arr = np.frombuffer(data, dtype=np.dtype(dtype).newbyteorder("<"))
+    return arr.astype(dtype) if len(arr) == n else None
+
+
+def _read_file_column(directory: Path, dtype: str) -> np.ndarray | None:
+    """A column of a local table read from its files, as zarr would (None: not a document this reads;
+    zarr then reads it).  Three times faster than zarr's call for a million strings."""
+    try:
+        doc = json.loads((directory / "zarr.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    template = json.loads(_template(dtype))
+    shape = doc.get("shape")
+    if not (_as_files(_template(dtype), dtype) and isinstance(shape, list) and len(shape) == 1
+            and isinstance(shape[0], int) and doc.get("codecs") == template["codecs"]
+            and doc.get("data_type") == template["data_type"]
+            and doc.get("chunk_key_encoding") == template["chunk_key_encoding"]
+            and doc.get("chunk_grid", {}).get("configuration", {}).get("chunk_shape") == [max(shape[0], 1)]):
+        return None
+    if shape[0] == 0:
+        return empty_column(dtype)
+    try:
+        raw = (directory / "c" / "0").read_bytes()
+    except FileNotFoundError:
+        return None  # zarr reads a missing chunk as fill values; the checks below refuse those
+    try:
+        return _decode_chunk(raw, dtype, shape[0])
+    except (RuntimeError, ValueError, TypeError):
+        return None
+
+
+def read_columns(root: zarr.Group, path: str | None, schema: Mapping[str, str],
+                 local: Path | None = None) -> dict[str, np.ndarray]:
+    """Read a table written by :func:`write_columns` (empty columns when ``path`` is None).
+
+    ``local``: the store's folder on a local disk; columns whose documents are the ones
+    :func:`write_columns` writes are then decoded from their files, others through zarr.
+    """
     if path is None:
         return {name: empty_column(dt) for name, dt in schema.items()}
+    out: dict[str, np.ndarray] = {}
     try:
-        group: Any = root[path]
-        out = {name: np.asarray(group[name][...]) for name in schema}
+        group: Any = None
+        for name, dtype in schema.items():
+            fast = None if local is None else _read_file_column(local / path / name, dtype)
+            if fast is None:
+                group = root[path] if group is None else group
+                fast = np.asarray(group[name][...])
+            out[name] = fast
     except KeyError as e:
         raise StoreCorrupt(f"the committed table {path} is missing column {e}") from None
     for name, dtype in schema.items():

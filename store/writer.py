@@ -8,10 +8,13 @@ The protocol that makes a crash at any instant harmless:
    its chunks, in the shard's attributes last.  Nobody else writes into that
    shard, so zarr's lost-update problem with concurrent partial chunk writes
    cannot happen.  An unfinished or uncommitted shard is invisible to readers.
-2. The driver commits: it writes a complete new index generation
-   ``index/gNNNNNN/`` and then rewrites the root metadata document (one atomic
-   ``zarr.json`` write) to point at it.  Before that write, readers see the
-   previous commit; after it, the new one.  There is no state in between.
+2. The driver commits: it writes one new index segment ``index/sNNNNNN/``
+   holding what the commit adds (its rows, shards, errors and removals,
+   merged with the newest few segments: :mod:`specstore.store.segments`), then
+   rewrites the small root metadata document (one atomic ``zarr.json``
+   write) to name it.  Before that write, readers see the previous commit;
+   after it, the new one.  There is no state in between.  A commit costs
+   what it adds, not what the store holds.
 3. A rerun removes uncommitted shards (:meth:`StoreWriter.remove_orphans`),
    drops committed shards that are damaged (:meth:`StoreWriter.repair`) and
    redoes only what the last commit lacks.
@@ -22,7 +25,7 @@ Only one :class:`StoreWriter` may hold a store at a time (:mod:`specstore.store.
 from __future__ import annotations
 
 import logging
-import os
+import shutil
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -31,29 +34,18 @@ from typing import Any
 import numpy as np
 import zarr
 
-from .errors import SpecMismatch, StoreError, StoreLocked
-from .index_table import ErrorRow, IndexEdit, IndexRow
-from .layout import (
-    ATTR_KEY,
-    ERROR_COLUMNS,
-    ERRORS_GROUP,
-    INDEX_COLUMNS,
-    INDEX_GROUP,
-    KEEP_GENERATIONS,
-    SHARDS_GROUP,
-    generation_name,
-    index_path,
-)
+from .committed import load_index
+from .errors import StoreError, StoreLocked
+from .index_table import ErrorRow, IndexRow, LiveIndex, Stale
+from .layout import ATTR_KEY, INDEX_GROUP, KEEP_GENERATIONS, LABEL_RULE, SHARDS_GROUP, segment_path
 from .location import Location, as_location
 from .lock import LEASE_SECONDS, WriterLock
-from .metadata import Commit, Corpus, StoreMetadata, load_metadata, open_root
+from .metadata import Commit, Corpus, LabelNumbering, StoreMetadata, load_metadata, open_root
+from .segments import Segment, merge, merge_count, read_segment, without_shards, write_segment
 from .shard_writer import ShardInfo, StoredClip, write_shard
 from .shards import ShardRecord, shard_problems
-from .spec import FeatureSpec, spec_differences
-from .table import read_columns, write_columns
 
-__all__ = ["StoredClip", "ShardInfo", "IndexRow", "ErrorRow", "RepairReport", "StoreWriter", "create_store",
-           "write_shard"]
+__all__ = ["StoredClip", "ShardInfo", "IndexRow", "ErrorRow", "RepairReport", "StoreWriter", "write_shard"]
 
 log = logging.getLogger(__name__)
 
@@ -87,9 +79,21 @@ class StoreWriter:
         self._root = root
         self.metadata = meta
         self._lock: WriterLock | None = lock
-        self._index: dict[str, np.ndarray] = read_columns(root, meta.commit.index, INDEX_COLUMNS)
-        self._errors: dict[str, np.ndarray] = read_columns(
-            root, None if meta.commit.index is None else f"{meta.commit.index}/{ERRORS_GROUP}", ERROR_COLUMNS)
+        self._live = self._load()
+        self.labels_added: list[str] = []  # labels this writer gave ids to
+        self._planned: set[str] = set()  # labels given to add_labels (drop_unused_labels)
+
+    def _reload(self) -> None:
+        """Read the committed index again (after commits), keeping the labels given ids but not committed yet."""
+        old = self._live
+        self._live = self._load()
+        self._live.keep_labels(old)
+
+    def _load(self) -> LiveIndex:
+        """Read the committed index (once per writer, and after a commit that rewrites it whole)."""
+        commit, merged = load_index(self.location, self._root, self.metadata.commit)
+        self.metadata = self.metadata.with_commit(commit) if commit.segmented else self.metadata
+        return LiveIndex(merged, commit.label_names, commit.n_clips, commit.n_errors)
 
     # -- opening and closing -------------------------------------------------------------
     @classmethod
@@ -136,20 +140,26 @@ class StoreWriter:
     def commit_state(self) -> Commit:
         return self.metadata.commit
 
+    @property
+    def shard_names(self) -> tuple[str, ...]:
+        """The committed shards, in the order rows number them."""
+        return tuple(self._live.shard_names)
+
     def committed_rows(self) -> dict[str, IndexRow]:
         """``path -> IndexRow`` of every indexed path."""
-        names = self.metadata.commit.label_names
-        idx = self._index
-        return {p: IndexRow(p, h, names[lab] if lab >= 0 else None, g, sz, mt) for p, h, lab, g, sz, mt in
-                zip(*(idx[c].tolist() for c in ("path", "hash", "label", "group", "size", "mtime_ns")), strict=False)}
+        if self._live.stale:
+            self._reload()
+        return self._live.rows()
 
     def committed_hashes(self) -> set[str]:
         """Content hashes already stored (their paths can be indexed without decoding)."""
-        return set(self._index["hash"].tolist())
+        if self._live.stale:
+            self._reload()
+        return self._live.hashes()
 
     def committed_errors(self) -> dict[str, str]:
         """``path -> reason`` of the files recorded as bad."""
-        return dict(zip(self._errors["path"].tolist(), self._errors["reason"].tolist(), strict=False))
+        return dict(self._live.errors)
 
     def remove_orphans(self) -> list[str]:
         """Delete shards that were written but never committed (an interrupted run's work).
@@ -159,7 +169,7 @@ class StoreWriter:
         overlap for a moment, only shards older than two lease periods go.
         """
         self.lock.check()
-        committed = set(self.metadata.commit.shards)
+        committed = set(self._live.shard_names)
         shards = self._root.require_group(SHARDS_GROUP)
         orphans = [k for k in shards.group_keys() if k not in committed]
         if not self.lock.reliable:
@@ -174,12 +184,13 @@ class StoreWriter:
     # -- damage ----------------------------------------------------------------------------
     def damaged_shards(self, *, deep: bool = False) -> dict[str, list[str]]:
         """Committed shards with problems (quick: missing or short chunks; ``deep``: checksums too)."""
+        rows = self._committed().rows
         needed: dict[int, int] = {}
-        for sh, off, n in zip(self._index["shard"].tolist(), self._index["offset"].tolist(),
-                              self._index["n_frames"].tolist(), strict=False):
+        for sh, off, n in zip(rows["shard"].tolist(), rows["offset"].tolist(), rows["n_frames"].tolist(),
+                              strict=True):
             needed[sh] = max(needed.get(sh, 0), off + n)
         out = {}
-        for i, name in enumerate(self.metadata.commit.shards):
+        for i, name in enumerate(self._live.shard_names):
             problems = shard_problems(self.location, self._root, self.metadata.layout, name, self.metadata.features,
                                       deep=deep, needed_frames=needed.get(i, 0))
             if problems:
@@ -197,10 +208,10 @@ class StoreWriter:
         report = RepairReport(problems=[p for ps in damaged.values() for p in ps])
         if not damaged:
             return report
-        ids = {i for i, n in enumerate(self.metadata.commit.shards) if n in damaged}
-        report.dropped_paths = [
-            p for p, sh in zip(self._index["path"].tolist(), self._index["shard"].tolist(), strict=False) if sh in ids
-        ]
+        ids = {i for i, n in enumerate(self._live.shard_names) if n in damaged}
+        rows = self._committed().rows
+        report.dropped_paths = [p for p, sh in zip(rows["path"].tolist(), rows["shard"].tolist(), strict=True)
+                                if sh in ids]
         report.dropped_shards = sorted(damaged)
         self.commit(drop_shards=report.dropped_shards)
         shards = self._root.require_group(SHARDS_GROUP)
@@ -236,52 +247,87 @@ class StoreWriter:
         :class:`StoreLocked` if another writer committed meanwhile.
         """
         old = self.metadata.commit
-        dropped = set(drop_shards)
-        keep = [i for i, n in enumerate(old.shards) if n not in dropped]
-        edit = IndexEdit(self._index, keep, old.shards, old.label_names, self.committed_errors())
-        edit.add_shards(shards)
-        edit.add_rows(rows)
-        edit.settle_errors(errors, clear=[*clear_errors, *(r.path for r in rows)], remove=remove)
-        columns, err_cols = edit.index_columns(), edit.error_columns()
+        dropped = set(drop_shards) & set(self._live.shard_names)
+        try:
+            pending = self._live.edit(shards, rows, errors, clear_errors, remove)
+        except Stale:  # a content committed since this writer read the index: read it again, once
+            self._reload()
+            pending = self._live.edit(shards, rows, errors, clear_errors, remove)
+        if dropped or not old.segmented:  # a repair, or a format-2 store's first commit: rewrite it whole
+            merged = merge([self._committed(), pending.segment], oldest=True)
+            return self._commit_whole(without_shards(merged, dropped), pending.labels, corpora)
+        sizes = list(old.segment_sizes)
+        assert old.segments is not None
+        k = merge_count(sizes, pending.segment.size) if not pending.segment.empty else 0
+        tail = [read_segment(self._root, path, self.location.local) for path in old.segments[len(sizes) - k:]]
+        segment = merge([*tail, pending.segment], oldest=k == len(sizes))
+        new = self._write_commit(old, list(old.segments[:len(sizes) - k]), sizes[:len(sizes) - k], segment,
+                                 labels=(*self._live.labels, *pending.labels), n_clips=pending.n_clips,
+                                 n_errors=pending.n_errors, n_shards=len(self._live.shard_names) + len(shards),
+                                 corpora=corpora)
+        self._live.apply(pending)
+        self.labels_added += pending.labels
+        self.metadata = self.metadata.with_commit(new.with_shards(self.shard_names, tuple(self._live.shard_frames)))
+        return new
 
+    def compact(self) -> Commit:
+        """Rewrite the index as one segment (one commit); a reader then opens one segment.  Commits merge
+        segments as they go (:func:`~specstore.store.segments.merge_count`), so this is never needed;
+        it is what a repair does."""
+        return self._commit_whole(self._committed(), [], None)
+
+    @property
+    def index_segments(self) -> int:
+        """How many segments the committed index has (what a reader opens)."""
+        return len(self.metadata.commit.segments or ()) if self.metadata.commit.segmented else 1
+
+    def _committed(self) -> Segment:
+        """The committed index as one merged segment, read from the store (costs what the store holds)."""
+        return load_index(self.location, self._root, self.metadata.commit)[1]
+
+    def _commit_whole(self, merged: Segment, labels: Sequence[str], corpora: Sequence[Corpus] | None,
+                      relabel: np.ndarray | None = None, label_names: Sequence[str] | None = None) -> Commit:
+        """Commit ``merged`` (the whole index, removals dropped) as the store's only segment."""
+        old = self.metadata.commit
+        frames = merged.shards["n_frames"]
+        if len(frames) and int(frames.min()) < 0:  # a format-2 store that did not record them
+            frames[...] = [ShardRecord.load(self.location, n, self.metadata.features).n_frames
+                           for n in merged.shards["name"].tolist()]
+        if relabel is not None:
+            lab = merged.rows["label"]
+            merged.rows["label"] = np.where(lab >= 0, relabel[np.maximum(lab, 0)], -1).astype(lab.dtype)
+        names = (*self._live.labels, *labels) if label_names is None else tuple(label_names)
+        self._write_commit(old, [], [], merged, labels=names, n_clips=len(merged.rows["path"]),
+                           n_errors=len(merged.errors["path"]), n_shards=len(merged.shards["name"]), corpora=corpora)
+        self.labels_added = [n for n in (*self.labels_added, *labels) if n in names]
+        self._live = self._load()
+        return self.metadata.commit
+
+    def _write_commit(self, old: Commit, kept: list[str], sizes: list[int], segment: Segment, *,
+                      labels: Sequence[str], n_clips: int, n_errors: int, n_shards: int,
+                      corpora: Sequence[Corpus] | None) -> Commit:
+        """Write ``segment`` after the ``kept`` segments and make it the committed state (the commit point)."""
         self._check_not_overtaken(old)
         gen = old.generation + 1
-        local = self.location.local
-        write_columns(self._root, index_path(gen), columns, INDEX_COLUMNS, local)
-        write_columns(self._root, f"{index_path(gen)}/{ERRORS_GROUP}", err_cols, ERROR_COLUMNS, local)
+        if not segment.empty:
+            write_segment(self._root, segment_path(gen), segment, self.location.local)
+            kept, sizes = [*kept, segment_path(gen)], [*sizes, segment.size]
+        before = old.segments if old.segments is not None else ((old.index,) if old.index else ())
+        numbering = old.label_numbering or LabelNumbering(LABEL_RULE, len(old.label_names))
         new = Commit(
-            gen,
-            index_path(gen),
-            tuple(edit.shard_names),
-            tuple(edit.labels),
-            len(edit.by_path),
-            len(edit.errors),
+            gen, None, (), tuple(labels), n_clips, n_errors,
             old.corpora if corpora is None else tuple(corpora),
-            self._shard_frames(old, keep, shards),
+            segments=tuple(kept), segment_sizes=tuple(sizes),
+            history=(before, *old.history)[:KEEP_GENERATIONS - 1],
+            n_shards=n_shards,
+            label_numbering=numbering,
         )
         meta = self.metadata.with_commit(new)
         self._check_not_overtaken(old)
         self._root.attrs.update({ATTR_KEY: meta.to_attrs()})  # the atomic commit point
-        self.metadata, self._index, self._errors = meta, columns, err_cols
-        self._prune(gen)
+        self.metadata = meta
+        self._prune(new)
         return new
-
-    def _shard_frames(self, old: Commit, keep: Sequence[int], new: Sequence[ShardInfo]) -> tuple[int, ...] | None:
-        """Frame counts of the next commit's shards (``keep`` of the old ones, then ``new``), for readers' checks.
-
-        A store committed before commits recorded them gets them from its
-        shards' own records, once; None if one of those cannot be read (a
-        reader then checks each shard when it opens it).
-        """
-        if old.shard_frames is not None:
-            kept = [old.shard_frames[i] for i in keep]
-        else:
-            try:
-                kept = [ShardRecord.load(self.location, old.shards[i], self.metadata.features).n_frames for i in keep]
-            except StoreError as e:
-                log.warning("%s: shard frame counts not recorded (%s)", self.location, e)
-                return None
-        return tuple(kept) + tuple(info.n_frames for info in new)
 
     def _check_not_overtaken(self, old: Commit) -> None:
         """Refuse to commit when the lock is lost or the store moved on since this writer read it."""
@@ -310,78 +356,69 @@ class StoreWriter:
             idx_rows.append(IndexRow(str(r["path"]), str(r["hash"]), lab, str(r.get("group") or "")))
         return self.commit([info], idx_rows)
 
-    def _prune(self, generation: int) -> None:
-        """Drop index generations older than the last ``KEEP_GENERATIONS``."""
+    def _prune(self, commit: Commit) -> None:
+        """Delete index groups that neither ``commit`` nor the commits kept before it name (merged segments,
+        an interrupted commit's segment, a format-2 store's generations)."""
+        needed = {*(commit.segments or ()), *(g for h in commit.history for g in h)}
         index = self._root.require_group(INDEX_GROUP)
-        keep = {generation_name(g) for g in range(generation - KEEP_GENERATIONS + 1, generation + 1)}
+        local = self.location.local
         for name in list(index.group_keys()):
-            if name not in keep:
+            if f"{INDEX_GROUP}/{name}" in needed:
+                continue
+            if local is not None:
+                shutil.rmtree(local / INDEX_GROUP / name, ignore_errors=True)
+            else:
                 del index[name]
+
+    # -- labels ----------------------------------------------------------------------------
+    def add_labels(self, names: Iterable[str]) -> list[str]:
+        """Give ids to the labels of ``names`` the store has none for, sorted by name after the earlier ones.
+
+        An extraction run calls this with every label of its corpus before its first commit, so labels are
+        numbered by name whatever order its work finishes in; they are committed with the next commit.
+        Returns the names that got ids.
+        """
+        names = [n for n in names if n]
+        self._planned.update(names)
+        new = self._live.new_labels(names)
+        self._live.add_labels(new)
+        self.labels_added += new
+        return new
+
+    def drop_unused_labels(self) -> list[str]:
+        """Take back the ids of labels given to :meth:`add_labels` that no row holds (every file of theirs
+        failed), in one commit.  Labels after them move down.  Returns the names dropped.
+
+        When they are the last labels this costs a commit of nothing; one in the middle makes the commit
+        rewrite the index whole (a label of a corpus losing all of its files is rare).
+        """
+        live = self._live
+        unused = [n for n in live.labels if n in self._planned and not live.holds(n)]
+        if not unused:
+            return []
+        names = [n for n in live.labels if n not in unused]
+        self.labels_added = [n for n in self.labels_added if n not in unused]
+        self._planned -= set(unused)
+        if live.labels[:len(names)] == names:  # only the last ones go: no row holds an id that moves
+            live.labels[:] = names
+            live.reset_label_ids()
+            self._relabel_tail(names)
+            return unused
+        relabel = np.full(len(live.labels), -1, dtype=np.int64)
+        for new_id, name in enumerate(names):
+            relabel[live.labels.index(name)] = new_id
+        self._commit_whole(self._committed(), [], None, relabel=relabel, label_names=names)
+        return unused
+
+    def _relabel_tail(self, names: list[str]) -> None:
+        """Commit ``names`` as the label names (the committed ones, shortened at their end)."""
+        old = self.metadata.commit
+        assert old.segments is not None
+        new = self._write_commit(old, list(old.segments), list(old.segment_sizes), Segment(), labels=names,
+                                 n_clips=old.n_clips, n_errors=old.n_errors, n_shards=old.n_shards, corpora=None)
+        self.metadata = self.metadata.with_commit(new.with_shards(self.shard_names, tuple(self._live.shard_frames)))
 
 
 def _created(group: Any) -> float:
     """When a shard was created (seconds since the epoch; 0 if it does not say)."""
     return float(group.attrs.get("created", 0))
-
-
-def create_store(
-    where: str | os.PathLike[str] | Location,
-    features: Mapping[str, FeatureSpec],
-    *,
-    layout: str = "raw",
-    default_feature: str | None = None,
-    label_names: Sequence[str] = (),
-    storage_options: dict[str, Any] | None = None,
-) -> StoreWriter:
-    """Create a store, or open an existing one whose specs are the same; returns its (locked) writer.
-
-    ``layout`` is ``"raw"`` (uncompressed, memory-mapped reads; the default
-    for local disks) or ``"zstd"`` (compressed chunks, for archives and object
-    stores).  An existing store with different specs or layout is refused with
-    :class:`SpecMismatch`, never silently mixed; a path that is a file, lies
-    under a file or holds other data is refused before anything is written.
-    """
-    loc = as_location(where, storage_options)
-    loc.check_writable_path()
-    default = default_feature or next(iter(features), "")
-    meta = StoreMetadata(layout=layout, features=dict(features), default_feature=default)
-    if not loc.exists():
-        if not loc.is_vacant():
-            raise StoreError(f"{loc} exists and is not a specstore store; choose another STORE path")
-        if loc.local is not None:
-            loc.local.mkdir(parents=True, exist_ok=True)
-        lock = WriterLock.acquire(loc)
-        try:
-            if not loc.exists():  # nobody created it while we took the lock
-                commit = Commit(0, None, (), tuple(label_names), 0, 0, shard_frames=())
-                # The root document carries the metadata from its first write: a crash
-                # right after it leaves an empty, valid store.  No overwrite: that would
-                # delete the lock file we hold.
-                root = zarr.create_group(
-                    loc.zarr_store(read_only=False),
-                    zarr_format=3,
-                    overwrite=False,
-                    attributes={ATTR_KEY: meta.with_commit(commit).to_attrs()},
-                )
-                root.require_group(SHARDS_GROUP)
-                root.require_group(INDEX_GROUP)
-                root, meta = open_root(loc, "r+")
-                return StoreWriter(loc, root, meta, lock)
-        except BaseException:
-            lock.release()
-            raise
-        lock.release()
-    writer = StoreWriter.open(loc)
-    have = writer.metadata
-    problems = [f"layout: {have.layout!r} != {layout!r}"] if have.layout != layout else []
-    if set(have.features) != set(features):
-        problems.append(f"features: {sorted(have.features)} != {sorted(features)}")
-    else:
-        for k in features:
-            problems += [f"{k}.{d}" for d in spec_differences(have.features[k], features[k])]
-    if problems:
-        writer.close()
-        raise SpecMismatch(
-            f"{loc} already holds a store made differently ({'; '.join(problems)}); use another STORE path or delete it"
-        )
-    return writer

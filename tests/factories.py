@@ -170,3 +170,20 @@ def assert_same_content(got: dict[str, tuple[Any, ...]], expected: dict[str, tup
         if fields:
             differ[p] = sorted(fields)
     assert not differ, f"rows differ: {differ}"
+
+
+def index_group(where: Path | str) -> str:
+    """The group path of a store's whole index, for tests that forge it with plain zarr.
+
+    The store's index is first rewritten as one segment (``StoreWriter.compact``), so editing that
+    segment's columns (``<group>/<column>``, ``<group>/shards/name``, ``<group>/shards/n_frames``) edits
+    what every reader sees.
+    """
+    import zarr
+
+    from specstore.store import StoreWriter
+
+    with StoreWriter.open(where) as writer:
+        if writer.index_segments != 1:
+            writer.compact()
+    return str(zarr.open_group(str(where), mode="r").attrs["specstore"]["commit"]["segments"][0])

@@ -16,13 +16,13 @@ executor that needs them is made.
 from __future__ import annotations
 
 from ..errors import ExecutorError
-from .base import Executor, KeyedExecutor, TaskFuture, run_with_retries, task_key
+from .base import Executor, KeyedExecutor, TaskFuture, TaskLost, run_with_retries, task_key
 from .dask_cluster import DaskExecutor
 from .local import InlineExecutor, LokyExecutor, ThreadExecutor
 from .ray_cluster import RayExecutor
 
 __all__ = ["BACKENDS", "DaskExecutor", "Executor", "InlineExecutor", "KeyedExecutor", "LokyExecutor",
-           "RayExecutor", "TaskFuture", "ThreadExecutor", "open_executor", "run_with_retries", "task_key"]
+           "RayExecutor", "TaskFuture", "TaskLost", "ThreadExecutor", "open_executor", "run_with_retries", "task_key"]
 
 #: The backends :func:`open_executor` knows: local processes (the default), threads of this process, dask, ray.
 BACKENDS = ("loky", "threading", "dask", "ray")

@@ -17,7 +17,10 @@ takes one, and adds what a driver of long runs on a cluster needs:
 * :meth:`Executor.live_workers`, the task slots that are up now (a driver
   warns, or gives up, when a cluster has lost them all);
 * :meth:`Executor.describe` and :attr:`Executor.address`: where the tasks
-  run, for logs and messages.
+  run, for logs and messages;
+* a task whose workers were lost more often than the cluster reruns it (or
+  whose local pool broke) fails with :class:`TaskLost`, one line naming it and
+  where it ran, not with the cluster's own error.
 
 Standard library only: each implementation imports its cluster's library
 when it is made.
@@ -36,7 +39,9 @@ from collections.abc import Callable, Iterable, Iterator
 from types import TracebackType
 from typing import Any
 
-__all__ = ["Executor", "KeyedExecutor", "TaskFuture", "run_with_retries", "task_key"]
+from ..errors import TaskLost
+
+__all__ = ["Executor", "KeyedExecutor", "TaskFuture", "TaskLost", "run_with_retries", "task_key"]
 
 log = logging.getLogger(__name__)
 

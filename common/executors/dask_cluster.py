@@ -4,8 +4,10 @@ Each task is ``Client.submit(fn, ..., key=key, retries=retries)``: the key is
 the task's name on the scheduler (its dashboard groups tasks by the key's
 first word) and a task that raised is rerun there, on any worker.  A task
 whose worker was lost is rerun by the scheduler itself, up to its
-``distributed.scheduler.allowed-failures`` (3 by default).  dask is imported
-when an executor is made.
+``distributed.scheduler.allowed-failures`` (3 by default); beyond that (dask's
+``KilledWorker``), or when its result cannot be fetched, the task fails with
+:class:`~specstore.common.errors.TaskLost`.  dask is imported when an
+executor is made.
 """
 
 from __future__ import annotations
@@ -17,24 +19,29 @@ from functools import partial
 from typing import Any
 
 from ..errors import ExecutorError
-from .base import KeyedExecutor, TaskFuture
+from .base import KeyedExecutor, TaskFuture, TaskLost
 
 __all__ = ["DaskExecutor"]
 
 log = logging.getLogger(__name__)
 
 
-def _settle(future: TaskFuture, native: Any) -> None:
-    """Move a finished dask future's outcome onto ``future`` (dask runs this in a callback thread of its own)."""
+def _settle(future: TaskFuture, where: str, native: Any) -> None:
+    """Move a finished dask future's outcome onto ``future`` (dask runs this in a callback thread of its own):
+    a task whose workers kept dying (``KilledWorker``), or whose result cannot be fetched (a client closing, a
+    lost key), as :class:`TaskLost` naming ``where``."""
+    from distributed.scheduler import KilledWorker
+
     try:
         if native.status == "finished":
             future.finish(native.result())
         elif native.status == "cancelled":
             future.finish(cancelled=True)
         else:
-            future.finish(error=native.exception())
-    except Exception as e:  # the result could not be fetched (a client closing, a lost key)
-        future.finish(error=e)
+            error = native.exception()
+            future.finish(error=TaskLost(future.key, where, error) if isinstance(error, KilledWorker) else error)
+    except Exception as e:
+        future.finish(error=TaskLost(future.key, where, e))
 
 
 class DaskExecutor(KeyedExecutor):
@@ -82,7 +89,7 @@ class DaskExecutor(KeyedExecutor):
         else:
             native = self.client.submit(fn, *args, key=key, retries=retries or None, pure=False, **kwargs)
         future = TaskFuture(key, native, native.cancel)
-        native.add_done_callback(partial(_settle, future))
+        native.add_done_callback(partial(_settle, future, f"the dask scheduler at {self.address}"))
         return future
 
     def live_workers(self) -> int:

@@ -24,7 +24,7 @@ import threading
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-from .base import KeyedExecutor, TaskFuture, run_with_retries
+from .base import KeyedExecutor, TaskFuture, TaskLost, run_with_retries
 
 __all__ = ["InlineExecutor", "LokyExecutor", "ThreadExecutor"]
 
@@ -166,8 +166,8 @@ class LokyExecutor(KeyedExecutor):
     """``workers`` local worker processes (loky; see the module docstring).
 
     A worker that dies (killed, out of memory) breaks the pool: the unfinished tasks' futures hold
-    loky's ``TerminatedWorkerError`` and the next submission starts a fresh pool.  Leaving on an error
-    kills the workers of tasks still running, as joblib does when a run is aborted.
+    :class:`TaskLost` (loky's ``TerminatedWorkerError`` its cause) and the next submission starts a fresh
+    pool.  Leaving on an error kills the workers of tasks still running, as joblib does when a run is aborted.
     """
 
     def __init__(self, workers: int) -> None:
@@ -189,7 +189,8 @@ class LokyExecutor(KeyedExecutor):
             self._pool = _loky_pool(self.workers)
             inner = self._pool.submit(run_with_retries, fn, retries, args, kwargs)
         future = TaskFuture(key, inner, lambda: self._cancel_task(inner))
-        future.settle_from(inner)
+        future.settle_from(inner, lambda e: TaskLost(key, self.describe(), e) if isinstance(e, cf.BrokenExecutor)
+                           else e)
         return future
 
     def live_workers(self) -> int:

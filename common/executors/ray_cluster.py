@@ -5,7 +5,9 @@ A ray task whose worker process or node is lost is run again by ray, up to
 runs at most once, so one lost actor ended the whole run.  A task that
 raised is run again in its worker (:func:`~specstore.common.executors.base.run_with_retries`).
 Its error reaches the driver as the task raised it, not wrapped in ray's
-``RayTaskError``.  ray is imported when an executor is made.
+``RayTaskError``; a task lost more often than that (ray's ``WorkerCrashedError``,
+``NodeDiedError``, ...) fails with :class:`~specstore.common.executors.base.TaskLost`.
+ray is imported when an executor is made.
 """
 
 from __future__ import annotations
@@ -13,10 +15,11 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 from ..errors import ExecutorError
-from .base import KeyedExecutor, TaskFuture, run_with_retries
+from .base import KeyedExecutor, TaskFuture, TaskLost, run_with_retries
 
 __all__ = ["LOST_WORKER_RETRIES", "RayExecutor"]
 
@@ -26,12 +29,17 @@ log = logging.getLogger(__name__)
 LOST_WORKER_RETRIES = 3
 
 
-def _task_error(error: BaseException) -> BaseException:
-    """The error the task raised, out of ray's ``RayTaskError`` wrapper (ray's own errors stay as they are)."""
-    from ray.exceptions import RayTaskError
+def _task_error(key: str, where: Callable[[], str], error: BaseException) -> BaseException:
+    """The error the task raised, out of ray's ``RayTaskError`` wrapper; ray's own errors (a worker or node lost
+    beyond ``max_retries``, an object lost) as :class:`TaskLost` naming ``key`` and ``where()``; a cancel as is."""
+    from ray.exceptions import RayError, RayTaskError, TaskCancelledError
 
-    cause = getattr(error, "cause", None)
-    return cause if isinstance(error, RayTaskError) and isinstance(cause, Exception) else error
+    if isinstance(error, RayTaskError):
+        cause = getattr(error, "cause", None)
+        return cause if isinstance(cause, Exception) else error
+    if isinstance(error, RayError) and not isinstance(error, TaskCancelledError):
+        return TaskLost(key, where(), error)
+    return error
 
 
 class RayExecutor(KeyedExecutor):
@@ -77,8 +85,13 @@ class RayExecutor(KeyedExecutor):
                                     retry_exceptions=False)
         ref = task.remote(fn, retries, args, kwargs)
         future = TaskFuture(key, ref, lambda: ray.cancel(ref))
-        future.settle_from(ref.future(), unwrap=_task_error)
+        future.settle_from(ref.future(), unwrap=partial(_task_error, key, self._lost_where))
         return future
+
+    def _lost_where(self) -> str:
+        """Where a lost task ran, and how often ray ran it, for :class:`TaskLost`."""
+        runs = self.lost_worker_retries + 1
+        return f"the ray cluster at {self.address} ({runs} run{'s' if runs > 1 else ''})"
 
     def live_workers(self) -> int:
         """The CPUs of ray's live nodes (0 when every node is gone, or ray cannot be asked)."""

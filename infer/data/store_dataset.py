@@ -1,9 +1,11 @@
 """A store's clips as a map-style ``torch`` Dataset: :class:`StoreDataset`, and the features a name stands for.
 
 Reads clips through the store's zero-copy mmap views; nothing open is
-pickled (each worker reopens the store lazily, fork or spawn alike, and
-refuses a store that changed since), random crops are seeded by ``(seed,
-epoch, index)``, SpecAugment masks stay inside real frames, and its
+pickled (a spawned worker reopens the store lazily and refuses a store that
+changed since; a forked one reads through the parent's snapshot, whose
+object-store connection :mod:`specstore.store.location` opens anew in each
+process), random crops are seeded by ``(seed, epoch, index)``, SpecAugment
+masks stay inside real frames, and its
 :attr:`~StoreDataset.lengths` (frames after cropping) are what the sampler
 (:mod:`specstore.infer.data.sampler`) plans on without reading any feature data.
 """

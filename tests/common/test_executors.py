@@ -1,5 +1,6 @@
 """The executor seam on this machine: inline, threads and loky processes keep the contract
-(:mod:`executor_contract`); the loky pool is joblib's own; a run that stops cancels what is queued.
+(:mod:`executor_contract`); the loky pool is joblib's own; a run that stops cancels what is queued; a task
+whose worker dies for good fails with one line (:class:`TaskLost`), on loky, dask and ray alike.
 
 dask and ray keep the same contract in ``tests/pipeline/test_distributed.py``.
 """
@@ -12,6 +13,8 @@ import sys
 import threading
 import time
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
 from executor_contract import check_contract
@@ -21,6 +24,8 @@ from specstore.common.executors import (
     BACKENDS,
     InlineExecutor,
     LokyExecutor,
+    TaskFuture,
+    TaskLost,
     ThreadExecutor,
     open_executor,
     task_key,
@@ -101,3 +106,76 @@ def test_the_seam_imports_no_cluster_library() -> None:
             "'numpy', 'loky'}))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
     assert out.stdout.strip() == "[]"
+
+
+def _dies() -> Any:
+    """A task that kills its own worker process (made here so that it pickles by value)."""
+
+    def die() -> None:
+        import os
+        import signal
+
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    return die
+
+
+@pytest.mark.slow
+def test_a_task_whose_loky_worker_dies_is_lost_in_one_line_and_the_pool_recovers() -> None:
+    with LokyExecutor(2) as executor:
+        lost = executor.submit(_dies(), key="dies")
+        error = lost.exception(timeout=60)
+        assert isinstance(error, TaskLost) and type(error.__cause__).__name__ == "TerminatedWorkerError", repr(error)
+        assert str(error).startswith("task dies was lost on 2 local worker processes (loky) (TerminatedWorkerError")
+        assert "\n" not in str(error)
+        assert executor.submit(os.getpid).result(timeout=60) != os.getpid()  # a fresh pool takes the next task
+
+
+def test_dask_killed_worker_and_unfetchable_results_are_lost_tasks() -> None:
+    """dask's ``KilledWorker`` (the task's workers died ``allowed-failures`` + 1 times) and a result that cannot
+    be fetched are :class:`TaskLost`, naming the scheduler; a task's own error stays its own."""
+    pytest.importorskip("distributed", reason="dask[distributed] is not installed")
+    from distributed.scheduler import KilledWorker
+
+    from specstore.common.executors.dask_cluster import _settle
+
+    where = "the dask scheduler at tcp://10.0.0.1:8786"
+    last_worker: Any = SimpleNamespace(address="tcp://10.0.0.2:4000")  # all that KilledWorker reads of it
+    killed = KilledWorker("run_task-k", last_worker, 3)
+    native = SimpleNamespace(status="error", exception=lambda: killed)
+    _settle(future := TaskFuture("run_task-k"), where, native)
+    error = future.exception()
+    assert isinstance(error, TaskLost) and error.__cause__ is killed and error.key == "run_task-k"
+    assert str(error).startswith(f"task run_task-k was lost on {where} (KilledWorker: Attempted to run task")
+
+    def unreachable() -> None:
+        raise OSError("connection closed")
+
+    _settle(future := TaskFuture("run_task-u"), where, SimpleNamespace(status="finished", result=unreachable))
+    assert str(future.exception()) == f"task run_task-u was lost on {where} (OSError: connection closed)"
+    own = ValueError("bad input")
+    _settle(future := TaskFuture("run_task-v"), where, SimpleNamespace(status="error", exception=lambda: own))
+    assert future.exception() is own
+
+
+def test_ray_lost_workers_are_lost_tasks() -> None:
+    pytest.importorskip("ray", reason="ray is not installed")
+    from ray.exceptions import NodeDiedError, RayTaskError, TaskCancelledError, WorkerCrashedError
+
+    from specstore.common.executors.ray_cluster import _task_error
+
+    def where() -> str:
+        return "the ray cluster at 10.0.0.1:6379 (4 runs)"
+
+    crashed = WorkerCrashedError()
+    error = _task_error("run_task-c", where, crashed)
+    assert isinstance(error, TaskLost) and error.__cause__ is crashed
+    assert str(error) == ("task run_task-c was lost on the ray cluster at 10.0.0.1:6379 (4 runs) "
+                          "(WorkerCrashedError: The worker died unexpectedly while executing this task. "
+                          "Check python-core-worker-*.log files for more information.)")
+    assert isinstance(_task_error("run_task-n", where, NodeDiedError("node gone")), TaskLost)
+    cancelled = TaskCancelledError()
+    assert _task_error("run_task-x", where, cancelled) is cancelled
+    own = ValueError("bad input")
+    wrapped = RayTaskError("run_task", "Traceback ...", own)
+    assert _task_error("run_task-v", where, wrapped) is own

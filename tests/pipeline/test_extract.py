@@ -226,14 +226,14 @@ def test_commit_failure_leaves_previous_commit(tmp_path: Path, monkeypatch) -> N
     write_music_like(c / "rock" / "more.wav", 1.0, seed=5)
     import specstore.store.writer as writer_mod
 
-    real = writer_mod.write_columns
+    real = writer_mod.write_segment
 
     def full(*a, **kw):
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(writer_mod, "write_columns", full)
+    monkeypatch.setattr(writer_mod, "write_segment", full)
     assert features_main([str(c), str(tmp_path / "s.zarr"), "--jobs", "1", "--no-progress"]) == 2
-    monkeypatch.setattr(writer_mod, "write_columns", real)
+    monkeypatch.setattr(writer_mod, "write_segment", real)
     assert len(open_store(tmp_path / "s.zarr")) == 3 and validate(str(tmp_path / "s.zarr")) == []
 
 

@@ -48,6 +48,11 @@ EXPECTED = {
     "model_tiny_accuracy", "model_tiny_margin",
     *(f"decode_{ext}_pyav_vs_soundfile" for ext in ("wav", "flac", "ogg", "mp3", "aiff")),
     *(f"decode_{ext}_pyav_{what}" for ext in ("m4a", "wma", "aac") for what in ("speed", "memory")),
+    "scale_commit1_small_ms", "scale_commit1_large_ms", "scale_commit1_growth",
+    "scale_build_projected_today_s", "scale_build_projected_cheap_s",
+    *(f"scale_{what}_{size}{unit}" for size in ("small", "large")
+      for what, unit in (("commit1000", "_ms"), ("segments", ""), ("compact", "_s"), ("open", "_s"),
+                         ("validate", "_s"), ("len", ""), ("plan", "_s"), ("writer_peak", "_mb"), ("build", "_s"))),
 }
 #: The figures of the quick model group, which is skipped where its renderer is missing (fluidsynth, a SoundFont).
 MODEL_QUICK = {"model_tiny_accuracy", "model_tiny_margin"}
@@ -190,7 +195,7 @@ def _frozen_clock(monkeypatch: pytest.MonkeyPatch, when: dt.datetime) -> None:
 
     class Frozen(dt.datetime):
         @classmethod
-        def now(cls, tz: dt.tzinfo | None = None) -> Frozen:  # type: ignore[override]
+        def now(cls, tz: dt.tzinfo | None = None) -> Frozen:
             return cls.fromtimestamp(when.timestamp(), tz)
 
     monkeypatch.setattr(bench_main, "datetime", types.SimpleNamespace(datetime=Frozen, UTC=dt.UTC))

@@ -1,8 +1,10 @@
 """Files written before the ``specstore`` namespace still load, give the same logits, open, read the same values,
-validate and grow.
+validate and grow; so do stores written in format 2 after it.
 
 The fixtures are ``tests/fixtures/pre_specstore`` (its README.md), written by its ``make_fixtures.py`` at the
 last commit before the namespace; ``expected.json`` / ``expected.npz`` hold what that code read from them.
+``tests/fixtures/format2`` holds the same corpus's stores written by the last commit of format 2 (after the
+namespace): they must read the same.
 """
 
 from __future__ import annotations
@@ -25,7 +27,8 @@ FIX = next(p / "fixtures" / "pre_specstore" for p in Path(__file__).resolve().pa
            if (p / "fixtures" / "pre_specstore" / "expected.json").is_file())
 EXPECTED: dict[str, Any] = json.loads((FIX / "expected.json").read_text(encoding="utf-8"))
 MODELS = sorted(EXPECTED["models"])
-STORES = sorted(EXPECTED["stores"])
+#: Each store fixture: its folder and name (the format-2 stores written after the namespace hold the same clips).
+STORES = [f"{folder}/{n}" for folder in ("pre_specstore", "format2") for n in sorted(EXPECTED["stores"])]
 OLD = ("store.", "pipeline.", "infer.", "serving.", "democorpus.", "realcorpus.")
 
 
@@ -89,10 +92,26 @@ def _content_matches(s: Any, want: dict[str, Any], arrays: dict[str, np.ndarray]
             assert frames.dtype == expected.dtype and np.array_equal(frames, expected), (f, path)
 
 
+def _fixture(name: str, tmp_path: Path) -> tuple[Path, dict[str, Any]]:
+    """A copy of fixture store ``name`` (folder/store; the committed one stays untouched) and what it holds."""
+    folder, store = name.split("/")
+    where = shutil.copytree(FIX.parent / folder / f"{store}.zarr", tmp_path / f"{store}.zarr")
+    want = dict(EXPECTED["stores"][store])
+    if folder != "pre_specstore":
+        want["corpus_root"] = f"/work/main/tests/fixtures/{folder}/corpus"
+    return where, want
+
+
+def test_format2_fixtures_are_format_2() -> None:
+    for name in STORES:
+        folder, store = name.split("/")
+        doc = json.loads((FIX.parent / folder / f"{store}.zarr" / "zarr.json").read_text(encoding="utf-8"))
+        assert doc["attributes"]["specstore"]["format_version"] == 2, name
+
+
 @pytest.mark.parametrize("name", STORES)
 def test_stores_open_read_the_same_and_validate(name: str, arrays: dict[str, np.ndarray], tmp_path: Path) -> None:
-    want = EXPECTED["stores"][name]
-    where = shutil.copytree(FIX / f"{name}.zarr", tmp_path / f"{name}.zarr")  # the committed copy stays untouched
+    where, want = _fixture(name, tmp_path)
     assert validate(str(where), deep=True) == []
     s = open_store(where)
     assert s.layout == want["layout"] and s.label_names == want["label_names"]
@@ -104,8 +123,7 @@ def test_stores_open_read_the_same_and_validate(name: str, arrays: dict[str, np.
 
 @pytest.mark.parametrize("name", STORES)
 def test_stores_grow_by_one_file(name: str, arrays: dict[str, np.ndarray], tmp_path: Path) -> None:
-    want = EXPECTED["stores"][name]
-    where = shutil.copytree(FIX / f"{name}.zarr", tmp_path / f"{name}.zarr")
+    where, want = _fixture(name, tmp_path)
     corpus = shutil.copytree(FIX / "corpus", tmp_path / "corpus")
     # The store records the absolute corpus root it was written from; point it at this copy, so the run below
     # resumes the same corpus rather than adding another.
@@ -122,6 +140,7 @@ def test_stores_grow_by_one_file(name: str, arrays: dict[str, np.ndarray], tmp_p
     assert s.layout == want["layout"] and sorted(s.paths) == sorted([*want["rows"], new])
     assert dict(s.errors) == want["errors"]
     _content_matches(s, want, arrays)  # the old clips are untouched
+    assert s.metadata.format_version == 3 and s.label_names == want["label_names"]  # upgraded, numbering kept
     i = s.paths.index(new)
     assert s.label_names[s.labels[i]] == "jazz" and s.lengths[i] > 0
     assert all(np.isfinite(np.asarray(s.feature(f).frames(i), dtype=np.float32)).all() for f in s.specs)

@@ -21,16 +21,30 @@ import zarr
 path = sys.argv[1]
 g = zarr.open_group(path, mode="r")
 meta = g.attrs["specstore"]
-assert meta["format"] == "specstore" and meta["format_version"] == 2
+assert meta["format"] == "specstore" and meta["format_version"] == 3
 commit = meta["commit"]
-idx = g[commit["index"]]
+rows, bad, shards = {}, {}, []
+for name in commit["segments"]:  # oldest first: the newest mention of a path decides
+    seg = g[name]
+    shards += [str(s) for s in seg["shards/name"][:]]
+    for p in seg["gone/path"][:]:
+        rows.pop(str(p), None)
+        bad.pop(str(p), None)
+    for p, reason in zip(seg["errors/path"][:], seg["errors/reason"][:]):
+        rows.pop(str(p), None)
+        bad[str(p)] = str(reason)
+    cols = {c: seg[c][:] for c in ("path", "label", "shard", "offset", "n_frames", "group")}
+    for i, p in enumerate(cols["path"]):
+        bad.pop(str(p), None)
+        rows[str(p)] = {c: cols[c][i] for c in cols}
+assert len(rows) == commit["n_clips"] and len(bad) == commit["n_errors"] and len(shards) == commit["n_shards"]
 out = []
-for i in range(idx["path"].shape[0]):
-    shard = commit["shards"][int(idx["shard"][i])]
-    off, n = int(idx["offset"][i]), int(idx["n_frames"][i])
-    lab = int(idx["label"][i])
-    rec = {"path": str(idx["path"][i]), "label": commit["label_names"][lab] if lab >= 0 else None,
-           "group": str(idx["group"][i])}
+for p in sorted(rows):
+    row = rows[p]
+    shard = shards[int(row["shard"])]
+    off, n = int(row["offset"]), int(row["n_frames"])
+    lab = int(row["label"])
+    rec = {"path": p, "label": commit["label_names"][lab] if lab >= 0 else None, "group": str(row["group"])}
     for feat in meta["features"]:
         arr = g[f"shards/{shard}/{feat}"]
         rec[feat] = np.asarray(arr[off:off + n], dtype=np.float32).tolist()
@@ -41,9 +55,8 @@ for i in range(idx["path"].shape[0]):
             values = np.ascontiguousarray(arr[k * cf:(k + 1) * cf], dtype=arr.dtype.newbyteorder("<"))
             assert google_crc32c.value(values.tobytes()) == crc, (shard, feat, k)
     out.append(rec)
-errors = g[commit["index"] + "/errors"]
-assert "store" not in sys.modules and "pipeline" not in sys.modules
-print(json.dumps({"clips": out, "errors": [str(p) for p in errors["path"][:]]}))
+assert "store" not in sys.modules and "pipeline" not in sys.modules and "specstore" not in sys.modules
+print(json.dumps({"clips": out, "errors": sorted(bad)}))
 '''
 
 
@@ -62,7 +75,10 @@ def test_plain_zarr_reads_what_format_md_describes(tmp_path: Path, layout: str) 
     w.commit(rows=[IndexRow("u/copy.wav", "r/a.wav", None)])
     from specstore.store import ErrorRow
 
-    w.commit(errors=[ErrorRow("bad.wav", "empty file")])
+    w.commit(errors=[ErrorRow("bad.wav", "empty file"), ErrorRow("worse.wav", "not audio")])
+    w.commit(rows=[IndexRow("gone.wav", "j/b.ogg", "j")])
+    w.commit(remove=["gone.wav", "worse.wav"])  # a removal in a later segment hides both tables' rows
+    assert w.index_segments > 1  # the recipe merges several segments
     script = tmp_path / "read.py"
     script.write_text(READER)
     res = subprocess.run(
@@ -89,12 +105,39 @@ def test_raw_chunk_file_is_plain_c_order_floats(tmp_path: Path) -> None:
     w = create_store(tmp_path / "s.zarr", {"mel": FeatureSpec.mel(n_bins=8)})
     a = np.random.default_rng(1).normal(-40, 9, (33, 8))
     w.add_clips([{"path": "a.wav", "hash": "h", "duration": 1.0}], {"mel": [a]})
+    import zarr
+
     meta = json.loads((tmp_path / "s.zarr" / "zarr.json").read_text())["attributes"]["specstore"]
-    shard = meta["commit"]["shards"][0]
+    shard = str(zarr.open_group(tmp_path / "s.zarr", mode="r")[meta["commit"]["segments"][0]]["shards/name"][0])
     raw = np.memmap(tmp_path / "s.zarr" / "shards" / shard / "mel" / "c" / "0" / "0", dtype="<f2", mode="r").reshape(
         -1, 8
     )
     np.testing.assert_array_equal(raw, a.astype(np.float16))
+
+
+def test_format_md_recipe_runs_as_written(tmp_path: Path) -> None:
+    """The plain-zarr recipe in store/FORMAT.md, run verbatim (only the store's path replaced), reads clip 0."""
+    from specstore.store import open_store
+
+    text = (Path(__file__).parents[2] / "store" / "FORMAT.md").read_text(encoding="utf-8")
+    section = text[text.index("## Reading a clip with plain zarr"):]
+    code = section[section.index("```python") + len("```python"):section.index("```", section.index("```python") + 9)]
+    w = create_store(tmp_path / "s.zarr", {"mel": FeatureSpec.mel(n_bins=8)})
+    rng = np.random.default_rng(2)
+    for k in range(3):
+        w.add_clips([{"path": f"{k}/a.wav", "hash": f"h{k}", "duration": 1.0, "label": f"l{k}"}],
+                    {"mel": [rng.normal(-40, 9, (5 + k, 8))]})
+    w.commit(remove=["0/a.wav"])
+    w.close()
+    script = tmp_path / "recipe.py"
+    script.write_text(code.replace('"data/demo.zarr"', repr(str(tmp_path / "s.zarr")))
+                      + "\nimport json\nprint(json.dumps({'mel': mel.tolist(), 'label': label}))\n")
+    res = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, cwd=tmp_path, timeout=120)
+    assert res.returncode == 0, res.stderr
+    got = json.loads(res.stdout)
+    s = open_store(tmp_path / "s.zarr")
+    assert s.paths[0] == "1/a.wav" and got["label"] == "l1"
+    np.testing.assert_array_equal(np.asarray(got["mel"], dtype=np.float16), s.feature("mel").frames(0))
 
 
 @pytest.mark.parametrize("n_frames", [1, 33, 70_000])

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import sys
 import threading
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -65,7 +67,7 @@ def test_raw_local_reads_are_zero_copy_mmap(tmp_path: Path) -> None:
     _add(w, np.random.default_rng(2), [("x.wav", 50)])
     s = open_store(tmp_path / "s.zarr")
     a = s.feature("mel").frames(0)
-    base = a
+    base: Any = a
     while getattr(base, "base", None) is not None:
         base = base.base
     import mmap
@@ -141,6 +143,11 @@ def test_a_reader_whose_index_was_pruned_meanwhile_opens_the_newer_commit(tmp_pa
 
 @pytest.mark.slow
 def test_reader_snapshot_is_stable_while_writer_commits(tmp_path: Path) -> None:
+    from specstore.store.layout import KEEP_GENERATIONS
+    from specstore.store.location import as_location
+    from specstore.store.metadata import load_metadata
+    from specstore.store.reader import Store
+
     w = create_store(tmp_path / "s.zarr", SPECS)
     rng = np.random.default_rng(7)
     first = _add(w, rng, [("a0.wav", 30)])
@@ -159,17 +166,27 @@ def test_reader_snapshot_is_stable_while_writer_commits(tmp_path: Path) -> None:
 
     t = threading.Thread(target=read_loop)
     t.start()
+    docs = []  # the root document as a reader read it after each commit
     for k in range(1, 12):
         _add(w, rng, [(f"a{k}.wav", 10 + k)])
+        docs.append(load_metadata(as_location(tmp_path / "s.zarr")))
     stop.set()
     t.join()
     assert failures == []
     assert len(s) == 1  # the old snapshot still reads its own committed state
     np.testing.assert_array_equal(s[0], first["a0.wav"]["mel"].astype(np.float16).T)
     assert len(open_store(tmp_path / "s.zarr")) == 12
-    # old index generations are pruned, the current one is kept
-    gens = sorted(p.name for p in (tmp_path / "s.zarr" / "index").iterdir() if p.is_dir())
-    assert len(gens) == 3 and gens[-1] == f"g{open_store(tmp_path / 's.zarr').generation:06d}"
+    # segments merged away are pruned; those the current commit and the KEEP_GENERATIONS - 1 before it name are
+    # kept (`history`), so a reader that read one of those root documents still opens the index it names
+    commit = docs[-1].commit
+    assert commit.segments is not None and commit.segments[-1] == f"index/s{commit.generation:06d}"
+    assert len(commit.history) == KEEP_GENERATIONS - 1
+    named = {*commit.segments, *(g for h in commit.history for g in h)}
+    on_disk = {f"index/{p.name}" for p in (tmp_path / "s.zarr" / "index").iterdir() if p.is_dir()}
+    assert on_disk == named and len(on_disk) < commit.generation
+    root = zarr.open_group(str(tmp_path / "s.zarr"), mode="r")
+    for meta in docs[-KEEP_GENERATIONS:]:
+        assert len(Store(as_location(tmp_path / "s.zarr"), root, meta)) == meta.commit.generation
 
 
 def test_errors_table_and_recovery(tmp_path: Path) -> None:
@@ -243,25 +260,44 @@ def test_cli_info_and_validate(tmp_path: Path, capsys) -> None:
     assert "no store at" in capsys.readouterr().err
 
 
+#: Files opened while a test spies on them (``None``: nobody is spying); see :func:`_spy_on_opened_files`.
+_OPENED: list[str] | None = None
+_HOOKED = False
+
+
+def _record_open(event: str, args: tuple[object, ...]) -> None:
+    if event == "open" and _OPENED is not None and isinstance(args[0], (str, bytes, Path)):
+        _OPENED.append(args[0].decode() if isinstance(args[0], bytes) else str(args[0]))
+
+
+def _spy_on_opened_files(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Every file the process opens from now to the test's end (the ``open`` audit event: ``open()``,
+    ``Path.read_bytes``, ``os.open``: zarr's local store, the index's own column reader, numpy's memmap).
+    An audit hook cannot be removed, so one is added once and records only while a test spies."""
+    global _HOOKED
+    if not _HOOKED:
+        sys.addaudithook(_record_open)
+        _HOOKED = True
+    opened: list[str] = []
+    monkeypatch.setattr(sys.modules[__name__], "_OPENED", opened)
+    return opened
+
+
 def test_opening_reads_no_feature_data(tmp_path: Path, monkeypatch) -> None:
     w = create_store(tmp_path / "s.zarr", SPECS)
     rng = np.random.default_rng(11)
     for k in range(5):
         _add(w, rng, [(f"{k}-{j}.wav", 5) for j in range(20)])
-    opened: list[str] = []
-    import zarr.storage._local as local
-
-    real = local._get
-
-    def spy(path, *a, **kw):
-        opened.append(str(path))
-        return real(path, *a, **kw)
-
-    monkeypatch.setattr(local, "_get", spy)
-    s = open_store(tmp_path / "s.zarr")
+    store = (tmp_path / "s.zarr").resolve()
+    opened = _spy_on_opened_files(monkeypatch)
+    s = open_store(store)
     assert len(s) == 100
-    assert any("/index/" in p for p in opened)  # the spy sees reads
-    assert not any("/shards/" in p for p in opened), [p for p in opened if "/shards/" in p]
+    inside = [Path(p).resolve().relative_to(store).parts for p in opened if Path(p).resolve().is_relative_to(store)]
+    assert any(p[0] == "index" and p[-1] == "0" for p in inside), inside  # the spy sees the index's chunks read
+    assert not any(p[0] == "shards" for p in inside), [p for p in inside if p[0] == "shards"]
+    opened.clear()
+    s.feature("cqt")[99]  # and it sees a shard read (the check above can fail)
+    assert any(Path(p).resolve().is_relative_to(store / "shards") for p in opened), opened
 
 
 class StoreModel(RuleBasedStateMachine):

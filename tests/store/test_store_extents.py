@@ -3,8 +3,11 @@
 Each case builds a small store with the project's factories and then edits
 it with plain zarr, as an attacker (or a broken tool) would: an extent that
 overlaps another clip's frames, runs past its shard's end, starts before
-it; a length, label or shard number out of range; a path in the metadata
-that leaves the store; a spec that disagrees with the shard arrays.
+it; a length, label or shard number out of range; a shard or segment name
+that leaves the store; a spec that disagrees with the shard arrays.  The
+index is forged in its one segment (``factories.index_group``: the store is
+compacted first); stores of format 2 (one index group, the shard list in the
+root document) are copies of ``tests/fixtures/pre_specstore``.
 ``open_store`` (what the notebook, ``specstore.infer``'s datasets and ``predict`` use)
 and plain ``python -m specstore store validate`` must say what is wrong in one line
 naming the store, the clip and the fault, and a read must never return
@@ -21,7 +24,7 @@ from typing import Any
 import numpy as np
 import pytest
 import zarr
-from factories import make_separable_store, make_store
+from factories import index_group, make_separable_store, make_store, store_content
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -30,6 +33,8 @@ from specstore.store.__main__ import main as store_main
 
 #: Four clips in one shard, rows sorted by path: frames [0, 30), [30, 70), [70, 120), [120, 140) in hash order.
 LENGTHS = [30, 40, 50, 20]
+#: Format-2 stores written before the ``specstore`` namespace (never modified: tests copy them).
+PRE_SPECSTORE = Path(__file__).resolve().parents[1] / "fixtures" / "pre_specstore"
 
 
 def _store(tmp_path: Path, layout: str = "raw", name: str = "s.zarr") -> Path:
@@ -37,19 +42,50 @@ def _store(tmp_path: Path, layout: str = "raw", name: str = "s.zarr") -> Path:
 
 
 def _meta(path: Path) -> dict[str, Any]:
-    return dict(zarr.open_group(str(path), mode="r").attrs["specstore"])
+    doc: Any = zarr.open_group(str(path), mode="r").attrs["specstore"]
+    return dict(doc)
 
 
 def _set_meta(path: Path, meta: dict[str, Any]) -> None:
     zarr.open_group(str(path), mode="r+").attrs["specstore"] = meta
 
 
+def _format2(tmp_path: Path, layout: str = "raw") -> Path:
+    """A copy of the format-2 fixture store of ``layout`` (4 clips in 3 shards, 1 error row)."""
+    return Path(shutil.copytree(PRE_SPECSTORE / f"store_{layout}.zarr", tmp_path / f"old_{layout}.zarr"))
+
+
+def _index_of(path: Path) -> str:
+    """The group holding the whole committed index: format 2's ``commit.index``, else the one segment."""
+    commit = _meta(path)["commit"]
+    return str(commit["index"]) if "index" in commit else index_group(path)
+
+
+def _group(path: Path, group: str) -> Any:
+    """The zarr group or array ``group`` of the store at ``path``, writable."""
+    root: Any = zarr.open_group(str(path), mode="r+")
+    return root[group]
+
+
 def _set_index(path: Path, column: str, row: int, value: Any) -> None:
     """Overwrite one value of a committed index column in place, with plain zarr."""
-    arr: Any = zarr.open_group(str(path), mode="r+")[_meta(path)["commit"]["index"]][column]
+    arr: Any = _group(path, _index_of(path))[column]
     values = arr[...]
     values[row] = value
     arr[...] = values
+
+
+def _set_shards(path: Path, column: str, values: list[Any]) -> None:
+    """Overwrite a format-3 store's shard table column (``name`` or ``n_frames``) with plain zarr, same length."""
+    arr: Any = _group(path, f"{index_group(path)}/shards")[column]
+    assert arr.shape == (len(values),), (arr.shape, values)
+    arr[...] = np.array(values, dtype=object if column == "name" else np.int64)
+
+
+def _add_shard(path: Path) -> None:
+    """Commit a second shard (one 4-frame clip)."""
+    with StoreWriter.open(str(path)) as w:
+        w.add_clips([{"path": "z.wav", "hash": "z", "duration": 0.1}], {"mel": [np.zeros((4, 16))]})
 
 
 def _row_of(path: Path, hash_: str) -> int:
@@ -91,19 +127,29 @@ def test_an_extent_past_its_shards_end_is_refused_at_open(tmp_path: Path) -> Non
 
 
 def test_an_old_commit_without_shard_frames_is_checked_when_a_shard_opens(tmp_path: Path) -> None:
-    """Stores committed before commits recorded shard frame counts: the end is checked before any frame is read."""
-    path = _store(tmp_path)
+    """Format-2 stores committed before commits recorded shard frame counts: the end is checked before any frame
+    is read."""
+    path = _format2(tmp_path)
     meta = _meta(path)
-    meta["commit"].pop("shard_frames", None)
+    frames = meta["commit"].pop("shard_frames")
     _set_meta(path, meta)
-    row = _row_of(path, "h3")
+    intact = open_store(path)
+    assert intact.metadata.commit.shard_frames is None
+    in_first = [i for i in range(len(intact)) if intact._shard[i] == 0]
+    assert len(in_first) == 2 and len(in_first) < len(intact)  # the fixture: two clips in shard 0, others elsewhere
+    row = max(in_first, key=lambda i: int(intact._offset[i]))  # the last clip of shard 0
+    start = int(intact._offset[row])
     _set_index(path, "n_frames", row, 500)
     s = open_store(path)  # nothing but the shard itself says how long it is
-    for i in range(len(s)):  # not even a clip that is itself fine is read from that shard
-        with pytest.raises(StoreCorrupt, match=f"clip {row} .*which holds 140 frames"):
-            s.feature("mel").frames(i)
+    for i in range(len(s)):
+        if i in in_first:  # not even a clip that is itself fine is read from that shard
+            with pytest.raises(StoreCorrupt, match=f"clip {row} .*which holds {frames[0]} frames"):
+                s.feature("mel").frames(i)
+        else:  # the other shards still read
+            assert s.feature("mel").frames(i).shape[0] == s.lengths[i]
     problems = validate(str(path))
-    assert any("holds 140 frames; the index needs 620" in p and f"clip {row}" in p for p in problems), problems
+    assert any(f"holds {frames[0]} frames; the index needs {start + 500}" in p and f"clip {row}" in p
+               for p in problems), problems
 
 
 @pytest.mark.parametrize(("column", "value", "message"), [
@@ -135,7 +181,7 @@ def test_values_out_of_range_are_one_line_naming_the_clip(tmp_path: Path, column
 
 def open_store_paths(path: Path) -> list[str]:
     """The index's paths, read with plain zarr (the store itself refuses to open)."""
-    return [str(p) for p in zarr.open_group(str(path), mode="r")[_meta(path)["commit"]["index"]]["path"][...]]
+    return [str(p) for p in _group(path, _index_of(path))["path"][...]]
 
 
 def test_the_same_frames_under_another_content_hash_are_refused(tmp_path: Path) -> None:
@@ -151,7 +197,7 @@ def test_the_same_frames_under_another_content_hash_are_refused(tmp_path: Path) 
 
 def test_a_column_of_the_wrong_type_is_one_line(tmp_path: Path) -> None:
     path = _store(tmp_path)
-    group: Any = zarr.open_group(str(path), mode="r+")[_meta(path)["commit"]["index"]]
+    group: Any = _group(path, _index_of(path))
     n = group["offset"].shape[0]
     del group["offset"]
     group.create_array("offset", shape=(n,), dtype=str)[...] = np.array(["x"] * n, dtype=object)
@@ -166,30 +212,45 @@ def test_a_column_of_the_wrong_type_is_one_line(tmp_path: Path) -> None:
 def test_a_shard_name_leaving_the_store_is_refused_not_followed(tmp_path: Path) -> None:
     """A shard named ``../../decoy`` would read a copy placed beside the store: it must not be opened at all."""
     path = _store(tmp_path)
-    meta = _meta(path)
-    real = meta["commit"]["shards"][0]
+    real = open_store(path).shards[0]
     shutil.copytree(path / "shards" / real, tmp_path / "decoy")
-    meta["commit"]["shards"][0] = "../../decoy"
-    _set_meta(path, meta)
+    _set_shards(path, "name", ["../../decoy"])
     with pytest.raises(StoreCorrupt, match=r"commit.shards holds '\.\./\.\./decoy', which is not a shard name") as e:
         open_store(path)[0]
     _one_line(e.value)
     assert validate(str(path)) == [str(e.value)]
 
 
-@pytest.mark.parametrize("index", ["../other.zarr/index/g000001", "index/../index/g000001", "/etc", "index"])
-def test_an_index_path_leaving_the_store_is_one_line(tmp_path: Path, index: str, capsys) -> None:
+@pytest.mark.parametrize("where", ["segments", "history"])
+@pytest.mark.parametrize("segment", ["../other.zarr/index/s000001", "index/../index/s000001", "/etc", "index",
+                                     "index/s000001/../../../x"])
+def test_a_segment_path_leaving_the_store_is_one_line(tmp_path: Path, segment: str, where: str, capsys) -> None:
     path = _store(tmp_path)
     meta = _meta(path)
-    meta["commit"]["index"] = index
+    assert len(meta["commit"]["segments"]) == len(meta["commit"]["history"]) == 1  # one commit: one segment
+    if where == "segments":
+        meta["commit"]["segments"] = [segment]
+    else:  # the segments kept for readers of an earlier commit
+        meta["commit"]["history"] = [[segment]]
     _set_meta(path, meta)
-    with pytest.raises(StoreCorrupt, match=re.escape(f"commit.index {index!r} is not an index generation")) as e:
+    with pytest.raises(StoreCorrupt, match=re.escape(f"commit.segments names {segment!r}, which is not an index "
+                                                     "segment")) as e:
         open_store(path)
     _one_line(e.value)
     assert store_main(["validate", str(path)]) == 1
     assert len(capsys.readouterr().err.strip().splitlines()) == 1
-    with pytest.raises(StoreCorrupt, match="is not an index generation"):  # nor does a writer follow it
-        StoreWriter.open(path)
+    with pytest.raises(StoreCorrupt, match="is not an index segment"):  # nor does a writer follow it
+        StoreWriter.open(str(path))
+
+
+def test_a_format_2_group_named_as_a_segment_is_refused(tmp_path: Path) -> None:
+    """``index/gNNNNNN`` is a format-2 index group: a format-3 commit may keep it in its history, never read it."""
+    path = _store(tmp_path)
+    meta = _meta(path)
+    meta["commit"]["segments"] = ["index/g000001"]
+    _set_meta(path, meta)
+    with pytest.raises(StoreCorrupt, match=r"commit.segments names 'index/g000001', which is not an index segment"):
+        open_store(path)
 
 
 @pytest.mark.parametrize("edit", ["feature", "duplicate"])
@@ -201,8 +262,11 @@ def test_feature_names_and_duplicate_shards_are_refused(tmp_path: Path, edit: st
         meta["default_feature"] = "../../x"
         want = r"feature name '\.\./\.\./x' is not one path segment"
     else:
-        meta["commit"]["shards"] *= 2
-        meta["commit"]["shard_frames"] *= 2
+        _add_shard(path)
+        names = [str(n) for n in _group(path, f"{index_group(path)}/shards/name")[...]]
+        assert len(names) == 2
+        _set_shards(path, "name", [names[0], names[0]])
+        meta = _meta(path)
         want = "commit.shards names a shard twice"
     _set_meta(path, meta)
     with pytest.raises(StoreCorrupt, match=want) as e:
@@ -245,11 +309,9 @@ def test_a_commit_recording_more_frames_than_the_shard_holds_is_caught_at_the_sh
     path = _store(tmp_path)
     row = _row_of(path, "h3")
     _set_index(path, "n_frames", row, 500)
-    meta = _meta(path)
-    meta["commit"]["shard_frames"] = [1000]  # the lie told twice: the commit agrees with the index
-    _set_meta(path, meta)
+    _set_shards(path, "n_frames", [1000])  # the lie told twice: the shard table agrees with the index
     s = open_store(path)
-    with pytest.raises(StoreCorrupt, match="holds 140 frames but commit 1 records 1000"):
+    with pytest.raises(StoreCorrupt, match=f"holds 140 frames but commit {s.generation} records 1000"):
         s[0]
     assert validate(str(path))
 
@@ -299,17 +361,29 @@ def test_stores_written_by_the_writer_pass(tmp_path: Path) -> None:
     np.testing.assert_array_equal(s[s.paths.index("z/copy.wav")], s[s.paths.index("z/new.wav")])
 
 
-def test_a_writer_records_shard_frames_for_an_older_store(tmp_path: Path) -> None:
-    path = _store(tmp_path)
+@pytest.mark.parametrize("layout", ["raw", "zstd"])
+def test_a_writer_upgrades_a_format_2_store_without_shard_frames(tmp_path: Path, layout: str) -> None:
+    """Its first commit rewrites the index as one format-3 segment, recording every shard's frames (read from
+    the shards), and every committed clip reads as before."""
+    path = _format2(tmp_path, layout)
     meta = _meta(path)
-    meta["commit"].pop("shard_frames", None)
+    frames = tuple(meta["commit"].pop("shard_frames"))
     _set_meta(path, meta)
-    assert open_store(path).metadata.commit.shard_frames is None
-    with StoreWriter.open(path) as w:
-        w.add_clips([{"path": "z.wav", "hash": "z", "duration": 0.1}], {"mel": [np.zeros((4, 16))]})
+    old = open_store(path)
+    assert old.metadata.format_version == 2 and old.metadata.commit.shard_frames is None
+    before = store_content(path)
+    with StoreWriter.open(str(path)) as w:
+        w.add_clips([{"path": "z.wav", "hash": "z", "duration": 0.1}],
+                    {"mel": [np.zeros((4, 16))], "cqt": [np.zeros((4, 24))]})
     s = open_store(path)
-    assert s.metadata.commit.shard_frames == (sum(LENGTHS), 4)
-    assert validate(str(path)) == []
+    commit = _meta(path)["commit"]
+    assert s.metadata.format_version == 3 and s.metadata.commit.segmented
+    assert not {"index", "shards", "shard_frames"} & set(commit) and commit["n_shards"] == len(frames) + 1
+    assert s.shards[:len(frames)] == old.shards and s.metadata.commit.shard_frames == (*frames, 4)
+    after = store_content(path)
+    assert set(after) == {*before, "z.wav"} and {p: after[p] for p in before} == before
+    assert s.errors == old.errors and s.label_names == old.label_names
+    assert validate(str(path)) == [] and validate(str(path), deep=True) == []
 
 
 # -- the vectorised check against a brute-force one ----------------------------------------------------------------
@@ -336,7 +410,8 @@ def test_index_problems_agree_with_a_brute_force_check(rows: list[tuple[int, int
 
     cols = [np.array([r[k] for r in rows], dtype=np.int64) for k in range(3)]
     hashes = [r[3] for r in rows]
-    found = index_problems(*cols, np.zeros(len(rows), dtype=np.int64), hashes, shard_names=["s0", "s1"],
+    found = index_problems(cols[0], cols[1], cols[2], np.zeros(len(rows), dtype=np.int64), hashes,
+                           shard_names=["s0", "s1"],
                            n_labels=1, shard_frames=frames)
     assert (not found) == _brute_force(rows, frames), found
 

@@ -1,8 +1,10 @@
 """Reads refuse what ``validate`` refuses: an extent whose end wraps in int64, a path twice, counts that
 disagree with the commit, durations that are not a finite positive number of seconds.
 
-Each case builds a small store with the project's factories and edits its index (or its commit) with plain
-zarr, as a broken tool or an attacker would.  ``python -m specstore store validate`` (quick and ``--deep``),
+Each case builds a small store with the project's factories and edits its index (its one segment:
+``factories.index_group``) or its commit with plain zarr, as a broken tool or an attacker would; cases about
+stores of format 2 (one index group, the shard list in the root document) edit copies of
+``tests/fixtures/pre_specstore``.  ``python -m specstore store validate`` (quick and ``--deep``),
 ``open_store`` and ``python -m specstore infer`` must all refuse it, each in one line naming the store.
 """
 
@@ -10,13 +12,14 @@ from __future__ import annotations
 
 import math
 import re
+import shutil
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 import zarr
-from factories import make_checkpoint, make_store
+from factories import index_group, make_checkpoint, make_store
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -26,14 +29,28 @@ from specstore.store.extents import MAX_FRAMES, index_problems
 
 #: Four clips in one shard: frames [0, 30), [30, 70), [70, 120), [120, 140) in hash order.
 LENGTHS = [30, 40, 50, 20]
+#: Format-2 stores written before the ``specstore`` namespace (never modified: tests copy them).
+PRE_SPECSTORE = Path(__file__).resolve().parents[1] / "fixtures" / "pre_specstore"
 
 
 def _store(tmp_path: Path) -> Path:
     return make_store(tmp_path / "s.zarr", lengths=LENGTHS)
 
 
+def _format2(tmp_path: Path) -> Path:
+    """A copy of the raw format-2 fixture store (4 clips in shards of 130, 44 and 65 frames; clip 1 ends shard 0)."""
+    return Path(shutil.copytree(PRE_SPECSTORE / "store_raw.zarr", tmp_path / "old.zarr"))
+
+
 def _meta(path: Path) -> dict[str, Any]:
-    return dict(zarr.open_group(str(path), mode="r").attrs["specstore"])
+    doc: Any = zarr.open_group(str(path), mode="r").attrs["specstore"]
+    return dict(doc)
+
+
+def _group(path: Path, group: str) -> Any:
+    """The zarr group or array ``group`` of the store at ``path``, writable."""
+    root: Any = zarr.open_group(str(path), mode="r+")
+    return root[group]
 
 
 def _edit_commit(path: Path, **values: Any) -> None:
@@ -42,16 +59,22 @@ def _edit_commit(path: Path, **values: Any) -> None:
     zarr.open_group(str(path), mode="r+").attrs["specstore"] = meta
 
 
+def _index_of(path: Path) -> str:
+    """The group holding the whole committed index: format 2's ``commit.index``, else the one segment."""
+    commit = _meta(path)["commit"]
+    return str(commit["index"]) if "index" in commit else index_group(path)
+
+
 def _edit_index(path: Path, column: str, row: int, value: Any) -> None:
     """Overwrite one value of a committed index column in place, with plain zarr."""
-    arr: Any = zarr.open_group(str(path), mode="r+")[_meta(path)["commit"]["index"]][column]
+    arr = _group(path, _index_of(path))[column]
     values = arr[...]
     values[row] = value
     arr[...] = values
 
 
 def _paths(path: Path) -> list[str]:
-    return [str(p) for p in zarr.open_group(str(path), mode="r")[_meta(path)["commit"]["index"]]["path"][...]]
+    return [str(p) for p in _group(path, _index_of(path))["path"][...]]
 
 
 def _wrap(path: Path) -> None:
@@ -115,9 +138,11 @@ def test_infer_predict_refuses_it_in_one_line_and_writes_nothing(tmp_path: Path,
 
 
 def test_a_wrapping_extent_in_an_old_commit_is_refused_at_open_not_read_as_empty(tmp_path: Path) -> None:
-    """Without recorded shard frame counts nothing but 2**62 bounds an extent's end; 2**62 + 2**62 passes it."""
-    path = _store(tmp_path)
+    """Without recorded shard frame counts (format 2, before they were recorded) nothing but 2**62 bounds an
+    extent's end; 2**62 + 2**62 passes it."""
+    path = _format2(tmp_path)
     _edit_commit(path, shard_frames=None)
+    assert open_store(path).metadata.commit.shard_frames is None
     _wrap(path)
     with pytest.raises(StoreCorrupt, match=r"clip 1 \(.*\) claims frames 4611686018427387904\.\."
                                            r"9223372036854775808, past frame 4611686018427387904"):
@@ -126,10 +151,27 @@ def test_a_wrapping_extent_in_an_old_commit_is_refused_at_open_not_read_as_empty
 
 
 def test_a_shard_frame_count_beyond_int64_is_one_line_not_a_traceback(tmp_path: Path) -> None:
+    """The segment's shard table as a uint64 column (its kind is an integer's, so it is read) holding 2**64 - 1."""
     path = _store(tmp_path)
-    _edit_commit(path, shard_frames=[2 ** 70])
-    with pytest.raises(StoreCorrupt, match=f"holds 140 frames but commit 1 records {2 ** 70}"):
+    shards = _group(path, f"{index_group(path)}/shards")
+    assert shards["n_frames"].shape == (1,)
+    del shards["n_frames"]
+    shards.create_array("n_frames", shape=(1,), dtype=np.uint64)[...] = np.array([2 ** 64 - 1], dtype=np.uint64)
+    s = open_store(path)
+    with pytest.raises(StoreCorrupt, match=f"holds 140 frames but commit {s.generation} records {2 ** 64 - 1}") as e:
+        s[0]
+    assert "\n" not in str(e.value)
+    assert validate(str(path))
+
+
+def test_a_format_2_shard_frame_count_beyond_int64_is_one_line_not_a_traceback(tmp_path: Path) -> None:
+    """Format 2 records the counts in the root document's JSON, where any integer fits."""
+    path = _format2(tmp_path)
+    frames = _meta(path)["commit"]["shard_frames"]
+    _edit_commit(path, shard_frames=[2 ** 70, *frames[1:]])
+    with pytest.raises(StoreCorrupt, match=f"holds {frames[0]} frames but commit 1 records {2 ** 70}") as e:
         open_store(path)[0]
+    assert "\n" not in str(e.value)
     assert validate(str(path))
 
 
