@@ -235,7 +235,7 @@ class IndexMachine(RuleBasedStateMachine):
         assert self.w.committed_errors() == self.errors
 
 
-IndexMachine.TestCase.settings = settings(max_examples=40, stateful_step_count=20, deadline=None,
+IndexMachine.TestCase.settings = settings(max_examples=25, stateful_step_count=20, deadline=None,
                                           suppress_health_check=[HealthCheck.too_slow])
 TestIndexMachine = IndexMachine.TestCase
 
