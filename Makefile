@@ -100,7 +100,7 @@ $(if $(filter classify,$(MAKECMDGOALS)),$(if $(strip $(FILES)),,$(error make cla
 # Yes/no variables have one rule: empty = unset (the command's own default), 1/yes/true/on = on,
 # 0/no/false/off = off (any case); anything else stops make at once with one line, before anything runs.
 # flag: its second argument (an option) when the variable its first names is on, nothing otherwise.
-BOOLEANS   := TRUST_MODEL_CODE OVERWRITE BASELINES QUICK
+BOOLEANS   := TRUST_MODEL_CODE OVERWRITE BASELINES QUICK RESTART
 BOOL_ON    := 1 yes true on
 BOOL_OFF   := 0 no false off
 # (lower-cases the letters the accepted values use; any other capital leaves a value unaccepted, as it should)
@@ -123,7 +123,10 @@ FEATURES_OPTS = $(strip $(call opt,FEATURES,--features) $(call opt,JOBS,--jobs) 
                 $(call opt,LAYOUT,--layout) \
                 $(call opt,BACKEND,--backend) $(call opt,SCHEDULER,--scheduler) $(call opt,MAX_IDLE,--max-idle) \
                 $(ARGS))
-INFER_OPTS    = $(strip $(call opt,OUT,--out) $(call opt,TOPK,--topk) $(RUN_OPTS) $(ARGS))
+INFER_OPTS    = $(strip $(call opt,OUT,--out) $(call opt,TOPK,--topk) $(RUN_OPTS) \
+                $(call opt,BACKEND,--backend) $(call opt,SCHEDULER,--scheduler) \
+                $(if $(strip $(BACKEND)),$(call opt,JOBS,--jobs) $(call opt,MAX_IDLE,--max-idle)) \
+                $(call flag,RESTART,--restart) $(ARGS))
 CLASSIFY_OPTS = $(strip $(call opt,TOPK,--topk) $(call opt,JOBS,--jobs) $(RUN_OPTS) $(ARGS))
 EXPORT_OPTS   = $(strip $(call opt,FORMAT,--format) $(call opt,OUT,--out) $(call flag,TRUST_MODEL_CODE,--trust-model-code) \
                 $(ARGS))
@@ -135,6 +138,10 @@ RECIPE_OPTS   = $(call opt,CONFIG,--config) $(call opt,EPOCHS,--epochs) $(call o
                 $(call opt,LR,--lr) $(call opt,SEED,--seed)
 TRAIN_OPTS    = $(strip $(RECIPE_OPTS) $(call opt,VAL,--val-fraction) $(RUN_OPTS) $(call flag,OVERWRITE,--overwrite) \
                 $(ARGS))
+# make train NPROC=N: N processes on this machine under torchrun (DistributedDataParallel: gloo on CPU, nccl with
+# one GPU per process; docs/distributed.md). No NPROC: one process, as always.
+NPROC         ?=
+TRAIN_RUN     = $(if $(strip $(NPROC)),$(VENV)/bin/torchrun --standalone --nproc_per_node=$(strip $(NPROC)),$(PY))
 CV_OPTS       = $(strip $(RECIPE_OPTS) $(call opt,FOLDS,--folds) $(call opt,OUT_DIR,--out-dir) $(RUN_OPTS) \
                 $(call flag,OVERWRITE,--overwrite) $(ARGS))
 # ONLY names groups (a value, not a switch): the groups run now replace theirs in the report, the others stay.
@@ -189,7 +196,7 @@ features: install  ## CORPUS=dir|manifest.csv STORE=out.zarr (required) FEATURES
 	@if [ $(call q,$(CORPUS)) = $(call q,$(DEMO_CORPUS)) ]; then $(MAKE) --no-print-directory corpus; fi
 	$(PY) -m specstore features $(call q,$(CORPUS)) $(call q,$(STORE)) $(FEATURES_OPTS)
 
-infer: install  ## STORE=… MODEL=… (required) OUT=predictions.csv DEVICE=auto|cpu|cuda BUDGET_MB=… TOPK=5 TRUST_MODEL_CODE=1
+infer: install  ## STORE=… MODEL=… (required) OUT=predictions.csv DEVICE=auto|cpu|cuda BUDGET_MB=… TOPK=5 TRUST_MODEL_CODE=1 BACKEND=dask|ray SCHEDULER=… JOBS=n MAX_IDLE=… RESTART=1
 	$(PY) -m specstore infer $(call q,$(STORE)) $(call q,$(MODEL)) $(INFER_OPTS)
 
 plan: install  ## print the batch plan for STORE (required; and MODEL if it exists) without running the model
@@ -198,8 +205,8 @@ plan: install  ## print the batch plan for STORE (required; and MODEL if it exis
 init-model: install  ## write an untrained checkpoint for STORE to MODEL (both required; ARCH=cnn|resnet)
 	$(PY) -m specstore init-model $(call q,$(STORE)) $(call q,$(MODEL)) $(strip $(call opt,ARCH,--arch) $(ARGS))
 
-train: install  ## STORE MODEL (required) EPOCHS ARCH (musicnn: a head on the pretrained backbone) MODEL_ARGS WIDTH CROP (s; 0 = whole) LR SEED VAL CONFIG=f.toml ARGS=... OVERWRITE=1
-	$(PY) -m specstore train $(call q,$(STORE)) $(call q,$(MODEL)) $(TRAIN_OPTS)
+train: install  ## STORE MODEL (required) EPOCHS ARCH (musicnn: a head on the pretrained backbone) MODEL_ARGS WIDTH CROP (s; 0 = whole) LR SEED VAL CONFIG=f.toml ARGS=... OVERWRITE=1 NPROC=N (torchrun, N processes)
+	$(TRAIN_RUN) -m specstore train $(call q,$(STORE)) $(call q,$(MODEL)) $(TRAIN_OPTS)
 
 cv: install  ## STORE (required) FOLDS=5 OUT_DIR=reports/cv + train's options: judge a recipe by grouped k-fold cross-validation on training data
 	$(PY) -m specstore cv $(call q,$(STORE)) $(CV_OPTS)

@@ -7,9 +7,9 @@ Writes ``benchmarks.json`` and ``benchmarks.md`` into ``--out-dir``
 ``--quick``, so a smoke run never overwrites the committed figures).
 ``--quick`` is a smoke run (tiny sizes, one repeat, under a minute) that exercises every benchmark and writes
 the same files; its values are not meaningful. Groups (``--only``): extract, extract-mem, plan, infer,
-infer-mem, reads, gpu, library, model, serve, serve-limits, startup, decode-formats, scale; with ``--merge`` the
-groups not rerun are kept from the report already there, each marked with its date. A group that needs what
-``make install`` does not give (the quick model group renders with fluidsynth and a Debian SoundFont) is
+infer-mem, reads, gpu, library, model, serve, serve-limits, startup, decode-formats, scale, cluster; with
+``--merge`` the groups not rerun are kept from the report already there, each marked with its date. A group that
+needs what ``make install`` does not give (the quick model group renders with fluidsynth and a Debian SoundFont) is
 skipped where that is missing, with one line saying how to enable it (``make realcorpus-deps``). Nothing here
 is collected by pytest (no ``test_`` names); ``tests/project/test_bench_quick.py`` runs the quick mode.
 """
@@ -33,7 +33,7 @@ from . import bench_common
 from .bench_common import GroupResult, load_average, log, machine_info, wait_for_quiet
 
 GROUPS = ("extract", "extract-mem", "plan", "infer", "infer-mem", "reads", "gpu", "library", "model", "serve",
-          "serve-limits", "startup", "decode-formats", "scale")
+          "serve-limits", "startup", "decode-formats", "scale", "cluster")
 
 #: Sizes: full run (about 9-11 minutes on 2 cores, of which the scale group about 2.5) and the smoke run.
 FULL: dict[str, dict[str, Any]] = {
@@ -57,6 +57,7 @@ FULL: dict[str, dict[str, Any]] = {
     "decode-formats": dict(seconds=60.0, repeats=3),
     "scale": dict(sizes=(10_000, 1_000_000), commits=1000, clips_per_shard=64, big_commits=3, big_rows=1000,
                   one_row_commits=10, workers=2, limit_s=360.0, repeats=3),
+    "cluster": dict(n_clips=2000, workers=2, repeats=3, journal_pairs=2),
 }
 QUICK: dict[str, dict[str, Any]] = {
     "extract": dict(n_files=8, mean_seconds=3.0, repeats=1, lhotse_pool=False, longer=2),
@@ -79,6 +80,7 @@ QUICK: dict[str, dict[str, Any]] = {
     "decode-formats": dict(seconds=3.0, repeats=1),
     "scale": dict(sizes=(1000, 10_000), commits=10, clips_per_shard=64, big_commits=1, big_rows=100,
                   one_row_commits=3, workers=2, limit_s=60.0, repeats=1),
+    "cluster": dict(n_clips=200, workers=2, repeats=1, journal_pairs=0),
 }
 
 NOTES = [
@@ -148,6 +150,10 @@ def _runner(name: str, work: Path, sizes: dict[str, Any]) -> Callable[[], GroupR
         from . import bench_scale
 
         return lambda: bench_scale.run(work / "scale", **sizes)
+    if name == "cluster":
+        from . import bench_cluster
+
+        return lambda: bench_cluster.run(work / "cluster", **sizes)
     if name == "model":
         from . import bench_model
 
@@ -165,6 +171,8 @@ def unavailable(name: str, quick: bool) -> str | None:
     """
     if name == "decode-formats" and importlib.util.find_spec("av") is None:
         return "missing PyAV: run `.venv/bin/pip install -e '.[formats]'` to measure it"
+    if name == "cluster" and importlib.util.find_spec("distributed") is None:
+        return "missing dask.distributed: run `.venv/bin/pip install -e '.[dask]'` to measure it"
     if name != "model" or not quick:
         return None
     from specstore.realcorpus.catalogue import SIZES

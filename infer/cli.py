@@ -25,10 +25,11 @@ from typing import Any
 
 from specstore.common import ConfigError, run_cli
 from specstore.common.atomic import check_output_path, output_target
-from specstore.common.options import add_options
+from specstore.common.options import add_options, given
 from specstore.infer.models.config import ModelConfig
 from specstore.infer.models.trust import Trust, add_trust_argument
 from specstore.infer.options.cli_options import CvOptions, EvalOptions, InitOptions, PlanOptions, PredictOptions
+from specstore.infer.options.cluster_options import ClusterOptions
 from specstore.infer.options.defaults import PLAIN_MODEL
 from specstore.infer.options.run_args import COMMAND_FIELDS, MACHINE_FIELDS, add_run_options, run_options_given
 from specstore.infer.options.run_options import RunOptions, check_run_option
@@ -76,13 +77,14 @@ def _check_checkpoint(model: str | None) -> None:
 
 def cmd_predict(args: argparse.Namespace) -> int:
     options = _run_options(args)
+    cluster = ClusterOptions(**given(args, ClusterOptions))
     check_store_present(args.store)
     _check_checkpoint(args.model)
     from specstore.infer.engine.predict import predict
     from specstore.infer.models.calibration import UNCALIBRATED
 
     res = predict(args.store, args.model, args.out, topk=args.topk, unknown_below=args.unknown_below,
-                  labels=args.labels, options=options,
+                  labels=args.labels, options=options, cluster=cluster,
                   trust_model_code=args.trust_model_code)
     say = sys.stderr if args.out and output_target(args.out).fd == 1 else sys.stdout  # --out /dev/stdout: CSV only
     print(res.stats.line(), file=say)
@@ -157,6 +159,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     check_output_path(args.model, what="MODEL", stream=False)
     check_store_present(args.store)
     import dataclasses
+    import os
 
     from .train.choice import choose_backbone, record_choice
     from .train.transfer import train_transfer
@@ -182,8 +185,9 @@ def cmd_train(args: argparse.Namespace) -> int:
                                                                 feature=config.feature or choice.feature),
                    progress=not args.no_progress,
                    **machine, overwrite=args.overwrite, trust_model_code=trust)
-    record_choice(args.model, choice)
-    print(result.summary() + (f"\n  backbone (auto): {choice.why}" if choice.why else ""))
+    if os.environ.get("RANK", "0") == "0":  # under torchrun rank 0 alone records the choice and prints the summary
+        record_choice(args.model, choice)
+        print(result.summary() + (f"\n  backbone (auto): {choice.why}" if choice.why else ""))
     return 0
 
 
@@ -234,6 +238,7 @@ def _predict_parser(p: argparse.ArgumentParser) -> None:
     add_options(p, PredictOptions, absent=False)
     add_trust_argument(p, "a checkpoint")
     _add_run_args(p)
+    add_options(p.add_argument_group("on a cluster (dask or ray; resumable)"), ClusterOptions)
 
 
 def _plan_parser(p: argparse.ArgumentParser) -> None:

@@ -17,12 +17,14 @@ import math
 import os
 import time
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Sequence
 
 from tqdm.auto import tqdm
 
 from specstore.common.errors import ExecutorError
 from specstore.common.executors import Executor, TaskFuture, task_key
+from specstore.common.executors.idle import IDLE_POLL_SECONDS
+from specstore.common.executors.idle import IdleWatch as _IdleWatch
 from specstore.store import Corpus, ErrorRow, FeatureSpec, IndexRow, ShardInfo, StoreWriter
 
 from .corpus import CorpusItem
@@ -43,8 +45,6 @@ MAX_TASK_FILES = 64
 MAX_TASK_BYTES = 256 << 20
 #: Rounds of decoding for the copies of a file that changed while it was decoded.
 MAX_ROUNDS = 3
-#: Seconds between two looks at the live workers while no task finishes (less where the idle intervals are short).
-IDLE_POLL_SECONDS = 5.0
 
 
 def plan_tasks(todo: Sequence[tuple[TaskItem, int]], n_jobs: int, *, max_files: int = MAX_TASK_FILES,
@@ -91,72 +91,11 @@ def _shrinking(items: list[TaskItem], size: int, n_jobs: int) -> list[list[TaskI
     return pieces
 
 
-class IdleWatch:
-    """Whether a run waits on an empty cluster: warns while ``executor`` has no live workers, and says when to stop.
+class IdleWatch(_IdleWatch):
+    """:class:`specstore.common.executors.idle.IdleWatch` (its home; inference uses it too), warning on
+    extraction's logger."""
 
-    The cluster is idle from the first look (:meth:`check`) that finds no live worker
-    (:meth:`~specstore.common.executors.Executor.live_workers`) until a look finds one or a task finishes
-    (:meth:`progress`: a cluster that finishes tasks works, whatever it reports).  After ``warn_after``
-    seconds idle a warning names the scheduler (:meth:`~specstore.common.executors.Executor.describe`), then
-    again every ``warn_every`` seconds; after ``max_idle`` seconds (None: never) :meth:`check` returns the
-    reason to stop.  ``clock``: seconds, monotonic.
-    """
-
-    def __init__(self, executor: Executor, warn_after: float, warn_every: float, max_idle: float | None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
-        self.executor, self.warn_after, self.warn_every, self.max_idle = executor, warn_after, warn_every, max_idle
-        self.clock = clock
-        intervals = [warn_after, warn_every] + ([max_idle] if max_idle is not None else [])
-        #: Seconds a driver waits for a task to finish before it looks at the workers again.
-        self.poll_seconds = min(IDLE_POLL_SECONDS, *(x / 4 for x in intervals))
-        self.idle_since: float | None = None
-        self.next_warning = 0.0
-        self.warned = False
-        #: Why the run stops (:meth:`finished` ended early), else None.
-        self.stopped: str | None = None
-
-    def progress(self) -> None:
-        """A task finished: the cluster is not idle."""
-        self.idle_since = None
-
-    def check(self, waiting: int) -> str | None:
-        """Look at the live workers (``waiting``: the tasks not finished); warn when due; the one-line reason to
-        stop when the cluster has been idle for ``max_idle`` seconds, else None."""
-        now = self.clock()
-        if self.executor.live_workers() > 0:
-            if self.warned:
-                log.warning("%s has live workers again; the run goes on", self.executor.describe())
-            self.idle_since, self.warned = None, False
-            return None
-        if self.idle_since is None:
-            self.idle_since, self.next_warning = now, now + self.warn_after
-        idle = now - self.idle_since
-        if self.max_idle is not None and idle >= self.max_idle:
-            return f"no live workers on {self.executor.describe()} for {idle:.1f} s (--max-idle {self.max_idle:g})"
-        if now >= self.next_warning:
-            log.warning("no live workers on %s for %.0f s: %d tasks wait for one (start workers, or --max-idle "
-                        "SECONDS stops the run)", self.executor.describe(), idle, waiting)
-            self.warned, self.next_warning = True, now + self.warn_every
-        return None
-
-    def finished(self, futures: Sequence[TaskFuture]) -> Iterator[TaskFuture]:
-        """``futures`` as they finish (``executor.as_completed``), looking at the workers whenever none has
-        finished for :attr:`poll_seconds`; ends early, with ``stopped`` set to the reason, when :meth:`check`
-        says to stop."""
-        self.stopped = None
-        pending = dict.fromkeys(futures)
-        while pending:
-            try:
-                for future in self.executor.as_completed(list(pending), timeout=self.poll_seconds):
-                    del pending[future]
-                    self.progress()
-                    yield future
-            except TimeoutError:
-                pass
-            if pending:
-                self.stopped = self.check(len(pending))
-                if self.stopped is not None:
-                    return
+    logger = log
 
 
 def owner_of(path: str, corpora: Sequence[Corpus]) -> int:

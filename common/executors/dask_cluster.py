@@ -21,7 +21,7 @@ from typing import Any
 from ..errors import ExecutorError
 from .base import KeyedExecutor, TaskFuture, TaskLost
 
-__all__ = ["DaskExecutor"]
+__all__ = ["DaskExecutor", "local_cluster"]
 
 log = logging.getLogger(__name__)
 
@@ -62,7 +62,7 @@ class DaskExecutor(KeyedExecutor):
         """A client of the scheduler at ``scheduler`` (``tcp://host:8786``), or, when None, of a local cluster
         of ``workers`` single-threaded worker processes started now (and stopped by :meth:`shutdown`)."""
         try:
-            from dask.distributed import Client, LocalCluster
+            from dask.distributed import Client
         except ImportError:
             raise ExecutorError("BACKEND=dask needs dask.distributed: pip install 'specstore[dask]'") from None
         stack = ExitStack()
@@ -74,7 +74,7 @@ class DaskExecutor(KeyedExecutor):
                     raise ExecutorError(f"cannot reach the dask scheduler at {scheduler}: {e}".splitlines()[0]) \
                         from None
             else:
-                cluster = stack.enter_context(LocalCluster(n_workers=workers, threads_per_worker=1, processes=True))
+                cluster = stack.enter_context(local_cluster(workers))
                 client = stack.enter_context(Client(cluster))
         except BaseException:
             stack.close()
@@ -116,3 +116,18 @@ class DaskExecutor(KeyedExecutor):
         if self._owned is not None:
             self._owned.close()
             self._owned = None
+
+
+def local_cluster(workers: int, **kwargs: Any) -> Any:
+    """A dask ``LocalCluster`` of ``workers`` single-threaded worker processes, as a run without a scheduler starts.
+
+    dask starts its workers with ``MALLOC_TRIM_THRESHOLD_=65536``, which makes glibc give memory back after
+    nearly every free: a model's forward pass ran about 1.6x slower under it (docs/benchmarks.md, cluster).
+    These workers start without it; specstore's own heap tuning (:mod:`specstore.common.heap`) applies.
+    ``kwargs`` go to ``LocalCluster`` (e.g. ``dashboard_address``).
+    """
+    import dask
+    from dask.distributed import LocalCluster
+
+    with dask.config.set({"distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_": None}):
+        return LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, **kwargs)

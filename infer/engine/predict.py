@@ -16,7 +16,7 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from torch import nn
@@ -37,9 +37,14 @@ from specstore.infer.models.checkpoint import Checkpoint, check_store_matches
 from specstore.infer.models.contract import ModelSpec
 from specstore.infer.models.shipped import is_shipped, resolve_checkpoint
 from specstore.infer.models.trust import Trust
+from specstore.infer.options.cluster_options import ClusterOptions
 from specstore.store import Store, open_store
 
-__all__ = ["LoadedModel", "ModelLike", "PredictStats", "Predictions", "load_model", "open_inputs", "predict"]
+if TYPE_CHECKING:
+    from specstore.common.executors import Executor
+
+__all__ = ["ClusterStats", "LoadedModel", "ModelLike", "PredictStats", "Predictions", "load_model", "open_inputs",
+           "predict"]
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +72,24 @@ class PredictStats(RunStats):
                 f"{self.batches} batches, padding efficiency {self.efficiency:.3f}, "
                 f"{self.windowed} windowed; peak {self.peak_kind} {self.peak_bytes / 2**20:.0f} MiB "
                 f"(budget {self.budget_bytes / 2**20:.0f} MiB) on {self.device}; OOM retries {self.oom_retries}")
+
+
+@dataclass
+class ClusterStats(PredictStats):
+    """A cluster run's figures (:mod:`specstore.infer.engine.distributed`): :class:`PredictStats` (the workers'
+    loops summed, the peak the highest of one worker) and the units: in all, resumed from the journal, computed
+    now; ``dropped``: duplicate results dropped; ``commits``: journal parts written; ``where``: the executor."""
+
+    units: int = 0
+    resumed: int = 0
+    computed: int = 0
+    dropped: int = 0
+    commits: int = 0
+    where: str = ""
+
+    def line(self) -> str:
+        return (f"{super().line()}; {self.units} units on {self.where}: {self.computed} computed, {self.resumed} "
+                f"from the journal, {self.dropped} duplicate results dropped")
 
 
 ModelLike = str | os.PathLike[str] | Checkpoint | nn.Module
@@ -161,6 +184,8 @@ def predict(
     model_args: dict[str, Any] | None = None,
     trust_model_code: Trust = False,
     options: RunOptions | None = None,
+    executor: Executor | None = None,
+    cluster: ClusterOptions | None = None,
     **overrides: Any,
 ) -> Predictions:
     """Classify every indexed path of ``specstore.store`` with ``checkpoint``; write the CSV to ``out`` if given.
@@ -178,6 +203,11 @@ def predict(
     (unknown ones refused in one line).  A tagger (``outputs == "tags"``, e.g. ``musicnn-msd``) gives sigmoid
     scores and writes ``path,tags,truth`` (:mod:`specstore.infer.engine.predictions`).
     ``out`` is checked before any work; probabilities that are not all finite are refused, nothing written.
+    ``executor`` (an :class:`~specstore.common.executors.Executor`), or ``cluster`` with a backend
+    (:class:`~specstore.infer.options.cluster_options.ClusterOptions`: dask, ray, ``--scheduler``, ``--jobs``),
+    runs the model on workers in units journalled beside ``out``, resumable, with the same CSV
+    (:mod:`specstore.infer.engine.distributed`; ``checkpoint`` must then be a checkpoint file); neither keeps
+    this process's loop.
     Raises ``StoreError``, ``CheckpointError`` (spec mismatch included), ``DeviceError``, ``PredictionsError``
     and ``ConfigError`` with one-line messages.
     """
@@ -193,14 +223,24 @@ def predict(
     select_labels(loaded.label_names, labels)  # unknown labels refused before the model runs
     engine = Engine(opts)
     model = engine.prepare(loaded.module)
-    res = engine.logits(model, s, np.arange(len(s)), feature=loaded.feature, desc="predicting")
-    if len(s) and res.logits.shape[1] != len(loaded.label_names):
-        raise ConfigError(f"{loaded.name} gives {res.logits.shape[1]} classes; the labels are "
+    run = None
+    if executor is not None or (cluster is not None and cluster.backend is not None):
+        from specstore.infer.engine.distributed import ClusterRun
+
+        run = ClusterRun(s, checkpoint, loaded.feature, opts, cluster or ClusterOptions(), out, trust_model_code)
+        logits = run.logits(model, engine, executor)
+    else:
+        res = engine.logits(model, s, np.arange(len(s)), feature=loaded.feature, desc="predicting")
+        logits = res.logits
+    if len(s) and logits.shape[1] != len(loaded.label_names):
+        raise ConfigError(f"{loaded.name} gives {logits.shape[1]} classes; the labels are "
                           f"{len(loaded.label_names)} ({', '.join(loaded.label_names[:5])}...)")
-    stats = PredictStats(**vars(res.run_stats()), clips=len(s), audio_seconds=float(s.durations.sum()),
-                         peak_kind="GPU allocated" if engine.device.type == "cuda" else "anonymous RSS",
-                         device=str(engine.device))
-    probs = probabilities(res.logits, loaded.calibration, loaded.outputs) if len(s) else np.zeros(
+    figures: dict[str, Any] = {"clips": len(s), "audio_seconds": float(s.durations.sum()),
+                               "peak_kind": "GPU allocated" if engine.device.type == "cuda" else "anonymous RSS",
+                               "device": str(engine.device)}
+    stats = (ClusterStats(**run.figures(), **figures) if run is not None
+             else PredictStats(**vars(res.run_stats()), **figures))
+    probs = probabilities(logits, loaded.calibration, loaded.outputs) if len(s) else np.zeros(
         (0, len(loaded.label_names)), dtype=np.float32)
     _check_finite(probs, s.paths, loaded.name)
     truth = [s.label_names[label] if label >= 0 else None for label in s.labels.tolist()]
@@ -209,4 +249,6 @@ def predict(
                          loaded.calibration.label()).subset(labels)  # labels kept after the (calibrated) softmax
     if out is not None:
         write_predictions_csv(result, out, topk=topk, unknown_below=unknown_below)
+    if run is not None:
+        run.finish()  # the CSV is whole: nothing is left to resume
     return result

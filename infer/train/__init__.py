@@ -6,10 +6,14 @@
 * :mod:`.resume`: the resume file;
 * :mod:`.recipe`: the ``auto`` options, resolved from the training data by fixed rules;
 * :mod:`.stats_head`: the statistics head (a logistic regression on band statistics, fitted in closed form);
-* :mod:`.prepare`: the run, the model and the batches, before the first step;
+* :mod:`.prepare`: the run and the model, before the first step;
+* :mod:`.batches`: the crop, the augmentation and the budgeted batches (re-exported by :mod:`.prepare`);
 * :mod:`.steps`: one optimiser step's mechanics (mixup, weight average, OOM split);
+* :mod:`.epoch`: one epoch's pass and its validation;
+* :mod:`.distributed`: several processes under torchrun (DDP: the shared budget, broadcasts, BatchNorm averaging);
+* :mod:`.debug`: the test hooks a distributed run obeys (off unless their environment variables are set);
 * :mod:`.report`: ``metrics.csv``, TensorBoard scalars, the held-out report;
-* :mod:`.loop`: :func:`train`, the run itself (``make train``).
+* :mod:`.loop`: :func:`train`, the run itself (``make train``, ``make train NPROC=N``).
 * :mod:`.transfer`: a head on a pretrained backbone's cached clip embeddings (``make train ARCH=musicnn``);
 * :mod:`.ensemble`: the sum of the from-scratch model and such a head, saved as one checkpoint;
 * :mod:`.choice`: the recipe's rule between the three, from the training clips alone.

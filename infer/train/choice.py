@@ -46,6 +46,7 @@ from specstore.infer.models.shipped import SHIPPED, load_shipped
 from specstore.store import Store, open_store
 
 from .config import TrainConfig
+from .distributed import one_process_only
 from .ensemble import sum_feature
 from .recipe import resolve_validation
 from .stats_head import StatsFit, fit_linear_head
@@ -125,6 +126,7 @@ def choose_backbone(store: str | os.PathLike[str] | Store, model_path: str | os.
     if shipped is None:
         return BackboneChoice(None, "none: the store holds no shipped backbone's feature (`make features "
                                     "FEATURES=musicnn` adds one); the CNN trains from scratch")
+    one_process_only(f"choosing between the CNN and a head on the store's {shipped.extra['shipped']} backbone (auto)")
     t0 = time.perf_counter()
     name = str(shipped.extra["shipped"])
     cfg, _ = resolve_validation(cfg, int((s.labels >= 0).sum()))

@@ -8,7 +8,7 @@ normalisation on training frames and its statistics head on training clips
 (:mod:`.stats_head`) -> :func:`~.prepare.prepare_data`: the engine
 (:mod:`specstore.infer.engine.runtime`) measures the model's training memory per padded
 clip-frame and gives the :class:`~specstore.infer.batching.budget.Budget`, which sets the crop
-and the budgeted batch sampler -> every epoch (:func:`_run_epoch`) a fresh
+and the budgeted batch sampler -> every epoch (:func:`~.epoch.run_epoch`) a fresh
 plan over the cropped lengths, random crops read straight from the store's
 mmap views, augmentation inside real frames (:mod:`specstore.infer.data.augment`), AdamW
 with warm-up and cosine decay (:mod:`.schedule`), autocast on CUDA ->
@@ -32,6 +32,13 @@ after the last finished epoch; every random draw of an epoch is seeded from
 existing checkpoint is never replaced silently: training to a ``model_path``
 that holds a model from another configuration or other data (or with no
 resume file) is refused unless ``overwrite=True``.
+
+Several processes: started by ``torchrun`` (``make train NPROC=N``), every
+rank runs :func:`train` with DistributedDataParallel over its share of each
+epoch's batches (:mod:`.distributed`: the smallest budget of all ranks, the
+sampler's replica split, BatchNorm running statistics averaged at each epoch's
+end); rank 0 alone validates and writes the checkpoint, the resume file, the
+metrics and the config.
 """
 
 from __future__ import annotations
@@ -47,8 +54,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
-import torch.nn.functional as F
 from torch import nn
 from tqdm.auto import tqdm
 
@@ -59,24 +64,16 @@ from specstore.infer.models.contract import ModelSpec
 from specstore.infer.models.trust import Trust, with_named
 from specstore.store import Store
 
-from ..errors import TrainError
 from ..models import MaskedClassifier, count_parameters
+from . import debug
+from .batches import TrainData, prepare_data
 from .config import TrainConfig
-from .prepare import (
-    Learner,
-    Run,
-    TrainData,
-    default_training_feature,
-    prepare_data,
-    prepare_model,
-    prepare_run,
-    release_freed_memory,
-)
-from .report import Scalars, held_out_report, held_out_text, macro_f1, metrics_csv
+from .distributed import Dist, barrier, from_env, process_group, quiet_unless_main, wrap
+from .epoch import run_epoch, validate, validates
+from .prepare import Learner, Run, default_training_feature, prepare_model, prepare_run, release_freed_memory
+from .report import Scalars, held_out_report, held_out_text, metrics_csv
 from .resume import ResumeState, save_resume
-from .schedule import lr_at
 from .stats_head import DEFAULT_WEIGHT, WeightChoice, choose_weight, stats_logits
-from .steps import epoch_seed, forward_backward, mixup
 
 __all__ = ["TrainResult", "config_path_for", "default_training_feature", "metrics_path_for", "train"]
 
@@ -212,28 +209,46 @@ def train(
     if overrides:
         cfg = TrainConfig.from_dict({**cfg.to_dict(), **overrides})
     trust = with_named(trust_model_code, *_named(model))
+    dist = from_env(cfg.run.device)
+    if dist is None:
+        return _train(store, model_path, cfg, None, progress=progress, threads=threads, margin_mb=margin_mb,
+                      overwrite=overwrite, model=model, model_args=model_args, on_epoch_end=on_epoch_end, trust=trust)
+    with process_group(dist), quiet_unless_main(dist):
+        return _train(store, model_path, cfg, dist, progress=progress, threads=threads, margin_mb=margin_mb,
+                      overwrite=overwrite, model=model, model_args=model_args, on_epoch_end=on_epoch_end, trust=trust)
+
+
+def _train(store: str | os.PathLike[str] | Store, model_path: str | os.PathLike[str], cfg: TrainConfig,
+           dist: Dist | None, *, progress: bool, threads: int | None, margin_mb: float | None, overwrite: bool,
+           model: nn.Module | str | None, model_args: dict[str, Any] | None,
+           on_epoch_end: Callable[[dict[str, Any]], None] | None, trust: Trust) -> TrainResult:
+    """:func:`train` in this process: the whole run, or this rank's part of a distributed one (``dist``)."""
     t0 = time.perf_counter()
     run = prepare_run(store, model_path, cfg, model=model, threads=threads, margin_mb=margin_mb,
-                      overwrite=overwrite)
+                      overwrite=overwrite, dist=dist)
     learner = prepare_model(run, model, model_args, trust)
     data = prepare_data(run, learner)
+    if dist is not None:
+        learner.wrapped = wrap(learner.net, dist)
     _log_start(run, learner, data)
     extra = _base_extra(run, learner)
-    _write_config(run, learner, extra)
-    scalars = Scalars(run.model_path)
+    if run.is_main:
+        _write_config(run, learner, extra)
+    scalars = Scalars(run.model_path, enabled=run.is_main)
     epochs_run = 0
     val_logits: np.ndarray | None = None
     bar = tqdm(total=run.cfg.epochs, initial=learner.start_epoch, unit="epoch", desc="training",
-               disable=not progress)
+               disable=not progress or not run.is_main)
     try:
         for epoch in range(learner.start_epoch, run.cfg.epochs):
-            entry = _run_epoch(run, learner, data, epoch, bar)
-            if _validates(run.cfg, epoch + 1):
-                val_logits = _validate(run, learner, data, entry)
+            entry = run_epoch(run, learner, data, epoch, bar)
+            if validates(run.cfg, epoch + 1) and run.is_main:
+                val_logits = validate(run, learner, data, entry)
             _end_epoch(run, learner, extra, entry)
             scalars.add(entry)
             epochs_run += 1
             _show(bar, entry)
+            debug.kill_after(epoch + 1, run.is_main)
             if on_epoch_end is not None:
                 on_epoch_end(entry)
     finally:
@@ -241,10 +256,13 @@ def train(
         scalars.close()
         if run.engine.device.type == "cpu":
             release_freed_memory()  # prepare_run kept freed memory for the steps; not beyond them
-    if epochs_run:
+    if epochs_run and run.is_main:
         _finish(run, learner, extra, val_logits, trust)
-    else:
+    barrier(dist)  # every rank returns once rank 0 has written the final checkpoint
+    if not epochs_run or not run.is_main:  # what rank 0 recorded: every rank returns the same result
         extra.update(load_checkpoint(run.model_path).extra)
+    if not run.is_main:
+        learner.history, learner.best_epoch = list(extra["history"]), int(extra.get("best_epoch", 0))
     best_entry = learner.history[learner.best_epoch - 1] if learner.best_epoch else {}
     return TrainResult(
         model_path=run.model_path, resume_path=run.resume_path, history=learner.history,
@@ -284,68 +302,6 @@ def _write_config(run: Run, learner: Learner, extra: dict[str, Any]) -> None:
     write_atomic(config_path_for(run.model_path), json.dumps(record, indent=2) + "\n")
 
 
-def _run_epoch(run: Run, learner: Learner, data: TrainData, epoch: int, bar: Any) -> dict[str, Any]:
-    """One pass over this epoch's batches; the history entry without validation figures."""
-    cfg, net, device = run.cfg, learner.net, run.device
-    e0 = time.perf_counter()
-    torch.manual_seed(epoch_seed(cfg.seed, epoch, 0))
-    mix_rng = torch.Generator().manual_seed(epoch_seed(cfg.seed, epoch, 1))
-    data.sampler.set_epoch(epoch)
-    n_batches = len(data.sampler)
-    net.train()
-    loss_sum, correct, seen, oom_splits = 0.0, 0, 0, 0
-    lr = lr_at(epoch, cfg)
-    for bi, batch in enumerate(data.batches(cfg.run.loader_workers, pin=device.type == "cuda")):
-        lr = lr_at(epoch + bi / n_batches, cfg)
-        for group in learner.optimizer.param_groups:
-            group["lr"] = lr
-        b = batch.to(device, non_blocking=True) if device.type != "cpu" else batch
-        assert b.labels is not None
-        learner.optimizer.zero_grad(set_to_none=True)
-        bx, bl, by, mix = mixup(b.x, b.lengths, b.labels, cfg.mixup, mix_rng)
-        step = forward_backward(net, run.engine, bx, bl, by, weights=data.weights,
-                                label_smoothing=cfg.label_smoothing, scaler=learner.scaler, mix=mix)
-        if not math.isfinite(step.loss) and not learner.scaler.is_enabled():
-            raise TrainError(f"training diverged (loss {step.loss}) in epoch {epoch + 1}; lower the LR")
-        learner.scaler.step(learner.optimizer)  # skips the step if fp16 gradients overflowed
-        learner.scaler.update()
-        if learner.averaged is not None:
-            learner.averaged.update(net)
-        oom_splits += step.oom_splits
-        if math.isfinite(step.loss):
-            loss_sum += step.loss * len(batch)
-            correct += step.correct
-            seen += len(batch)
-        bar.set_postfix_str(f"loss {loss_sum / max(seen, 1):.3f}", refresh=False)
-    return {
-        "epoch": epoch + 1, "loss": loss_sum / max(seen, 1), "train_accuracy": correct / max(seen, 1),
-        "val_accuracy": None, "val_f1": None, "val_loss": None, "lr": lr, "batches": n_batches,
-        "efficiency": data.sampler.plan.efficiency,
-        "oom_splits": oom_splits, "seconds": time.perf_counter() - e0,
-    }
-
-
-def _validates(cfg: TrainConfig, epoch: int) -> bool:
-    """Whether validation runs after ``epoch`` (1-based): every ``val_every`` epochs and after the last."""
-    return epoch == cfg.epochs or epoch % (cfg.val_every or 1) == 0
-
-
-def _validate(run: Run, learner: Learner, data: TrainData, entry: dict[str, Any]) -> np.ndarray | None:
-    """Validation figures into ``entry`` (accuracy, macro-F1, loss of the scored model); its logits."""
-    if not len(run.val_rows):
-        return None
-    v0 = time.perf_counter()
-    logits = run.engine.logits(learner.scored, run.store, run.val_rows, feature=run.feature,
-                               budget=data.eval_budget).logits
-    truth = run.store.labels[run.val_rows].astype(np.int64)
-    pred = logits.argmax(axis=1)
-    entry["val_accuracy"] = float((pred == truth).mean())
-    entry["val_f1"] = macro_f1(truth, pred)
-    entry["val_loss"] = float(F.cross_entropy(torch.from_numpy(logits), torch.from_numpy(truth)))
-    entry["seconds"] += time.perf_counter() - v0
-    return logits
-
-
 def _score(entry: dict[str, Any], select: str, validated: bool) -> tuple[float, float]:
     """Larger is better: the epoch (``last``); or (val accuracy, -val loss), (-train loss, 0) without validation
     clips (``validated``: the run has some; its epochs without validation are then never kept)."""
@@ -362,6 +318,8 @@ def _end_epoch(run: Run, learner: Learner, extra: dict[str, Any], entry: dict[st
     """Record the epoch: the checkpoint if it is the one kept, the resume file, ``metrics.csv``, the log."""
     cfg, epoch = run.cfg, entry["epoch"]
     learner.history.append(entry)
+    if not run.is_main:  # rank 0 alone writes
+        return
     score = _score(entry, cfg.select, len(run.val_rows) > 0)
     if learner.best_score is None or score > learner.best_score:
         learner.best_score, learner.best_epoch = score, epoch
@@ -375,7 +333,8 @@ def _end_epoch(run: Run, learner: Learner, extra: dict[str, Any], entry: dict[st
         model={k: v.detach().cpu() for k, v in net.state_dict().items()},
         optimizer=learner.optimizer.state_dict(), scaler=learner.scaler.state_dict(), history=learner.history,
         best_epoch=learner.best_epoch, best_score=list(learner.best_score),
-        averaged=averaged.state_dict() if averaged is not None else None), run.resume_path)
+        averaged=averaged.state_dict() if averaged is not None else None,
+        world_size=run.dist.world if run.dist else 1), run.resume_path)
     write_atomic(metrics_path_for(run.model_path), metrics_csv(learner.history))
     log.info("epoch %d/%d: loss %.4f, train acc %.3f, val acc %s, lr %.2e, %d batches (efficiency %.3f), "
              "%.1f s", epoch, cfg.epochs, entry["loss"], entry["train_accuracy"],

@@ -4,10 +4,10 @@
 (:mod:`specstore.infer.data.split`), resolves the ``auto`` options from the training data
 (:mod:`.recipe`) and reads a resume file that fits; :func:`prepare_model`
 builds (or restores) the model with its input normalisation and statistics
-head, the optimiser and the weight average; :func:`prepare_data` turns the
-engine's memory budget into a crop length, the augmentation, the dataset and
-the budgeted batch sampler.  :mod:`.loop` runs the epochs over what they
-return.
+head, the optimiser and the weight average; :func:`~.batches.prepare_data`
+(:mod:`.batches`, re-exported here) turns the engine's memory budget into a
+crop length, the augmentation, the dataset and the budgeted batch sampler.
+:mod:`.loop` runs the epochs over what they return.
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,12 +22,9 @@ from typing import Any
 import numpy as np
 import torch
 from torch import nn
-from torch.utils.data import DataLoader
 
 from specstore.common import ConfigError, check_output_path
 from specstore.common.heap import KEPT_THRESHOLDS, set_malloc_thresholds
-from specstore.infer.batching.budget import Budget
-from specstore.infer.data.augment import Augment, SpecAugment
 from specstore.infer.data.split import (
     SplitRule,
     split_keys,
@@ -39,24 +35,25 @@ from specstore.infer.data.split import (
 from specstore.infer.engine.runtime import Engine
 from specstore.infer.errors import SplitError, UntrustedModelError
 from specstore.infer.models.checkpoint import load_checkpoint
-from specstore.infer.models.contract import ModelSpec, masks_padding, spec_of, time_stride, window_frames
+from specstore.infer.models.contract import ModelSpec, spec_of, time_stride
 from specstore.infer.models.trust import Trust, with_named
 from specstore.store import FeatureSpec, Store, open_store
 
-from ..data import BudgetBatchSampler, PadCollate, StoreDataset, feature_specs, prefetch
+from ..data import StoreDataset, feature_specs
 from ..errors import TrainError
 from ..models import ARCHS, MaskedClassifier
+from .batches import TrainData, augment_for, prepare_data, stride_frames
 from .config import TrainConfig, model_options
+from .distributed import Dist, barrier, broadcast_object, broadcast_state, same_on_every_rank
 from .frames import FrameStats, frame_stats
 from .recipe import DataFacts, data_facts, resolve, resolve_validation
 from .resume import ResumeState, load_resume, resume_path_for
 from .stats_head import DEFAULT_WEIGHT, fit_stats_head
-from .steps import WeightAverage, class_weights, param_groups
+from .steps import WeightAverage, param_groups
 
 __all__ = [
-    "FrameStats", "Learner", "Run", "TrainData", "default_training_feature", "frame_stats", "keep_freed_memory",
-    "release_freed_memory",
-    "prepare_data", "prepare_model", "prepare_run",
+    "FrameStats", "Learner", "Run", "TrainData", "augment_for", "default_training_feature", "frame_stats",
+    "keep_freed_memory", "model_spec_for", "prepare_data", "prepare_model", "prepare_run", "release_freed_memory",
 ]
 
 log = logging.getLogger("specstore.infer.train")
@@ -123,6 +120,12 @@ class Run:
     resume_path: Path
     fingerprint: str
     state: ResumeState | None
+    dist: Dist | None = None
+
+    @property
+    def is_main(self) -> bool:
+        """Whether this process writes the run's files: always in a single process, rank 0 in a distributed one."""
+        return self.dist is None or self.dist.is_main
 
     @property
     def feature(self) -> str:
@@ -150,12 +153,6 @@ class Run:
         return next(iter(self.specs.values())).frame_seconds
 
 
-def _stride_frames(seconds: float, frame_seconds: float, stride: int) -> int:
-    """``seconds`` in frames, rounded down to a multiple of the model's time ``stride`` (at least one stride): the
-    training crop, and the pooling window that matches it."""
-    return max(stride, int(round(seconds / frame_seconds)) // stride * stride)
-
-
 def _split(s: Store, rule: SplitRule) -> tuple[np.ndarray, np.ndarray]:
     try:
         train_rows, val_rows = training_rows(s, rule)
@@ -175,8 +172,13 @@ def _split(s: Store, rule: SplitRule) -> tuple[np.ndarray, np.ndarray]:
 
 def prepare_run(store: str | os.PathLike[str] | Store, model_path: str | os.PathLike[str], cfg: TrainConfig, *,
                 model: nn.Module | str | None, threads: int | None, margin_mb: float | None,
-                overwrite: bool) -> Run:
-    """Open, split, resolve the recipe, make the engine and find a resume state (see :class:`Run`)."""
+                overwrite: bool, dist: Dist | None = None) -> Run:
+    """Open, split, resolve the recipe, make the engine and find a resume state (see :class:`Run`).
+
+    ``dist``: this rank of a distributed run (:mod:`.distributed`): its engine uses the rank's GPU
+    (``cuda:LOCAL_RANK``) or, on CPU, its share of the machine's cores unless ``threads`` is given; every rank
+    must find the same resume state.
+    """
     requested = cfg
     path = check_output_path(model_path, what="MODEL", stream=False)
     s = store if isinstance(store, Store) else open_store(store)
@@ -203,14 +205,37 @@ def prepare_run(store: str | os.PathLike[str] | Store, model_path: str | os.Path
     if not len(val_rows) and resolved.select == "best":
         log.warning("no validation clips (val_fraction %.2f): the best checkpoint is chosen by training loss",
                     resolved.val_fraction)
-    engine = Engine(dataclasses.replace(resolved.run, margin_mb=margin_mb, threads=threads))
+    engine = Engine(_rank_options(resolved, dist, margin_mb, threads))
     if engine.device.type == "cpu":
         keep_freed_memory()
     resume_path = resume_path_for(path)
     fingerprint = training_fingerprint(s, rule, "+".join(specs))
     state = _resumable(load_resume(resume_path), resolved, fingerprint, path, overwrite)
+    if dist is not None:
+        same_on_every_rank(-1 if state is None else int(state.epoch), dist, "the epoch to resume after")
+        barrier(dist)  # every rank has read the resume file before rank 0 may write the next one
+        if state is not None and state.world_size != dist.world:
+            log.info("resuming after epoch %d with %d processes (the interrupted run had %d): allowed at an epoch "
+                     "boundary; the batches per step change from here on", state.epoch, dist.world, state.world_size)
+    elif state is not None and state.world_size != 1:
+        log.info("resuming after epoch %d in one process (the interrupted run had %d)", state.epoch,
+                 state.world_size)
     return Run(resolved, requested, recipe.rules, facts, s, specs, rule, train_rows, val_rows, engine, path,
-               resume_path, fingerprint, state)
+               resume_path, fingerprint, state, dist)
+
+
+def _rank_options(cfg: TrainConfig, dist: Dist | None, margin_mb: float | None, threads: int | None) -> Any:
+    """The engine's run options: the config's, with the machine's margin and threads; in a distributed run the
+    rank's GPU (nccl), or on CPU an equal share of the cores for each process on this machine."""
+    options = dataclasses.replace(cfg.run, margin_mb=margin_mb, threads=threads)
+    if dist is None:
+        return options
+    if dist.backend == "nccl":
+        return dataclasses.replace(options, device=f"cuda:{dist.local_rank}")
+    if threads is None:
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+        options = dataclasses.replace(options, threads=max(1, cores // dist.local_world))
+    return dataclasses.replace(options, device="cpu")
 
 
 def _resumable(state: ResumeState | None, cfg: TrainConfig, fingerprint: str, model_path: Path,
@@ -241,7 +266,8 @@ class Learner:
 
     ``scored``: what is validated and saved (the weight average with
     ``ema``, else ``net``); ``stats_fit``: how the statistics head was
-    fitted (None without one); ``best_score``: of the saved epoch.
+    fitted (None without one); ``best_score``: of the saved epoch;
+    ``wrapped``: ``net`` in DistributedDataParallel (a distributed run).
     """
 
     net: nn.Module
@@ -256,6 +282,12 @@ class Learner:
     start_epoch: int = 0
     best_epoch: int = 0
     best_score: tuple[float, float] | None = None
+    wrapped: nn.Module | None = None
+
+    @property
+    def stepped(self) -> nn.Module:
+        """What the training steps call: ``net`` in DistributedDataParallel in a distributed run, else ``net``."""
+        return self.wrapped if self.wrapped is not None else self.net
 
 
 def model_spec_for(cfg: TrainConfig, model: nn.Module | str | None, model_args: dict[str, Any] | None,
@@ -290,7 +322,7 @@ def model_spec_for(cfg: TrainConfig, model: nn.Module | str | None, model_args: 
             kwargs["bin_std"] = [round(float(v), 3) for v in stats.bin_std]
         if cfg.pool_seconds and frame_seconds:
             stride = time_stride(ModelSpec(target, kwargs).build())
-            kwargs["pool_window"] = _stride_frames(cfg.pool_seconds, frame_seconds, stride)
+            kwargs["pool_window"] = stride_frames(cfg.pool_seconds, frame_seconds, stride)
         return ModelSpec(target, kwargs)
     try:
         return ModelSpec.for_class(target, args, trust_model_code=trust, source="the training config", **available)
@@ -307,7 +339,11 @@ def prepare_model(run: Run, model: nn.Module | str | None, model_args: dict[str,
     ``trust``: the model code that may be imported (:mod:`specstore.infer.models.trust`).
     """
     cfg, state = run.cfg, run.state
-    frames = frame_stats(StoreDataset(run.store, run.feature, rows=run.train_rows), cfg.seed)
+    frames = frame_stats(StoreDataset(run.store, run.feature, rows=run.train_rows), cfg.seed) if run.is_main \
+        else None
+    if run.dist is not None:  # fitted once (rank 0), the same on every rank
+        frames = broadcast_object(frames, run.dist)
+    assert frames is not None
     if state is not None:
         spec = ModelSpec.from_dict(state.model_spec)
     else:
@@ -324,11 +360,14 @@ def prepare_model(run: Run, model: nn.Module | str | None, model_args: dict[str,
                              "gradient checkpointing")
         setattr(net, "grad_checkpoint", True)  # noqa: B010 - a plain attribute, see infer.contract
     stats_fit: dict[str, Any] | None = None
-    if isinstance(net, MaskedClassifier) and net.stats_linear is not None:
+    if isinstance(net, MaskedClassifier) and net.stats_linear is not None and run.is_main:
         if state is None:
             stats_fit = fit_stats_head(net, run.store, run.feature, run.train_rows, seed=cfg.seed).to_dict()
         else:
             stats_fit = load_checkpoint(run.model_path).extra.get("stats_head")
+    if run.dist is not None:  # the head fitted on rank 0 (its weights and buffers), on every rank
+        stats_fit = broadcast_object(stats_fit, run.dist)
+        broadcast_state(net, run.dist)
     optimizer = torch.optim.AdamW(param_groups(net, cfg.weight_decay), lr=cfg.lr)
     averaged = WeightAverage(net, cfg.ema) if cfg.ema > 0 else None
     scaler = torch.amp.GradScaler(run.device.type, enabled=run.engine.autocast == torch.float16)
@@ -346,97 +385,3 @@ def prepare_model(run: Run, model: nn.Module | str | None, model_args: dict[str,
         learner.best_score = (float(state.best_score[0]), float(state.best_score[1])) if state.best_score else None
         log.info("resuming %s after epoch %d of %d", run.model_path, learner.start_epoch, cfg.epochs)
     return learner
-
-
-# -- the batches -----------------------------------------------------------------------------------
-
-@dataclass
-class TrainData:
-    """The epoch's items and batches: the cropped, augmented dataset, the budgeted sampler, the collate.
-
-    ``budget``: training memory; ``eval_budget``: validation's; ``weights``:
-    class weights of the loss (None unless ``class_weighted``).
-    """
-
-    dataset: StoreDataset
-    sampler: BudgetBatchSampler
-    collate: PadCollate
-    budget: Budget
-    eval_budget: Budget
-    weights: torch.Tensor | None
-
-    def batches(self, workers: int, pin: bool) -> Iterable[Any]:
-        """This epoch's batches (call the sampler's ``set_epoch`` first): a prefetch thread or worker processes."""
-        if workers:
-            return DataLoader(self.dataset, batch_sampler=self.sampler, collate_fn=self.collate,
-                              num_workers=workers, pin_memory=pin)
-        return prefetch(self.dataset, list(self.sampler), self.collate, pin=pin)
-
-
-def augment_for(cfg: TrainConfig, spec: ModelSpec, specs: dict[str, FeatureSpec], mean: float) -> Augment | None:
-    """The per-item augmentation the config asks for (None when it asks for none).
-
-    Masked and rolled-in values are set to the model's input mean (per bin
-    with a per-bin normalisation), which the model maps to 0.
-    """
-    bin_mean = spec.kwargs.get("bin_mean")
-    fill: float | tuple[float, ...] = (tuple(float(v) for v in bin_mean) if bin_mean is not None
-                                       else float(spec.kwargs.get("input_mean", mean)))
-    spec_augment = SpecAugment(cfg.time_masks, cfg.time_mask_frames, cfg.freq_masks, cfg.freq_mask_bins, fill) \
-        if (cfg.time_masks or cfg.freq_masks) else None
-    pitch_rows: tuple[int, int] | None = None
-    pitch_bins = 0
-    start = 0
-    parts: list[tuple[int, int]] = []
-    for part in specs.values():
-        octave_bins = part.kind_info.octave_bins  # log-frequency bins: a pitch shift is a roll along them
-        if octave_bins is not None and cfg.pitch_shift:
-            pitch_rows = (start, start + part.n_bins)
-            pitch_bins = int(round(cfg.pitch_shift * octave_bins(part) / 12))
-        parts.append((start, start + part.n_bins))
-        start += part.n_bins
-    if cfg.pitch_shift and pitch_rows is None:
-        log.warning("pitch_shift needs a CQT in the training feature (%s); no pitch shift", "+".join(specs))
-    if spec_augment is None and not cfg.gain_db and not cfg.tilt_db and not pitch_bins:
-        return None
-    return Augment(gain_db=cfg.gain_db, tilt_db=cfg.tilt_db, parts=tuple(parts), pitch_bins=pitch_bins,
-                   pitch_rows=pitch_rows, fill=fill, spec_augment=spec_augment)
-
-
-def _crop_frames(run: Run, net: nn.Module, budget: Budget) -> tuple[int | None, int | None]:
-    """``(crop, pad_to)`` in frames: the training crop (None: whole clips) and the equal window of a model
-    that does not mask padding (None for masking models)."""
-    cfg, stride = run.cfg, time_stride(net)
-    if masks_padding(net):
-        limit = budget.max_window
-        if cfg.crop_seconds is not None:
-            limit = min(limit, _stride_frames(cfg.crop_seconds, run.frame_seconds, stride))
-        pad_to = None
-    else:  # equal windows: every training item is one window (short clips padded to it)
-        limit = pad_to = window_frames(net)
-        if not budget.fits(1, limit):
-            raise TrainError(f"one training window of {limit} frames does not fit the memory budget; raise it")
-    cut = int((run.store.lengths[run.train_rows] > budget.max_window).sum())
-    if cut:
-        log.warning("%d training clip(s) exceed the memory budget whole; they are trained on random crops of "
-                    "%d frames", cut, budget.max_window)
-    crop = limit if (cfg.crop_seconds is not None or cut or pad_to is not None) else None
-    return crop, pad_to
-
-
-def prepare_data(run: Run, learner: Learner) -> TrainData:
-    """Budget -> crop -> augmentation -> dataset (each clip ``crops_per_clip`` times) -> sampler (``crops_per_epoch``
-    of them an epoch)."""
-    cfg, net = run.cfg, learner.net
-    budget = run.engine.budget(net, run.n_bins, training=True)
-    eval_budget = run.engine.budget(net, run.n_bins)
-    crop, pad_to = _crop_frames(run, net, budget)
-    augment = augment_for(cfg, learner.spec, run.specs, learner.frames.mean)
-    repeats = (cfg.crops_per_clip or 1) if crop is not None else 1
-    dataset = StoreDataset(run.store, run.feature, rows=np.repeat(run.train_rows, repeats), crop_frames=crop,
-                           spec_augment=augment, seed=cfg.seed)
-    sampler = BudgetBatchSampler(dataset, budget, shuffle=True, seed=cfg.seed, pad_to=pad_to,
-                                 epoch_items=cfg.crops_per_epoch if crop is not None else None)
-    weights = torch.tensor(class_weights(run.train_labels, run.n_classes), dtype=torch.float32,
-                           device=run.device) if cfg.class_weighted else None
-    return TrainData(dataset, sampler, PadCollate(time_stride(net), pad_to=pad_to), budget, eval_budget, weights)

@@ -43,9 +43,13 @@ def metrics_csv(history: list[dict[str, Any]]) -> str:
 
 
 class Scalars:
-    """TensorBoard scalars next to the checkpoint when ``tensorboard`` is installed; a no-op otherwise."""
+    """TensorBoard scalars next to the checkpoint when ``tensorboard`` is installed; a no-op otherwise (and when
+    not ``enabled``: the ranks other than 0 of a distributed run)."""
 
-    def __init__(self, model_path: Path) -> None:
+    def __init__(self, model_path: Path, enabled: bool = True) -> None:
+        self.writer: Any = None
+        if not enabled:
+            return
         try:
             from torch.utils.tensorboard import SummaryWriter
         except ImportError:

@@ -4,8 +4,11 @@
 plain containers and tensors, read with ``torch.load(weights_only=True)``:
 the configuration and its resume key, a fingerprint of the training data,
 the model's :class:`~specstore.infer.models.contract.ModelSpec`, model / optimiser / grad-scaler states, the epoch, the
-history and the best score so far (and the weight average, with ``ema``).  It holds no random-number state because
-none is needed: every random draw of an epoch (batches, crops, masks,
+history and the best score so far (and the weight average, with ``ema``), and ``world_size``: the processes that
+trained it (``make train NPROC=N``; 1 in files written before it was recorded).  The file is written only after an
+epoch ends (by rank 0 in a distributed run), so every resume starts at an epoch boundary, the one place where the
+number of processes may change: a run resumed with another ``NPROC`` continues with that many ranks from there.
+It holds no random-number state because none is needed: every random draw of an epoch (batches, crops, masks,
 dropout) is seeded from ``(seed, epoch)``, so a resumed run follows the
 uninterrupted run's path exactly.
 """
@@ -52,6 +55,7 @@ class ResumeState:
     best_epoch: int
     best_score: list[float] | None
     averaged: dict[str, Any] | None = None
+    world_size: int = 1
 
 
 def save_resume(state: ResumeState, path: str | os.PathLike[str]) -> Path:

@@ -120,14 +120,15 @@ class WeightAverage:
 
 def forward_backward(model: nn.Module, engine: Engine, x: Tensor, lengths: Tensor, y: Tensor, *,
                      weights: Tensor | None, label_smoothing: float, scaler: torch.amp.GradScaler,
-                     mix: Mix | None = None) -> Step:
+                     mix: Mix | None = None, split_on_oom: bool = True) -> Step:
     """Forward and backward of one batch, gradients accumulated into the parameters.
 
     On a CUDA out-of-memory the batch is split in halves, each contributing
     its share of the batch's loss, so the gradient is the whole batch's
     (only the BatchNorm statistics then come from the halves).  ``mix``: the
     batch was mixed (:func:`mixup`); the loss is the same mix of the two
-    targets' losses.
+    targets' losses.  ``split_on_oom=False`` (a distributed run) lets the out-of-memory error through instead: a
+    split on one rank alone would give it more backward passes, hence more gradient all-reduces, than the others.
     """
     x = engine.layout(x)
     denom = weights[y].sum() if weights is not None else torch.tensor(float(len(y)), device=y.device)
@@ -146,7 +147,7 @@ def forward_backward(model: nn.Module, engine: Engine, x: Tensor, lengths: Tenso
             scaler.scale(part).backward()
             return float(part.detach()), int((logits.detach().argmax(1) == ys).sum()), 0
         except torch.cuda.OutOfMemoryError:
-            if len(ys) == 1:
+            if len(ys) == 1 or not split_on_oom:
                 raise
             torch.cuda.empty_cache()
             log.warning("CUDA out of memory on a training batch of %d x %d frames; splitting it", len(ys),

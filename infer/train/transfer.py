@@ -45,6 +45,7 @@ from specstore.store import Store, open_store
 
 from ..errors import TrainError
 from .config import TrainConfig
+from .distributed import one_process_only
 from .recipe import resolve_validation
 from .stats_head import fit_linear_head
 
@@ -187,6 +188,7 @@ def train_transfer(store: str | os.PathLike[str] | Store, model_path: str | os.P
     name = backbone_for(cfg)
     if name is None:
         raise TrainError(f"--arch {cfg.arch} has no pretrained backbone; name one with --backbone")
+    one_process_only(f"training a head on the {name} backbone")
     if not overwrite:
         check_output_path(model_path, what="MODEL", stream=False)
     if threads:

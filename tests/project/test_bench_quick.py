@@ -53,6 +53,8 @@ EXPECTED = {
     *(f"scale_{what}_{size}{unit}" for size in ("small", "large")
       for what, unit in (("commit1000", "_ms"), ("segments", ""), ("compact", "_s"), ("open", "_s"),
                          ("validate", "_s"), ("len", ""), ("plan", "_s"), ("writer_peak", "_mb"), ("build", "_s"))),
+    "cluster_vs_bare_scaling", "cluster_speedup", "cluster_bare_scaling", "cluster_startup_s",
+    "cluster_journal_overhead", "cluster_csv_identical",
 }
 #: The figures of the quick model group, which is skipped where its renderer is missing (fluidsynth, a SoundFont).
 MODEL_QUICK = {"model_tiny_accuracy", "model_tiny_margin"}

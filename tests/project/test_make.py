@@ -87,7 +87,7 @@ def test_a_toml_max_batch_is_what_make_train_uses(tmp_path: Path) -> None:
 
 # Every yes/no variable, the target that passes it and the flag it passes.
 BOOLEANS = {"TRUST_MODEL_CODE": ("infer", "--trust-model-code"), "OVERWRITE": ("train", "--overwrite"),
-            "BASELINES": ("eval", "--baselines"), "QUICK": ("bench", "--quick")}
+            "BASELINES": ("eval", "--baselines"), "QUICK": ("bench", "--quick"), "RESTART": ("infer", "--restart")}
 ON = ["1", "yes", "true", "on", "YES", "True", "On", " 1 "]
 OFF = ["0", "no", "false", "off", "NO", "False", "OFF", ""]
 
