@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from specstore.common.errors import ConfigError
 from specstore.common.executors import BACKENDS
+from specstore.common.executors.idle import IDLE_WARN_EVERY, IDLE_WARN_SECONDS, IDLE_WARN_WHY, MAX_IDLE
 from specstore.common.limits import Limit, bounded, check_fields
 from specstore.common.options import option
 from specstore.store.kinds import DEFAULT_KINDS
@@ -41,16 +42,6 @@ COMMIT_SECONDS = Limit(0.0, 3600.0, "seconds of finished work an interruption ma
                        kind=float)
 """``--commit-seconds``: how often finished shards are committed into the index."""
 
-MAX_IDLE = Limit(0.0, 7 * 86400.0, "seconds a run waits for a cluster that has no live workers before it stops; "
-                                   "unset waits forever, and a week is beyond any outage worth waiting out",
-                 kind=float, low_open=True, optional=True)
-"""``--max-idle``: how long a run waits while its cluster has no workers (None: for ever)."""
-
-IDLE_WARN_SECONDS = 30.0
-"""Seconds without a live worker before the first warning that names the scheduler."""
-IDLE_WARN_EVERY = 60.0
-"""Seconds between the further warnings while the cluster stays empty."""
-_IDLE_WARN_WHY = "seconds of an empty cluster before the run warns, and between warnings; a day at most"
 
 
 @dataclass(frozen=True)
@@ -88,8 +79,8 @@ class ExtractOptions:
     max_idle: float | None = option(None, "stop the run when its cluster has had no live workers for this many "
                                           "seconds (what has finished is committed first; rerun to resume)",
                                     limit=MAX_IDLE, shown="wait for ever", metavar="SECONDS")
-    idle_warn_seconds: float = bounded(IDLE_WARN_SECONDS, 0.0, 86400.0, _IDLE_WARN_WHY, low_open=True)
-    idle_warn_every: float = bounded(IDLE_WARN_EVERY, 0.0, 86400.0, _IDLE_WARN_WHY, low_open=True)
+    idle_warn_seconds: float = bounded(IDLE_WARN_SECONDS, 0.0, 86400.0, IDLE_WARN_WHY, low_open=True)
+    idle_warn_every: float = bounded(IDLE_WARN_EVERY, 0.0, 86400.0, IDLE_WARN_WHY, low_open=True)
     progress: bool = option(True, "show a progress bar")
     add_corpus: bool = option(False, "allow a store that holds another corpus to take this one too (its paths get "
                                      "their own prefix)")

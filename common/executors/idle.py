@@ -17,11 +17,24 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import ClassVar
 
+from ..limits import Limit
 from .base import Executor, TaskFuture
 
-__all__ = ["IDLE_POLL_SECONDS", "IdleWatch"]
+__all__ = ["IDLE_POLL_SECONDS", "IDLE_WARN_EVERY", "IDLE_WARN_SECONDS", "IDLE_WARN_WHY", "MAX_IDLE", "IdleWatch"]
 
 #: Seconds between two looks at the live workers while no task finishes (less where the idle intervals are short).
+#: ``--max-idle`` of every command that drives a cluster (extraction, inference): how long a run waits while
+#: its cluster has no live workers (None: for ever).
+MAX_IDLE = Limit(0.0, 7 * 86400.0, "seconds a run waits for a cluster that has no live workers before it stops; "
+                                   "unset waits forever, and a week is beyond any outage worth waiting out",
+                 kind=float, low_open=True, optional=True)
+IDLE_WARN_SECONDS = 30.0
+"""Seconds without a live worker before the first warning that names the scheduler."""
+IDLE_WARN_EVERY = 60.0
+"""Seconds between the further warnings while the cluster stays empty."""
+IDLE_WARN_WHY = "seconds of an empty cluster before the run warns, and between warnings; a day at most"
+"""Why the two warning intervals are bounded as they are (a field's bound, :func:`specstore.common.limits.bounded`)."""
+
 IDLE_POLL_SECONDS = 5.0
 
 

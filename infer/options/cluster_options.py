@@ -14,7 +14,8 @@ from dataclasses import dataclass
 
 from specstore.common import ConfigError
 from specstore.common.executors import BACKENDS
-from specstore.common.limits import Limit, check_fields
+from specstore.common.executors.idle import IDLE_WARN_EVERY, IDLE_WARN_SECONDS, IDLE_WARN_WHY, MAX_IDLE
+from specstore.common.limits import Limit, bounded, check_fields
 from specstore.common.options import option
 
 __all__ = ["CLI_BACKENDS", "COMMIT_SECONDS", "IDLE_WARN_EVERY", "IDLE_WARN_SECONDS", "JOBS", "MAX_IDLE",
@@ -29,13 +30,7 @@ UNIT_FRAMES = Limit(1, 1 << 30, "padded frames of one unit of work (a unit is th
                                 "an interrupted run recomputes); 2**30 frames is 290 days of audio")
 COMMIT_SECONDS = Limit(0.0, 3600.0, "seconds of finished units an interrupted run may lose; 0 journals every unit",
                        kind=float)
-MAX_IDLE = Limit(0.0, 7 * 86400.0, "seconds a run waits for a cluster that has no live workers before it stops; "
-                                   "unset waits forever, and a week is beyond any outage worth waiting out",
-                 kind=float, low_open=True, optional=True)
-IDLE_WARN_SECONDS = 30.0
-"""Seconds without a live worker before the first warning that names the scheduler (as extraction's)."""
-IDLE_WARN_EVERY = 60.0
-"""Seconds between the further warnings while the cluster stays empty."""
+
 
 
 @dataclass(frozen=True)
@@ -68,18 +63,14 @@ class ClusterOptions:
     max_idle: float | None = option(None, "stop the run when its cluster has had no live workers for this many "
                                           "seconds (finished units are journalled first; rerun to resume)",
                                     limit=MAX_IDLE, shown="wait for ever", metavar="SECONDS")
-    idle_warn_seconds: float = IDLE_WARN_SECONDS
-    idle_warn_every: float = IDLE_WARN_EVERY
+    idle_warn_seconds: float = bounded(IDLE_WARN_SECONDS, 0.0, 86400.0, IDLE_WARN_WHY, low_open=True)
+    idle_warn_every: float = bounded(IDLE_WARN_EVERY, 0.0, 86400.0, IDLE_WARN_WHY, low_open=True)
 
     def __post_init__(self) -> None:
         if self.backend is not None and self.backend not in BACKENDS:
             raise ConfigError(f"unknown backend {self.backend!r}; choose {', '.join(CLI_BACKENDS)}")
         if self.scheduler is not None and self.backend is None:
             raise ConfigError("--scheduler needs --backend dask or --backend ray")
-        for name in ("idle_warn_seconds", "idle_warn_every"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 < value <= 86400.0:
-                raise ConfigError(f"{name} must be a number of seconds in (0, 86400], got {value!r}")
         check_fields(self)
 
     @property

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 import pytest
 from factories import LABELS, SPEC16, make_checkpoint, make_store
+from task_gate import gated, started
 
 from specstore.common.errors import ConfigError
 from specstore.common.executors import DaskExecutor, InlineExecutor, RayExecutor, TaskFuture, ThreadExecutor
@@ -159,27 +160,6 @@ def test_a_local_ray_gives_the_one_process_csv(case: Case, tmp_path: Path) -> No
 
 # -- a worker killed mid-run ------------------------------------------------------------------------------
 
-GATE_SECONDS = 60.0
-
-
-def _gated() -> Callable[..., Any]:
-    """A gate every task passes (made here so that it pickles by value): it leaves ``started.<key>.<pid>``
-    in the folder and waits for ``release`` (as in tests/pipeline/test_cluster_kill.py)."""
-
-    def gated(folder: str, key: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        import os
-        import time
-
-        with open(os.path.join(folder, f"started.{key}.{os.getpid()}"), "w"):
-            pass
-        deadline = time.monotonic() + GATE_SECONDS
-        while not os.path.exists(os.path.join(folder, "release")):
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"task {key} was never released")
-            time.sleep(0.02)
-        return fn(*args, **kwargs)
-
-    return gated
 
 
 class _Gate:
@@ -187,7 +167,7 @@ class _Gate:
 
     def _start(self, key: str, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
                retries: int, failed: TaskFuture | None) -> TaskFuture:
-        return super()._start(key, _gated(), (str(self.folder), key, fn, *args), kwargs,  # type: ignore[misc]
+        return super()._start(key, gated(), (str(self.folder), key, fn, *args), kwargs,  # type: ignore[misc]
                               retries, failed)
 
 
@@ -197,10 +177,6 @@ class GatedDask(_Gate, DaskExecutor):
 
 class GatedRay(_Gate, RayExecutor):
     pass
-
-
-def _started(folder: Path) -> list[tuple[str, int]]:
-    return [(p.name.split(".")[1], int(p.name.split(".")[2])) for p in folder.glob("started.*")]
 
 
 class Killer(threading.Thread):
@@ -215,11 +191,11 @@ class Killer(threading.Thread):
     def run(self) -> None:
         try:
             deadline = time.monotonic() + 60
-            while not (started := _started(self.folder)):
+            while not (first := started(self.folder)):
                 if time.monotonic() > deadline:
                     raise TimeoutError("no task started")
                 time.sleep(0.02)
-            key, pid = self.victim = started[0]
+            key, pid = self.victim = first[0]
             assert pid != os.getpid()
             import psutil
 
@@ -243,7 +219,7 @@ def _survives_a_kill(case: Case, executor: Any, tmp_path: Path) -> None:
     assert killer.error is None, repr(killer.error)
     assert killer.victim is not None
     key, pid = killer.victim
-    assert [p for k, p in _started(executor.folder) if k == key and p != pid], "the killed unit was not run again"
+    assert [p for k, p in started(executor.folder) if k == key and p != pid], "the killed unit was not run again"
     stats = _check_whole(case, out, csv)
     assert stats.computed == stats.units and stats.dropped == 0  # every unit committed once
 

@@ -3,7 +3,7 @@
 A worker process is killed (SIGKILL) while it holds a running task: the cluster
 runs that task again elsewhere, the run ends without an error, and the store is
 the store of a run nobody disturbed.  To make the kill land on a running task,
-every task of those runs passes a gate first (:func:`_gated`): it leaves a
+every task of those runs passes a gate first (:func:`task_gate.gated`): it leaves a
 marker naming its key and its process, and waits for a release file; the test
 kills the process of the first marker, then releases the gate.
 
@@ -29,6 +29,7 @@ from typing import Any
 import pytest
 from factories import SMALL_SPECS as SMALL
 from factories import assert_same_content, make_corpus, store_content
+from task_gate import gated, started
 
 from specstore.common.errors import ConfigError
 from specstore.common.executors import DaskExecutor, Executor, RayExecutor, TaskFuture, TaskLost
@@ -38,31 +39,9 @@ from specstore.pipeline.extract_run import IdleWatch
 from specstore.store import open_store, validate
 
 N_FILES = 4
-GATE_SECONDS = 60.0
-"""How long a gated task waits for its release before it fails (the test's helper thread releases it in seconds)."""
 
 
 # -- the gate: tasks that say where they run and wait to be let go -----------------------------------------
-
-def _gated() -> Callable[..., Any]:
-    """The gate, made here so that it pickles by value (a ray worker does not see the tests folder)."""
-
-    def gated(folder: str, key: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        """Leave ``started.<key>.<pid>`` in ``folder``, wait for ``folder/release``, then run ``fn``."""
-        import os
-        import time
-
-        with open(os.path.join(folder, f"started.{key}.{os.getpid()}"), "w"):
-            pass
-        deadline = time.monotonic() + GATE_SECONDS
-        while not os.path.exists(os.path.join(folder, "release")):
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"task {key} was never released")
-            time.sleep(0.02)
-        return fn(*args, **kwargs)
-
-    return gated
-
 
 def _dies() -> Callable[[], None]:
     """A task that kills its own worker process (made here so that it pickles by value)."""
@@ -77,28 +56,23 @@ def _dies() -> Callable[[], None]:
 
 
 class GatedRay(RayExecutor):
-    """Ray tasks that pass :func:`_gated` under ``folder`` first."""
+    """Ray tasks that pass :func:`task_gate.gated` under ``folder`` first."""
 
     folder: Path
 
     def _start(self, key: str, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
                retries: int, failed: TaskFuture | None) -> TaskFuture:
-        return super()._start(key, _gated(), (str(self.folder), key, fn, *args), kwargs, retries, failed)
+        return super()._start(key, gated(), (str(self.folder), key, fn, *args), kwargs, retries, failed)
 
 
 class GatedDask(DaskExecutor):
-    """dask tasks that pass :func:`_gated` under ``folder`` first."""
+    """dask tasks that pass :func:`task_gate.gated` under ``folder`` first."""
 
     folder: Path
 
     def _start(self, key: str, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
                retries: int, failed: TaskFuture | None) -> TaskFuture:
-        return super()._start(key, _gated(), (str(self.folder), key, fn, *args), kwargs, retries, failed)
-
-
-def _started(folder: Path) -> list[tuple[str, int]]:
-    """The (key, pid) of every task start so far."""
-    return [(p.name.split(".")[1], int(p.name.split(".")[2])) for p in folder.glob("started.*")]
+        return super()._start(key, gated(), (str(self.folder), key, fn, *args), kwargs, retries, failed)
 
 
 def _await(condition: Callable[[], Any], seconds: float, what: str) -> Any:
@@ -124,7 +98,7 @@ class Killer(threading.Thread):
 
     def run(self) -> None:
         try:
-            key, pid = self.victim = _await(lambda: _started(self.folder)[:1], 60, "a task to start")[0]
+            key, pid = self.victim = _await(lambda: started(self.folder)[:1], 60, "a task to start")[0]
             assert pid != os.getpid(), "the task runs in the test's own process"
             if self.act is not None:
                 self.act(pid)
@@ -170,8 +144,8 @@ def _kill_one_worker_mid_run(executor: Executor, corpus: Path, target: Path, gat
     assert not summary.errors and summary.decoded == N_FILES, summary.errors
     assert killer.victim is not None
     key, pid = killer.victim
-    reruns = [p for k, p in _started(gate) if k == key and p != pid]
-    assert reruns, f"task {key} was not run again after its worker {pid} was killed: {_started(gate)}"
+    reruns = [p for k, p in started(gate) if k == key and p != pid]
+    assert reruns, f"task {key} was not run again after its worker {pid} was killed: {started(gate)}"
     return killer
 
 
