@@ -23,7 +23,8 @@ import time
 from pathlib import Path
 
 
-def _status_kib(field: str) -> int:
+def status_kib(field: str) -> int:
+    """A ``/proc/self/status`` figure in KiB (VmHWM: the peak resident set, RssAnon); 0 where absent."""
     with open("/proc/self/status") as f:
         for line in f:
             if line.startswith(field + ":"):
@@ -38,13 +39,13 @@ def extract_mem(audio: str, workdir: str) -> dict[str, object]:
     spec = FeatureSpec.mel()
     store = str(Path(workdir) / "mem.zarr")
     create_store(store, {"mel": spec})
-    before = _status_kib("VmHWM")
+    before = status_kib("VmHWM")
     t0 = time.perf_counter()
     res = run_task(store, [TaskItem(audio, "probe")], {"mel": spec.to_dict()}, 60.0)
     wall = time.perf_counter() - t0
     if res.failed:
         raise SystemExit(f"extraction failed: {res.failed}")
-    return {"hwm_before_kib": before, "hwm_kib": _status_kib("VmHWM"), "audio_seconds": res.seconds,
+    return {"hwm_before_kib": before, "hwm_kib": status_kib("VmHWM"), "audio_seconds": res.seconds,
             "wall_seconds": wall}
 
 
@@ -53,10 +54,10 @@ def decode_mem(audio: str, backend: str) -> dict[str, object]:
 
     from specstore.pipeline.audio import stream_mono
 
-    before = _status_kib("VmHWM")
+    before = status_kib("VmHWM")
     t0 = time.perf_counter()
     n = sum(len(b) for b in stream_mono(audio, 22_050, backend=backend))
-    return {"hwm_before_kib": before, "hwm_kib": _status_kib("VmHWM"), "samples": n,
+    return {"hwm_before_kib": before, "hwm_kib": status_kib("VmHWM"), "samples": n,
             "wall_seconds": time.perf_counter() - t0}
 
 
@@ -72,20 +73,20 @@ class _AnonSampler(threading.Thread):
 
     def run(self) -> None:
         while not self._stop_event.is_set():
-            self.peak = max(self.peak, _status_kib("RssAnon"))
+            self.peak = max(self.peak, status_kib("RssAnon"))
             self.samples += 1
             time.sleep(self.period)
 
     def stop(self) -> None:
         self._stop_event.set()
         self.join()
-        self.peak = max(self.peak, _status_kib("RssAnon"))
+        self.peak = max(self.peak, status_kib("RssAnon"))
 
 
 def predict_mem(store: str, checkpoint: str, csv_out: str) -> dict[str, object]:
     from specstore.infer.engine.predict import predict
 
-    base = _status_kib("RssAnon")
+    base = status_kib("RssAnon")
     sampler = _AnonSampler()
     sampler.start()
     t0 = time.perf_counter()
@@ -95,7 +96,7 @@ def predict_mem(store: str, checkpoint: str, csv_out: str) -> dict[str, object]:
     return {"rss_anon_base_kib": base, "rss_anon_peak_kib": sampler.peak, "samples": sampler.samples,
             "predict_peak_kib": pred.stats.peak_bytes // 1024, "clips": pred.stats.clips,
             "batches": pred.stats.batches, "wall_seconds": wall,
-            "vm_hwm_kib": _status_kib("VmHWM")}
+            "vm_hwm_kib": status_kib("VmHWM")}
 
 
 def main(argv: list[str]) -> int:

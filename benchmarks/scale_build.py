@@ -43,6 +43,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from benchmarks.bench_probe import status_kib
+
 from .bench_common import ROOT, log
 
 if TYPE_CHECKING:
@@ -150,15 +152,6 @@ def segments_and_compaction(writer: StoreWriter) -> dict[str, Any]:
     out["compact_s"] = time.perf_counter() - t0
     out["segments_after"] = writer.index_segments
     return out
-
-
-def _status_kib(field: str) -> int:
-    """A ``/proc/self/status`` figure in KiB (VmHWM: the peak resident set); 0 where absent."""
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(field + ":"):
-                return int(line.split()[1])
-    return 0
 
 
 def commit_model(points: Sequence[tuple[int, float]]) -> tuple[float, float]:
@@ -289,12 +282,12 @@ def drive(store: str, plan: BuildPlan, workers: int, limit_s: float) -> dict[str
                                "shards_written": sum(len(plan.commit_shards(c)) for c in range(len(b.points)))}
         if complete:
             out.update(b.timed_commits())
-            out["vm_hwm_before_compact_kib"] = _status_kib("VmHWM")
+            out["vm_hwm_before_compact_kib"] = status_kib("VmHWM")
             out.update(segments_and_compaction(b.writer))
             out["rows"] = b.rows
     finally:
         b.close()
-    out["vm_hwm_kib"] = _status_kib("VmHWM")
+    out["vm_hwm_kib"] = status_kib("VmHWM")
     out["ru_maxrss_kib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return out
 
