@@ -54,6 +54,13 @@ def _template(dtype: str) -> str:
 
 
 @functools.lru_cache(maxsize=8)
+def _template_doc(dtype: str) -> dict[str, Any]:
+    """:func:`_template` parsed (once per process; read-only by convention)."""
+    doc: dict[str, Any] = json.loads(_template(dtype))
+    return doc
+
+
+@functools.lru_cache(maxsize=8)
 def _as_files(template: str, dtype: str) -> bool:
     """Whether zarr's column document ``template`` for ``dtype`` names the codecs :func:`_chunk_bytes` encodes
     with and the chunk key it is written under (``c/0``); else the column goes through zarr (another zarr
@@ -121,7 +128,7 @@ def _read_file_column(directory: Path, dtype: str) -> np.ndarray | None:
         doc = json.loads((directory / "zarr.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
-    template = json.loads(_template(dtype))
+    template = _template_doc(dtype)
     shape = doc.get("shape")
     if not (_as_files(_template(dtype), dtype) and isinstance(shape, list) and len(shape) == 1
             and isinstance(shape[0], int) and doc.get("codecs") == template["codecs"]
