@@ -123,10 +123,11 @@ FEATURES_OPTS = $(strip $(call opt,FEATURES,--features) $(call opt,JOBS,--jobs) 
                 $(call opt,LAYOUT,--layout) \
                 $(call opt,BACKEND,--backend) $(call opt,SCHEDULER,--scheduler) $(call opt,MAX_IDLE,--max-idle) \
                 $(ARGS))
-INFER_OPTS    = $(strip $(call opt,OUT,--out) $(call opt,TOPK,--topk) $(RUN_OPTS) \
-                $(call opt,BACKEND,--backend) $(call opt,SCHEDULER,--scheduler) \
+# make infer and make eval on a cluster (BACKEND=dask|ray; docs/distributed.md).
+CLUSTER_OPTS  = $(call opt,BACKEND,--backend) $(call opt,SCHEDULER,--scheduler) \
                 $(if $(strip $(BACKEND)),$(call opt,JOBS,--jobs) $(call opt,MAX_IDLE,--max-idle)) \
-                $(call flag,RESTART,--restart) $(ARGS))
+                $(call flag,RESTART,--restart)
+INFER_OPTS    = $(strip $(call opt,OUT,--out) $(call opt,TOPK,--topk) $(RUN_OPTS) $(CLUSTER_OPTS) $(ARGS))
 CLASSIFY_OPTS = $(strip $(call opt,TOPK,--topk) $(call opt,JOBS,--jobs) $(RUN_OPTS) $(ARGS))
 EXPORT_OPTS   = $(strip $(call opt,FORMAT,--format) $(call opt,OUT,--out) $(call flag,TRUST_MODEL_CODE,--trust-model-code) \
                 $(ARGS))
@@ -147,7 +148,7 @@ CV_OPTS       = $(strip $(RECIPE_OPTS) $(call opt,FOLDS,--folds) $(call opt,OUT_
 # ONLY names groups (a value, not a switch): the groups run now replace theirs in the report, the others stay.
 BENCH_OPTS    = $(strip $(call flag,QUICK,--quick) $(if $(strip $(ONLY)),--only $(call q,$(ONLY)) --merge))
 EVAL_OPTS     = $(strip $(call opt,OUT_DIR,--out-dir) $(call opt,SPLIT,--split) $(RUN_OPTS) \
-                $(call flag,BASELINES,--baselines) $(call opt,BASELINE_STORE,--baseline-store) $(ARGS))
+                $(call flag,BASELINES,--baselines) $(call opt,BASELINE_STORE,--baseline-store) $(CLUSTER_OPTS) $(ARGS))
 
 # torch's OpenMP threads sleep instead of spinning when idle: same speed on a
 # quiet machine, up to 10x faster training on a busy one.
@@ -211,7 +212,7 @@ train: install  ## STORE MODEL (required) EPOCHS ARCH (musicnn: a head on the pr
 cv: install  ## STORE (required) FOLDS=5 OUT_DIR=reports/cv + train's options: judge a recipe by grouped k-fold cross-validation on training data
 	$(PY) -m specstore cv $(call q,$(STORE)) $(CV_OPTS)
 
-eval: install  ## STORE MODEL (required) OUT_DIR=reports SPLIT=auto|all|val|train BASELINES=1 [BASELINE_STORE=train.zarr]
+eval: install  ## STORE MODEL (required) OUT_DIR=reports SPLIT=auto|all|val|train BASELINES=1 [BASELINE_STORE=train.zarr] BACKEND=dask|ray SCHEDULER=… JOBS=n RESTART=1
 	$(PY) -m specstore eval $(call q,$(STORE)) $(call q,$(MODEL)) $(EVAL_OPTS)
 
 # The demo owns models/demo.pt: one trained under other options (an older version) is replaced; the same run resumes.

@@ -9,11 +9,32 @@ prints any of them as one line, ``specstore: error: <message>``, and exits 2.
 
 from __future__ import annotations
 
-__all__ = ["ConfigError", "ExecutorError", "OutputPathError", "SpecstoreError", "TaskLost"]
+__all__ = ["ConfigError", "ExecutorError", "OutputPathError", "SpecstoreError", "TaskLost", "worker_message"]
+
+
+def worker_message(message: str) -> str:
+    """``message``, or the original one when it is torch's report of an error raised in a DataLoader worker.
+
+    torch raises a worker's error again in the parent as ``type(err)(text)``, where ``text`` is "Caught X in
+    DataLoader worker process 0.", then the worker's traceback, whose last line is ``module.X: <original>``.
+    """
+    lines = [line for line in message.strip().splitlines() if line.strip()]
+    if len(lines) > 1 and lines[0].startswith("Caught ") and " worker process " in lines[0] and ": " in lines[-1]:
+        return lines[-1].split(": ", 1)[1]
+    return message
 
 
 class SpecstoreError(Exception):
-    """Root of every user-facing error in the project; ``str(err)`` is one line."""
+    """Root of every user-facing error in the project; ``str(err)`` is one line.
+
+    Raised in a DataLoader worker and raised again in the parent by torch, it keeps its own one-line message
+    (:func:`worker_message`), so a command still prints the cause, not "Caught ... in DataLoader worker".
+    """
+
+    def __init__(self, *args: object) -> None:
+        if args and isinstance(args[0], str):
+            args = (worker_message(args[0]), *args[1:])
+        super().__init__(*args)
 
 
 class ConfigError(SpecstoreError, ValueError):

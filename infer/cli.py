@@ -208,6 +208,7 @@ def cmd_cv(args: argparse.Namespace) -> int:
 
 def cmd_eval(args: argparse.Namespace) -> int:
     options = _run_options(args)
+    cluster = ClusterOptions(**given(args, ClusterOptions))
     check_store_present(args.store)
     _check_checkpoint(args.model)
     if args.baseline_store is not None:
@@ -215,7 +216,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from specstore.infer.evaluation.evaluate import evaluate
 
     report = evaluate(args.store, args.model, args.out_dir, split=args.split, baselines=args.baselines,
-                      baseline_store=args.baseline_store, options=options,
+                      baseline_store=args.baseline_store, options=options, cluster=cluster,
                       trust_model_code=args.trust_model_code)
     print(report.summary())
     print(report.calibration_line())
@@ -308,6 +309,7 @@ def _eval_parser(p: argparse.ArgumentParser) -> None:
                         "store, its training split)")
     add_trust_argument(p, "a checkpoint")
     _add_run_args(p)
+    add_options(p.add_argument_group("on a cluster (dask or ray; resumable, the same report)"), ClusterOptions)
 
 
 COMMANDS: dict[str, tuple[str, str, Callable[[argparse.ArgumentParser], None],

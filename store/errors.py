@@ -52,14 +52,6 @@ class Stale(StoreError):  # noqa: N818 - a signal inside the writer, never raise
 class StoreUnavailable(StoreError):
     """The storage a store lives on failed (unreachable endpoint, refused credentials, network error).
 
-    Not damage: the store may be whole; the message names the store, the object and the cause on one line.
-    Raised in a DataLoader worker, torch raises it again in the parent with a message of many lines
-    ("Caught StoreUnavailable in DataLoader worker process 0.", then the worker's traceback); the message
-    kept is then the traceback's last line, the original one, so a command still prints the cause.
+    Not damage: the store may be whole; the message names the store, the object and the cause on one line
+    (raised in a DataLoader worker too: :func:`specstore.common.errors.worker_message`).
     """
-
-    def __init__(self, message: str) -> None:
-        lines = [line for line in message.strip().splitlines() if line.strip()]
-        if len(lines) > 1 and lines[0].startswith("Caught ") and ": " in lines[-1]:
-            message = lines[-1].split(": ", 1)[1]
-        super().__init__(message)

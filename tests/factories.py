@@ -148,6 +148,17 @@ def make_checkpoint(path: Path | str, *, spec: FeatureSpec = SPEC16, labels: Seq
     return Path(path)
 
 
+def budget_mb_holding(checkpoint: Path | str, frames: int) -> float:
+    """A CPU budget (MB) under which ``checkpoint``'s model holds one clip of ``frames`` frames and no longer
+    one: a store with a longer clip makes that clip run in windows."""
+    from specstore.infer.engine.cost import measure_cost_per_frame
+    from specstore.infer.models.checkpoint import load_checkpoint
+
+    ckpt = load_checkpoint(checkpoint)
+    cost = measure_cost_per_frame(ckpt.build(), ckpt.n_bins)
+    return (cost.fixed_bytes + cost.bytes_per_frame * frames) / 2**20
+
+
 def store_content(where: str | Path) -> dict[str, tuple[Any, ...]]:
     """Everything a store holds, keyed by path, independent of layout, shard names and commit history."""
     s = open_store(where)

@@ -17,6 +17,8 @@ backend (:class:`~specstore.infer.options.cluster_options.ClusterOptions`, ``--b
    result for a unit already committed is dropped and counted.  Rerunning the same command computes only
    the units the journal lacks; a journal of another run is refused in one line (``--restart`` discards
    it).  The CSV is written by ``predict`` as in one process, then the journal is removed.
+   ``evaluate`` runs the same way over its split's rows (journalled in ``<out_dir>/heldout.csv.journal``);
+   its report is the one-process run's.
 4. While no unit finishes, the driver watches the cluster's live workers as extraction does
    (:class:`~specstore.common.executors.idle.IdleWatch`): warnings naming the scheduler, and ``max_idle``.
 
@@ -229,11 +231,13 @@ class _Progress:
 
 
 class ClusterRun:
-    """One cluster run of ``predict`` (see the module docstring): :meth:`logits` computes (or resumes) every
-    row's logits, :meth:`finish` removes the journal once the CSV is written."""
+    """One cluster run of ``predict`` or ``evaluate`` (see the module docstring): :meth:`logits` computes (or
+    resumes) the logits of every row (of ``rows``, when given: ``make eval``'s split), :meth:`finish` removes
+    the journal once the output is written."""
 
     def __init__(self, store: Store, model: object, feature: str, options: RunOptions, cluster: ClusterOptions,
-                 out: str | os.PathLike[str] | None, trust: Trust = False) -> None:
+                 out: str | os.PathLike[str] | None, trust: Trust = False, rows: np.ndarray | None = None,
+                 desc: str = "predicting") -> None:
         if not isinstance(model, (str, os.PathLike)) or not Path(model).is_file():
             raise ConfigError(f"a cluster run sends its workers a checkpoint file; {model!r} is not one (save the "
                               "model with `make train` or `specstore init-model`, or run without --backend)")
@@ -242,25 +246,30 @@ class ClusterRun:
         ckpt, self.digest = _load_verified(self.model_path, None)
         target = ckpt.model.target
         self.trusted: tuple[str, ...] = () if ckpt.model.builtin or not is_trusted(target, trust) else (target,)
+        self.rows = np.arange(len(store), dtype=np.int64) if rows is None else np.asarray(rows, dtype=np.int64)
         self.run_key = {"store": store.location.url, "generation": store.generation, "model sha256": self.digest,
                         "feature": feature, "device": options.device, "precision": options.precision}
+        if rows is not None:  # a subset (make eval's split): another subset is another run
+            self.run_key["rows sha256"] = hashlib.sha256(self.rows.astype("<i8").tobytes()).hexdigest()
         self.journal = Journal.open(folder, self.run_key, restart=cluster.restart) \
             if (folder := journal_folder(out)) is not None else Journal(None, self.run_key)
         self.token = task_key("run", *sorted(self.run_key.items()))
         self.count = _Progress()
         self.where = "this process"
+        self.desc = desc
 
     # -- the driver ------------------------------------------------------------------------------
     def units(self, model: nn.Module, engine: Engine) -> list[Unit]:
-        """Every unit of the store (the driver's budget says which clips are too long for any batch)."""
+        """Every unit of the run's rows (the driver's budget says which clips are too long for any batch)."""
         n_bins = sum(s.n_bins for s in feature_specs(self.store, self.feature).values())
-        long_frames = engine.budget(model, n_bins).max_window if len(self.store) else None
+        long_frames = engine.budget(model, n_bins).max_window if len(self.rows) else None
         return cut_units(self.store.lengths, self.store.hashes, unit_frames=self.cluster.unit_frames,
-                         long_frames=long_frames)
+                         long_frames=long_frames, rows=self.rows)
 
     def logits(self, model: nn.Module, engine: Engine, executor: Executor | None) -> np.ndarray:
-        """Every row's logits ``(len(store), C)``: the journal's units and the others computed on ``executor``
-        (or on one opened from the cluster options, shut down at the end)."""
+        """The run's rows' logits ``(len(rows), C)`` (every store row unless ``rows`` was given), in their order:
+        the journal's units and the others computed on ``executor`` (or on one opened from the cluster options,
+        shut down at the end)."""
         units = self.units(model, engine)
         done = self.journal.logits_by_content()
         todo = [u for u in units if u.key not in self.journal.done and not all(h in done for h in u.hashes)]
@@ -298,7 +307,7 @@ class ClusterRun:
         c = self.cluster
         watch = _InferIdleWatch(executor, c.idle_warn_seconds, c.idle_warn_every, c.max_idle)
         last = time.monotonic()
-        bar = tqdm(total=sum(len(u.rows) for u in todo), unit="clip", desc=f"predicting ({len(todo)} units)",
+        bar = tqdm(total=sum(len(u.rows) for u in todo), unit="clip", desc=f"{self.desc} ({len(todo)} units)",
                    disable=not self.options.progress, dynamic_ncols=True)
         try:
             for future in watch.finished(futures):
@@ -339,9 +348,9 @@ class ClusterRun:
     def _assemble(self) -> np.ndarray:
         by_content = self.journal.logits_by_content()
         hashes = self.store.hashes
-        if not len(self.store):
+        if not len(self.rows):
             return np.zeros((0, 0), dtype=np.float32)
-        return np.stack([by_content[hashes[r]] for r in range(len(self.store))]).astype(np.float32, copy=False)
+        return np.stack([by_content[hashes[r]] for r in self.rows.tolist()]).astype(np.float32, copy=False)
 
     def finish(self) -> None:
         """The CSV is written: remove the journal."""

@@ -105,7 +105,7 @@ class Journal:
                 if not restart:
                     what = _changed(old, journal.run_key) if isinstance(old, dict) else "no readable run.json"
                     raise PredictionsError(f"{journal.folder} is the journal of another run ({what}); rerun with "
-                                           "--restart to discard it, or give another --out")
+                                           "--restart to discard it, or write the output elsewhere")
                 log.warning("discarding the journal %s of another run (--restart)", journal.folder)
                 shutil.rmtree(journal.folder)
         if journal.folder.exists():

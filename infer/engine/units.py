@@ -42,9 +42,10 @@ class Unit:
 
 
 def cut_units(lengths: np.ndarray, hashes: Sequence[str], *, unit_frames: int, long_frames: int | None = None,
-              max_clips: int = MAX_UNIT_CLIPS) -> list[Unit]:
+              max_clips: int = MAX_UNIT_CLIPS, rows: np.ndarray | None = None) -> list[Unit]:
     """The units of store rows with ``lengths`` (frames) and content ``hashes`` (both indexed by row).
 
+    ``rows``: only these store rows (``make eval``'s labelled split; None: every row).
     Rows of a content already seen are dropped (the first row of each content runs); the rest are sorted by
     length (ties by row) and cut so that a unit's padded frames (clips x longest clip) stay within
     ``unit_frames`` and it holds at most ``max_clips`` clips; a clip longer than ``unit_frames`` is a unit
@@ -56,7 +57,8 @@ def cut_units(lengths: np.ndarray, hashes: Sequence[str], *, unit_frames: int, l
     lengths = np.asarray(lengths, dtype=np.int64)
     seen: set[str] = set()
     first: list[int] = []
-    for row, h in enumerate(hashes):
+    for row in range(len(hashes)) if rows is None else np.asarray(rows, dtype=np.int64).tolist():
+        h = hashes[row]
         if h not in seen:
             seen.add(h)
             first.append(row)

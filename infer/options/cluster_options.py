@@ -1,4 +1,5 @@
-"""Where ``make infer`` runs: :class:`ClusterOptions` (``--backend``, ``--scheduler``, ``--jobs``, ``--restart``, ...).
+"""Where ``make infer`` and ``make eval`` run: :class:`ClusterOptions` (``--backend``, ``--scheduler``, ``--jobs``,
+``--restart``, ...).
 
 No ``backend`` (the default) keeps the one-process path exactly as it was.
 With ``--backend dask`` or ``--backend ray`` the driver
@@ -35,7 +36,7 @@ COMMIT_SECONDS = Limit(0.0, 3600.0, "seconds of finished units an interrupted ru
 
 @dataclass(frozen=True)
 class ClusterOptions:
-    """How ``predict`` spreads its work (see the module docstring).
+    """How ``predict`` and ``evaluate`` spread their work (see the module docstring).
 
     ``backend``: None (one process, today's path), ``dask`` or ``ray`` (or, from Python, ``loky`` /
     ``threading``); ``scheduler``: a dask scheduler ``tcp://host:8786`` or a ray address, None for a local
@@ -46,7 +47,7 @@ class ClusterOptions:
     (:class:`~specstore.common.executors.idle.IdleWatch`).  Checked when made (one line).
     """
 
-    backend: str | None = option(None, "run the predictions on a cluster: dask or ray (journalled beside --out, "
+    backend: str | None = option(None, "run the model on a cluster: dask or ray (journalled beside the output, "
                                        "so rerunning the same command resumes)", choices=CLI_BACKENDS,
                                  shown="this process")
     scheduler: str | None = option(None, "the cluster to use: a dask scheduler (tcp://host:8786) with --backend "
@@ -54,7 +55,7 @@ class ClusterOptions:
                                    shown="a local one")
     jobs: int | None = option(None, "workers of the local cluster started when no --scheduler is given",
                               limit=JOBS, shown="2")
-    restart: bool = option(False, "discard a journal left beside --out by another run (other model, store or "
+    restart: bool = option(False, "discard a journal left beside the output by another run (other model, store or "
                                   "options) instead of refusing it")
     unit_frames: int = option(32768, "padded frames per unit of work (about a few seconds of CPU time)",
                               limit=UNIT_FRAMES)

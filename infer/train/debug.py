@@ -1,22 +1,20 @@
-"""Two test hooks of the training loop, read from the environment, off unless set (documented in
-docs/distributed.md, "Training on several processes"):
+"""A diagnostic of data-parallel training, read from the environment, off unless set (documented in
+docs/distributed.md, "Training on several processes").
 
-* ``SPECSTORE_TRAIN_DUMP_FIRST_STEP=DIR``: every rank writes ``DIR/first-step.rank<R>.pt`` after the run's first
-  backward pass: its batch as the model saw it (``x``, ``lengths``, ``labels``), the flattened gradient after
-  DDP's all-reduce (``grad``: the mean of the ranks' batch gradients) and the weights and buffers before the step
-  (``initial``).  A test recomputes each rank's gradient in one process and compares (tests/infer/test_train_ddp.py).
-* ``SPECSTORE_TRAIN_KILL_AFTER_EPOCH=N``: rank 0 (or the single process) kills itself with SIGKILL once epoch ``N``
-  (1-based) is recorded, as a preempted job would be; torchrun then stops the other ranks.  A rerun resumes.
-
-Both cost nothing when unset (one environment lookup per run, one per epoch); the dump is plain tensors
-(``torch.save``, read with ``weights_only=True``).
+``SPECSTORE_TRAIN_DUMP_FIRST_STEP=DIR``: every rank writes ``DIR/first-step.rank<R>.pt`` after the run's first
+backward pass: its batch as the model saw it (``x``, ``lengths``, ``labels``), the flattened gradient after DDP's
+all-reduce (``grad``: the mean of the ranks' batch gradients) and the weights and buffers before the step
+(``initial``).  Recomputing each rank's gradient in one process from it shows whether the ranks average what they
+should (tests/infer/test_train_ddp.py does).  The gradient after the all-reduce exists only inside the step, so
+nothing outside the run can observe it; a run's processes under torchrun take no Python callback, hence the
+variable.  It costs one environment lookup per run when unset; the dump is plain tensors (``torch.save``, read
+with ``weights_only=True``).
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import signal
 from pathlib import Path
 from typing import Any
 
@@ -25,12 +23,11 @@ from torch import nn
 
 from specstore.infer.models.checkpoint import save_torch_file
 
-__all__ = ["DUMP_FIRST_STEP", "KILL_AFTER_EPOCH", "dump_first_step", "dump_folder", "kill_after"]
+__all__ = ["DUMP_FIRST_STEP", "dump_first_step", "dump_folder", "initial_state"]
 
 log = logging.getLogger("specstore.infer.train")
 
 DUMP_FIRST_STEP = "SPECSTORE_TRAIN_DUMP_FIRST_STEP"
-KILL_AFTER_EPOCH = "SPECSTORE_TRAIN_KILL_AFTER_EPOCH"
 
 
 def dump_folder() -> Path | None:
@@ -54,13 +51,3 @@ def dump_first_step(folder: Path, rank: int, net: nn.Module, initial: dict[str, 
     path = save_torch_file(payload, folder / f"first-step.rank{rank}.pt")
     log.info("wrote the first step's batch and gradient to %s (%s)", path, DUMP_FIRST_STEP)
     return path
-
-
-def kill_after(epoch: int, is_main: bool) -> None:
-    """SIGKILL this process if ``KILL_AFTER_EPOCH`` names ``epoch`` (1-based) and it is rank 0 (a test's
-    preemption)."""
-    wanted = os.environ.get(KILL_AFTER_EPOCH)
-    if is_main and wanted and wanted.strip() == str(epoch):
-        log.warning("%s=%s: killing this process after epoch %d", KILL_AFTER_EPOCH, wanted, epoch)
-        logging.shutdown()
-        os.kill(os.getpid(), signal.SIGKILL)

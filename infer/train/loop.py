@@ -65,7 +65,6 @@ from specstore.infer.models.trust import Trust, with_named
 from specstore.store import Store
 
 from ..models import MaskedClassifier, count_parameters
-from . import debug
 from .batches import TrainData, prepare_data
 from .config import TrainConfig
 from .distributed import Dist, barrier, from_env, process_group, quiet_unless_main, wrap
@@ -248,7 +247,6 @@ def _train(store: str | os.PathLike[str] | Store, model_path: str | os.PathLike[
             scalars.add(entry)
             epochs_run += 1
             _show(bar, entry)
-            debug.kill_after(epoch + 1, run.is_main)
             if on_epoch_end is not None:
                 on_epoch_end(entry)
     finally:

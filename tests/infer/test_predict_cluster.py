@@ -20,7 +20,8 @@ from typing import Any
 
 import numpy as np
 import pytest
-from factories import LABELS, SPEC16, make_checkpoint, make_store
+from executor_doubles import Counting, Duplicating, StopsAfter
+from factories import LABELS, SPEC16, budget_mb_holding, make_checkpoint, make_store
 from task_gate import gated, started
 
 from specstore.common.errors import ConfigError
@@ -40,15 +41,6 @@ UNIT_FRAMES = 240
 """Small units, so a run of ten clips has several."""
 
 
-def _budget_mb(checkpoint: Path, frames: int) -> float:
-    """A budget that holds one clip of ``frames`` frames (and no longer one)."""
-    from specstore.infer.engine.cost import measure_cost_per_frame
-    from specstore.infer.models.checkpoint import load_checkpoint
-
-    cost = measure_cost_per_frame(load_checkpoint(checkpoint).build(), SPEC16.n_bins)
-    return (cost.fixed_bytes + cost.bytes_per_frame * frames) / 2**20
-
-
 class Case:
     """The shared store (duplicates, one over-long clip), two models, the run options and the reference CSVs."""
 
@@ -60,7 +52,7 @@ class Case:
                        IndexRow("copies/c.wav", "h1", None)])
         self.model = make_checkpoint(root / "m.pt", time_kernel=1)
         self.other = make_checkpoint(root / "other.pt", time_kernel=1, seed=1)
-        self.options = RunOptions(device="cpu", budget_mb=_budget_mb(self.model, 1000), progress=False)
+        self.options = RunOptions(device="cpu", budget_mb=budget_mb_holding(self.model, 1000), progress=False)
         self.reference = self.csv(root / "ref.csv")
         self.other_reference = self.csv(root / "other-ref.csv", self.other)
 
@@ -244,46 +236,6 @@ def test_ray_survives_a_killed_worker(case: Case, tmp_path: Path) -> None:
 
 
 # -- the driver stopped, a duplicate result, a stale journal ----------------------------------------------
-
-class StopsAfter(ThreadExecutor):
-    """Threads whose results stop coming after ``n``: the driver gets an interrupt (as from Ctrl-C)."""
-
-    def __init__(self, n: int) -> None:
-        super().__init__(2)
-        self.n = n
-
-    def as_completed(self, futures: Iterable[TaskFuture], timeout: float | None = None) -> Iterator[TaskFuture]:
-        for future in super().as_completed(futures, timeout):
-            if self.n == 0:
-                raise KeyboardInterrupt
-            self.n -= 1
-            yield future
-
-
-class Counting(ThreadExecutor):
-    """Threads that count the units submitted."""
-
-    def __init__(self) -> None:
-        super().__init__(2)
-        self.submitted = 0
-
-    def submit(self, fn: Callable[..., Any], /, *args: Any, key: str | None = None, retries: int = 0,
-               **kwargs: Any) -> TaskFuture:
-        self.submitted += 1
-        return super().submit(fn, *args, key=key, retries=retries, **kwargs)
-
-
-class Duplicating(InlineExecutor):
-    """Delivers the first result twice (as a cluster that ran a unit again and returned both would)."""
-
-    def as_completed(self, futures: Iterable[TaskFuture], timeout: float | None = None) -> Iterator[TaskFuture]:
-        first = True
-        for future in super().as_completed(futures, timeout):
-            yield future
-            if first:
-                first = False
-                yield future
-
 
 def _stop_after_two_commits(case: Case, out: Path, model: Path | None = None) -> None:
     with pytest.raises(KeyboardInterrupt):

@@ -1,8 +1,9 @@
 """``make train NPROC=2``: the real training path under torchrun (2 ranks, gloo, CPU, a tiny store and model).
 
 The first step's gradient equals the mean of the two ranks' batches' single-process gradients (the batches and the
-initial weights come from the run's own dump, ``SPECSTORE_TRAIN_DUMP_FIRST_STEP``), and a run killed after epoch 1
-(``SPECSTORE_TRAIN_KILL_AFTER_EPOCH``) and rerun ends with the weights of an uninterrupted run.
+initial weights come from the run's own dump, ``SPECSTORE_TRAIN_DUMP_FIRST_STEP``), and a run whose processes are all
+killed (SIGKILL, from outside, as a preempted job's) once its resume file records an epoch ends, rerun, with the
+weights of an uninterrupted run.
 """
 
 from __future__ import annotations
@@ -10,7 +11,9 @@ from __future__ import annotations
 import os
 import shlex
 import shutil
+import signal
 import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +27,7 @@ from torch import nn
 from specstore.infer.batching.budget import Budget
 from specstore.infer.errors import TrainError
 from specstore.infer.models.contract import ModelSpec
-from specstore.infer.train.debug import DUMP_FIRST_STEP, KILL_AFTER_EPOCH
+from specstore.infer.train.debug import DUMP_FIRST_STEP
 from specstore.infer.train.distributed import (
     TORCHRUN_VARS,
     Dist,
@@ -43,9 +46,10 @@ from specstore.infer.train.resume import resume_path_for
 ROOT = Path(__file__).resolve().parents[2]
 VENV = ROOT / ".venv"
 WORLD = 2
+EPOCHS = 3
 #: A tiny model on whole clips: no dropout (its draws are the only randomness a one-process replay would lack).
-OPTIONS = ["--epochs", "2", "--width", "4", "--depth", "2", "--lr", "0.03", "--max-batch", "6", "--crop-seconds", "0",
-           "--val-fraction", "0.25", "--device", "cpu", "--dropout", "0", "--no-progress"]
+OPTIONS = ["--epochs", str(EPOCHS), "--width", "4", "--depth", "2", "--lr", "0.03", "--max-batch", "6",
+           "--crop-seconds", "0", "--val-fraction", "0.25", "--device", "cpu", "--dropout", "0", "--no-progress"]
 
 
 def _torchrun_argv(store: Path, model: Path) -> list[str]:
@@ -61,10 +65,36 @@ def _torchrun_argv(store: Path, model: Path) -> list[str]:
     return argv
 
 
+def _env(**extra: str) -> dict[str, str]:
+    return {**{k: v for k, v in os.environ.items() if k not in (*TORCHRUN_VARS, DUMP_FIRST_STEP)}, **extra}
+
+
 def _run(argv: list[str], **env: str) -> subprocess.CompletedProcess[str]:
-    clean = {k: v for k, v in os.environ.items() if k not in (*TORCHRUN_VARS, DUMP_FIRST_STEP, KILL_AFTER_EPOCH)}
-    return subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=300, check=False,
-                          env={**clean, **env})
+    return subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=300, check=False, env=_env(**env))
+
+
+def _preempt_after_an_epoch(argv: list[str], resume: Path, log: Path) -> int:
+    """Run ``argv``; once ``resume`` exists (an epoch is recorded), SIGKILL torchrun and every rank at once, as a
+    preempted job is killed.  Returns the epoch the resume file then records."""
+    import psutil
+
+    with log.open("w") as out:
+        proc = subprocess.Popen(argv, cwd=ROOT, env=_env(), stdout=out, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 300
+    try:
+        while not resume.exists():
+            assert proc.poll() is None, f"the run ended before it recorded an epoch: {log.read_text()[-3000:]}"
+            assert time.monotonic() < deadline, "no epoch recorded in 300 s"
+            time.sleep(0.005)
+        everyone = [psutil.Process(proc.pid), *psutil.Process(proc.pid).children(recursive=True)]
+        for p in everyone:
+            p.send_signal(signal.SIGKILL)
+        psutil.wait_procs(everyone, timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(60)
+    return int(_load(resume)["epoch"])
 
 
 def _load(path: Path) -> dict[str, Any]:
@@ -98,11 +128,11 @@ def test_make_train_nproc_2_averages_gradients_and_resumes(tmp_path: Path) -> No
     whole, dump = tmp_path / "whole.pt", tmp_path / "dump"
     proc = _run(_torchrun_argv(store, whole), **{DUMP_FIRST_STEP: str(dump)})
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "trained epochs 1-2 of 2" in proc.stdout
+    assert f"trained epochs 1-{EPOCHS} of {EPOCHS}" in proc.stdout
 
     # The first step: DDP's gradient is the mean of the ranks' batches' one-process gradients.
     state = _load(resume_path_for(whole))
-    assert state["world_size"] == WORLD and state["epoch"] == 2
+    assert state["world_size"] == WORLD and state["epoch"] == EPOCHS
     spec = ModelSpec.from_dict(state["model_spec"])
     dumps = [_load(dump / f"first-step.rank{r}.pt") for r in range(WORLD)]
     per_rank = [_one_process_gradient(spec, d) for d in dumps]
@@ -112,15 +142,14 @@ def test_make_train_nproc_2_averages_gradients_and_resumes(tmp_path: Path) -> No
         torch.testing.assert_close(d["grad"], mean, rtol=1e-4, atol=1e-6)
     torch.testing.assert_close(dumps[0]["initial"], dumps[1]["initial"], rtol=0, atol=0)  # one initial model
 
-    # Killed after epoch 1 (rank 0 SIGKILLs itself, torchrun stops the other), then rerun: the uninterrupted weights.
+    # Every process killed once an epoch is recorded, then rerun: the uninterrupted weights.
     killed = tmp_path / "killed.pt"
     argv = _torchrun_argv(store, killed)
-    proc = _run(argv, **{KILL_AFTER_EPOCH: "1"})
-    assert proc.returncode != 0
-    assert _load(resume_path_for(killed))["epoch"] == 1
+    done = _preempt_after_an_epoch(argv, resume_path_for(killed), tmp_path / "killed.log")
+    assert 1 <= done < EPOCHS, "the kill came after the run had finished"
     proc = _run(argv)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "trained epochs 2-2 of 2" in proc.stdout
+    assert f"trained epochs {done + 1}-{EPOCHS} of {EPOCHS}" in proc.stdout
     _assert_same_weights(_load(resume_path_for(killed))["model"], state["model"])
 
 
