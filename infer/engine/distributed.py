@@ -11,7 +11,8 @@ backend (:class:`~specstore.infer.options.cluster_options.ClusterOptions`, ``--b
    hashes (checked against the store), the model file's path with its sha256 (checked before the model is
    loaded) and the driver's trust decision (a worker trusts the checkpoint's import-path model only when
    the driver did, never on its own allow-list).  A worker plans its own budgeted batches (on a GPU from
-   its free memory, on a CPU from ``BUDGET_MB``), returns the unit's logits and writes nothing.
+   its free memory, on a CPU from ``BUDGET_MB`` or, without it, the default capped at half of the worker's own
+   memory limit), returns the unit's logits and writes nothing.
 3. The driver alone commits: unit results go into the run's journal
    (:class:`~specstore.infer.engine.journal.Journal`, ``<out>.journal/``) every ``commit_seconds``; a
    result for a unit already committed is dropped and counted.  Rerunning the same command computes only
@@ -52,8 +53,10 @@ from specstore.common.atomic import output_target
 from specstore.common.errors import ExecutorError
 from specstore.common.executors import Executor, TaskFuture, open_executor, task_key
 from specstore.common.executors.idle import IdleWatch
+from specstore.common.executors.memory import memory_limit
 from specstore.infer.batching.budget import Budget
 from specstore.infer.data import feature_specs
+from specstore.infer.engine.device import DEFAULT_CPU_BUDGET_MB
 from specstore.infer.engine.journal import Journal
 from specstore.infer.engine.runtime import Engine, RunOptions, RunStats
 from specstore.infer.engine.units import Unit, cut_units
@@ -69,9 +72,14 @@ if TYPE_CHECKING:
 
     from specstore.infer.models.trust import Trust
 
-__all__ = ["ClusterRun", "UnitJob", "UnitResult", "file_digest", "journal_folder", "run_unit"]
+__all__ = ["WORKER_BUDGET_SHARE", "ClusterRun", "UnitJob", "UnitResult", "file_digest", "journal_folder",
+           "run_unit"]
 
 log = logging.getLogger(__name__)
+
+WORKER_BUDGET_SHARE = 0.5
+"""The share of a worker's memory limit its batches may use when ``BUDGET_MB`` is not given; the rest holds
+the model, the store's reader, the unit's logits and the worker's own runtime."""
 
 
 class _InferIdleWatch(IdleWatch):
@@ -174,11 +182,26 @@ def _worker_model(job: UnitJob, store: Store) -> tuple[Engine, nn.Module, Budget
         if not ckpt.model.builtin and target not in job.trusted:
             raise UntrustedModelError(f"checkpoint {job.model_path} names its model by the import path {target!r}, "
                                       "which the driver did not trust; a worker trusts no more than its driver")
-        engine = Engine(job.options)
+        engine = _worker_engine(job.options)
         model = engine.prepare(ckpt.build(trust_model_code=list(job.trusted)))
         budget = engine.budget(model, sum(s.n_bins for s in feature_specs(store, job.feature).values()))
         _CACHE.model, _CACHE.model_key = (engine, model, budget), key
     return _CACHE.model
+
+
+def _worker_engine(options: RunOptions) -> Engine:
+    """This worker's engine.  On a CPU without ``BUDGET_MB`` its budget is the default, capped at
+    :data:`WORKER_BUDGET_SHARE` of the worker's own memory limit (a dask worker's, a ray task's memory, a
+    cgroup's: :func:`~specstore.common.executors.memory.memory_limit`), so a small worker plans small batches."""
+    engine = Engine(options)
+    if engine.device.type != "cpu" or options.budget_mb is not None or (limit := memory_limit()) is None:
+        return engine
+    budget_mb = min(DEFAULT_CPU_BUDGET_MB, limit[0] * WORKER_BUDGET_SHARE / 2**20)
+    if budget_mb >= DEFAULT_CPU_BUDGET_MB:
+        return engine
+    log.info("batch budget %.0f MiB: %.0f%% of %s (%.0f MiB)", budget_mb, 100 * WORKER_BUDGET_SHARE, limit[1],
+             limit[0] / 2**20)
+    return Engine(dataclasses.replace(options, budget_mb=budget_mb))
 
 
 def run_unit(job: UnitJob, key: str, rows: tuple[int, ...], hashes: tuple[str, ...]) -> UnitResult:

@@ -360,3 +360,20 @@ def test_a_worker_trusts_no_more_than_its_driver(case: Case, tmp_path: Path, mon
                   executor=InlineExecutor(), cluster=ClusterOptions(unit_frames=UNIT_FRAMES))
     assert isinstance(two.stats, ClusterStats) and not isinstance(one.stats, ClusterStats)
     assert (tmp_path / "one.csv").read_bytes() == (tmp_path / "two.csv").read_bytes()
+
+
+# -- a worker's budget on a CPU ---------------------------------------------------------------------------
+
+def test_a_cpu_worker_without_budget_mb_caps_the_default_at_half_its_memory_limit(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from specstore.infer.engine import distributed
+    from specstore.infer.engine.device import DEFAULT_CPU_BUDGET_MB
+
+    monkeypatch.setattr(distributed, "memory_limit", lambda: (600 << 20, "the dask worker's memory limit"))
+    assert distributed._worker_engine(RunOptions(device="cpu")).memory() == (300 << 20, "BUDGET_MB")
+    assert distributed._worker_engine(RunOptions(device="cpu", budget_mb=900)).options.budget_mb == 900  # given
+    big = int(4 * DEFAULT_CPU_BUDGET_MB) << 20
+    monkeypatch.setattr(distributed, "memory_limit", lambda: (big, "the cgroup memory limit"))
+    assert distributed._worker_engine(RunOptions(device="cpu")).options.budget_mb is None  # the default is lower
+    monkeypatch.setattr(distributed, "memory_limit", lambda: None)
+    assert distributed._worker_engine(RunOptions(device="cpu")).options.budget_mb is None
