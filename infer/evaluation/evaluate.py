@@ -150,7 +150,7 @@ def evaluate(
     rows, n_unlabelled = _labelled_rows(s, rule, split)
     names, truth = _truth(ckpt, s, rows)
 
-    run = _ClusterEval(s, model, ckpt, opts, rows, out_dir, trust_model_code, executor, cluster)
+    run = _EvalRun(s, model, ckpt, opts, rows, out_dir, trust_model_code, executor, cluster)
     logits = run.logits()
     probs = probabilities(logits, ckpt.calibration)
     n_trained_on = None
@@ -179,7 +179,7 @@ def evaluate(
     return report
 
 
-class _ClusterEval:
+class _EvalRun:
     """Where ``evaluate``'s logits come from: this process's engine loop, or, given an executor or a backend, a
     :class:`~specstore.infer.engine.distributed.ClusterRun` over the split's rows (journalled beside
     ``heldout.csv``); :attr:`line` describes the run for the log, :meth:`finish` removes the journal."""
