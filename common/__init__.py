@@ -18,7 +18,7 @@ __all__ = lazy_package(__name__)
 
 if TYPE_CHECKING:  # the exports (each imported on first use)
     from .atomic import atomic_path, check_output_path, open_output, write_atomic
-    from .cli import PROG, one_line, run_cli
+    from .cli import PROG, one_line, run_cli, setup_logging
     from .errors import ConfigError, OutputPathError, SpecstoreError
     from .limits import Limit, bounded, check_fields, field_limit
     from .options import add_options, option

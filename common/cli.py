@@ -13,10 +13,27 @@ from collections.abc import Callable
 
 from .errors import SpecstoreError
 
-__all__ = ["PROG", "one_line", "run_cli"]
+__all__ = ["LOG_FORMAT", "PROG", "one_line", "run_cli", "setup_logging"]
 
 #: The prefix of every command's one-line error messages.
 PROG = "specstore"
+#: How a command's log records look on stderr: ``WARNING specstore.infer.train: ...``.
+LOG_FORMAT = "%(levelname)s %(name)s: %(message)s"
+
+
+def setup_logging(level: int) -> None:
+    """Log records of ``level`` and above to stderr, one line each (:data:`LOG_FORMAT`), as every command does.
+
+    The level holds for the handler too, not only for the root logger: a library that sets its own logger
+    to INFO (dask's ``distributed`` does, at import) would otherwise print its INFO records through this
+    handler.  A handler already on the root logger (a caller's, pytest's) is left as it is.
+    """
+    root = logging.getLogger()
+    before = list(root.handlers)
+    logging.basicConfig(level=level, format=LOG_FORMAT)
+    for handler in root.handlers:
+        if handler not in before:
+            handler.setLevel(level)
 
 
 def one_line(err: BaseException) -> str:

@@ -7,7 +7,7 @@ import logging
 import sys
 from collections.abc import Sequence
 
-from specstore.common import run_cli
+from specstore.common import run_cli, setup_logging
 from specstore.common.limits import Limit
 from specstore.common.options import bounded_argument
 
@@ -81,9 +81,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """CLI entry point; returns the exit status: 0, or 2 with one ``specstore: error:`` line on bad input."""
     args = build_parser().parse_args(argv)
-    logging.basicConfig(
-        level=logging.WARNING if args.quiet else logging.INFO, format="%(levelname)s %(name)s: %(message)s"
-    )
+    setup_logging(logging.WARNING if args.quiet else logging.INFO)
 
     def body() -> int:
         try:

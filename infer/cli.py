@@ -23,7 +23,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from specstore.common import ConfigError, run_cli
+from specstore.common import ConfigError, run_cli, setup_logging
 from specstore.common.atomic import check_output_path, output_target
 from specstore.common.options import add_options, given
 from specstore.infer.models.config import ModelConfig
@@ -342,8 +342,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _run(args: argparse.Namespace) -> int:
-    logging.basicConfig(level=logging.INFO if getattr(args, "verbose", False) else logging.WARNING,
-                        format="%(levelname)s %(name)s: %(message)s")
+    setup_logging(logging.INFO if getattr(args, "verbose", False) else logging.WARNING)
     return run_cli(lambda: int(args.func(args)), interrupted=_INTERRUPTED.get(args.command, "interrupted"),
                    verbose=getattr(args, "verbose", False))
 

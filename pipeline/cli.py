@@ -7,7 +7,7 @@ import logging
 import sys
 from pathlib import Path
 
-from specstore.common import ConfigError, run_cli
+from specstore.common import ConfigError, run_cli, setup_logging
 from specstore.common.options import add_options, given
 from specstore.store.kinds import kind_names
 
@@ -76,9 +76,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s"
-    )
+    setup_logging(logging.DEBUG if args.verbose else logging.WARNING)
     features = tuple(f.strip() for f in (args.features or "").split(",") if f.strip())
 
     def body() -> int:

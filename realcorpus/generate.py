@@ -36,7 +36,7 @@ from typing import Any
 
 from tqdm import tqdm
 
-from specstore.common import run_cli
+from specstore.common import run_cli, setup_logging
 from specstore.common.limits import Limit
 from specstore.common.options import bounded_argument
 
@@ -376,7 +376,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     level = logging.DEBUG if args.verbose else logging.WARNING if args.quiet else logging.INFO
-    logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
+    setup_logging(level)
     logging.getLogger("music21").setLevel(logging.ERROR)
 
     def body() -> int:

@@ -21,7 +21,7 @@ import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from specstore.common import PROG, run_cli
+from specstore.common import PROG, run_cli, setup_logging
 from specstore.common.options import add_options, given
 from specstore.infer.options.run_args import add_run_options, run_options_given
 
@@ -343,8 +343,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     # shares the cores with the decode workers, which spinning threads would slow down (as the Makefile does)
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     args = build_parser().parse_args(argv)
-    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
-                        format="%(levelname)s %(name)s: %(message)s")
+    setup_logging(logging.INFO if args.verbose else logging.WARNING)
     return run_cli(lambda: int(args.func(args)), verbose=args.verbose)
 
 
