@@ -123,8 +123,9 @@ def prepare_data(run: Run, learner: Learner) -> TrainData:
     cfg, net = run.cfg, learner.net
     budget = run.engine.budget(net, run.n_bins, training=True)
     eval_budget = run.engine.budget(net, run.n_bins)
-    if run.dist is not None:  # every rank plans the same epoch: the smallest budget of them all
+    if run.dist is not None:  # every rank plans the same epoch (and windows a long clip alike): the smallest budget
         budget = smallest_budget(budget, run.dist)
+        eval_budget = smallest_budget(eval_budget, run.dist)
     crop, pad_to = _crop_frames(run, net, budget)
     augment = augment_for(cfg, learner.spec, run.specs, learner.frames.mean)
     repeats = (cfg.crops_per_clip or 1) if crop is not None else 1

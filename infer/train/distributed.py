@@ -16,6 +16,9 @@ What each rank does and why (docs/distributed.md, "Training on several processes
   frames); each rank keeps its own running statistics (DDP's ``broadcast_buffers`` off) and they are averaged
   across ranks at the end of every epoch, so every rank, the checkpoint and the resume file hold the same ones.
 * :func:`sum_over_ranks`: an epoch's loss and accuracy over every rank's clips (what rank 0 reports).
+* :func:`shared_logits` (:func:`split_by_length`, :func:`gather_shares`): validation's distinct clips dealt to
+  the ranks by length, each rank's logits gathered on every rank (a masked model's logits do not depend on which
+  clips share a batch, so they are the ones one process computes).
 
 Rank 0 alone writes the checkpoint, the resume file, the metrics and the config; the model path must therefore
 lie on a file system every rank reads (a resumed run's ranks all read the resume file).
@@ -31,17 +34,20 @@ from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from typing import Any
 
+import numpy as np
 import torch
 import torch.distributed as dist
 from torch import nn
 
 from specstore.infer.batching.budget import Budget
+from specstore.infer.engine.runtime import Engine, distinct_rows
+from specstore.store import Store
 
 from ..errors import TrainError
 
 __all__ = ["TORCHRUN_VARS", "Dist", "average_running_stats", "barrier", "broadcast_object", "broadcast_state",
-           "from_env", "one_process_only", "process_group", "quiet_unless_main", "same_on_every_rank",
-           "smallest_budget", "sum_over_ranks", "wrap"]
+           "from_env", "gather_shares", "one_process_only", "process_group", "quiet_unless_main", "same_on_every_rank",
+           "shared_logits", "smallest_budget", "split_by_length", "sum_over_ranks", "wrap"]
 
 log = logging.getLogger("specstore.infer.train")
 
@@ -179,6 +185,42 @@ def sum_over_ranks(values: list[float], d: Dist) -> list[float]:
     t = torch.tensor(values, dtype=torch.float64, device=d.device)
     dist.all_reduce(t, op=dist.ReduceOp.SUM)
     return [float(v) for v in t.tolist()]
+
+
+def split_by_length(lengths: np.ndarray, d: Dist) -> list[np.ndarray]:
+    """Positions ``0..len(lengths)`` dealt to the ranks: sorted by length (frames) and dealt round robin, so every
+    rank gets about the same work; the same split on every rank (a pure function of the lengths)."""
+    order = np.argsort(np.asarray(lengths), kind="stable")
+    return [order[r::d.world] for r in range(d.world)]
+
+
+def gather_shares(part: np.ndarray, shares: list[np.ndarray], width: int, d: Dist) -> np.ndarray:
+    """Every rank's ``part`` (float32 rows, one per position of its share in ``shares``) put together, on every
+    rank: an array of ``sum(len(share))`` rows of ``width`` columns, row ``p`` from the rank whose share holds ``p``."""
+    most = max(len(share) for share in shares)
+    mine = torch.zeros((most, width), dtype=torch.float32, device=d.device)
+    mine[:len(part)] = torch.from_numpy(np.ascontiguousarray(part, dtype=np.float32)).to(d.device)
+    got = [torch.empty_like(mine) for _ in range(d.world)]
+    dist.all_gather(got, mine)
+    out = np.empty((sum(len(share) for share in shares), width), dtype=np.float32)
+    for share, rows in zip(shares, got, strict=True):
+        out[share] = rows[:len(share)].cpu().numpy()
+    return out
+
+
+def shared_logits(engine: Engine, model: nn.Module, store: Store, rows: np.ndarray, *, feature: str, budget: Budget,
+                  width: int, d: Dist) -> np.ndarray:
+    """The logits ``(len(rows), width)`` of store ``rows``, on every rank, each rank computing its share of the
+    distinct contents (:func:`split_by_length`); ``model`` must be the same on every rank (it is, after
+    :func:`average_running_stats`).  Equal to one process's ``engine.logits`` (a masked model's logits do not
+    depend on which clips share a batch; ``budget`` is the ranks' smallest, so a long clip's windows match)."""
+    first, content = distinct_rows(rows, store.hashes)
+    shares = split_by_length(store.lengths[first], d)
+    mine = first[shares[d.rank]]
+    part = np.zeros((0, width), np.float32)
+    if len(mine):
+        part = engine.logits(model, store, mine, feature=feature, budget=budget).logits
+    return gather_shares(part, shares, width, d)[content]
 
 
 def same_on_every_rank(value: int, d: Dist, what: str) -> None:

@@ -3,7 +3,8 @@ runs (:func:`validates`) and its figures on the held-out clips (:func:`validate`
 
 Split from :mod:`.loop`, which calls these once per epoch and then records the epoch (checkpoint, resume file,
 ``metrics.csv``).  In a distributed run (:mod:`.distributed`) every rank runs :func:`run_epoch` over its share of
-the batches and the epoch's figures are summed over the ranks; rank 0 alone validates.
+the batches and the epoch's figures are summed over the ranks; validation's clips are shared out among the ranks
+and every rank gets every logit.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from ..errors import TrainError
 from . import debug
 from .batches import TrainData
 from .config import TrainConfig
-from .distributed import average_running_stats, sum_over_ranks
+from .distributed import average_running_stats, shared_logits, sum_over_ranks
 from .prepare import Learner, Run
 from .report import macro_f1
 from .schedule import lr_at
@@ -91,8 +92,7 @@ def validate(run: Run, learner: Learner, data: TrainData, entry: dict[str, Any])
     if not len(run.val_rows):
         return None
     v0 = time.perf_counter()
-    logits = run.engine.logits(learner.scored, run.store, run.val_rows, feature=run.feature,
-                               budget=data.eval_budget).logits
+    logits = _val_logits(run, learner, data)
     truth = run.store.labels[run.val_rows].astype(np.int64)
     pred = logits.argmax(axis=1)
     entry["val_accuracy"] = float((pred == truth).mean())
@@ -100,3 +100,13 @@ def validate(run: Run, learner: Learner, data: TrainData, entry: dict[str, Any])
     entry["val_loss"] = float(F.cross_entropy(torch.from_numpy(logits), torch.from_numpy(truth)))
     entry["seconds"] += time.perf_counter() - v0
     return logits
+
+
+def _val_logits(run: Run, learner: Learner, data: TrainData) -> np.ndarray:
+    """The validation rows' logits ``(len(val_rows), C)``: in one process, or shared out among the ranks
+    (:func:`~.distributed.shared_logits`: 1/N of one process's time, and no rank waits on another's)."""
+    if run.dist is None:
+        return run.engine.logits(learner.scored, run.store, run.val_rows, feature=run.feature,
+                                 budget=data.eval_budget).logits
+    return shared_logits(run.engine, learner.scored, run.store, run.val_rows, feature=run.feature,
+                         budget=data.eval_budget, width=run.n_classes, d=run.dist)

@@ -37,8 +37,8 @@ Several processes: started by ``torchrun`` (``make train NPROC=N``), every
 rank runs :func:`train` with DistributedDataParallel over its share of each
 epoch's batches (:mod:`.distributed`: the smallest budget of all ranks, the
 sampler's replica split, BatchNorm running statistics averaged at each epoch's
-end); rank 0 alone validates and writes the checkpoint, the resume file, the
-metrics and the config.
+end, validation's clips shared out); rank 0 alone writes the checkpoint, the
+resume file, the metrics and the config.
 """
 
 from __future__ import annotations
@@ -241,7 +241,7 @@ def _train(store: str | os.PathLike[str] | Store, model_path: str | os.PathLike[
     try:
         for epoch in range(learner.start_epoch, run.cfg.epochs):
             entry = run_epoch(run, learner, data, epoch, bar)
-            if validates(run.cfg, epoch + 1) and run.is_main:
+            if validates(run.cfg, epoch + 1):  # every rank: each computes its share of the clips
                 val_logits = validate(run, learner, data, entry)
             _end_epoch(run, learner, extra, entry)
             scalars.add(entry)

@@ -17,11 +17,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 import torch
 import torch.multiprocessing as mp
 import torch.nn.functional as F
-from factories import make_separable_store
+from factories import SPEC16, budget_mb_holding, make_checkpoint, make_separable_store, make_store
 from torch import nn
 
 from specstore.infer.batching.budget import Budget
@@ -38,15 +39,19 @@ from specstore.infer.train.distributed import (
     one_process_only,
     process_group,
     same_on_every_rank,
+    shared_logits,
     smallest_budget,
     sum_over_ranks,
 )
 from specstore.infer.train.resume import resume_path_for
+from specstore.store import IndexRow, create_store
 
 ROOT = Path(__file__).resolve().parents[2]
 VENV = ROOT / ".venv"
 WORLD = 2
 EPOCHS = 3
+VAL_LENGTHS = [30, 45, 60, 75, 90, 110, 130, 150, 40, 3000]
+"""Validation clips (frames) of the shared-validation check; the last runs in windows (the budget holds 1000)."""
 #: A tiny model on whole clips: no dropout (its draws are the only randomness a one-process replay would lack).
 OPTIONS = ["--epochs", str(EPOCHS), "--width", "4", "--depth", "2", "--lr", "0.03", "--max-batch", "6",
            "--crop-seconds", "0", "--val-fraction", "0.25", "--device", "cpu", "--dropout", "0", "--no-progress"]
@@ -173,11 +178,31 @@ def test_torchrun_environment_is_read_whole_or_not_at_all(monkeypatch: pytest.Mo
         one_process_only("training a head on the musicnn-msd backbone")
 
 
-def _helpers_rank(rank: int, init: str, out: str) -> None:
+def _shared_logits(store: str, model: str, d: Dist | None) -> torch.Tensor:
+    """Validation's logits of every row of ``store`` (its rows, duplicates included, in reverse order): shared out
+    among the ranks of ``d``, or in this one process."""
+    from specstore.infer.engine.runtime import Engine, RunOptions
+    from specstore.infer.models.checkpoint import load_checkpoint
+    from specstore.store import open_store
+
+    s, ckpt = open_store(store), load_checkpoint(model)
+    engine = Engine(RunOptions(device="cpu", budget_mb=budget_mb_holding(model, 1000), progress=False, threads=1))
+    net = engine.prepare(ckpt.build())
+    rows = np.arange(len(s))[::-1].copy()
+    budget = engine.budget(net, ckpt.n_bins)
+    if d is None:
+        res = engine.logits(net, s, rows, feature="mel", budget=budget)
+        assert res.windowed == 1
+        return torch.from_numpy(res.logits)
+    return torch.from_numpy(shared_logits(engine, net, s, rows, feature="mel", budget=budget, width=3, d=d))
+
+
+def _helpers_rank(rank: int, init: str, out: str, store: str, model: str) -> None:
     torch.distributed.init_process_group("gloo", init_method=init, rank=rank, world_size=WORLD)
     d = Dist(rank, WORLD, rank, WORLD, "gloo")
     with process_group(d):  # joins the group made above, and leaves it to its maker
         torch.set_num_threads(1)
+        logits = _shared_logits(store, model, d)
         bn = nn.BatchNorm1d(3)
         assert bn.running_mean is not None and bn.running_var is not None
         bn.running_mean.fill_(float(rank))  # rank 0: 0, rank 1: 1
@@ -199,17 +224,25 @@ def _helpers_rank(rank: int, init: str, out: str) -> None:
         torch.save({"bn": bn.state_dict(), "n": n, "budget": [budget.budget_bytes, budget.cost_per_frame,
                                                                budget.fixed_overhead],
                     "head": head.weight.detach().clone(), "fit_rank": fit["rank"], "total": total,
-                    "disagreement": disagreement}, f"{out}.{rank}")
+                    "disagreement": disagreement, "logits": logits}, f"{out}.{rank}")
     assert torch.distributed.is_initialized()
     torch.distributed.destroy_process_group()
 
 
 @pytest.mark.slow
-def test_rank_helpers_average_take_the_smallest_and_broadcast(tmp_path: Path) -> None:
+def test_rank_helpers_average_take_the_smallest_broadcast_and_share_validation(tmp_path: Path) -> None:
+    store = make_store(tmp_path / "v.zarr", lengths=VAL_LENGTHS)
+    create_store(store, {"mel": SPEC16}).commit(rows=[IndexRow("copies/a.wav", "h1", "jazz"),
+                                                      IndexRow("copies/b.wav", "h4", None)])
+    model = make_checkpoint(tmp_path / "m.pt", time_kernel=1)
     out = str(tmp_path / "result")
-    mp.start_processes(_helpers_rank, args=(f"file://{tmp_path / 'rendezvous'}", out), nprocs=WORLD, join=True,
-                       start_method="spawn")
+    mp.start_processes(_helpers_rank, args=(f"file://{tmp_path / 'rendezvous'}", out, str(store), str(model)),
+                       nprocs=WORLD, join=True, start_method="spawn")
     results = [torch.load(f"{out}.{r}", weights_only=True) for r in range(WORLD)]
+    one = _shared_logits(str(store), str(model), None)
+    assert one.shape == (len(VAL_LENGTHS) + 2, 3) and not torch.allclose(one[0], one[1])
+    for r in results:  # validation shared out: every rank holds every row's logits, as one process computes them
+        torch.testing.assert_close(r["logits"], one, rtol=1e-5, atol=1e-6)
     for rank, r in enumerate(results):
         assert r["n"] == 2  # running_mean and running_var (num_batches_tracked is an integer, left alone)
         torch.testing.assert_close(r["bn"]["running_mean"], torch.full((3,), 0.5))
