@@ -29,6 +29,7 @@ before any link is resolved (:func:`output_target`):
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -101,15 +102,39 @@ def _named_descriptor(path: Path) -> int | None:
     return None
 
 
-def _check_parents(p: Path, what: str) -> None:
-    """Refuse a new or replaced file whose nearest existing parent is a file or cannot be written."""
+def _check_parents(p: Path, what: str) -> list[Path]:
+    """Refuse a new or replaced file whose nearest existing parent is a file or cannot be written; the folders
+    missing above ``p``, outermost first."""
+    missing: list[Path] = []
     for parent in p.parents:
         if parent.exists():
             if not parent.is_dir():
                 raise OutputPathError(f"{what} path {p} lies under {parent}, which is a file")
             if not os.access(parent, os.W_OK | os.X_OK):
                 raise OutputPathError(f"{what} path {p}: {parent} is not writable")
-            return
+            break
+        missing.append(parent)
+    return missing[::-1]
+
+
+def _probe_folders(folders: list[Path], p: Path, what: str) -> None:
+    """Make ``folders`` (outermost first) and remove them again: a file system that takes no new folder (read
+    only, ``/proc``) is refused now, in one line, not when the output is written after the work.  Leaves
+    nothing behind; a folder another process made meanwhile is left to it."""
+    made: list[Path] = []
+    try:
+        for folder in folders:
+            try:
+                folder.mkdir()
+            except FileExistsError:
+                continue
+            made.append(folder)
+    except OSError as e:
+        raise OutputPathError(f"{what} path {p}: cannot create the folder {folder}: {e.strerror or e}") from None
+    finally:
+        for folder in reversed(made):
+            with contextlib.suppress(OSError):  # not empty: another writer's now
+                folder.rmdir()
 
 
 def _refuse(given: Path, kind: str, what: str) -> OutputPathError:
@@ -159,18 +184,29 @@ def output_target(path: str | os.PathLike[str], *, what: str = "output") -> Outp
 
 
 def check_output_path(path: str | os.PathLike[str], *, what: str = "output", stream: bool = True) -> Path:
-    """Refuse, before any work, a path that cannot be written (see :func:`output_target`).
+    """Refuse, before any work, a path that cannot be written (see :func:`output_target`), including one whose
+    missing folders cannot be made (:func:`_probe_folders`).
 
     ``stream=False`` also refuses what would be written straight through (a
     FIFO, a device, ``/dev/stdout``): for a file that is read back or has
-    files written beside it, such as a checkpoint.  Creates nothing.  Returns
+    files written beside it, such as a checkpoint.  Leaves nothing behind.  Returns
     the path as given, as a :class:`~pathlib.Path`.
     """
     t = output_target(path, what=what)
     if t.stream and not stream:
         raise OutputPathError(f"{what} path {t.given} is not a regular file ({t.kind}); this file is read back "
                               "and has files written beside it: give a regular file's name")
+    if not t.stream and (missing := _check_parents(t.path, what)):
+        _probe_folders(missing, t.path, what)
     return t.given
+
+
+def _make_parents(target: Path, given: Path, what: str) -> None:
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise OutputPathError(f"{what} path {given}: cannot create the folder {target.parent}: "
+                              f"{e.strerror or e}") from None
 
 
 def _open_stream(t: OutputTarget) -> int:
@@ -205,8 +241,13 @@ def open_output(path: str | os.PathLike[str], mode: str = "wb", *, encoding: str
         raise ValueError(f"open_output writes with mode 'w' or 'wb', not {mode!r}")
     t = output_target(path)
     if not t.stream:
-        with atomic_path(path) as tmp, open(tmp, mode, encoding=encoding, newline=newline) as f:
-            yield f
+        with atomic_path(path) as tmp:
+            try:
+                f = open(tmp, mode, encoding=encoding, newline=newline)  # noqa: SIM115 - closed below
+            except OSError as e:
+                raise OutputPathError(f"cannot write {t.given}: {e.strerror or e}") from None
+            with f:
+                yield f
         return
     try:
         with open(_open_stream(t), mode, encoding=encoding, newline=newline) as f:
@@ -238,11 +279,14 @@ def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
             finally:
                 Path(name).unlink(missing_ok=True)
         return
-    t.path.parent.mkdir(parents=True, exist_ok=True)
+    _make_parents(t.path, t.given, "output")
     tmp = t.path.with_name(f".{t.path.name}.{uuid.uuid4().hex[:8]}.tmp")
     try:
         yield tmp
-        os.replace(tmp, t.path)
+        try:
+            os.replace(tmp, t.path)
+        except OSError as e:
+            raise OutputPathError(f"cannot write {t.given}: {e.strerror or e}") from None
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise

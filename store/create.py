@@ -44,7 +44,10 @@ def create_store(
         if not loc.is_vacant():
             raise StoreError(f"{loc} exists and is not a specstore store; choose another STORE path")
         if loc.local is not None:
-            loc.local.mkdir(parents=True, exist_ok=True)
+            try:
+                loc.local.mkdir(parents=True, exist_ok=True)
+            except OSError as e:
+                raise StoreError(f"cannot create the store folder {loc.local}: {e.strerror or e}") from None
         lock = WriterLock.acquire(loc)
         try:
             if not loc.exists():  # nobody created it while we took the lock

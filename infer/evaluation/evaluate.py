@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from specstore.common import ConfigError
+from specstore.common import ConfigError, check_output_path
 from specstore.infer.data.split import (
     SplitRule,
     split_keys,
@@ -139,6 +139,8 @@ def evaluate(
     ``StoreError``/``CheckpointError`` for bad inputs.
     """
     t0 = time.perf_counter()
+    if out_dir is not None:  # a folder that cannot hold the report is one line before any work
+        check_output_path(Path(out_dir) / "report.json", what="report", stream=False)
     opts, s, ckpt = open_inputs(store, model, options, overrides, model_args, trust_model_code)
     if ckpt.outputs == "tags":
         raise ConfigError(f"{ckpt.name} is a tagger (independent scores over {len(ckpt.label_names)} tags), not a "

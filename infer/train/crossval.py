@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from specstore.common import write_atomic
+from specstore.common import check_output_path, write_atomic
 from specstore.infer.data.split import SplitRule, split_keys, training_rows
 from specstore.infer.engine.runtime import Engine
 from specstore.infer.errors import CrossValError
@@ -173,8 +173,9 @@ def cross_validate(
         cfg = TrainConfig.from_dict({**cfg.to_dict(), **overrides})
     if cfg.select == "best":
         log.warning("select=best picks each fold's epoch on the fold it is scored on: the estimate is optimistic")
-    s = store if isinstance(store, Store) else open_store(store)
     out = Path(out_dir)
+    check_output_path(out / "cv.json", what="cross-validation output", stream=False)  # before any work
+    s = store if isinstance(store, Store) else open_store(store)
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     labelled = np.flatnonzero(s.labels >= 0)

@@ -247,3 +247,59 @@ def test_a_stores_own_files_are_never_written_through_a_fifo(tmp_path: Path) -> 
     with pytest.raises(OutputPathError, match="not a regular file"):
         write_atomic(fifo, b"{}", stream=False)
     assert stat.S_ISFIFO(os.lstat(fifo).st_mode)
+
+
+# -- a folder that cannot be made ------------------------------------------------------------------------
+
+UNMAKEABLE = Path("/proc/specstore-no-such-folder")
+"""A folder no process can create (``/proc`` takes no new entries, even from root)."""
+needs_proc = pytest.mark.skipif(not Path("/proc/self").exists(), reason="needs Linux's /proc")
+
+
+@needs_proc
+def test_missing_folders_are_proved_makeable_and_left_unmade_or_refused_in_one_line(tmp_path: Path) -> None:
+    out = tmp_path / "a" / "b" / "p.csv"
+    assert check_output_path(out) == out and not (tmp_path / "a").exists()  # made and removed again
+    with pytest.raises(OutputPathError) as err:
+        check_output_path(UNMAKEABLE / "deeper" / "p.csv", what="predictions")
+    assert str(err.value) == (f"predictions path {UNMAKEABLE}/deeper/p.csv: cannot create the folder {UNMAKEABLE}: "
+                              "No such file or directory")
+    with pytest.raises(OutputPathError, match="cannot create the folder"):  # and when written without a check
+        write_atomic(UNMAKEABLE / "x.txt", "x")
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "keep").touch()
+    assert check_output_path(out) == out and (tmp_path / "a" / "keep").exists() and not (tmp_path / "a" / "b").exists()
+
+
+@needs_proc
+@pytest.mark.parametrize("argv", [
+    ["infer", "{store}", "{model}", "--out", "{bad}/p.csv"],
+    ["eval", "{store}", "{model}", "--out-dir", "{bad}"],
+    ["eval", "{store}", "{model}", "--out-dir", "{bad}", "--backend", "dask"],
+    ["train", "{store}", "{bad}/m.pt", "--epochs", "1"],
+    ["cv", "{store}", "--out-dir", "{bad}", "--folds", "2"],
+    ["export", "{model}", "--out", "{bad}/m.onnx"],
+], ids=["infer", "eval", "eval-on-a-cluster", "train", "cv", "export"])
+def test_commands_refuse_an_output_folder_they_cannot_make_in_one_line_before_work(
+        argv: list[str], small_store: Path, checkpoint: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from specstore.cli import main
+
+    words = [a.format(store=small_store, model=checkpoint, bad=UNMAKEABLE) for a in argv]
+    assert main(words) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"cannot create the folder {UNMAKEABLE}" in err[0] and err[0].startswith("specstore: ")
+    assert not UNMAKEABLE.exists()
+
+
+@needs_proc
+def test_features_refuses_a_store_folder_it_cannot_make_in_one_line(tmp_path: Path,
+                                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    from factories import make_corpus
+
+    from specstore.cli import main
+
+    corpus = tmp_path / "corpus"
+    make_corpus(corpus, n=2)
+    assert main(["features", str(corpus), str(UNMAKEABLE / "s.zarr"), "--features", "mel"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"specstore: error: cannot create the store folder {UNMAKEABLE}/s.zarr: No such file or directory"]
