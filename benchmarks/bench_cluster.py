@@ -33,7 +33,6 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -41,7 +40,7 @@ from typing import IO, Any
 
 import numpy as np
 
-from .bench_common import ROOT, CpuWindow, Figure, GroupResult, load_average, log, median, rotated
+from .bench_common import ROOT, CpuWindow, Figure, GroupResult, load_average, log, median, rotated, run_alone
 
 #: The targets (issue 49): the cluster's speed-up as a fraction of the bare scaling, the journal's overhead.
 TARGETS = dict(vs_bare=0.85, journal=0.03)
@@ -60,7 +59,10 @@ def _options() -> Any:
 
 
 def _sha(path: str | Path) -> str:
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+    """A CSV's sha256 (:func:`specstore.infer.engine.distributed.file_digest`): equal CSVs, equal digests."""
+    from specstore.infer.engine.distributed import file_digest
+
+    return file_digest(path)
 
 
 def _serve(store: str, model: str) -> int:
@@ -181,7 +183,7 @@ def start_cluster(store: Path, model: Path, workers: int) -> Cluster:
     start_s = time.perf_counter() - t0
     s = open_store(store)
     job = UnitJob(s.location, s.generation, str(model.resolve()), file_digest(model), (), "mel",
-                  dataclasses.replace(_options(), progress=False))
+                  _options())
     rows = tuple(range(min(4, len(s))))
     hashes = tuple(s.hashes[r] for r in rows)
     t1 = time.perf_counter()
@@ -400,17 +402,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if args.serve:
         return _serve(*args.serve)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
-    work = args.workdir or Path(tempfile.mkdtemp(prefix="specstore-bench-cluster-"))
-    try:
-        result = run(work, **(QUICK if args.quick else FULL)["cluster"])
-    finally:
-        if args.workdir is None:
-            shutil.rmtree(work, ignore_errors=True)
-    for f in result.figures:
-        status = {True: "met", False: "MISSED", None: "info"}[f.met]
-        log.info("   %-34s %s %s (%s) %s", f.key, f.value, f.unit, status, f.details)
-    return 0
+    return run_alone("cluster", args.workdir, lambda work: run(work, **(QUICK if args.quick else FULL)["cluster"]))
 
 
 if __name__ == "__main__":

@@ -247,3 +247,22 @@ def machine_info() -> dict[str, Any]:
         "cpu_model": model, "cores": cores, "ram_gib": mem_gib, "avx512_bf16": " avx512_bf16" in flags,
         "os": f"{platform.system()} {platform.release()}", "gpu": gpu, "versions": versions,
     }
+
+
+def run_alone(group: str, workdir: Path | None, run: Callable[[Path], GroupResult]) -> int:
+    """A group's own command line (``python -m benchmarks.bench_<group>``): ``run`` in ``workdir`` (default: a
+    temporary folder, removed after), every figure logged with its status; exit status 0."""
+    import shutil
+    import tempfile
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
+    work = workdir or Path(tempfile.mkdtemp(prefix=f"specstore-bench-{group}-"))
+    try:
+        result = run(work)
+    finally:
+        if workdir is None:
+            shutil.rmtree(work, ignore_errors=True)
+    for f in result.figures:
+        status = {True: "met", False: "MISSED", None: "info"}[f.met]
+        log.info("   %-34s %s %s (%s) %s", f.key, f.value, f.unit, status, f.note or f.details)
+    return 0

@@ -18,16 +18,14 @@ figures are then not measured, and the projection says how long the build would 
 from __future__ import annotations
 
 import argparse
-import logging
 import shutil
 import statistics
-import tempfile
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from .bench_common import Figure, GroupResult, log
+from .bench_common import Figure, GroupResult, log, run_alone
 from .scale_build import DTYPE, N_BINS, BuildPlan, projected_commit_s, run_driver
 
 #: The planner's budget, as ``bench_plan`` uses it: CPU default (2 GiB), 33 MiB per 1 000 frames, 16 clips, align 16.
@@ -263,22 +261,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--sizes", default=None, help="two comma-separated row counts (default: the group's)")
     p.add_argument("--workdir", type=Path, default=None, help="scratch folder (default: a temporary one)")
     args = p.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
     sizes = dict((QUICK if args.quick else FULL)["scale"])
     if args.sizes:
         sizes["sizes"] = tuple(int(x) for x in args.sizes.split(","))
         if len(sizes["sizes"]) != 2:
             p.error("--sizes takes two row counts, small and large")
-    work = args.workdir or Path(tempfile.mkdtemp(prefix="specstore-bench-scale-"))
-    try:
-        result = run(work, **sizes)
-    finally:
-        if args.workdir is None:
-            shutil.rmtree(work, ignore_errors=True)
-    for f in result.figures:
-        status = {True: "met", False: "MISSED", None: "info"}[f.met]
-        log.info("   %-34s %s %s (%s) %s", f.key, f.value, f.unit, status, f.note)
-    return 0
+    return run_alone("scale", args.workdir, lambda work: run(work, **sizes))
 
 
 if __name__ == "__main__":

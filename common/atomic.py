@@ -68,6 +68,8 @@ class OutputTarget:
     path: Path
     fd: int | None
     kind: str
+    missing: tuple[Path, ...] = ()
+    """The folders above a new file that do not exist yet, outermost first (they are made when it is written)."""
 
     @property
     def stream(self) -> bool:
@@ -179,8 +181,7 @@ def output_target(path: str | os.PathLike[str], *, what: str = "output") -> Outp
             return OutputTarget(given, given, None, kind)
         if kind != "regular file":
             raise _refuse(given, kind, what)
-    _check_parents(target, what)
-    return OutputTarget(given, target, None, "file")
+    return OutputTarget(given, target, None, "file", tuple(_check_parents(target, what)))
 
 
 def check_output_path(path: str | os.PathLike[str], *, what: str = "output", stream: bool = True) -> Path:
@@ -194,11 +195,15 @@ def check_output_path(path: str | os.PathLike[str], *, what: str = "output", str
     """
     t = output_target(path, what=what)
     if t.stream and not stream:
-        raise OutputPathError(f"{what} path {t.given} is not a regular file ({t.kind}); this file is read back "
-                              "and has files written beside it: give a regular file's name")
-    if not t.stream and (missing := _check_parents(t.path, what)):
-        _probe_folders(missing, t.path, what)
+        raise _not_regular(t, what)
+    if t.missing:
+        _probe_folders(list(t.missing), t.path, what)
     return t.given
+
+
+def _not_regular(t: OutputTarget, what: str) -> OutputPathError:
+    return OutputPathError(f"{what} path {t.given} is not a regular file ({t.kind}); this file is read back "
+                           "and has files written beside it: give a regular file's name")
 
 
 def _make_parents(target: Path, given: Path, what: str) -> None:
@@ -241,7 +246,7 @@ def open_output(path: str | os.PathLike[str], mode: str = "wb", *, encoding: str
         raise ValueError(f"open_output writes with mode 'w' or 'wb', not {mode!r}")
     t = output_target(path)
     if not t.stream:
-        with atomic_path(path) as tmp:
+        with _atomic_file(t) as tmp:
             try:
                 f = open(tmp, mode, encoding=encoding, newline=newline)  # noqa: SIM115 - closed below
             except OSError as e:
@@ -279,6 +284,13 @@ def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
             finally:
                 Path(name).unlink(missing_ok=True)
         return
+    with _atomic_file(t) as tmp:
+        yield tmp
+
+
+@contextmanager
+def _atomic_file(t: OutputTarget) -> Iterator[Path]:
+    """:func:`atomic_path` for a regular file's target ``t`` (decided once by the caller)."""
     _make_parents(t.path, t.given, "output")
     tmp = t.path.with_name(f".{t.path.name}.{uuid.uuid4().hex[:8]}.tmp")
     try:
@@ -295,11 +307,12 @@ def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
 def write_atomic(path: str | os.PathLike[str], data: bytes | str, *, stream: bool = True) -> Path:
     """Write ``data`` (text is UTF-8) to ``path`` with :func:`open_output`; return the path as given.
 
-    ``stream=False`` refuses a stream (see :func:`check_output_path`): a store's own files are regular files,
-    and a FIFO put among them would make the writer wait for a reader.
+    ``stream=False`` refuses a stream (as :func:`check_output_path` does, without its probe of missing folders:
+    they are made now): a store's own files are regular files, and a FIFO put among them would make the writer
+    wait for a reader.
     """
-    if not stream:
-        check_output_path(path, stream=False)
+    if not stream and (t := output_target(path)).stream:
+        raise _not_regular(t, "output")
     with open_output(path) as f:
         f.write(data.encode("utf-8") if isinstance(data, str) else data)
     return Path(path)

@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING, Any
 
 from specstore.common.errors import ConfigError
 from specstore.common.executors import BACKENDS
-from specstore.common.executors.idle import IDLE_WARN_EVERY, IDLE_WARN_SECONDS, IDLE_WARN_WHY, MAX_IDLE
-from specstore.common.limits import Limit, bounded, check_fields
+from specstore.common.executors.idle import IDLE_WARN_EVERY, IDLE_WARN_SECONDS, MAX_IDLE, idle_warn_field
+from specstore.common.limits import Limit, check_fields
 from specstore.common.options import option
 from specstore.store.kinds import DEFAULT_KINDS
 
@@ -79,8 +79,8 @@ class ExtractOptions:
     max_idle: float | None = option(None, "stop the run when its cluster has had no live workers for this many "
                                           "seconds (what has finished is committed first; rerun to resume)",
                                     limit=MAX_IDLE, shown="wait for ever", metavar="SECONDS")
-    idle_warn_seconds: float = bounded(IDLE_WARN_SECONDS, 0.0, 86400.0, IDLE_WARN_WHY, low_open=True)
-    idle_warn_every: float = bounded(IDLE_WARN_EVERY, 0.0, 86400.0, IDLE_WARN_WHY, low_open=True)
+    idle_warn_seconds: float = idle_warn_field(IDLE_WARN_SECONDS)
+    idle_warn_every: float = idle_warn_field(IDLE_WARN_EVERY)
     progress: bool = option(True, "show a progress bar")
     add_corpus: bool = option(False, "allow a store that holds another corpus to take this one too (its paths get "
                                      "their own prefix)")

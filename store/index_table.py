@@ -23,7 +23,7 @@ from .segments import Segment
 from .shard_writer import ShardInfo
 from .table import column
 
-__all__ = ["ErrorRow", "IndexRow", "LiveIndex", "Pending", "Stale", "column"]
+__all__ = ["ErrorRow", "IndexRow", "LiveIndex", "Pending"]
 
 
 @dataclass(frozen=True)
@@ -118,14 +118,18 @@ class LiveIndex:
     def place(self, content: str) -> _Place | None:
         """Where the frames of content hash ``content`` are, if a row read at open holds them."""
         rows = self.snapshot.rows
-        if self._old_places is None:
-            hashes = rows["hash"].tolist()
-            self._old_places = {h: i for i, h in reversed(list(enumerate(hashes)))}
-        i = self._old_places.get(content)
+        i = self._first_rows().get(content)
         if i is None:
             return None
         return _Place(int(rows["shard"][i]), int(rows["offset"][i]), int(rows["n_frames"][i]),
                       float(rows["duration"][i]))
+
+    def _first_rows(self) -> dict[str, int]:
+        """Content hash -> the first row of the snapshot that holds it (built once)."""
+        if self._old_places is None:
+            hashes = self.snapshot.rows["hash"].tolist()
+            self._old_places = dict(zip(reversed(hashes), range(len(hashes) - 1, -1, -1), strict=True))
+        return self._old_places
 
     @property
     def stale(self) -> bool:
@@ -135,7 +139,7 @@ class LiveIndex:
 
     def hashes(self) -> set[str]:
         """Content hashes of the indexed rows read at open (their paths can be indexed without decoding)."""
-        return set(self.snapshot.rows["hash"].tolist())
+        return set(self._first_rows())
 
     def rows(self) -> dict[str, IndexRow]:
         """``path -> IndexRow`` of every row read at open."""
@@ -192,10 +196,13 @@ class LiveIndex:
         new_rows: dict[str, IndexRow] = {}
         for r in rows:
             check_text(r.path, "path")
-            if r.hash not in places and self.place(r.hash) is None:
-                if self.stale:  # perhaps committed since open: the writer reads the index again and retries
-                    raise Stale(r.hash)
-                raise StoreError(f"cannot index {r.path}: its content {r.hash[:12]} is in no shard")
+            if r.hash not in places:
+                found = self.place(r.hash)
+                if found is None:
+                    if self.stale:  # perhaps committed since open: the writer reads the index again and retries
+                        raise Stale(r.hash)
+                    raise StoreError(f"cannot index {r.path}: its content {r.hash[:12]} is in no shard")
+                places[r.hash] = found
             new_rows[r.path] = r
         for p in failed:  # an error is recorded whatever else the commit says of its path
             new_rows.pop(p, None)
@@ -219,8 +226,7 @@ class LiveIndex:
         entries: list[_Entry] = []
         for p in sorted(new_rows):
             r = new_rows[p]
-            at = places.get(r.hash) or self.place(r.hash)
-            assert at is not None
+            at = places[r.hash]
             entries.append((p, ids[r.label] if r.label else -1, r.hash, at.shard, at.offset, at.n_frames,
                             at.duration, r.group or "", int(r.size), int(r.mtime_ns)))
         bad = sorted(failed)

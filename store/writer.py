@@ -80,7 +80,6 @@ class StoreWriter:
         self.metadata = meta
         self._lock: WriterLock | None = lock
         self._live = self._load()
-        self.labels_added: list[str] = []  # labels this writer gave ids to
         self._planned: set[str] = set()  # labels given to add_labels (drop_unused_labels)
 
     def _reload(self) -> None:
@@ -93,6 +92,7 @@ class StoreWriter:
         """Read the committed index (once per writer, and after a commit that rewrites it whole)."""
         commit, merged = load_index(self.location, self._root, self.metadata.commit)
         self.metadata = self.metadata.with_commit(commit) if commit.segmented else self.metadata
+        self._loaded_at = commit.generation  # the commit whose index the snapshot is
         return LiveIndex(merged, commit.label_names, commit.n_clips, commit.n_errors)
 
     # -- opening and closing -------------------------------------------------------------
@@ -266,7 +266,6 @@ class StoreWriter:
                                  n_errors=pending.n_errors, n_shards=len(self._live.shard_names) + len(shards),
                                  corpora=corpora)
         self._live.apply(pending)
-        self.labels_added += pending.labels
         self.metadata = self.metadata.with_commit(new.with_shards(self.shard_names, tuple(self._live.shard_frames)))
         return new
 
@@ -282,7 +281,13 @@ class StoreWriter:
         return len(self.metadata.commit.segments or ()) if self.metadata.commit.segmented else 1
 
     def _committed(self) -> Segment:
-        """The committed index as one merged segment, read from the store (costs what the store holds)."""
+        """The committed index as one merged segment: the snapshot read at open while nothing has been committed
+        since (its tables copied, for callers edit what they get), else read from the store again (costs what
+        the store holds)."""
+        if self.metadata.commit.generation == self._loaded_at:
+            snap = self._live.snapshot
+            return Segment(rows=dict(snap.rows), shards={**snap.shards, "n_frames": snap.shards["n_frames"].copy()},
+                           errors=dict(snap.errors), gone=dict(snap.gone))
         return load_index(self.location, self._root, self.metadata.commit)[1]
 
     def _commit_whole(self, merged: Segment, labels: Sequence[str], corpora: Sequence[Corpus] | None,
@@ -299,7 +304,6 @@ class StoreWriter:
         names = (*self._live.labels, *labels) if label_names is None else tuple(label_names)
         self._write_commit(old, [], [], merged, labels=names, n_clips=len(merged.rows["path"]),
                            n_errors=len(merged.errors["path"]), n_shards=len(merged.shards["name"]), corpora=corpora)
-        self.labels_added = [n for n in (*self.labels_added, *labels) if n in names]
         self._live = self._load()
         return self.metadata.commit
 
@@ -382,7 +386,6 @@ class StoreWriter:
         self._planned.update(names)
         new = self._live.new_labels(names)
         self._live.add_labels(new)
-        self.labels_added += new
         return new
 
     def drop_unused_labels(self) -> list[str]:
@@ -397,7 +400,6 @@ class StoreWriter:
         if not unused:
             return []
         names = [n for n in live.labels if n not in unused]
-        self.labels_added = [n for n in self.labels_added if n not in unused]
         self._planned -= set(unused)
         if live.labels[:len(names)] == names:  # only the last ones go: no row holds an id that moves
             live.labels[:] = names

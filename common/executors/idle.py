@@ -15,14 +15,14 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterator, Sequence
-from typing import ClassVar
+from typing import Any, ClassVar
 
-from ..limits import Limit
+from ..limits import Limit, bounded
 from .base import Executor, TaskFuture
 
-__all__ = ["IDLE_POLL_SECONDS", "IDLE_WARN_EVERY", "IDLE_WARN_SECONDS", "IDLE_WARN_WHY", "MAX_IDLE", "IdleWatch"]
+__all__ = ["IDLE_POLL_SECONDS", "IDLE_WARN_EVERY", "IDLE_WARN_SECONDS", "IDLE_WARN_WHY", "MAX_IDLE", "IdleWatch",
+           "idle_warn_field"]
 
-#: Seconds between two looks at the live workers while no task finishes (less where the idle intervals are short).
 #: ``--max-idle`` of every command that drives a cluster (extraction, inference): how long a run waits while
 #: its cluster has no live workers (None: for ever).
 MAX_IDLE = Limit(0.0, 7 * 86400.0, "seconds a run waits for a cluster that has no live workers before it stops; "
@@ -35,6 +35,13 @@ IDLE_WARN_EVERY = 60.0
 IDLE_WARN_WHY = "seconds of an empty cluster before the run warns, and between warnings; a day at most"
 """Why the two warning intervals are bounded as they are (a field's bound, :func:`specstore.common.limits.bounded`)."""
 
+
+def idle_warn_field(default: float) -> Any:
+    """An options dataclass's warning-interval field (``idle_warn_seconds``, ``idle_warn_every``): seconds in
+    (0, a day], ``default`` when not given; every command that drives a cluster declares them so."""
+    return bounded(default, 0.0, 86400.0, IDLE_WARN_WHY, low_open=True)
+
+#: Seconds between two looks at the live workers while no task finishes (less where the idle intervals are short).
 IDLE_POLL_SECONDS = 5.0
 
 

@@ -62,7 +62,6 @@ from specstore.infer.engine.runtime import Engine, RunOptions, RunStats
 from specstore.infer.engine.units import Unit, cut_units
 from specstore.infer.errors import CheckpointError, PredictionsError, UntrustedModelError
 from specstore.infer.models.checkpoint import Checkpoint, load_checkpoint
-from specstore.infer.models.trust import is_trusted
 from specstore.infer.options.cluster_options import ClusterOptions
 from specstore.store import Store, open_store
 from specstore.store.location import Location
@@ -70,7 +69,7 @@ from specstore.store.location import Location
 if TYPE_CHECKING:
     from torch import nn
 
-    from specstore.infer.models.trust import Trust
+    from specstore.infer.engine.predict import LoadedModel
 
 __all__ = ["WORKER_BUDGET_SHARE", "ClusterRun", "UnitJob", "UnitResult", "file_digest", "journal_folder",
            "run_unit"]
@@ -89,12 +88,9 @@ class _InferIdleWatch(IdleWatch):
 
 
 def file_digest(path: str | os.PathLike[str]) -> str:
-    """sha256 of the file at ``path``, hex."""
-    h = hashlib.sha256()
+    """sha256 of the file at ``path``, hex (read in blocks: memory does not grow with the file)."""
     with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
+        return hashlib.file_digest(f, "sha256").hexdigest()
 
 
 def _load_verified(path: str, digest: str | None) -> tuple[Checkpoint, str]:
@@ -258,20 +254,20 @@ class ClusterRun:
     resumes) the logits of every row (of ``rows``, when given: ``make eval``'s split), :meth:`finish` removes
     the journal once the output is written."""
 
-    def __init__(self, store: Store, model: object, feature: str, options: RunOptions, cluster: ClusterOptions,
-                 out: str | os.PathLike[str] | None, trust: Trust = False, rows: np.ndarray | None = None,
+    def __init__(self, store: Store, model: object, loaded: LoadedModel, options: RunOptions,
+                 cluster: ClusterOptions, out: str | os.PathLike[str] | None, rows: np.ndarray | None = None,
                  desc: str = "predicting") -> None:
         if not isinstance(model, (str, os.PathLike)) or not Path(model).is_file():
             raise ConfigError(f"a cluster run sends its workers a checkpoint file; {model!r} is not one (save the "
                               "model with `make train` or `specstore init-model`, or run without --backend)")
-        self.store, self.feature, self.options, self.cluster = store, feature, options, cluster
+        self.store, self.feature, self.options, self.cluster = store, loaded.feature, options, cluster
         self.model_path = str(Path(model).resolve())
-        ckpt, self.digest = _load_verified(self.model_path, None)
-        target = ckpt.model.target
-        self.trusted: tuple[str, ...] = () if ckpt.model.builtin or not is_trusted(target, trust) else (target,)
+        self.digest = file_digest(self.model_path)
+        # the driver built ``loaded`` from this file, so its import path (if any) was trusted: workers get that
+        self.trusted: tuple[str, ...] = () if loaded.import_path is None else (loaded.import_path,)
         self.rows = np.arange(len(store), dtype=np.int64) if rows is None else np.asarray(rows, dtype=np.int64)
         self.run_key = {"store": store.location.url, "generation": store.generation, "model sha256": self.digest,
-                        "feature": feature, "device": options.device, "precision": options.precision}
+                        "feature": self.feature, "device": options.device, "precision": options.precision}
         if rows is not None:  # a subset (make eval's split): another subset is another run
             self.run_key["rows sha256"] = hashlib.sha256(self.rows.astype("<i8").tobytes()).hexdigest()
         self.journal = Journal.open(folder, self.run_key, restart=cluster.restart) \

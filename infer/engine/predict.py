@@ -109,6 +109,9 @@ class LoadedModel:
     extra: dict[str, Any]
     name: str
     outputs: str = "classes"
+    import_path: str | None = None
+    """A checkpoint's model named by an import path (trusted, since it was built), else None (a built-in
+    architecture, a module, or an import path the caller named)."""
 
     @property
     def calibration(self) -> Calibration:
@@ -146,7 +149,7 @@ def load_model(model: ModelLike, store: Store, *, feature: str | None = None,
     check_store_matches(ckpt, store)
     return LoadedModel(ckpt.build(trust_model_code=trust_model_code), list(ckpt.label_names), ckpt.feature,
                        dict(ckpt.extra), "<checkpoint>" if isinstance(model, Checkpoint) else str(model),
-                       ckpt.outputs)
+                       ckpt.outputs, None if ckpt.model.builtin else ckpt.model.target)
 
 
 def open_inputs(store: str | os.PathLike[str] | Store, model: ModelLike, options: RunOptions | None,
@@ -227,7 +230,7 @@ def predict(
     if executor is not None or (cluster is not None and cluster.backend is not None):
         from specstore.infer.engine.distributed import ClusterRun
 
-        run = ClusterRun(s, checkpoint, loaded.feature, opts, cluster or ClusterOptions(), out, trust_model_code)
+        run = ClusterRun(s, checkpoint, loaded, opts, cluster or ClusterOptions(), out)
         logits = run.logits(model, engine, executor)
     else:
         res = engine.logits(model, s, np.arange(len(s)), feature=loaded.feature, desc="predicting")

@@ -152,7 +152,7 @@ def evaluate(
     rows, n_unlabelled = _labelled_rows(s, rule, split)
     names, truth = _truth(ckpt, s, rows)
 
-    run = _EvalRun(s, model, ckpt, opts, rows, out_dir, trust_model_code, executor, cluster)
+    run = _EvalRun(s, model, ckpt, opts, rows, out_dir, executor, cluster)
     logits = run.logits()
     probs = probabilities(logits, ckpt.calibration)
     n_trained_on = None
@@ -187,7 +187,7 @@ class _EvalRun:
     ``heldout.csv``); :attr:`line` describes the run for the log, :meth:`finish` removes the journal."""
 
     def __init__(self, s: Store, model: ModelLike, ckpt: LoadedModel, opts: RunOptions, rows: np.ndarray,
-                 out_dir: str | os.PathLike[str] | None, trust: Trust, executor: Executor | None,
+                 out_dir: str | os.PathLike[str] | None, executor: Executor | None,
                  cluster: ClusterOptions | None) -> None:
         self.s, self.ckpt, self.opts, self.rows, self.executor = s, ckpt, opts, rows, executor
         self.run: ClusterRun | None = None
@@ -196,7 +196,7 @@ class _EvalRun:
             from specstore.infer.engine.distributed import ClusterRun
 
             out = None if out_dir is None else Path(out_dir) / "heldout.csv"
-            self.run = ClusterRun(s, model, ckpt.feature, opts, cluster or ClusterOptions(), out, trust, rows=rows,
+            self.run = ClusterRun(s, model, ckpt, opts, cluster or ClusterOptions(), out, rows=rows,
                                   desc="evaluating")
 
     def logits(self) -> np.ndarray:

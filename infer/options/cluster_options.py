@@ -15,8 +15,8 @@ from dataclasses import dataclass
 
 from specstore.common import ConfigError
 from specstore.common.executors import BACKENDS
-from specstore.common.executors.idle import IDLE_WARN_EVERY, IDLE_WARN_SECONDS, IDLE_WARN_WHY, MAX_IDLE
-from specstore.common.limits import Limit, bounded, check_fields
+from specstore.common.executors.idle import IDLE_WARN_EVERY, IDLE_WARN_SECONDS, MAX_IDLE, idle_warn_field
+from specstore.common.limits import Limit, check_fields
 from specstore.common.options import option
 
 __all__ = ["CLI_BACKENDS", "COMMIT_SECONDS", "IDLE_WARN_EVERY", "IDLE_WARN_SECONDS", "JOBS", "MAX_IDLE",
@@ -64,8 +64,8 @@ class ClusterOptions:
     max_idle: float | None = option(None, "stop the run when its cluster has had no live workers for this many "
                                           "seconds (finished units are journalled first; rerun to resume)",
                                     limit=MAX_IDLE, shown="wait for ever", metavar="SECONDS")
-    idle_warn_seconds: float = bounded(IDLE_WARN_SECONDS, 0.0, 86400.0, IDLE_WARN_WHY, low_open=True)
-    idle_warn_every: float = bounded(IDLE_WARN_EVERY, 0.0, 86400.0, IDLE_WARN_WHY, low_open=True)
+    idle_warn_seconds: float = idle_warn_field(IDLE_WARN_SECONDS)
+    idle_warn_every: float = idle_warn_field(IDLE_WARN_EVERY)
 
     def __post_init__(self) -> None:
         if self.backend is not None and self.backend not in BACKENDS:

@@ -43,6 +43,7 @@ resume file, the metrics and the config.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
@@ -209,10 +210,7 @@ def train(
         cfg = TrainConfig.from_dict({**cfg.to_dict(), **overrides})
     trust = with_named(trust_model_code, *_named(model))
     dist = from_env(cfg.run.device)
-    if dist is None:
-        return _train(store, model_path, cfg, None, progress=progress, threads=threads, margin_mb=margin_mb,
-                      overwrite=overwrite, model=model, model_args=model_args, on_epoch_end=on_epoch_end, trust=trust)
-    with process_group(dist), quiet_unless_main(dist):
+    with process_group(dist) if dist is not None else contextlib.nullcontext(), quiet_unless_main(dist):
         return _train(store, model_path, cfg, dist, progress=progress, threads=threads, margin_mb=margin_mb,
                       overwrite=overwrite, model=model, model_args=model_args, on_epoch_end=on_epoch_end, trust=trust)
 

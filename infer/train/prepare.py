@@ -25,6 +25,7 @@ from torch import nn
 
 from specstore.common import ConfigError, check_output_path
 from specstore.common.heap import KEPT_THRESHOLDS, set_malloc_thresholds
+from specstore.common.limits import usable_cores
 from specstore.infer.data.split import (
     SplitRule,
     split_keys,
@@ -233,8 +234,7 @@ def _rank_options(cfg: TrainConfig, dist: Dist | None, margin_mb: float | None, 
     if dist.backend == "nccl":
         return dataclasses.replace(options, device=f"cuda:{dist.local_rank}")
     if threads is None:
-        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-        options = dataclasses.replace(options, threads=max(1, cores // dist.local_world))
+        options = dataclasses.replace(options, threads=max(1, usable_cores() // dist.local_world))
     return dataclasses.replace(options, device="cpu")
 
 

@@ -10,9 +10,6 @@ and counted).  A journal of another run is refused in one line, and accepted wit
 
 from __future__ import annotations
 
-import os
-import signal
-import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
@@ -22,10 +19,10 @@ import numpy as np
 import pytest
 from executor_doubles import Counting, Duplicating, StopsAfter
 from factories import LABELS, SPEC16, budget_mb_holding, make_checkpoint, make_store
-from task_gate import gated, started
+from task_gate import GatedDask, GatedRay, Killer, local_ray, started
 
 from specstore.common.errors import ConfigError
-from specstore.common.executors import DaskExecutor, InlineExecutor, RayExecutor, TaskFuture, ThreadExecutor
+from specstore.common.executors import InlineExecutor, RayExecutor, TaskFuture, ThreadExecutor
 from specstore.infer.cli import build_parser
 from specstore.infer.engine.distributed import UnitJob, file_digest, journal_folder, run_unit
 from specstore.infer.engine.predict import ClusterStats, predict
@@ -139,65 +136,14 @@ def test_a_local_dask_cluster_gives_the_one_process_csv(case: Case, tmp_path: Pa
 
 @pytest.mark.slow
 def test_a_local_ray_gives_the_one_process_csv(case: Case, tmp_path: Path) -> None:
-    ray = pytest.importorskip("ray", reason="ray is not installed")
-    assert not ray.is_initialized()
-    ray.init(num_cpus=2, include_dashboard=False, object_store_memory=100 << 20, log_to_driver=False)
-    try:
+    with local_ray():
         out = tmp_path / "p.csv"
         stats = _check_whole(case, out, case.csv(out, executor=RayExecutor()))
-    finally:
-        ray.shutdown()
     assert stats.where.startswith("the ray cluster at ")
 
 
 # -- a worker killed mid-run ------------------------------------------------------------------------------
 
-
-
-class _Gate:
-    folder: Path
-
-    def _start(self, key: str, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
-               retries: int, failed: TaskFuture | None) -> TaskFuture:
-        return super()._start(key, gated(), (str(self.folder), key, fn, *args), kwargs,  # type: ignore[misc]
-                              retries, failed)
-
-
-class GatedDask(_Gate, DaskExecutor):
-    pass
-
-
-class GatedRay(_Gate, RayExecutor):
-    pass
-
-
-class Killer(threading.Thread):
-    """SIGKILLs the worker process of the first task that starts, waits until it is gone, then opens the gate."""
-
-    def __init__(self, folder: Path) -> None:
-        super().__init__(daemon=True)
-        self.folder = folder
-        self.victim: tuple[str, int] | None = None
-        self.error: BaseException | None = None
-
-    def run(self) -> None:
-        try:
-            deadline = time.monotonic() + 60
-            while not (first := started(self.folder)):
-                if time.monotonic() > deadline:
-                    raise TimeoutError("no task started")
-                time.sleep(0.02)
-            key, pid = self.victim = first[0]
-            assert pid != os.getpid()
-            import psutil
-
-            process = psutil.Process(pid)
-            os.kill(pid, signal.SIGKILL)
-            process.wait(timeout=30)
-        except BaseException as e:
-            self.error = e
-        finally:
-            (self.folder / "release").touch()
 
 
 def _survives_a_kill(case: Case, executor: Any, tmp_path: Path) -> None:
@@ -226,13 +172,8 @@ def test_dask_survives_a_killed_worker(case: Case, tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_ray_survives_a_killed_worker(case: Case, tmp_path: Path) -> None:
-    ray = pytest.importorskip("ray", reason="ray is not installed")
-    assert not ray.is_initialized()
-    ray.init(num_cpus=2, include_dashboard=False, object_store_memory=100 << 20, log_to_driver=False)
-    try:
+    with local_ray():
         _survives_a_kill(case, GatedRay(), tmp_path)
-    finally:
-        ray.shutdown()
 
 
 # -- the driver stopped, a duplicate result, a stale journal ----------------------------------------------

@@ -29,10 +29,10 @@ from typing import Any
 import pytest
 from factories import SMALL_SPECS as SMALL
 from factories import assert_same_content, make_corpus, store_content
-from task_gate import gated, started
+from task_gate import GatedDask, GatedRay, Killer, await_value, local_ray, started
 
 from specstore.common.errors import ConfigError
-from specstore.common.executors import DaskExecutor, Executor, RayExecutor, TaskFuture, TaskLost
+from specstore.common.executors import Executor, RayExecutor, TaskFuture, TaskLost
 from specstore.pipeline.cli import build_parser
 from specstore.pipeline.extract import ExtractError, ExtractOptions, extract
 from specstore.pipeline.extract_run import IdleWatch
@@ -47,72 +47,10 @@ def _dies() -> Callable[[], None]:
     """A task that kills its own worker process (made here so that it pickles by value)."""
 
     def die() -> None:
-        import os
-        import signal
 
         os.kill(os.getpid(), signal.SIGKILL)
 
     return die
-
-
-class GatedRay(RayExecutor):
-    """Ray tasks that pass :func:`task_gate.gated` under ``folder`` first."""
-
-    folder: Path
-
-    def _start(self, key: str, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
-               retries: int, failed: TaskFuture | None) -> TaskFuture:
-        return super()._start(key, gated(), (str(self.folder), key, fn, *args), kwargs, retries, failed)
-
-
-class GatedDask(DaskExecutor):
-    """dask tasks that pass :func:`task_gate.gated` under ``folder`` first."""
-
-    folder: Path
-
-    def _start(self, key: str, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
-               retries: int, failed: TaskFuture | None) -> TaskFuture:
-        return super()._start(key, gated(), (str(self.folder), key, fn, *args), kwargs, retries, failed)
-
-
-def _await(condition: Callable[[], Any], seconds: float, what: str) -> Any:
-    """``condition()``'s first true value, looked for every 20 ms (the event is a file another process writes)."""
-    deadline = time.monotonic() + seconds
-    while not (value := condition()):
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"waited {seconds:g} s for {what}")
-        time.sleep(0.02)
-    return value
-
-
-class Killer(threading.Thread):
-    """Kills (SIGKILL) the worker process of the first task that starts, waits until it is gone, then releases
-    every task; ``act(pid)`` replaces the kill (closing a cluster's workers, say), ``release=False`` keeps the
-    gate shut.  What it killed is ``victim``; an error of its own is ``error`` (the gate opens all the same)."""
-
-    def __init__(self, folder: Path, act: Callable[[int], None] | None = None, release: bool = True) -> None:
-        super().__init__(daemon=True)
-        self.folder, self.act, self.release = folder, act, release
-        self.victim: tuple[str, int] | None = None
-        self.error: BaseException | None = None
-
-    def run(self) -> None:
-        try:
-            key, pid = self.victim = _await(lambda: started(self.folder)[:1], 60, "a task to start")[0]
-            assert pid != os.getpid(), "the task runs in the test's own process"
-            if self.act is not None:
-                self.act(pid)
-            else:
-                import psutil
-
-                process = psutil.Process(pid)
-                os.kill(pid, signal.SIGKILL)
-                process.wait(timeout=30)
-        except BaseException as e:
-            self.error = e
-        finally:
-            if self.release or self.error is not None:
-                (self.folder / "release").touch()
 
 
 # -- killed workers ---------------------------------------------------------------------------------------
@@ -152,10 +90,7 @@ def _kill_one_worker_mid_run(executor: Executor, corpus: Path, target: Path, gat
 @pytest.mark.slow
 def test_ray_survives_a_killed_worker(corpus: Path, undisturbed: dict, tmp_path: Path) -> None:
     """A ray worker killed while it runs a task: ray runs the task again (``max_retries``), the store is whole."""
-    ray = pytest.importorskip("ray", reason="ray is not installed (optional: pip install ray)")
-    assert not ray.is_initialized()
-    ray.init(num_cpus=2, include_dashboard=False, object_store_memory=100 << 20, log_to_driver=False)
-    try:
+    with local_ray():
         executor = GatedRay()
         executor.folder = tmp_path / "gate"
         executor.folder.mkdir()
@@ -165,8 +100,6 @@ def test_ray_survives_a_killed_worker(corpus: Path, undisturbed: dict, tmp_path:
         error = RayExecutor(lost_worker_retries=0).submit(_dies(), key="dies").exception(timeout=60)
         assert isinstance(error, TaskLost), repr(error)
         assert str(error).startswith("task dies was lost on the ray cluster at ") and "(1 run)" in str(error)
-    finally:
-        ray.shutdown()
     assert_same_content(store_content(tmp_path / "ray.zarr"), undisturbed)
     assert validate(str(tmp_path / "ray.zarr")) == []
     # the class numbers too: labels are numbered by name, not by the order the redone task committed in
@@ -304,7 +237,7 @@ def test_without_max_idle_an_empty_cluster_only_warns(corpus: Path, caplog: pyte
     with caplog.at_level(logging.WARNING, logger="specstore.pipeline.extract"):
         thread = threading.Thread(target=run, daemon=True)
         thread.start()
-        _await(lambda: len(_idle_warnings(caplog)) >= 3, 20, "three warnings")
+        await_value(lambda: len(_idle_warnings(caplog)) >= 3, 20, "three warnings")
         assert not outcome.done()
         executor.release()
         summary = outcome.result(timeout=60)
@@ -388,7 +321,7 @@ def test_a_dask_cluster_whose_workers_are_all_closed_is_named_and_max_idle_ends_
 
         def close_workers(pid: int) -> None:
             c.scale(0)
-            _await(lambda: not client.nthreads(), 30, "the workers to close")
+            await_value(lambda: not client.nthreads(), 30, "the workers to close")
 
         killer = Killer(executor.folder, close_workers, release=False)
         killer.start()
