@@ -192,13 +192,14 @@ def wait_for_quiet(max_load: float, max_wait: float) -> list[float]:
 # ---------------------------------------------------------------- subprocess probes
 
 
-def run_probe(args: list[str], timeout: float = 300.0) -> dict[str, Any]:
-    """Run ``bench_probe.py`` with ``args`` in a fresh interpreter; its last stdout line is JSON."""
-    cmd = [sys.executable, "-m", "benchmarks.bench_probe", *args]
+def run_probe(args: list[str], timeout: float = 300.0, module: str = "benchmarks.bench_probe") -> dict[str, Any]:
+    """Run ``module`` (``bench_probe.py`` by default) with ``args`` in a fresh interpreter (its peak RSS its own);
+    its last stdout line is JSON."""
+    cmd = [sys.executable, "-m", module, *args]
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, cwd=ROOT, check=False)
     if proc.returncode != 0:
-        raise RuntimeError(f"probe {args[0]} failed ({proc.returncode}): {proc.stderr.strip()[-2000:]}")
+        raise RuntimeError(f"{module} {args[0]} failed ({proc.returncode}): {proc.stderr.strip()[-2000:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 

@@ -29,10 +29,8 @@ import hashlib
 import json
 import math
 import multiprocessing
-import os
 import resource
 import statistics
-import subprocess
 import sys
 import time
 from collections import deque
@@ -45,7 +43,7 @@ import numpy as np
 
 from benchmarks.bench_probe import status_kib
 
-from .bench_common import ROOT, log
+from .bench_common import log, run_probe
 
 if TYPE_CHECKING:
     from specstore.store import IndexRow, ShardInfo, StoreWriter
@@ -294,15 +292,9 @@ def drive(store: str, plan: BuildPlan, workers: int, limit_s: float) -> dict[str
 
 def run_driver(store: Path, plan: BuildPlan, workers: int, limit_s: float) -> dict[str, Any]:
     """:func:`drive` in a fresh interpreter (its peak RSS is the writer's alone); its last stdout line."""
-    cmd = [sys.executable, "-m", "benchmarks.scale_build", str(store), "--workers", str(workers),
-           "--limit-s", str(limit_s), *(f"--{k.replace('_', '-')}={v}" for k, v in asdict(plan).items())]
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT, check=False,
-                          timeout=limit_s * 3 + 600)
-    if proc.returncode != 0:
-        raise RuntimeError(f"scale driver failed ({proc.returncode}): {proc.stderr.strip()[-2000:]}")
-    result: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
-    return result
+    args = [str(store), "--workers", str(workers), "--limit-s", str(limit_s),
+            *(f"--{k.replace('_', '-')}={v}" for k, v in asdict(plan).items())]
+    return run_probe(args, timeout=limit_s * 3 + 600, module="benchmarks.scale_build")
 
 
 def main(argv: list[str] | None = None) -> int:
