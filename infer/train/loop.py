@@ -68,7 +68,7 @@ from specstore.store import Store
 from ..models import MaskedClassifier, count_parameters
 from .batches import TrainData, prepare_data
 from .config import TrainConfig
-from .distributed import Dist, barrier, from_env, process_group, quiet_unless_main, wrap
+from .distributed import Dist, barrier, broadcast_object, from_env, process_group, quiet_unless_main, wrap
 from .epoch import run_epoch, validate, validates
 from .prepare import Learner, Run, default_training_feature, prepare_model, prepare_run, release_freed_memory
 from .report import Scalars, held_out_report, held_out_text, metrics_csv
@@ -254,11 +254,14 @@ def _train(store: str | os.PathLike[str] | Store, model_path: str | os.PathLike[
             release_freed_memory()  # prepare_run kept freed memory for the steps; not beyond them
     if epochs_run and run.is_main:
         _finish(run, learner, extra, val_logits, trust)
-    barrier(dist)  # every rank returns once rank 0 has written the final checkpoint
-    if not epochs_run or not run.is_main:  # what rank 0 recorded: every rank returns the same result
+    if not epochs_run:  # a finished run again: what its checkpoint recorded
+        barrier(dist)
         extra.update(load_checkpoint(run.model_path).extra)
-    if not run.is_main:
-        learner.history, learner.best_epoch = list(extra["history"]), int(extra.get("best_epoch", 0))
+        if not run.is_main:
+            learner.history, learner.best_epoch = list(extra["history"]), int(extra.get("best_epoch", 0))
+    elif dist is not None:  # rank 0's record to every rank, once it has written the final checkpoint
+        extra, learner.history, learner.best_epoch = broadcast_object(
+            (extra, learner.history, learner.best_epoch), dist)
     best_entry = learner.history[learner.best_epoch - 1] if learner.best_epoch else {}
     return TrainResult(
         model_path=run.model_path, resume_path=run.resume_path, history=learner.history,
